@@ -1,0 +1,65 @@
+#pragma once
+// The device catalogue: GPU models gpuslice knows, with memory, SM count, MPS client limit and
+// MIG profile tables (keyed by slice counts, since profile names drift between drivers) with
+// the legal placements of each profile. Facts from shared/reference/devices.md §1.
+// Immutable static data; thread-safe.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/units.h"
+
+namespace gpuslice {
+
+struct MigProfile {
+  int id = 0;                 // NVML GPU-instance profile ID as `nvidia-smi mig -lgip` shows it
+  std::string name;           // e.g. "1g.10gb" (driver-dependent; never key on it)
+  int compute_slices = 0;     // the "Ng" part
+  int memory_slices = 0;      // placement size on the memory-slice axis
+  Bytes memory = 0;           // usable memory as reported (driver-dependent figure)
+  int sm_count = 0;
+  bool media_extensions = false;  // "+me": takes the GPU's only OFA/JPEG; at most one per GPU
+  int max_instances = 0;
+  std::vector<int> placement_starts;  // legal start memory slices
+};
+
+struct DeviceModel {
+  std::string name;                  // canonical, e.g. "H100-80GB"
+  std::vector<std::string> aliases;  // NVML names, e.g. "NVIDIA H100 80GB HBM3"
+  Bytes memory = 0;
+  int sm_count = 0;
+  int mps_max_clients = 0;           // per-device MPS client limit
+  int mig_memory_slices = 0;         // 0: no MIG
+  int mig_compute_slices = 0;
+  std::vector<MigProfile> mig_profiles;
+
+  bool supports_mig() const { return mig_memory_slices > 0; }
+  const MigProfile* FindProfileById(int id) const;
+  // Smallest profile (fewest memory slices, then fewest compute slices, no +me) whose memory
+  // is at least `need`; nullptr if none.
+  const MigProfile* SmallestProfileFor(Bytes need) const;
+};
+
+// One instance of a layout: profile at a start memory slice.
+struct MigPlacement {
+  int profile_id = 0;
+  int start = 0;
+  friend bool operator==(const MigPlacement&, const MigPlacement&) = default;
+};
+using MigLayout = std::vector<MigPlacement>;
+
+std::span<const DeviceModel> AllModels();
+// Looks up by canonical name or alias (case-insensitive); NotFound names the value.
+Result<const DeviceModel*> FindModel(std::string_view name);
+
+// OK iff every placement is legal for its profile, none overlap on memory slices, compute
+// slices do not exceed the GPU's, per-profile max_instances and the one-+me rule hold.
+Status ValidateLayout(const DeviceModel& model, const MigLayout& layout);
+// Every legal full or partial layout, canonical order (sorted by start); includes the empty one.
+std::vector<MigLayout> EnumerateLayouts(const DeviceModel& model);
+
+}  // namespace gpuslice

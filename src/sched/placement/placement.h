@@ -1,0 +1,109 @@
+#pragma once
+// Placement policies as small named plugins (Filter/Score, as in the Kubernetes scheduler
+// framework). The framework filters nodes on which a request cannot fit; a policy scores each
+// remaining node and chooses the GPUs on it; the framework takes the highest score, ties broken
+// by the context's seeded RNG or, without one, by the lowest node index (deterministic).
+// Both the scheduler (daemon, Slurm mode) and the simulator (FGD protocol) use these.
+// Policies are stateless and const: thread-safe to share.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/status.h"
+#include "core/units.h"
+
+namespace gpuslice::sched {
+
+// What placement sees of one GPU on a node.
+struct GpuView {
+  MilliGpu free_milli = kOneGpu;   // unallocated compute share
+  Bytes free_memory = 0;           // unallocated device memory (0 means "not tracked")
+  bool usable = true;              // right sharing mode, healthy, not draining
+};
+
+// What placement sees of one node (host).
+struct NodeView {
+  std::uint32_t index = 0;         // position in the cluster; the deterministic tie-break key
+  std::string_view model;          // GPU model of every GPU on the node, e.g. "V100M32" or "H100-80GB"
+  std::int64_t cpu_milli_free = 0;
+  std::int64_t cpu_milli_total = 0;
+  Bytes memory_free = 0;           // host memory
+  Bytes memory_total = 0;
+  std::span<const GpuView> gpus;
+};
+
+// A request in placement terms. A fractional share is num_gpus = 1, milli_per_gpu < 1000;
+// whole devices are milli_per_gpu = 1000; CPU-only work is num_gpus = 0.
+struct PlacementRequest {
+  std::int64_t cpu_milli = 0;
+  Bytes host_memory = 0;
+  int num_gpus = 0;
+  MilliGpu milli_per_gpu = 0;
+  Bytes gpu_memory_per_gpu = 0;               // 0: no memory demand tracked
+  std::vector<std::string> allowed_models;    // empty: any model
+};
+
+// A resource shape of the expected workload with its frequency (FGD's "typical pods").
+struct WorkloadShape {
+  std::int64_t cpu_milli = 0;
+  int num_gpus = 0;
+  MilliGpu milli_per_gpu = 0;
+  std::vector<std::string> allowed_models;
+  double frequency = 0;  // sums to 1 over the workload
+};
+
+struct PlacementContext {
+  std::span<const WorkloadShape> workload;  // may be empty for policies that do not need it
+  std::mt19937_64* rng = nullptr;           // for random policies and random tie-breaks
+};
+
+// A policy's choice on one node: higher score wins; gpu_indices has num_gpus entries.
+struct NodeChoice {
+  double score = 0;
+  std::vector<int> gpu_indices;
+};
+
+// True iff `req` fits on `node` now (CPU, host memory, model, enough usable GPUs with the
+// share and memory). Shared by every policy as the Filter step.
+bool Fits(const PlacementRequest& req, const NodeView& node);
+
+class PlacementPolicy {
+ public:
+  virtual ~PlacementPolicy() = default;
+  virtual std::string_view name() const = 0;
+  // Called only for nodes where Fits() holds. nullopt: this policy refuses the node.
+  virtual std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
+                                          const PlacementContext& ctx) const = 0;
+};
+
+struct Placement {
+  std::uint32_t node_index = 0;
+  std::vector<int> gpu_indices;
+};
+
+// Filter + Score over all nodes, then select (see header comment). nullopt: fits nowhere now.
+std::optional<Placement> Place(const PlacementPolicy& policy, const PlacementRequest& req,
+                               std::span<const NodeView> nodes, const PlacementContext& ctx);
+
+// Registry by name, e.g. "best-fit", "packing", "spread", "fgd", "random", ... Unknown names
+// give InvalidArgument naming the value and listing the known ones.
+Result<std::unique_ptr<PlacementPolicy>> MakePolicy(std::string_view name);
+std::vector<std::string> PolicyNames();
+
+// Each policy file contributes its factories here (explicit, so static linking keeps them).
+using PolicyFactory = std::unique_ptr<PlacementPolicy> (*)();
+struct PolicyEntry {
+  const char* name;
+  PolicyFactory make;
+};
+std::vector<PolicyEntry> SimplePolicies();  // simple.cc: best-fit, packing, spread
+std::vector<PolicyEntry> FgdPolicies();     // fgd.cc: the FGD paper's baselines, fgd, and gpuslice's default
+
+}  // namespace gpuslice::sched
