@@ -1,0 +1,110 @@
+#pragma once
+// Scheduler configuration: the queues (shaped by workload), their slice kinds, defaults, limits,
+// idle policy, per-user caps and placement policy, plus cluster-wide MIG drain policy. Parsed
+// from one TOML file; a bad file gives an error naming the file, the key and the value, and no
+// Config at all (nothing starts). The full reference is docs/config.md.
+// Plain values; thread-compatible.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "core/units.h"
+
+namespace gpuslice::sched {
+
+// The four kinds of slice (see DESIGN.md). Stable names: "whole", "mig", "mps", "shared".
+enum class SliceKind { kWhole, kMig, kMps, kShared };
+std::string_view SliceKindName(SliceKind kind);
+Result<SliceKind> ParseSliceKind(std::string_view name);
+
+// What happens when the idle state machine reaches its end.
+enum class ReclaimAction {
+  kReclaim,  // Warn, then Reclaim after the grace period (interactive)
+  kReport,   // Warn only ("report"); the job is never reclaimed (training, inference)
+};
+std::string_view ReclaimActionName(ReclaimAction action);
+
+// How a GPU chosen for a new MIG layout is emptied.
+enum class MigDrainPolicy {
+  kWait,     // no new slices; wait for the running ones to finish
+  kPreempt,  // no new slices; preempt running slices of preemptible queues (they are requeued)
+};
+std::string_view MigDrainPolicyName(MigDrainPolicy policy);
+
+// Which samples count as activity (any one enabled signal above threshold resets idleness).
+struct ActivitySignals {
+  bool sm_utilisation = true;    // SM utilisation percent >= threshold
+  bool memory_traffic = true;    // memory-controller utilisation percent >= threshold
+  bool process_presence = false; // any process on the slice counts as activity
+  friend bool operator==(const ActivitySignals&, const ActivitySignals&) = default;
+};
+
+// Idle reclaim: a slice idle continuously for `window` is warned (deadline = now + grace);
+// still idle at the deadline, it is reclaimed (or only reported, per `action`). Any activity
+// in between resets it to active.
+struct IdlePolicy {
+  bool enabled = false;
+  int util_threshold_percent = 5;  // 0..100
+  Micros window = 30 * kMinute;
+  Micros grace = 10 * kMinute;
+  ActivitySignals activity;
+  ReclaimAction action = ReclaimAction::kReclaim;
+  friend bool operator==(const IdlePolicy&, const IdlePolicy&) = default;
+};
+
+struct QueueConfig {
+  std::string name;
+  std::vector<SliceKind> allowed_kinds;  // non-empty; contains default_kind
+  SliceKind default_kind = SliceKind::kShared;
+  MilliGpu default_milli = 250;          // shared / mps share of one device when not requested
+  Bytes default_memory = 0;              // per-device memory cap / MIG size; 0: proportional to share
+  int default_gpus = 1;                  // whole devices when not requested
+  int priority = 0;                      // higher runs first
+  Micros time_limit = 0;                 // 0: none. Interactive-style limit; a request may ask for less
+  Micros max_duration = 0;               // 0: none. Training-style cap; the effective limit is the min
+  Micros warn_before = 0;                // Warn this long before a time limit stops the job; 0: no warning
+  IdlePolicy idle;
+  MilliGpu user_max_milli = 0;           // per-user cap on running GPU share in this queue; 0: none
+  int user_max_jobs = 0;                 // per-user cap on running jobs in this queue; 0: none
+  std::string placement = "best-fit";    // a name from sched::PolicyNames()
+  bool preemptible = false;              // its slices may be preempted to drain a GPU for MIG
+  friend bool operator==(const QueueConfig&, const QueueConfig&) = default;
+
+  bool Allows(SliceKind kind) const;
+  // The effective time limit for a job that asked for `requested` (0: none asked).
+  Micros EffectiveLimit(Micros requested) const;
+};
+
+struct MigConfig {
+  bool enabled = true;                   // plan MIG layouts from pending demand
+  MigDrainPolicy drain = MigDrainPolicy::kWait;
+  friend bool operator==(const MigConfig&, const MigConfig&) = default;
+};
+
+struct Config {
+  std::vector<QueueConfig> queues;       // sorted by name
+  std::string default_queue = "interactive";
+  std::string admin_group = "gpuslice-admin";
+  MigConfig mig;
+  friend bool operator==(const Config&, const Config&) = default;
+
+  const QueueConfig* FindQueue(std::string_view name) const;
+};
+
+// The built-in configuration: interactive (shared 250m, 8h, idle reclaim 30m + 10m grace),
+// training (whole, 1 GPU default, 7d max, idle reported), inference (mig, no limit, idle reported).
+Config DefaultConfig();
+
+// Parses a TOML config. `file_name` prefixes every error, e.g.
+//   "gpuslice.toml: queues.interactive.time_limit = '8x': unknown unit ...".
+// Unknown keys are errors. Checks cross-references (default queue exists, policy names known).
+Result<Config> ParseConfig(std::string_view toml_text, std::string_view file_name);
+Result<Config> LoadConfigFile(const std::string& path);
+
+// Re-checks a Config built in code (same rules as ParseConfig).
+Status ValidateConfig(const Config& config);
+
+}  // namespace gpuslice::sched

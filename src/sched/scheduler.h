@@ -1,0 +1,126 @@
+#pragma once
+// The scheduling core: a pure, deterministic state machine. Feed it Events (with their time);
+// it returns Decisions as values. It never reads a clock, sleeps, starts threads or touches a
+// device; the daemon, the simulator and the Slurm mode all drive this same class.
+// Same config + seed + events => same decisions, bit for bit.
+// Not thread-safe: one owner calls Handle(); the views are for that owner (API, metrics).
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/catalogue.h"
+#include "core/ids.h"
+#include "core/status.h"
+#include "core/units.h"
+#include "sched/config.h"
+#include "sched/decisions.h"
+#include "sched/events.h"
+#include "sched/types.h"
+
+namespace gpuslice::sched {
+
+enum class JobState { kPending, kRunning, kEnded };
+std::string_view JobStateName(JobState s);
+
+// Idle state machine of a running slice: active -> idle (since) -> warned -> reclaimed.
+enum class IdleState { kActive, kWarned, kReported };
+
+struct JobView {
+  JobId job;
+  std::string user;
+  std::string queue;
+  JobRequest request;        // as submitted
+  SliceKind kind = SliceKind::kShared;  // resolved against the queue
+  JobState state = JobState::kPending;
+  Micros submit_time = 0;
+  Micros start_time = 0;
+  Micros end_time = 0;
+  SliceId slice;             // while running
+  std::string end_reason;    // "finished", "cancelled", "time-limit", "idle", ...
+};
+
+struct SliceView {
+  SliceId slice;
+  JobId job;
+  SliceKind kind = SliceKind::kShared;
+  NodeId node;
+  std::vector<DeviceIndex> devices;
+  std::optional<MigPlacement> mig;
+  MilliGpu milli = 0;            // per device
+  Bytes memory = 0;              // per device (reserved)
+  Micros start_time = 0;
+  Micros deadline = 0;           // 0: no time limit
+  bool limit_warned = false;
+  Micros last_active = 0;        // last sample showing activity (or start)
+  IdleState idle = IdleState::kActive;
+  Micros idle_deadline = 0;      // when warned: reclaim time
+};
+
+struct DeviceView {
+  DeviceRef ref;
+  std::string uuid;
+  std::string model;             // canonical catalogue name ("" if the model is unknown)
+  Bytes memory = 0;
+  bool mig_capable = false;
+  DeviceMode mode = DeviceMode::kFree;
+  MigLayout layout;              // kMig: the instances (free or used)
+  bool draining = false;         // no new slices (waiting to become empty)
+  bool reconfiguring = false;    // a ReconfigureMig is outstanding
+  MigLayout target_layout;       // while draining / reconfiguring
+  MilliGpu used_milli = 0;       // shared / mps / whole
+  Bytes used_memory = 0;
+  int clients = 0;               // slices on the device
+  std::vector<SliceId> slices;   // sorted
+};
+
+// Counters for metrics.
+struct SchedulerStats {
+  std::uint64_t events = 0;
+  std::uint64_t started = 0;
+  std::uint64_t rejected = 0;
+  std::uint64_t reclaimed = 0;
+  std::uint64_t stopped = 0;
+  std::uint64_t preempted = 0;
+  std::uint64_t reconfigurations = 0;
+  std::uint64_t placement_attempts = 0;
+};
+
+class Scheduler {
+ public:
+  // `config` must be valid (ValidateConfig); `seed` feeds random tie-breaks of policies.
+  Scheduler(Config config, std::uint64_t seed);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Applies one event and returns what to do, in order. Events with `now` earlier than the
+  // last event's are treated as happening at the last event's time.
+  std::vector<Decision> Handle(const Event& e);
+
+  // Read-only views (valid until the next Handle()).
+  const Config& config() const;
+  const std::map<JobId, JobView>& jobs() const;          // pending, running and ended
+  const std::map<SliceId, SliceView>& slices() const;    // running slices
+  const std::map<DeviceRef, DeviceView>& devices() const;
+  // Pending jobs of one queue in the order they will be considered.
+  std::vector<JobId> Pending(std::string_view queue) const;
+  // All pending jobs, in consideration order.
+  std::vector<JobId> Pending() const;
+  const SchedulerStats& stats() const;
+  Micros now() const;
+
+  // OK iff: no device over-committed in compute or memory, every slice on devices of its
+  // mode, MIG instances legal and non-overlapping, empty devices only change mode, indexes
+  // consistent with the records. Tests call it after every event.
+  Status CheckInvariants() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpuslice::sched
