@@ -25,6 +25,12 @@ struct MigProfile {
   bool media_extensions = false;  // "+me": takes the GPU's only OFA/JPEG; at most one per GPU
   int max_instances = 0;
   std::vector<int> placement_starts;  // legal start memory slices
+  // NVML_GPU_INSTANCE_PROFILE_* index to pass to nvmlDeviceGetGpuInstanceProfileInfo; the
+  // index -> id mapping is derived from names (devices.md §1.1), verify on hardware.
+  int nvml_index = -1;
+
+  // True iff `start` is one of placement_starts (each of which keeps the range on the GPU).
+  bool IsLegalStart(int start) const;
 };
 
 struct DeviceModel {
@@ -35,13 +41,16 @@ struct DeviceModel {
   int mps_max_clients = 0;           // per-device MPS client limit
   int mig_memory_slices = 0;         // 0: no MIG
   int mig_compute_slices = 0;
-  std::vector<MigProfile> mig_profiles;
+  int mig_max_instances = 0;         // most GPU instances at once (7 on A100/H100/..., 4 on A30)
+  std::vector<MigProfile> mig_profiles;  // fewest memory slices first, then compute, +me last
 
   bool supports_mig() const { return mig_memory_slices > 0; }
   const MigProfile* FindProfileById(int id) const;
   // Smallest profile (fewest memory slices, then fewest compute slices, no +me) whose memory
   // is at least `need`; nullptr if none.
   const MigProfile* SmallestProfileFor(Bytes need) const;
+  // Case-insensitive profile name ("1g.10gb", "1g.10gb+me") or decimal id ("15"); nullptr if none.
+  const MigProfile* FindProfile(std::string_view name_or_id) const;
 };
 
 // One instance of a layout: profile at a start memory slice.
@@ -61,5 +70,20 @@ Result<const DeviceModel*> FindModel(std::string_view name);
 Status ValidateLayout(const DeviceModel& model, const MigLayout& layout);
 // Every legal full or partial layout, canonical order (sorted by start); includes the empty one.
 std::vector<MigLayout> EnumerateLayouts(const DeviceModel& model);
+
+// Canonical order inside one layout: by start, then profile id (starts are distinct in a legal
+// layout, so this is a total order there).
+void SortCanonical(MigLayout& layout);
+// How many more instances of `profile_id` fit beside `layout`, as
+// nvmlDeviceGetGpuInstanceRemainingCapacity would say (0 for an unknown profile or an illegal
+// layout). Placing each at its lowest free legal start is optimal for one profile.
+int RemainingCapacity(const DeviceModel& model, const MigLayout& layout, int profile_id);
+// Memory slices not covered by any placement of `layout` (assumes it is legal).
+int FreeMemorySlices(const DeviceModel& model, const MigLayout& layout);
+
+// Compact text for tests, logs and the CLI: "3g.20gb@0 1g.5gb@4" (names or ids; separated by
+// spaces and/or commas; empty text is the empty layout). Parse does not validate the layout.
+Result<MigLayout> ParseLayout(const DeviceModel& model, std::string_view text);
+std::string FormatLayout(const DeviceModel& model, const MigLayout& layout);
 
 }  // namespace gpuslice
