@@ -1,0 +1,325 @@
+// SQLite Store. One connection guarded by a mutex: the daemon is the only writer and reads
+// from the store only at start-up and for history, so one connection is enough.
+// WAL mode with synchronous=FULL: a committed batch survives a crash of the process and of
+// the machine, which is what "no accepted submission lost" needs.
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include "store/codec.h"
+#include "store/store.h"
+
+namespace gpuslice::store {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id INTEGER PRIMARY KEY, state TEXT NOT NULL, user TEXT NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE TABLE IF NOT EXISTS slices (
+  id INTEGER PRIMARY KEY, job INTEGER NOT NULL, active INTEGER NOT NULL, data TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS slices_active ON slices(active);
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, job INTEGER NOT NULL,
+  type TEXT NOT NULL, message TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_job ON events(job, seq);
+CREATE TABLE IF NOT EXISTS samples (
+  time INTEGER NOT NULL, subject TEXT NOT NULL, util_permille INTEGER NOT NULL,
+  memory_used INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS samples_subject ON samples(subject, time);
+CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY AUTOINCREMENT, entry TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+)sql";
+
+// RAII prepared statement with typed binds.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Status status() const {
+    if (rc_ == SQLITE_OK) return Status::Ok();
+    return Internal(fmt::format("sqlite prepare: {}", sqlite3_errmsg(db_)));
+  }
+  void Bind(int i, std::int64_t v) { sqlite3_bind_int64(st_, i, v); }
+  void Bind(int i, std::string_view v) {
+    sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+  // SQLITE_ROW -> true, SQLITE_DONE -> false; anything else is an error.
+  Result<bool> Step() {
+    int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    return Internal(fmt::format("sqlite step: {}", sqlite3_errmsg(db_)));
+  }
+  Status Run() {
+    auto r = Step();
+    if (!r.ok()) return r.status();
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+    return Status::Ok();
+  }
+  std::int64_t Int(int col) { return sqlite3_column_int64(st_, col); }
+  std::string Text(int col) {
+    const unsigned char* t = sqlite3_column_text(st_, col);
+    return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+  int rc_;
+};
+
+class SqliteStore final : public Store {
+ public:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  ~SqliteStore() override { sqlite3_close(db_); }
+
+  Status Init() {
+    GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+    GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL"));
+    GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON"));
+    sqlite3_busy_timeout(db_, 5000);
+    return Exec(kSchema);
+  }
+
+  Status Commit(const WriteBatch& b) override {
+    if (b.empty()) return Status::Ok();
+    std::lock_guard lock(mu_);
+    GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Status st = Write(b);
+    if (!st.ok()) {
+      (void)Exec("ROLLBACK");
+      return st;
+    }
+    return Exec("COMMIT");
+  }
+
+  Result<std::optional<JobRecord>> GetJob(JobId id) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT data FROM jobs WHERE id = ?");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, static_cast<std::int64_t>(id.value()));
+    GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return std::optional<JobRecord>();
+    GPUSLICE_ASSIGN_OR_RETURN(JobRecord j, ParseJob(s.Text(0)));
+    return std::optional<JobRecord>(std::move(j));
+  }
+
+  Result<std::vector<JobRecord>> ListJobs() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT data FROM jobs ORDER BY id");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    std::vector<JobRecord> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      GPUSLICE_ASSIGN_OR_RETURN(JobRecord j, ParseJob(s.Text(0)));
+      out.push_back(std::move(j));
+    }
+    return out;
+  }
+
+  Result<std::vector<SliceRecord>> ListSlices(bool active_only) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, active_only ? "SELECT data FROM slices WHERE active = 1 ORDER BY id"
+                            : "SELECT data FROM slices ORDER BY id");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    std::vector<SliceRecord> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      nlohmann::json j = nlohmann::json::parse(s.Text(0), nullptr, false);
+      if (j.is_discarded()) return Status(StatusCode::kDataLoss, "slices: unreadable row");
+      GPUSLICE_ASSIGN_OR_RETURN(SliceRecord r, SliceFromJson(j));
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRecord>> ListEvents(std::int64_t after_seq, JobId job,
+                                              int limit) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, job.valid() ? "SELECT seq, time, job, type, message FROM events "
+                              "WHERE seq > ? AND job = ? ORDER BY seq LIMIT ?"
+                            : "SELECT seq, time, job, type, message FROM events "
+                              "WHERE seq > ? AND ? = 0 ORDER BY seq LIMIT ?");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, after_seq);
+    s.Bind(2, static_cast<std::int64_t>(job.value()));
+    s.Bind(3, static_cast<std::int64_t>(limit));
+    std::vector<EventRecord> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      out.push_back(EventRecord{s.Int(0), s.Int(1), JobId(static_cast<std::uint64_t>(s.Int(2))),
+                                s.Text(3), s.Text(4)});
+    }
+    return out;
+  }
+
+  Result<std::vector<SampleRecord>> ListSamples(std::string_view subject, Micros since) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT time, subject, util_permille, memory_used FROM samples "
+                "WHERE subject = ? AND time >= ? ORDER BY rowid");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, subject);
+    s.Bind(2, since);
+    std::vector<SampleRecord> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      out.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3)});
+    }
+    return out;
+  }
+
+  Result<std::vector<std::string>> ReadJournal() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT entry FROM journal ORDER BY seq");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    std::vector<std::string> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      out.push_back(s.Text(0));
+    }
+    return out;
+  }
+
+  Result<std::optional<std::string>> GetMeta(std::string_view key) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT value FROM meta WHERE key = ?");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, key);
+    GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row) return std::optional<std::string>();
+    return std::optional<std::string>(s.Text(0));
+  }
+
+  Status PutMeta(std::string_view key, std::string_view value) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "INSERT INTO meta(key, value) VALUES(?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, key);
+    s.Bind(2, value);
+    return s.Run();
+  }
+
+ private:
+  Status Exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      Status st = Internal(fmt::format("sqlite: {}", err ? err : "error"));
+      sqlite3_free(err);
+      return st;
+    }
+    return Status::Ok();
+  }
+
+  Status Write(const WriteBatch& b) {
+    if (!b.jobs.empty()) {
+      Stmt s(db_, "INSERT INTO jobs(id, state, user, data) VALUES(?, ?, ?, ?) "
+                  "ON CONFLICT(id) DO UPDATE SET state = excluded.state, data = excluded.data");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      for (const auto& j : b.jobs) {
+        s.Bind(1, static_cast<std::int64_t>(j.id.value()));
+        s.Bind(2, JobStateName(j.state));
+        s.Bind(3, j.user);
+        s.Bind(4, JobToJson(j).dump());
+        GPUSLICE_RETURN_IF_ERROR(s.Run());
+      }
+    }
+    if (!b.slices.empty()) {
+      Stmt s(db_, "INSERT INTO slices(id, job, active, data) VALUES(?, ?, ?, ?) "
+                  "ON CONFLICT(id) DO UPDATE SET active = excluded.active, data = excluded.data");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      for (const auto& r : b.slices) {
+        s.Bind(1, static_cast<std::int64_t>(r.id.value()));
+        s.Bind(2, static_cast<std::int64_t>(r.job.value()));
+        s.Bind(3, r.active ? 1 : 0);
+        s.Bind(4, SliceToJson(r).dump());
+        GPUSLICE_RETURN_IF_ERROR(s.Run());
+      }
+    }
+    if (!b.events.empty()) {
+      Stmt s(db_, "INSERT INTO events(time, job, type, message) VALUES(?, ?, ?, ?)");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      for (const auto& e : b.events) {
+        s.Bind(1, e.time);
+        s.Bind(2, static_cast<std::int64_t>(e.job.value()));
+        s.Bind(3, e.type);
+        s.Bind(4, e.message);
+        GPUSLICE_RETURN_IF_ERROR(s.Run());
+      }
+    }
+    if (!b.samples.empty()) {
+      Stmt s(db_, "INSERT INTO samples(time, subject, util_permille, memory_used) "
+                  "VALUES(?, ?, ?, ?)");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      for (const auto& r : b.samples) {
+        s.Bind(1, r.time);
+        s.Bind(2, r.subject);
+        s.Bind(3, r.util_permille);
+        s.Bind(4, r.memory_used);
+        GPUSLICE_RETURN_IF_ERROR(s.Run());
+      }
+    }
+    if (!b.journal.empty()) {
+      Stmt s(db_, "INSERT INTO journal(entry) VALUES(?)");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      for (const auto& e : b.journal) {
+        s.Bind(1, e);
+        GPUSLICE_RETURN_IF_ERROR(s.Run());
+      }
+    }
+    return Status::Ok();
+  }
+
+  static Result<JobRecord> ParseJob(const std::string& text) {
+    nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded()) return Status(StatusCode::kDataLoss, "jobs: unreadable row");
+    return JobFromJson(j);
+  }
+
+  std::mutex mu_;
+  sqlite3* db_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) {
+    return InvalidArgument(fmt::format("--state-dir '{}': cannot create: {}", state_dir,
+                                       ec.message()));
+  }
+  std::string path = state_dir + "/gpuslice.db";
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                             SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {
+    Status st = Unavailable(fmt::format("{}: cannot open: {}", path,
+                                        db ? sqlite3_errmsg(db) : "out of memory"));
+    sqlite3_close(db);
+    return st;
+  }
+  auto store = std::make_unique<SqliteStore>(db);
+  Status st = store->Init();
+  if (!st.ok()) return st.WithContext(path + ": ");
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+}  // namespace gpuslice::store

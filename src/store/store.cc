@@ -1,0 +1,144 @@
+#include "store/store.h"
+
+#include <array>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "store/codec.h"
+
+namespace gpuslice::store {
+namespace {
+constexpr std::array<std::pair<JobState, std::string_view>, 11> kStateNames{{
+    {JobState::kPending, "pending"},
+    {JobState::kStarting, "starting"},
+    {JobState::kRunning, "running"},
+    {JobState::kStopping, "stopping"},
+    {JobState::kSucceeded, "succeeded"},
+    {JobState::kFailed, "failed"},
+    {JobState::kCancelled, "cancelled"},
+    {JobState::kTimedOut, "timed_out"},
+    {JobState::kReclaimed, "reclaimed"},
+    {JobState::kLost, "lost"},
+    {JobState::kRejected, "rejected"},
+}};
+}  // namespace
+
+std::string_view JobStateName(JobState s) {
+  for (const auto& [state, name] : kStateNames) {
+    if (state == s) return name;
+  }
+  return "unknown";
+}
+
+Result<JobState> ParseJobState(std::string_view name) {
+  for (const auto& [state, n] : kStateNames) {
+    if (n == name) return state;
+  }
+  return InvalidArgument(fmt::format("job state '{}': not one of pending, starting, running, "
+                                     "stopping, succeeded, failed, cancelled, timed_out, "
+                                     "reclaimed, lost, rejected", name));
+}
+
+bool IsTerminal(JobState s) {
+  switch (s) {
+    case JobState::kPending:
+    case JobState::kStarting:
+    case JobState::kRunning:
+    case JobState::kStopping:
+      return false;
+    default:
+      return true;
+  }
+}
+
+nlohmann::json JobToJson(const JobRecord& j) {
+  nlohmann::json o = {
+      {"id", j.id.value()},         {"user", j.user},
+      {"uid", j.uid},               {"gid", j.gid},
+      {"queue", j.queue},           {"kind", j.kind},
+      {"gpus", j.gpus},             {"milli", j.milli},
+      {"memory", j.memory},         {"time_limit_us", j.time_limit},
+      {"model", j.model},           {"argv", j.argv},
+      {"cwd", j.cwd},               {"state", JobStateName(j.state)},
+      {"reason", j.reason},         {"warning", j.warning},
+      {"warn_deadline_us", j.warn_deadline},
+      {"submit_time_us", j.submit_time},
+      {"start_time_us", j.start_time},
+      {"end_time_us", j.end_time},  {"deadline_us", j.deadline},
+      {"slice", j.slice.value()},   {"pid", j.pid},
+      {"pid_start_ticks", j.pid_start_ticks},
+      {"log_path", j.log_path},
+  };
+  o["exit_code"] = j.exit_code ? nlohmann::json(*j.exit_code) : nlohmann::json(nullptr);
+  o["exit_signal"] = j.exit_signal ? nlohmann::json(*j.exit_signal) : nlohmann::json(nullptr);
+  return o;
+}
+
+Result<JobRecord> JobFromJson(const nlohmann::json& o) {
+  try {
+    JobRecord j;
+    j.id = JobId(o.at("id").get<std::uint64_t>());
+    j.user = o.at("user").get<std::string>();
+    j.uid = o.at("uid").get<std::int64_t>();
+    j.gid = o.at("gid").get<std::int64_t>();
+    j.queue = o.at("queue").get<std::string>();
+    j.kind = o.at("kind").get<std::string>();
+    j.gpus = o.at("gpus").get<int>();
+    j.milli = o.at("milli").get<MilliGpu>();
+    j.memory = o.at("memory").get<Bytes>();
+    j.time_limit = o.at("time_limit_us").get<Micros>();
+    j.model = o.at("model").get<std::string>();
+    j.argv = o.at("argv").get<std::vector<std::string>>();
+    j.cwd = o.at("cwd").get<std::string>();
+    GPUSLICE_ASSIGN_OR_RETURN(j.state, ParseJobState(o.at("state").get<std::string>()));
+    j.reason = o.at("reason").get<std::string>();
+    j.warning = o.at("warning").get<std::string>();
+    j.warn_deadline = o.at("warn_deadline_us").get<Micros>();
+    j.submit_time = o.at("submit_time_us").get<Micros>();
+    j.start_time = o.at("start_time_us").get<Micros>();
+    j.end_time = o.at("end_time_us").get<Micros>();
+    j.deadline = o.at("deadline_us").get<Micros>();
+    j.slice = SliceId(o.at("slice").get<std::uint64_t>());
+    j.pid = o.at("pid").get<int>();
+    j.pid_start_ticks = o.at("pid_start_ticks").get<std::uint64_t>();
+    j.log_path = o.at("log_path").get<std::string>();
+    if (!o.at("exit_code").is_null()) j.exit_code = o.at("exit_code").get<int>();
+    if (!o.at("exit_signal").is_null()) j.exit_signal = o.at("exit_signal").get<int>();
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    return Status(StatusCode::kDataLoss, fmt::format("job record: {}", e.what()));
+  }
+}
+
+nlohmann::json SliceToJson(const SliceRecord& s) {
+  return {{"id", s.id.value()},          {"job", s.job.value()},
+          {"kind", s.kind},              {"devices", s.devices},
+          {"uuids", s.uuids},            {"milli", s.milli},
+          {"memory_cap", s.memory_cap},  {"mps_thread_percent", s.mps_thread_percent},
+          {"mig", s.mig},                {"active", s.active},
+          {"created_us", s.created},     {"released_us", s.released}};
+}
+
+Result<SliceRecord> SliceFromJson(const nlohmann::json& o) {
+  try {
+    SliceRecord s;
+    s.id = SliceId(o.at("id").get<std::uint64_t>());
+    s.job = JobId(o.at("job").get<std::uint64_t>());
+    s.kind = o.at("kind").get<std::string>();
+    s.devices = o.at("devices").get<std::vector<int>>();
+    s.uuids = o.at("uuids").get<std::vector<std::string>>();
+    s.milli = o.at("milli").get<MilliGpu>();
+    s.memory_cap = o.at("memory_cap").get<Bytes>();
+    s.mps_thread_percent = o.at("mps_thread_percent").get<int>();
+    s.mig = o.at("mig").get<std::string>();
+    s.active = o.at("active").get<bool>();
+    s.created = o.at("created_us").get<Micros>();
+    s.released = o.at("released_us").get<Micros>();
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    return Status(StatusCode::kDataLoss, fmt::format("slice record: {}", e.what()));
+  }
+}
+
+}  // namespace gpuslice::store

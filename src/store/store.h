@@ -1,0 +1,149 @@
+#pragma once
+// Store: the daemon's durable state — jobs, slices, the event log shown to users, downsampled
+// utilisation samples, and the journal of scheduler inputs (replayed at restart so the pure
+// scheduler is rebuilt exactly). Two implementations: SQLite in WAL mode (sqlite_store.h) and
+// in memory (memory_store.h); one contract suite (tests/store/contract_test.cc) runs on both.
+//
+// Writes go through Commit(WriteBatch): all-or-nothing, and durable when it returns OK, so the
+// API acknowledges nothing that a crash could lose. Implementations are thread-safe.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/status.h"
+#include "core/units.h"
+
+namespace gpuslice::store {
+
+// A job's life. Terminal states never change again.
+enum class JobState {
+  kPending,    // accepted, waiting for a slice
+  kStarting,   // slice chosen, process being created (never exec'd unless the pid is stored)
+  kRunning,
+  kStopping,   // SIGTERM sent (cancel, time limit, reclaim); slice held until processes are gone
+  kSucceeded,  // exited 0
+  kFailed,     // exited non-zero / by signal, or could not start
+  kCancelled,
+  kTimedOut,
+  kReclaimed,  // idle reclaim
+  kLost,       // its processes vanished while the daemon was down
+  kRejected,   // can never run as asked
+};
+std::string_view JobStateName(JobState s);
+Result<JobState> ParseJobState(std::string_view name);
+bool IsTerminal(JobState s);
+
+struct JobRecord {
+  JobId id;
+  std::string user;
+  std::int64_t uid = -1;
+  std::int64_t gid = -1;
+  std::string queue;
+  // The request as submitted (empty / zero: the queue's default).
+  std::string kind;
+  int gpus = 0;
+  MilliGpu milli = 0;
+  Bytes memory = 0;
+  Micros time_limit = 0;
+  std::string model;
+  std::vector<std::string> argv;
+  std::string cwd;
+
+  JobState state = JobState::kPending;
+  std::string reason;        // why it ended / was rejected / is stopping
+  std::string warning;       // latest warning shown by `ps` (idle or time limit)
+  Micros warn_deadline = 0;
+  Micros submit_time = 0;
+  Micros start_time = 0;
+  Micros end_time = 0;
+  Micros deadline = 0;       // time-limit end (0: none)
+  SliceId slice;
+  int pid = 0;               // process-group leader; 0 before start
+  std::uint64_t pid_start_ticks = 0;  // /proc/<pid>/stat starttime: tells a reused pid apart
+  std::optional<int> exit_code;       // unknown for adopted jobs
+  std::optional<int> exit_signal;
+  std::string log_path;
+
+  friend bool operator==(const JobRecord&, const JobRecord&) = default;
+};
+
+struct SliceRecord {
+  SliceId id;
+  JobId job;
+  std::string kind{};                // "whole" | "mig" | "mps" | "shared"
+  std::vector<int> devices{};
+  std::vector<std::string> uuids{};
+  MilliGpu milli = 0;
+  Bytes memory_cap = 0;
+  int mps_thread_percent = 0;
+  std::string mig{};                 // "profile=<id> start=<n>" for mig slices
+  bool active = true;                // false once the processes are gone and it is freed
+  Micros created = 0;
+  Micros released = 0;
+  friend bool operator==(const SliceRecord&, const SliceRecord&) = default;
+};
+
+struct EventRecord {
+  std::int64_t seq = 0;   // assigned by the store, increasing
+  Micros time = 0;
+  JobId job;              // 0: not about one job
+  std::string type;       // "submit", "start", "warn", "stop", "reclaim", "exit", ...
+  std::string message;
+  friend bool operator==(const EventRecord&, const EventRecord&) = default;
+};
+
+// A downsampled utilisation point for a device ("device/0") or slice ("slice/3").
+struct SampleRecord {
+  Micros time = 0;
+  std::string subject;
+  int util_permille = 0;
+  Bytes memory_used = 0;
+  friend bool operator==(const SampleRecord&, const SampleRecord&) = default;
+};
+
+// Everything one Commit writes, atomically. Jobs and slices are upserted by id; events,
+// samples and journal entries are appended (in order).
+struct WriteBatch {
+  std::vector<JobRecord> jobs{};
+  std::vector<SliceRecord> slices{};
+  std::vector<EventRecord> events{};
+  std::vector<SampleRecord> samples{};
+  std::vector<std::string> journal{};
+  bool empty() const {
+    return jobs.empty() && slices.empty() && events.empty() && samples.empty() && journal.empty();
+  }
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Atomic and durable: after OK, a crash of this process keeps all of it; after an error,
+  // none of it is visible.
+  virtual Status Commit(const WriteBatch& batch) = 0;
+
+  virtual Result<std::optional<JobRecord>> GetJob(JobId id) = 0;
+  virtual Result<std::vector<JobRecord>> ListJobs() = 0;  // by id
+  virtual Result<std::vector<SliceRecord>> ListSlices(bool active_only) = 0;  // by id
+  // Events with seq > after_seq (optionally of one job), oldest first, at most `limit`.
+  virtual Result<std::vector<EventRecord>> ListEvents(std::int64_t after_seq, JobId job,
+                                                      int limit) = 0;
+  virtual Result<std::vector<SampleRecord>> ListSamples(std::string_view subject,
+                                                        Micros since) = 0;
+  virtual Result<std::vector<std::string>> ReadJournal() = 0;  // oldest first
+
+  // Small key/value settings (e.g. the scheduler seed), written outside batches.
+  virtual Result<std::optional<std::string>> GetMeta(std::string_view key) = 0;
+  virtual Status PutMeta(std::string_view key, std::string_view value) = 0;
+};
+
+// Opens <state_dir>/gpuslice.db (creating the directory and schema as needed).
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir);
+std::unique_ptr<Store> NewMemoryStore();
+
+}  // namespace gpuslice::store

@@ -1,0 +1,166 @@
+// One contract for every Store implementation (SQLite and in-memory).
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "store/codec.h"
+#include "store/store.h"
+
+namespace gpuslice::store {
+namespace {
+
+struct Impl {
+  std::string name;
+  std::function<std::unique_ptr<Store>(const std::string& dir)> open;
+};
+
+class StoreContract : public ::testing::TestWithParam<Impl> {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("store_contract_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    store_ = GetParam().open(dir_.string());
+    ASSERT_NE(store_, nullptr);
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<Store> store_;
+};
+
+JobRecord Job(std::uint64_t id, JobState state = JobState::kPending) {
+  JobRecord j;
+  j.id = JobId(id);
+  j.user = "alice";
+  j.uid = 1000;
+  j.gid = 1000;
+  j.queue = "interactive";
+  j.milli = 250;
+  j.memory = 10 * kGiB;
+  j.argv = {"python", "train.py", "--lr=3e-4"};
+  j.cwd = "/home/alice";
+  j.state = state;
+  j.submit_time = 1'000'000 + static_cast<Micros>(id);
+  return j;
+}
+
+TEST_P(StoreContract, EmptyStoreHasNothing) {
+  EXPECT_TRUE(store_->ListJobs()->empty());
+  EXPECT_TRUE(store_->ListSlices(false)->empty());
+  EXPECT_TRUE(store_->ReadJournal()->empty());
+  EXPECT_FALSE(store_->GetJob(JobId(1))->has_value());
+  EXPECT_FALSE(store_->GetMeta("seed")->has_value());
+}
+
+TEST_P(StoreContract, JobsAreUpsertedById) {
+  WriteBatch b;
+  b.jobs = {Job(2), Job(1)};
+  ASSERT_TRUE(store_->Commit(b).ok());
+  JobRecord running = Job(1, JobState::kRunning);
+  running.pid = 4242;
+  running.pid_start_ticks = 99;
+  running.slice = SliceId(7);
+  running.exit_code = 3;
+  ASSERT_TRUE(store_->Commit(WriteBatch{.jobs = {running}}).ok());
+
+  auto jobs = store_->ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0], running);  // ordered by id, replaced in place
+  EXPECT_EQ((*jobs)[1], Job(2));
+  auto one = store_->GetJob(JobId(1));
+  ASSERT_TRUE(one.ok() && one->has_value());
+  EXPECT_EQ(**one, running);
+}
+
+TEST_P(StoreContract, SlicesFilterByActive) {
+  SliceRecord a{.id = SliceId(1), .job = JobId(1), .kind = "whole", .devices = {0, 1},
+                .uuids = {"GPU-a", "GPU-b"}, .milli = 1000};
+  SliceRecord b{.id = SliceId(2), .job = JobId(2), .kind = "shared", .devices = {2},
+                .uuids = {"GPU-c"}, .milli = 250, .memory_cap = kGiB};
+  ASSERT_TRUE(store_->Commit(WriteBatch{.slices = {a, b}}).ok());
+  a.active = false;
+  a.released = 5;
+  ASSERT_TRUE(store_->Commit(WriteBatch{.slices = {a}}).ok());
+  auto active = store_->ListSlices(true);
+  ASSERT_TRUE(active.ok());
+  ASSERT_EQ(active->size(), 1u);
+  EXPECT_EQ((*active)[0], b);
+  auto all = store_->ListSlices(false);
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0], a);
+}
+
+TEST_P(StoreContract, EventsGetIncreasingSequenceAndFilter) {
+  WriteBatch b;
+  b.events = {{0, 10, JobId(1), "submit", "job 1 submitted"},
+              {0, 11, JobId(2), "submit", "job 2 submitted"},
+              {0, 12, JobId(1), "start", "job 1 started"}};
+  ASSERT_TRUE(store_->Commit(b).ok());
+  auto all = store_->ListEvents(0, JobId(), 100);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_LT((*all)[0].seq, (*all)[1].seq);
+  EXPECT_LT((*all)[1].seq, (*all)[2].seq);
+  EXPECT_EQ((*all)[2].type, "start");
+  auto job1 = store_->ListEvents(0, JobId(1), 100);
+  ASSERT_EQ(job1->size(), 2u);
+  auto after = store_->ListEvents((*all)[0].seq, JobId(), 1);
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0].job, JobId(2));
+}
+
+TEST_P(StoreContract, SamplesAndJournalAppendInOrder) {
+  WriteBatch b;
+  b.samples = {{100, "device/0", 500, kGiB}, {100, "slice/1", 0, 0}, {200, "device/0", 0, 0}};
+  b.journal = {"first", "second"};
+  ASSERT_TRUE(store_->Commit(b).ok());
+  ASSERT_TRUE(store_->Commit(WriteBatch{.journal = {"third"}}).ok());
+  auto dev = store_->ListSamples("device/0", 150);
+  ASSERT_TRUE(dev.ok());
+  ASSERT_EQ(dev->size(), 1u);
+  EXPECT_EQ((*dev)[0].time, 200);
+  EXPECT_EQ(*store_->ReadJournal(), (std::vector<std::string>{"first", "second", "third"}));
+}
+
+TEST_P(StoreContract, MetaRoundTripsAndOverwrites) {
+  ASSERT_TRUE(store_->PutMeta("seed", "1").ok());
+  ASSERT_TRUE(store_->PutMeta("seed", "2").ok());
+  EXPECT_EQ(**store_->GetMeta("seed"), "2");
+}
+
+TEST_P(StoreContract, EmptyBatchIsANoOp) {
+  EXPECT_TRUE(store_->Commit(WriteBatch{}).ok());
+  EXPECT_TRUE(store_->ListJobs()->empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, StoreContract,
+    ::testing::Values(
+        Impl{"memory", [](const std::string&) { return NewMemoryStore(); }},
+        Impl{"sqlite",
+             [](const std::string& dir) -> std::unique_ptr<Store> {
+               auto s = OpenSqliteStore(dir);
+               return s.ok() ? std::move(s).value() : nullptr;
+             }}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(JobCodec, RejectsMissingField) {
+  nlohmann::json j = JobToJson(Job(1));
+  j.erase("queue");
+  auto r = JobFromJson(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("queue"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuslice::store
