@@ -26,12 +26,18 @@ struct Plan {
 
 // Smallest-profile-that-fits for each pending need; maximises the number of satisfied requests
 // (ties: more free memory slices left, then canonical order) — deterministic.
-// Errors: InvalidArgument when model is null, has no MIG, or in_use is itself not a legal layout.
-// A plan that satisfies nobody is still OK (layout == in_use).
+// Each need gets exactly SmallestProfileFor(need) (never +me, never a bigger profile instead).
+// Plan.layout is in_use in its given order followed by the added instances in canonical order,
+// so the new instances are layout[in_use.size()...]. satisfied is ascending; among requests for
+// the same profile the earlier ones (queue order) are served first, the k-th of them getting
+// the k-th added instance of that profile.
+// Errors: InvalidArgument when model is null, has no MIG, in_use is not a legal layout, or a
+// need is negative. A plan that satisfies nobody is still OK (layout == in_use).
 Result<Plan> PlanLayout(const PlanInput& in);
 
 // Place one more instance of `profile_id` into `current` at the lowest legal free start, or
-// NotFound (also NotFound for an unknown profile id).
+// NotFound (also NotFound for an unknown profile id). InvalidArgument if `current` itself is
+// not a legal layout.
 Result<MigPlacement> FirstFreePlacement(const DeviceModel& model, const MigLayout& current,
                                         int profile_id);
 
