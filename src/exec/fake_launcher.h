@@ -1,0 +1,38 @@
+#pragma once
+// FakeLauncher: records launches and lets a test decide when each job "exits". Used by daemon
+// unit tests that need no real processes. Thread-safe.
+
+#include <map>
+#include <mutex>
+
+#include "exec/launcher.h"
+
+namespace gpuslice::exec {
+
+class FakeLauncher final : public Launcher {
+ public:
+  Result<ProcessHandle> Start(const LaunchSpec& spec,
+                              const std::function<Status(const ProcessHandle&)>& commit) override;
+  Status Signal(const ProcessHandle& h, int sig) override;
+  std::optional<ExitInfo> Poll(const ProcessHandle& h) override;
+  bool StillAlive(const ProcessHandle& h) override;
+
+  // Test controls.
+  void Exit(int pid, int code);
+  void FailNextStart(Status st);
+  std::vector<LaunchSpec> launches() const;
+  std::vector<std::pair<int, int>> signals() const;  // (pid, signal)
+  // Whether a signal ends the fake process (default: SIGTERM and SIGKILL do).
+  void set_ignore_sigterm(bool ignore);
+
+ private:
+  mutable std::mutex mu_;
+  int next_pid_ = 1000;
+  std::map<int, std::optional<ExitInfo>> procs_;
+  std::vector<LaunchSpec> launches_;
+  std::vector<std::pair<int, int>> signals_;
+  Status fail_next_;
+  bool ignore_sigterm_ = false;
+};
+
+}  // namespace gpuslice::exec

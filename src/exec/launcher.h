@@ -1,0 +1,75 @@
+#pragma once
+// Launcher: starts a job's processes and signals them. Real implementation: fork/exec
+// (NewProcessLauncher); fake: records launches and lets tests end them (fake_launcher.h).
+//
+// Start protocol (why nothing starts twice after a crash): the child is created blocked on a
+// pipe; Start calls `commit(handle)` — the daemon makes the pid durable there — and only then
+// lets the child exec. If the daemon dies before that, the child reads EOF and exits without
+// running the job. So a job either has a stored pid, or it never ran.
+//
+// Thread-safe: calls may come from any thread.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/status.h"
+
+namespace gpuslice::exec {
+
+struct LaunchSpec {
+  JobId job;
+  std::vector<std::string> argv;   // argv[0] looked up on the job's PATH
+  std::string cwd;                 // "" : the user's home or /
+  std::vector<std::pair<std::string, std::string>> env;  // the complete environment
+  std::int64_t uid = -1;           // -1: the daemon's own
+  std::int64_t gid = -1;
+  std::string user;                // for supplementary groups (getgrouplist)
+  std::string log_path;            // stdout + stderr, appended
+  std::string cgroup_parent;       // cgroup v2 directory to create job-<id> under; "" : none
+};
+
+// Identifies a job's processes across daemon restarts: the group leader's pid (= pgid) and
+// its start time, so a reused pid is never mistaken for the job.
+struct ProcessHandle {
+  int pid = 0;
+  std::uint64_t start_ticks = 0;
+  bool adopted = false;  // not our child (re-adopted after a restart): no exit status
+};
+
+struct ExitInfo {
+  std::optional<int> exit_code;    // normal exit
+  std::optional<int> signal;       // killed by a signal
+  bool group_gone = true;          // false: the leader exited but other group members live
+};
+
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+
+  // Creates the processes; calls `commit` with the handle before the job may exec. A commit
+  // error kills the child (it never runs the job) and is returned.
+  virtual Result<ProcessHandle> Start(const LaunchSpec& spec,
+                                      const std::function<Status(const ProcessHandle&)>& commit) = 0;
+  // Sends `sig` to the whole process group. A gone group is OK.
+  virtual Status Signal(const ProcessHandle& h, int sig) = 0;
+  // nullopt while the leader runs. Once the leader has exited: its status (unknown for
+  // adopted processes) and whether any other process of its group remains.
+  virtual std::optional<ExitInfo> Poll(const ProcessHandle& h) = 0;
+  // After a restart: is this handle's leader still the same live process?
+  virtual bool StillAlive(const ProcessHandle& h) = 0;
+};
+
+std::unique_ptr<Launcher> NewProcessLauncher();
+
+// True when this process may run jobs as other users (effective uid 0).
+bool CanSwitchUsers();
+
+}  // namespace gpuslice::exec
