@@ -1,0 +1,434 @@
+#include "sched/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "sched/placement/placement.h"
+
+namespace gpuslice::sched {
+namespace {
+
+constexpr std::string_view kKindNames[] = {"whole", "mig", "mps", "shared"};
+
+// Reads one TOML table, remembering which keys were consumed so that anything left over is an
+// "unknown key" error. Every error names the file, the full key path and the value.
+class TableReader {
+ public:
+  TableReader(const toml::table& table, std::string file, std::string path)
+      : table_(table), file_(std::move(file)), path_(std::move(path)) {}
+
+  std::string Key(std::string_view key) const {
+    return path_.empty() ? std::string(key) : fmt::format("{}.{}", path_, key);
+  }
+
+  Status Error(std::string_view key, const toml::node& value, std::string_view detail) const {
+    return InvalidArgument(
+        fmt::format("{}: {} = {}: {}", file_, Key(key), Render(value), detail));
+  }
+  Status ErrorAt(std::string_view key, std::string_view detail) const {
+    return InvalidArgument(fmt::format("{}: {}: {}", file_, Key(key), detail));
+  }
+
+  const toml::node* Get(std::string_view key) {
+    seen_.insert(std::string(key));
+    return table_.get(key);
+  }
+
+  Status Bool(std::string_view key, bool& out) {
+    const toml::node* n = Get(key);
+    if (!n) return Status::Ok();
+    if (!n->is_boolean()) return Error(key, *n, "expected true or false");
+    out = n->as_boolean()->get();
+    return Status::Ok();
+  }
+
+  Status Int(std::string_view key, std::int64_t lo, std::int64_t hi, std::int64_t& out) {
+    const toml::node* n = Get(key);
+    if (!n) return Status::Ok();
+    if (!n->is_integer()) return Error(key, *n, "expected an integer");
+    std::int64_t v = n->as_integer()->get();
+    if (v < lo || v > hi) return Error(key, *n, fmt::format("must be between {} and {}", lo, hi));
+    out = v;
+    return Status::Ok();
+  }
+  Status Int(std::string_view key, std::int64_t lo, std::int64_t hi, int& out) {
+    std::int64_t v = out;
+    GPUSLICE_RETURN_IF_ERROR(Int(key, lo, hi, v));
+    out = static_cast<int>(v);
+    return Status::Ok();
+  }
+
+  Status String(std::string_view key, std::string& out) {
+    const toml::node* n = Get(key);
+    if (!n) return Status::Ok();
+    if (!n->is_string()) return Error(key, *n, "expected a string");
+    out = n->as_string()->get();
+    return Status::Ok();
+  }
+
+  // A unit-bearing value given as a string ("8h", "10GiB", "250m") or a plain number.
+  template <typename T, typename Parser>
+  Status Unit(std::string_view key, Parser parse, bool allow_zero, T& out) {
+    const toml::node* n = Get(key);
+    if (!n) return Status::Ok();
+    std::string text;
+    if (n->is_string()) {
+      text = n->as_string()->get();
+    } else if (n->is_integer()) {
+      text = std::to_string(n->as_integer()->get());
+    } else if (n->is_floating_point()) {
+      text = fmt::format("{}", n->as_floating_point()->get());
+    } else {
+      return Error(key, *n, "expected a string with a unit");
+    }
+    if (allow_zero && (text == "0" || text == "none")) {
+      out = 0;
+      return Status::Ok();
+    }
+    auto r = parse(text);
+    if (!r.ok()) return Error(key, *n, r.status().message());
+    out = *r;
+    return Status::Ok();
+  }
+
+  Status StringList(std::string_view key, std::vector<std::string>& out) {
+    const toml::node* n = Get(key);
+    if (!n) return Status::Ok();
+    const toml::array* a = n->as_array();
+    if (!a) return Error(key, *n, "expected a list of strings");
+    out.clear();
+    for (const toml::node& e : *a) {
+      if (!e.is_string()) return Error(key, *n, "expected a list of strings");
+      out.push_back(e.as_string()->get());
+    }
+    return Status::Ok();
+  }
+
+  const toml::table* SubTable(std::string_view key, Status& st) {
+    const toml::node* n = Get(key);
+    if (!n) return nullptr;
+    if (!n->is_table()) {
+      st = Error(key, *n, "expected a table");
+      return nullptr;
+    }
+    return n->as_table();
+  }
+
+  Status CheckUnknown(std::string_view known_hint) const {
+    for (const auto& [k, v] : table_) {
+      if (!seen_.contains(std::string(k.str()))) {
+        return InvalidArgument(fmt::format("{}: {} = {}: unknown key (known: {})", file_,
+                                           Key(k.str()), Render(v), known_hint));
+      }
+    }
+    return Status::Ok();
+  }
+
+  const std::string& file() const { return file_; }
+
+  static std::string Render(const toml::node& n) {
+    if (n.is_string()) return fmt::format("'{}'", n.as_string()->get());
+    if (n.is_table()) return "{...}";
+    std::ostringstream os;
+    n.visit([&os](const auto& v) { os << v; });
+    return os.str();
+  }
+
+ private:
+  const toml::table& table_;
+  std::string file_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+auto DurationParser() {
+  return [](const std::string& t) { return ParseDuration(t); };
+}
+auto BytesParser() {
+  return [](const std::string& t) { return ParseBytes(t); };
+}
+auto GpuParser() {
+  return [](const std::string& t) { return ParseGpuAmount(t); };
+}
+
+Status ReadIdle(TableReader& r, IdlePolicy& idle) {
+  GPUSLICE_RETURN_IF_ERROR(r.Bool("enabled", idle.enabled));
+  GPUSLICE_RETURN_IF_ERROR(r.Int("threshold", 0, 100, idle.util_threshold_percent));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("window", DurationParser(), false, idle.window));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("grace", DurationParser(), true, idle.grace));
+  std::vector<std::string> signals;
+  bool has_signals = r.Get("signals") != nullptr;
+  GPUSLICE_RETURN_IF_ERROR(r.StringList("signals", signals));
+  if (has_signals) {
+    idle.activity = ActivitySignals{false, false, false};
+    for (const std::string& s : signals) {
+      if (s == "sm") idle.activity.sm_utilisation = true;
+      else if (s == "memory") idle.activity.memory_traffic = true;
+      else if (s == "processes") idle.activity.process_presence = true;
+      else
+        return r.ErrorAt("signals", fmt::format("unknown activity signal '{}' (known: sm, memory, processes)", s));
+    }
+    if (signals.empty()) return r.ErrorAt("signals", "at least one activity signal is needed");
+  }
+  std::string action(ReclaimActionName(idle.action));
+  GPUSLICE_RETURN_IF_ERROR(r.String("action", action));
+  if (action == "reclaim") idle.action = ReclaimAction::kReclaim;
+  else if (action == "report") idle.action = ReclaimAction::kReport;
+  else return r.ErrorAt("action", fmt::format("'{}' is not one of: reclaim, report", action));
+  return r.CheckUnknown("enabled, threshold, window, grace, signals, action");
+}
+
+Status ReadQueue(TableReader& r, QueueConfig& q) {
+  std::vector<std::string> kinds;
+  bool has_kinds = r.Get("kinds") != nullptr;
+  GPUSLICE_RETURN_IF_ERROR(r.StringList("kinds", kinds));
+  if (has_kinds) {
+    if (kinds.empty()) return r.ErrorAt("kinds", "at least one slice kind is needed");
+    q.allowed_kinds.clear();
+    for (const std::string& k : kinds) {
+      auto kind = ParseSliceKind(k);
+      if (!kind.ok()) return r.ErrorAt("kinds", kind.status().message());
+      if (std::find(q.allowed_kinds.begin(), q.allowed_kinds.end(), *kind) == q.allowed_kinds.end())
+        q.allowed_kinds.push_back(*kind);
+    }
+  }
+  std::string def_kind(SliceKindName(q.default_kind));
+  bool has_default_kind = r.Get("default_kind") != nullptr;
+  GPUSLICE_RETURN_IF_ERROR(r.String("default_kind", def_kind));
+  auto kind = ParseSliceKind(def_kind);
+  if (!kind.ok()) return r.ErrorAt("default_kind", kind.status().message());
+  q.default_kind = *kind;
+  if (has_kinds && !has_default_kind) q.default_kind = q.allowed_kinds.front();
+  if (!has_kinds && has_default_kind && !q.Allows(q.default_kind)) q.allowed_kinds.push_back(q.default_kind);
+
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("default_gpu", GpuParser(), false, q.default_milli));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("default_memory", BytesParser(), true, q.default_memory));
+  GPUSLICE_RETURN_IF_ERROR(r.Int("default_gpus", 1, 1024, q.default_gpus));
+  GPUSLICE_RETURN_IF_ERROR(r.Int("priority", -1000000, 1000000, q.priority));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("time_limit", DurationParser(), true, q.time_limit));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("max_duration", DurationParser(), true, q.max_duration));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("warn_before", DurationParser(), true, q.warn_before));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("user_max_gpu", GpuParser(), true, q.user_max_milli));
+  GPUSLICE_RETURN_IF_ERROR(r.Int("user_max_jobs", 0, 1000000, q.user_max_jobs));
+  GPUSLICE_RETURN_IF_ERROR(r.String("placement", q.placement));
+  GPUSLICE_RETURN_IF_ERROR(r.Bool("preemptible", q.preemptible));
+  Status st;
+  if (const toml::table* idle = r.SubTable("idle", st)) {
+    TableReader ir(*idle, r.file(), r.Key("idle"));
+    GPUSLICE_RETURN_IF_ERROR(ReadIdle(ir, q.idle));
+  }
+  GPUSLICE_RETURN_IF_ERROR(st);
+  return r.CheckUnknown(
+      "kinds, default_kind, default_gpu, default_memory, default_gpus, priority, time_limit, "
+      "max_duration, warn_before, user_max_gpu, user_max_jobs, placement, preemptible, idle");
+}
+
+}  // namespace
+
+std::string_view SliceKindName(SliceKind kind) { return kKindNames[static_cast<int>(kind)]; }
+
+Result<SliceKind> ParseSliceKind(std::string_view name) {
+  for (int i = 0; i < 4; ++i) {
+    if (name == kKindNames[i]) return static_cast<SliceKind>(i);
+  }
+  return InvalidArgument(
+      fmt::format("slice kind '{}' is unknown (known: whole, mig, mps, shared)", name));
+}
+
+std::string_view ReclaimActionName(ReclaimAction action) {
+  return action == ReclaimAction::kReclaim ? "reclaim" : "report";
+}
+
+std::string_view MigDrainPolicyName(MigDrainPolicy policy) {
+  return policy == MigDrainPolicy::kWait ? "wait" : "preempt";
+}
+
+bool QueueConfig::Allows(SliceKind kind) const {
+  return std::find(allowed_kinds.begin(), allowed_kinds.end(), kind) != allowed_kinds.end();
+}
+
+Micros QueueConfig::EffectiveLimit(Micros requested) const {
+  Micros limit = 0;
+  for (Micros l : {time_limit, max_duration, requested}) {
+    if (l > 0 && (limit == 0 || l < limit)) limit = l;
+  }
+  return limit;
+}
+
+const QueueConfig* Config::FindQueue(std::string_view name) const {
+  for (const QueueConfig& q : queues) {
+    if (q.name == name) return &q;
+  }
+  return nullptr;
+}
+
+Config DefaultConfig() {
+  Config c;
+  QueueConfig interactive;
+  interactive.name = "interactive";
+  interactive.allowed_kinds = {SliceKind::kShared, SliceKind::kMps};
+  interactive.default_kind = SliceKind::kShared;
+  interactive.default_milli = 250;
+  interactive.priority = 10;
+  interactive.time_limit = 8 * kHour;
+  interactive.warn_before = 15 * kMinute;
+  interactive.idle = IdlePolicy{.enabled = true,
+                                .util_threshold_percent = 5,
+                                .window = 30 * kMinute,
+                                .grace = 10 * kMinute,
+                                .activity = {},
+                                .action = ReclaimAction::kReclaim};
+  interactive.placement = "best-fit";
+  interactive.preemptible = true;
+
+  QueueConfig training;
+  training.name = "training";
+  training.allowed_kinds = {SliceKind::kWhole};
+  training.default_kind = SliceKind::kWhole;
+  training.default_milli = kOneGpu;
+  training.default_gpus = 1;
+  training.priority = 0;
+  training.max_duration = 7 * 24 * kHour;
+  training.warn_before = kHour;
+  training.idle = IdlePolicy{.enabled = true,
+                             .util_threshold_percent = 10,
+                             .window = kHour,
+                             .grace = 0,
+                             .activity = {},
+                             .action = ReclaimAction::kReport};
+  training.placement = "packing";
+
+  QueueConfig inference;
+  inference.name = "inference";
+  inference.allowed_kinds = {SliceKind::kMig, SliceKind::kMps, SliceKind::kWhole};
+  inference.default_kind = SliceKind::kMig;
+  inference.default_milli = kOneGpu;
+  inference.default_memory = 10 * kGiB;
+  inference.priority = 20;
+  inference.idle = IdlePolicy{.enabled = true,
+                              .util_threshold_percent = 1,
+                              .window = 6 * kHour,
+                              .grace = 0,
+                              .activity = {},
+                              .action = ReclaimAction::kReport};
+  inference.placement = "best-fit";
+
+  c.queues = {inference, interactive, training};  // sorted by name
+  return c;
+}
+
+Status ValidateConfig(const Config& config) {
+  if (config.queues.empty()) return InvalidArgument("queues: at least one queue is needed");
+  std::vector<std::string> known = PolicyNames();
+  for (std::size_t i = 0; i < config.queues.size(); ++i) {
+    const QueueConfig& q = config.queues[i];
+    std::string key = fmt::format("queues.{}", q.name);
+    if (q.name.empty()) return InvalidArgument("queues: a queue has an empty name");
+    for (std::size_t j = 0; j < i; ++j)
+      if (config.queues[j].name == q.name) return InvalidArgument(fmt::format("{}: defined twice", key));
+    if (q.allowed_kinds.empty()) return InvalidArgument(fmt::format("{}.kinds: empty", key));
+    if (!q.Allows(q.default_kind))
+      return InvalidArgument(fmt::format("{}.default_kind = '{}': not in kinds", key,
+                                         SliceKindName(q.default_kind)));
+    if (q.default_milli <= 0 || q.default_milli > kOneGpu)
+      return InvalidArgument(fmt::format("{}.default_gpu = '{}': must be more than 0 and at most 1",
+                                         key, FormatMilliGpu(q.default_milli)));
+    if (q.default_gpus < 1) return InvalidArgument(fmt::format("{}.default_gpus = {}: must be at least 1", key, q.default_gpus));
+    for (auto [name, v] : {std::pair{"time_limit", q.time_limit}, {"max_duration", q.max_duration},
+                           {"warn_before", q.warn_before}, {"idle.window", q.idle.window},
+                           {"idle.grace", q.idle.grace}, {"default_memory", q.default_memory},
+                           {"user_max_gpu", q.user_max_milli}}) {
+      if (v < 0) return InvalidArgument(fmt::format("{}.{} = {}: must not be negative", key, name, v));
+    }
+    if (q.user_max_jobs < 0)
+      return InvalidArgument(fmt::format("{}.user_max_jobs = {}: must not be negative", key, q.user_max_jobs));
+    if (q.idle.util_threshold_percent < 0 || q.idle.util_threshold_percent > 100)
+      return InvalidArgument(fmt::format("{}.idle.threshold = {}: must be between 0 and 100", key,
+                                         q.idle.util_threshold_percent));
+    if (q.idle.enabled && q.idle.window <= 0)
+      return InvalidArgument(fmt::format("{}.idle.window = 0: must be more than zero", key));
+    if (std::find(known.begin(), known.end(), q.placement) == known.end())
+      return InvalidArgument(fmt::format("{}.placement = '{}': unknown placement policy (known: {})",
+                                         key, q.placement, fmt::join(known, ", ")));
+  }
+  if (!config.FindQueue(config.default_queue))
+    return InvalidArgument(fmt::format("default_queue = '{}': no such queue", config.default_queue));
+  return Status::Ok();
+}
+
+Result<Config> ParseConfig(std::string_view toml_text, std::string_view file_name) {
+  std::string file(file_name);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, file_name);
+  } catch (const toml::parse_error& e) {
+    return InvalidArgument(fmt::format("{}:{}:{}: {}", file, e.source().begin.line,
+                                       e.source().begin.column, e.description()));
+  }
+  Config config = DefaultConfig();
+  TableReader r(root, file, "");
+  GPUSLICE_RETURN_IF_ERROR(r.String("default_queue", config.default_queue));
+  GPUSLICE_RETURN_IF_ERROR(r.String("admin_group", config.admin_group));
+  Status st;
+  if (const toml::table* mig = r.SubTable("mig", st)) {
+    TableReader mr(*mig, file, "mig");
+    GPUSLICE_RETURN_IF_ERROR(mr.Bool("enabled", config.mig.enabled));
+    std::string drain(MigDrainPolicyName(config.mig.drain));
+    GPUSLICE_RETURN_IF_ERROR(mr.String("drain", drain));
+    if (drain == "wait") config.mig.drain = MigDrainPolicy::kWait;
+    else if (drain == "preempt") config.mig.drain = MigDrainPolicy::kPreempt;
+    else return mr.ErrorAt("drain", fmt::format("'{}' is not one of: wait, preempt", drain));
+    GPUSLICE_RETURN_IF_ERROR(mr.CheckUnknown("enabled, drain"));
+  }
+  GPUSLICE_RETURN_IF_ERROR(st);
+  if (const toml::table* queues = r.SubTable("queues", st)) {
+    // The file's queues replace the built-in set; a queue named like a built-in one starts
+    // from the built-in values, so a file may override one key and keep the rest.
+    const Config builtin = DefaultConfig();
+    config.queues.clear();
+    for (const auto& [name, node] : *queues) {
+      std::string qname(name.str());
+      if (!node.is_table())
+        return InvalidArgument(fmt::format("{}: queues.{} = {}: expected a table", file, qname,
+                                           TableReader::Render(node)));
+      QueueConfig q;
+      if (const QueueConfig* b = builtin.FindQueue(qname)) {
+        q = *b;
+      } else {
+        q.allowed_kinds = {q.default_kind};
+      }
+      q.name = qname;
+      TableReader qr(*node.as_table(), file, fmt::format("queues.{}", qname));
+      GPUSLICE_RETURN_IF_ERROR(ReadQueue(qr, q));
+      std::vector<std::string> names = PolicyNames();
+      if (std::find(names.begin(), names.end(), q.placement) == names.end()) {
+        return InvalidArgument(fmt::format(
+            "{}: queues.{}.placement = '{}': unknown placement policy (known: {})", file, qname,
+            q.placement, fmt::join(PolicyNames(), ", ")));
+      }
+      config.queues.push_back(std::move(q));
+    }
+    std::sort(config.queues.begin(), config.queues.end(),
+              [](const QueueConfig& a, const QueueConfig& b) { return a.name < b.name; });
+  }
+  GPUSLICE_RETURN_IF_ERROR(st);
+  GPUSLICE_RETURN_IF_ERROR(r.CheckUnknown("default_queue, admin_group, mig, queues"));
+  Status valid = ValidateConfig(config);
+  if (!valid.ok()) return valid.WithContext(file);
+  return config;
+}
+
+Result<Config> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(fmt::format("config file '{}': cannot be opened", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+}  // namespace gpuslice::sched
