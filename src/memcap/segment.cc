@@ -73,6 +73,7 @@ int ReclaimDeadLocked(Segment* seg, AliveFn alive) {
 }
 
 bool ValidSlot(const Segment* seg, int slot) { return slot >= 0 && slot < kMaxSlots && seg != nullptr; }
+bool OwnsLocked(const Segment* seg, int slot, std::int32_t pid) { return seg->slots[slot].pid == pid; }
 
 // Reads /proc/<pid>/stat; returns false if unreadable. Fills state and start time (field 22).
 bool ReadStat(std::int32_t pid, char* state, std::uint64_t* start_time) {
@@ -165,54 +166,60 @@ int ClaimSlot(Segment* seg, std::int32_t pid, std::uint64_t start_time, AliveFn 
   return free_slot;
 }
 
-void ReleaseSlot(Segment* seg, int slot) {
+void ReleaseSlot(Segment* seg, int slot, std::int32_t pid) {
   if (!ValidSlot(seg, slot)) return;
   SegmentLock lock(seg);
-  ClearSlotLocked(seg, seg->slots[slot]);
+  if (OwnsLocked(seg, slot, pid)) ClearSlotLocked(seg, seg->slots[slot]);
 }
 
-bool Reserve(Segment* seg, int slot, std::int64_t bytes, AliveFn alive) {
-  if (!ValidSlot(seg, slot) || bytes < 0) return false;
+ReserveResult Reserve(Segment* seg, int slot, std::int32_t pid, std::int64_t bytes, AliveFn alive) {
+  if (!ValidSlot(seg, slot)) return ReserveResult::kNotOwner;
+  if (bytes < 0) return ReserveResult::kOverCap;
   SegmentLock lock(seg);
-  if (seg->used + bytes > seg->cap || seg->used + bytes < seg->used) {
+  if (!OwnsLocked(seg, slot, pid)) return ReserveResult::kNotOwner;
+  if (bytes > seg->cap - seg->used) {
     // Only on the slow path: a dead neighbour's bytes may be what stands in the way.
     ReclaimDeadLocked(seg, alive);
-    if (seg->used + bytes > seg->cap) return false;
+    if (bytes > seg->cap - seg->used) return ReserveResult::kOverCap;
   }
   seg->used += bytes;
   seg->slots[slot].inflight += bytes;
-  return true;
+  return ReserveResult::kOk;
 }
 
-void Commit(Segment* seg, int slot, std::int64_t bytes) {
+void Commit(Segment* seg, int slot, std::int32_t pid, std::int64_t bytes) {
   if (!ValidSlot(seg, slot)) return;
   SegmentLock lock(seg);
+  if (!OwnsLocked(seg, slot, pid)) return;
   Slot& s = seg->slots[slot];
   s.inflight -= bytes;
   s.committed += bytes;
 }
 
-void Cancel(Segment* seg, int slot, std::int64_t bytes) {
+void Cancel(Segment* seg, int slot, std::int32_t pid, std::int64_t bytes) {
   if (!ValidSlot(seg, slot)) return;
   SegmentLock lock(seg);
+  if (!OwnsLocked(seg, slot, pid)) return;
   Slot& s = seg->slots[slot];
   if (bytes > s.inflight) bytes = s.inflight;
   s.inflight -= bytes;
   seg->used -= bytes;
 }
 
-void Release(Segment* seg, int slot, std::int64_t bytes) {
+void Release(Segment* seg, int slot, std::int32_t pid, std::int64_t bytes) {
   if (!ValidSlot(seg, slot)) return;
   SegmentLock lock(seg);
+  if (!OwnsLocked(seg, slot, pid)) return;
   Slot& s = seg->slots[slot];
   if (bytes > s.committed) bytes = s.committed;
   s.committed -= bytes;
   seg->used -= bytes;
 }
 
-void Adjust(Segment* seg, int slot, std::int64_t delta) {
+void Adjust(Segment* seg, int slot, std::int32_t pid, std::int64_t delta) {
   if (!ValidSlot(seg, slot)) return;
   SegmentLock lock(seg);
+  if (!OwnsLocked(seg, slot, pid)) return;
   Slot& s = seg->slots[slot];
   if (s.committed + delta < 0) delta = -s.committed;
   s.committed += delta;

@@ -64,18 +64,22 @@ bool InitSegment(Segment* seg, std::int64_t cap);
 // Claims a slot for (pid, start_time), reusing a free or dead one. -1 when all are live.
 int ClaimSlot(Segment* seg, std::int32_t pid, std::uint64_t start_time, AliveFn alive);
 // Frees a slot at clean process exit; its bytes return to the slice.
-void ReleaseSlot(Segment* seg, int slot);
+void ReleaseSlot(Segment* seg, int slot, std::int32_t pid);
 
+// The per-slot operations below take the caller's pid and do nothing when the slot no longer
+// belongs to it (it was reclaimed, e.g. seen dead from another pid namespace), so a process can
+// never change a neighbour's counters.
+enum class ReserveResult { kOk, kOverCap, kNotOwner };
 // Reserves `bytes` for `slot` if used + bytes <= cap, first reclaiming dead processes' slots when
-// it would not fit. Returns false (and changes nothing) past the cap.
-bool Reserve(Segment* seg, int slot, std::int64_t bytes, AliveFn alive);
+// it would not fit. Changes nothing unless kOk.
+ReserveResult Reserve(Segment* seg, int slot, std::int32_t pid, std::int64_t bytes, AliveFn alive);
 // After the real allocation: success moves the reservation to committed, failure cancels it.
-void Commit(Segment* seg, int slot, std::int64_t bytes);
-void Cancel(Segment* seg, int slot, std::int64_t bytes);
+void Commit(Segment* seg, int slot, std::int32_t pid, std::int64_t bytes);
+void Cancel(Segment* seg, int slot, std::int32_t pid, std::int64_t bytes);
 // A free: committed bytes go back to the slice (clamped so counters never go negative).
-void Release(Segment* seg, int slot, std::int64_t bytes);
+void Release(Segment* seg, int slot, std::int32_t pid, std::int64_t bytes);
 // Unconditional correction of committed bytes (e.g. pitch rounding learnt after the call).
-void Adjust(Segment* seg, int slot, std::int64_t delta);
+void Adjust(Segment* seg, int slot, std::int32_t pid, std::int64_t delta);
 
 struct Snapshot {
   std::int64_t cap;

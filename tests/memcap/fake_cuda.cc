@@ -1,0 +1,226 @@
+// A fake libcuda.so.1 for the memcap tests and benchmark: the entry points libgpuslice-cuda
+// intercepts, implemented with host memory, plus counters the tests read (fakecuda_*), so a
+// test can tell whether a call reached "the driver" at all. Device memory is plain malloc (never
+// touched, so large sizes cost nothing). Thread-safe (atomics only).
+//
+// FAKECUDA_BLOCK_BYTES=N makes an allocation of exactly N bytes print "blocked" on stdout and
+// hang, so a test can kill the process while it is inside the driver.
+// FAKECUDA_TOTAL_BYTES sets the device's total memory (default 80 GiB).
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "memcap/cuda_abi.h"
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+std::atomic<long long> g_alloc_calls{0};
+std::atomic<long long> g_free_calls{0};
+std::atomic<long long> g_live_bytes{0};
+std::atomic<unsigned long long> g_next_handle{1};
+
+constexpr std::size_t kHeader = 16;  // each block starts with its size
+
+long long EnvBytes(const char* name, long long fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' ? std::atoll(v) : fallback;
+}
+
+void MaybeBlock(std::size_t bytes) {
+  static const long long block = EnvBytes("FAKECUDA_BLOCK_BYTES", -1);
+  if (block >= 0 && static_cast<long long>(bytes) == block) {
+    ssize_t rc = write(1, "blocked\n", 8);
+    (void)rc;
+    for (;;) pause();
+  }
+}
+
+CUresult HostAlloc(CUdeviceptr* dptr, std::size_t bytes) {
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  g_alloc_calls.fetch_add(1);
+  MaybeBlock(bytes);
+  auto* block = static_cast<unsigned char*>(std::malloc(bytes + kHeader));
+  if (block == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::memcpy(block, &bytes, sizeof bytes);
+  g_live_bytes.fetch_add(static_cast<long long>(bytes));
+  *dptr = reinterpret_cast<CUdeviceptr>(block + kHeader);
+  return CUDA_SUCCESS;
+}
+
+CUresult HostFree(CUdeviceptr dptr) {
+  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+  g_free_calls.fetch_add(1);
+  auto* block = reinterpret_cast<unsigned char*>(dptr) - kHeader;
+  std::size_t bytes = 0;
+  std::memcpy(&bytes, block, sizeof bytes);
+  g_live_bytes.fetch_sub(static_cast<long long>(bytes));
+  std::free(block);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+FAKE_EXPORT long long fakecuda_alloc_calls() { return g_alloc_calls.load(); }
+FAKE_EXPORT long long fakecuda_free_calls() { return g_free_calls.load(); }
+FAKE_EXPORT long long fakecuda_live_bytes() { return g_live_bytes.load(); }
+
+FAKE_EXPORT CUresult cuInit(unsigned int) { return CUDA_SUCCESS; }
+FAKE_EXPORT CUresult cuDriverGetVersion(int* version) {
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *version = 13000;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (device == nullptr || ordinal != 0) return CUDA_ERROR_INVALID_VALUE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned int, CUdevice) {
+  static int dummy;
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *ctx = reinterpret_cast<CUcontext>(&dummy);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* total_bytes) {
+  static const long long total = EnvBytes("FAKECUDA_TOTAL_BYTES", 80LL << 30);
+  if (free_bytes == nullptr || total_bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  long long live = g_live_bytes.load();
+  *total_bytes = static_cast<std::size_t>(total);
+  *free_bytes = static_cast<std::size_t>(live < total ? total - live : 0);
+  return CUDA_SUCCESS;
+}
+
+FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t bytes) { return HostAlloc(dptr, bytes); }
+FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width,
+                                        std::size_t height, unsigned int) {
+  if (pitch == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pitch = (width + 2047) / 2048 * 2048;  // coarser than the interposer's 512-byte estimate
+  return HostAlloc(dptr, *pitch * height);
+}
+FAKE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, std::size_t bytes, unsigned int) {
+  return HostAlloc(dptr, bytes);
+}
+FAKE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream) {
+  return HostAlloc(dptr, bytes);
+}
+FAKE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUstream) {
+  return HostAlloc(dptr, bytes);
+}
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool,
+                                             CUstream) {
+  return HostAlloc(dptr, bytes);
+}
+FAKE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes,
+                                                  CUmemoryPool, CUstream) {
+  return HostAlloc(dptr, bytes);
+}
+FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) { return HostFree(dptr); }
+FAKE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream) { return HostFree(dptr); }
+FAKE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream) { return HostFree(dptr); }
+
+FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size,
+                                 const CUmemAllocationProp* prop, unsigned long long) {
+  if (handle == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  CUresult rc = HostAlloc(&p, size);
+  if (rc == CUDA_SUCCESS) *handle = p;  // the block address doubles as the handle
+  return rc;
+}
+FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { return HostFree(handle); }
+
+FAKE_EXPORT CUresult cuArrayCreate_v2(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc) {
+  if (handle == nullptr || desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  CUresult rc = HostAlloc(&p, desc->Width * (desc->Height ? desc->Height : 1) * desc->NumChannels);
+  if (rc == CUDA_SUCCESS) *handle = reinterpret_cast<CUarray>(p);
+  return rc;
+}
+FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  if (handle == nullptr || desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  CUresult rc = HostAlloc(&p, desc->Width * (desc->Height ? desc->Height : 1) *
+                                  (desc->Depth ? desc->Depth : 1) * desc->NumChannels);
+  if (rc == CUDA_SUCCESS) *handle = reinterpret_cast<CUarray>(p);
+  return rc;
+}
+FAKE_EXPORT CUresult cuArrayDestroy(CUarray handle) {
+  return HostFree(reinterpret_cast<CUdeviceptr>(handle));
+}
+
+// Entry points by (base name, version, flags), as the real driver documents it: the per-thread
+// variant when asked for, the _v2 ABI from CUDA 3.2 on (cuGetProcAddress_v2 from 12.0), else the
+// plain name.
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                         cuuint64_t flags, CUdriverProcAddressQueryResult* status);
+
+namespace {
+
+struct Entry {
+  const char* name;
+  void* fn;
+};
+
+const Entry* Find(const std::string& name) {
+  static const Entry kTable[] = {
+      {"cuInit", reinterpret_cast<void*>(&cuInit)},
+      {"cuDriverGetVersion", reinterpret_cast<void*>(&cuDriverGetVersion)},
+      {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},
+      {"cuCtxCreate_v2", reinterpret_cast<void*>(&cuCtxCreate_v2)},
+      {"cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
+      {"cuMemAlloc_v2", reinterpret_cast<void*>(&cuMemAlloc_v2)},
+      {"cuMemAllocPitch_v2", reinterpret_cast<void*>(&cuMemAllocPitch_v2)},
+      {"cuMemAllocManaged", reinterpret_cast<void*>(&cuMemAllocManaged)},
+      {"cuMemAllocAsync", reinterpret_cast<void*>(&cuMemAllocAsync)},
+      {"cuMemAllocAsync_ptsz", reinterpret_cast<void*>(&cuMemAllocAsync_ptsz)},
+      {"cuMemAllocFromPoolAsync", reinterpret_cast<void*>(&cuMemAllocFromPoolAsync)},
+      {"cuMemAllocFromPoolAsync_ptsz", reinterpret_cast<void*>(&cuMemAllocFromPoolAsync_ptsz)},
+      {"cuMemFree_v2", reinterpret_cast<void*>(&cuMemFree_v2)},
+      {"cuMemFreeAsync", reinterpret_cast<void*>(&cuMemFreeAsync)},
+      {"cuMemFreeAsync_ptsz", reinterpret_cast<void*>(&cuMemFreeAsync_ptsz)},
+      {"cuMemCreate", reinterpret_cast<void*>(&cuMemCreate)},
+      {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
+      {"cuArrayCreate_v2", reinterpret_cast<void*>(&cuArrayCreate_v2)},
+      {"cuArray3DCreate_v2", reinterpret_cast<void*>(&cuArray3DCreate_v2)},
+      {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
+      {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},
+      {"cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
+  };
+  for (const Entry& e : kTable) {
+    if (name == e.name) return &e;
+  }
+  return nullptr;
+}
+
+CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::string base = symbol;
+  const int v2_from = base == "cuGetProcAddress" ? 12000 : 3020;
+  const Entry* e = nullptr;
+  if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0) e = Find(base + "_ptsz");
+  if (e == nullptr && version >= v2_from) e = Find(base + "_v2");
+  if (e == nullptr) e = Find(base);
+  *pfn = e != nullptr ? e->fn : nullptr;
+  return e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+}  // namespace
+
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  return Lookup(symbol, pfn, version, flags);
+}
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                         cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+  CUresult rc = Lookup(symbol, pfn, version, flags);
+  if (status != nullptr) {
+    *status = rc == CUDA_SUCCESS ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  }
+  return rc;
+}

@@ -1,0 +1,263 @@
+// A CUDA "application" for the memcap tests: linked against the fake libcuda.so.1, run with
+// libgpuslice-cuda.so preloaded, driven line by line on stdin. Each command prints exactly one
+// line: "ok ..." or "err <CUresult>". See memcap_preload_test.cc for the commands.
+//
+// `mode` chooses how the driver entry points are found, as real programs do:
+//   direct    linked symbols (a program linked against libcuda)
+//   dlsym     dlopen("libcuda.so.1") + dlsym (ctypes, JAX, older runtimes)
+//   proc      cuGetProcAddress_v2 found with dlsym, CUDA 12 ABI (the CUDA 12+ runtime)
+//   procptsz  the same with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+//   proc1     legacy 4-argument cuGetProcAddress, CUDA 11.8
+//   next      dlsym(RTLD_NEXT, ...) from the main program
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "memcap/cuda_abi.h"
+
+extern "C" {
+CUresult cuMemAlloc_v2(CUdeviceptr*, std::size_t);
+CUresult cuMemAllocPitch_v2(CUdeviceptr*, std::size_t*, std::size_t, std::size_t, unsigned int);
+CUresult cuMemAllocManaged(CUdeviceptr*, std::size_t, unsigned int);
+CUresult cuMemAllocAsync(CUdeviceptr*, std::size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr*, std::size_t, CUmemoryPool, CUstream);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle*, std::size_t, const CUmemAllocationProp*,
+                     unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
+CUresult cuArray3DCreate_v2(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMemGetInfo_v2(std::size_t*, std::size_t*);
+long long fakecuda_alloc_calls();
+long long fakecuda_live_bytes();
+}
+
+namespace {
+
+struct Api {
+  PFN_cuMemAlloc_v2 alloc = nullptr;
+  PFN_cuMemAllocPitch_v2 pitch = nullptr;
+  PFN_cuMemAllocManaged managed = nullptr;
+  PFN_cuMemAllocAsync async = nullptr;
+  PFN_cuMemAllocFromPoolAsync pool = nullptr;
+  PFN_cuMemFree_v2 free = nullptr;
+  PFN_cuMemFreeAsync free_async = nullptr;
+  PFN_cuMemCreate create = nullptr;
+  PFN_cuMemRelease release = nullptr;
+  PFN_cuArrayCreate_v2 array = nullptr;
+  PFN_cuArray3DCreate_v2 array3d = nullptr;
+  PFN_cuArrayDestroy array_destroy = nullptr;
+  PFN_cuMemGetInfo_v2 info = nullptr;
+};
+
+template <typename F>
+void Set(F* out, void* p) {
+  *out = reinterpret_cast<F>(p);
+}
+
+Api Direct() {
+  Api a;
+  a.alloc = &cuMemAlloc_v2;
+  a.pitch = &cuMemAllocPitch_v2;
+  a.managed = &cuMemAllocManaged;
+  a.async = &cuMemAllocAsync;
+  a.pool = &cuMemAllocFromPoolAsync;
+  a.free = &cuMemFree_v2;
+  a.free_async = &cuMemFreeAsync;
+  a.create = &cuMemCreate;
+  a.release = &cuMemRelease;
+  a.array = &cuArrayCreate_v2;
+  a.array3d = &cuArray3DCreate_v2;
+  a.array_destroy = &cuArrayDestroy;
+  a.info = &cuMemGetInfo_v2;
+  return a;
+}
+
+// Resolves every entry point with `get(base name, versioned name)`.
+template <typename Get>
+Api Resolve(Get get) {
+  Api a;
+  Set(&a.alloc, get("cuMemAlloc", "cuMemAlloc_v2"));
+  Set(&a.pitch, get("cuMemAllocPitch", "cuMemAllocPitch_v2"));
+  Set(&a.managed, get("cuMemAllocManaged", "cuMemAllocManaged"));
+  Set(&a.async, get("cuMemAllocAsync", "cuMemAllocAsync"));
+  Set(&a.pool, get("cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync"));
+  Set(&a.free, get("cuMemFree", "cuMemFree_v2"));
+  Set(&a.free_async, get("cuMemFreeAsync", "cuMemFreeAsync"));
+  Set(&a.create, get("cuMemCreate", "cuMemCreate"));
+  Set(&a.release, get("cuMemRelease", "cuMemRelease"));
+  Set(&a.array, get("cuArrayCreate", "cuArrayCreate_v2"));
+  Set(&a.array3d, get("cuArray3DCreate", "cuArray3DCreate_v2"));
+  Set(&a.array_destroy, get("cuArrayDestroy", "cuArrayDestroy"));
+  Set(&a.info, get("cuMemGetInfo", "cuMemGetInfo_v2"));
+  return a;
+}
+
+bool Complete(const Api& a) {
+  return a.alloc && a.pitch && a.managed && a.async && a.pool && a.free && a.free_async &&
+         a.create && a.release && a.array && a.array3d && a.array_destroy && a.info;
+}
+
+bool ChooseMode(const std::string& mode, Api* api) {
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW);
+  if (driver == nullptr) return false;
+  if (mode == "direct") {
+    *api = Direct();
+  } else if (mode == "dlsym") {
+    *api = Resolve([&](const char*, const char* name) { return dlsym(driver, name); });
+  } else if (mode == "next") {
+    *api = Resolve([&](const char*, const char* name) { return dlsym(RTLD_NEXT, name); });
+  } else if (mode == "proc" || mode == "procptsz") {
+    auto gpa = reinterpret_cast<PFN_cuGetProcAddress_v2>(dlsym(driver, "cuGetProcAddress_v2"));
+    if (gpa == nullptr) return false;
+    cuuint64_t flags = mode == "proc" ? CU_GET_PROC_ADDRESS_DEFAULT
+                                      : CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    *api = Resolve([&](const char* base, const char*) -> void* {
+      void* p = nullptr;
+      CUdriverProcAddressQueryResult status = -1;
+      if (gpa(base, &p, 12080, flags, &status) != CUDA_SUCCESS ||
+          status != CU_GET_PROC_ADDRESS_SUCCESS) {
+        return nullptr;
+      }
+      return p;
+    });
+  } else if (mode == "proc1") {
+    auto gpa = reinterpret_cast<PFN_cuGetProcAddress>(dlsym(driver, "cuGetProcAddress"));
+    if (gpa == nullptr) return false;
+    *api = Resolve([&](const char* base, const char*) -> void* {
+      void* p = nullptr;
+      return gpa(base, &p, 11080, CU_GET_PROC_ADDRESS_DEFAULT) == CUDA_SUCCESS ? p : nullptr;
+    });
+  } else {
+    return false;
+  }
+  return Complete(*api);
+}
+
+long long ParseBytes(const std::string& text) {
+  long long v = std::atoll(text.c_str());
+  switch (text.empty() ? ' ' : text.back()) {
+    case 'K': return v << 10;
+    case 'M': return v << 20;
+    case 'G': return v << 30;
+    default: return v;
+  }
+}
+
+enum class Kind { kPtr, kHandle, kArray };
+struct Allocation {
+  Kind kind;
+  std::uint64_t key;
+  bool live;
+};
+
+std::string Err(CUresult rc) { return "err " + std::to_string(rc); }
+
+}  // namespace
+
+int main() {
+  Api api = Direct();
+  std::vector<Allocation> allocations;
+  auto stream = reinterpret_cast<CUstream>(std::uintptr_t{0x5});
+  auto pool = reinterpret_cast<CUmemoryPool>(std::uintptr_t{0x7});
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd, a, b, c;
+    in >> cmd >> a >> b >> c;
+    std::string reply;
+    // Callers compute rc in its own statement: the key is an out-parameter of that call.
+    auto added = [&](CUresult rc, Kind kind, std::uint64_t key) {
+      if (rc != CUDA_SUCCESS) return Err(rc);
+      allocations.push_back({kind, key, true});
+      return "ok " + std::to_string(allocations.size() - 1);
+    };
+    CUdeviceptr ptr = 0;
+    if (cmd == "mode") {
+      reply = ChooseMode(a, &api) ? "ok" : "err mode";
+    } else if (cmd == "alloc") {
+      CUresult rc = api.alloc(&ptr, ParseBytes(a));
+      reply = added(rc, Kind::kPtr, ptr);
+    } else if (cmd == "pitch") {
+      std::size_t pitch = 0;
+      CUresult rc = api.pitch(&ptr, &pitch, ParseBytes(a), ParseBytes(b), 4);
+      reply = added(rc, Kind::kPtr, ptr);
+      if (rc == CUDA_SUCCESS) reply += " " + std::to_string(pitch);
+    } else if (cmd == "managed") {
+      CUresult rc = api.managed(&ptr, ParseBytes(a), 1);
+      reply = added(rc, Kind::kPtr, ptr);
+    } else if (cmd == "async") {
+      CUresult rc = api.async(&ptr, ParseBytes(a), stream);
+      reply = added(rc, Kind::kPtr, ptr);
+    } else if (cmd == "pool") {
+      CUresult rc = api.pool(&ptr, ParseBytes(a), pool, stream);
+      reply = added(rc, Kind::kPtr, ptr);
+    } else if (cmd == "create" || cmd == "createhost") {
+      CUmemAllocationProp prop{};
+      prop.type = 1;  // CU_MEM_ALLOCATION_TYPE_PINNED
+      prop.location.type = cmd == "create" ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+      CUmemGenericAllocationHandle h = 0;
+      CUresult rc = api.create(&h, ParseBytes(a), &prop, 0);
+      reply = added(rc, Kind::kHandle, h);
+    } else if (cmd == "array" || cmd == "array3d") {
+      CUarray h = nullptr;
+      CUresult rc;
+      if (cmd == "array") {
+        CUDA_ARRAY_DESCRIPTOR d{static_cast<std::size_t>(ParseBytes(a)),
+                                static_cast<std::size_t>(ParseBytes(b)), CU_AD_FORMAT_FLOAT, 1};
+        rc = api.array(&h, &d);
+      } else {
+        CUDA_ARRAY3D_DESCRIPTOR d{static_cast<std::size_t>(ParseBytes(a)),
+                                  static_cast<std::size_t>(ParseBytes(b)),
+                                  static_cast<std::size_t>(ParseBytes(c)), CU_AD_FORMAT_FLOAT, 1, 0};
+        rc = api.array3d(&h, &d);
+      }
+      reply = added(rc, Kind::kArray, reinterpret_cast<std::uintptr_t>(h));
+    } else if (cmd == "free" || cmd == "freeasync") {
+      std::size_t i = static_cast<std::size_t>(std::atoll(a.c_str()));
+      if (i >= allocations.size() || !allocations[i].live) {
+        reply = "err index";
+      } else {
+        Allocation& al = allocations[i];
+        CUresult rc = CUDA_SUCCESS;
+        switch (al.kind) {
+          case Kind::kPtr:
+            rc = cmd == "free" ? api.free(al.key) : api.free_async(al.key, stream);
+            break;
+          case Kind::kHandle:
+            rc = api.release(al.key);
+            break;
+          case Kind::kArray:
+            rc = api.array_destroy(reinterpret_cast<CUarray>(al.key));
+            break;
+        }
+        if (rc == CUDA_SUCCESS) al.live = false;
+        reply = rc == CUDA_SUCCESS ? "ok" : Err(rc);
+      }
+    } else if (cmd == "info") {
+      std::size_t free_bytes = 0, total_bytes = 0;
+      CUresult rc = api.info(&free_bytes, &total_bytes);
+      reply = rc == CUDA_SUCCESS
+                  ? "ok " + std::to_string(free_bytes) + " " + std::to_string(total_bytes)
+                  : Err(rc);
+    } else if (cmd == "calls") {
+      reply = "ok " + std::to_string(fakecuda_alloc_calls()) + " " +
+              std::to_string(fakecuda_live_bytes());
+    } else if (cmd == "exit") {
+      std::cout << "ok" << std::endl;
+      return 0;
+    } else {
+      reply = "err command";
+    }
+    std::cout << reply << std::endl;
+  }
+  return 0;
+}

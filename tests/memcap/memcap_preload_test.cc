@@ -1,0 +1,232 @@
+// End-to-end tests of libgpuslice-cuda.so: real child processes (memcap_child) linked against a
+// fake libcuda.so.1, with the interposer preloaded through the executor's own SliceEnvironment().
+// The fake counts the allocations that reach it, so "refused without calling the driver" is
+// observable. The parent may run under ASan; the children are uninstrumented.
+
+#include <unistd.h>
+
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "memcap/env.h"
+#include "tests/memcap/child_process.h"
+
+namespace gpuslice::memcap {
+namespace {
+
+using testing::ChildProcess;
+using testing::EnvList;
+
+constexpr const char* kChild = GPUSLICE_BUILD_DIR "/tests/memcap/memcap_child";
+constexpr Bytes kCap = kGiB;
+constexpr const char* kOom = "err 2";  // CUDA_ERROR_OUT_OF_MEMORY
+
+class MemcapPreloadTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(LibraryPath().empty()) << "libgpuslice-cuda.so not built"; }
+  void TearDown() override {
+    for (const auto& key : keys_) EXPECT_TRUE(RemoveSliceSegment(key).ok());
+  }
+
+  // A slice key unique to this test run, so runs never share a segment.
+  std::string Slice(const std::string& name) {
+    std::string key = "test-" + std::to_string(getpid()) + "-" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" + name;
+    for (char& c : key) {
+      if (c == '/') c = '_';
+    }
+    keys_.push_back(key);
+    return key;
+  }
+
+  std::unique_ptr<ChildProcess> Start(const std::string& slice, Bytes cap, EnvList extra = {}) {
+    EnvList env = SliceEnvironment(slice, cap);
+    env.insert(env.end(), extra.begin(), extra.end());
+    auto child = std::make_unique<ChildProcess>(kChild, env);
+    EXPECT_TRUE(child->started());
+    return child;
+  }
+
+  std::vector<std::string> keys_;
+};
+
+TEST_F(MemcapPreloadTest, EnvironmentPreloadsTheLibrary) {
+  EnvList env = SliceEnvironment("s1", kCap);
+  ASSERT_EQ(env.size(), 3u);
+  EXPECT_EQ(env[0].first, "LD_PRELOAD");
+  EXPECT_EQ(env[0].second, LibraryPath());
+  EXPECT_EQ(env[1], std::make_pair(std::string("GPUSLICE_MEMCAP_BYTES"), std::to_string(kCap)));
+  EXPECT_EQ(env[2], std::make_pair(std::string("GPUSLICE_SLICE"), std::string("s1")));
+  EXPECT_TRUE(SliceEnvironment("s1", 0).empty());
+}
+
+TEST_F(MemcapPreloadTest, WithoutPreloadTheFakeDriverHasNoCap) {
+  ChildProcess child(kChild, {});
+  EXPECT_EQ(child.Send("alloc 3G"), "ok 0");
+  EXPECT_EQ(child.Send("calls"), "ok 1 " + std::to_string(3 * kGiB));
+}
+
+TEST_F(MemcapPreloadTest, UnderTheCapSucceedsOverItFailsWithoutCallingTheDriver) {
+  auto child = Start(Slice("a"), kCap);
+  EXPECT_EQ(child->Send("alloc 512M"), "ok 0");
+  EXPECT_EQ(child->Send("alloc 512M"), "ok 1");
+  EXPECT_EQ(child->Send("alloc 1"), kOom);
+  EXPECT_EQ(child->Send("calls"), "ok 2 " + std::to_string(kGiB));
+}
+
+TEST_F(MemcapPreloadTest, FreesGiveBytesBack) {
+  auto child = Start(Slice("a"), kCap);
+  EXPECT_EQ(child->Send("alloc 600M"), "ok 0");
+  EXPECT_EQ(child->Send("alloc 600M"), kOom);
+  EXPECT_EQ(child->Send("free 0"), "ok");
+  EXPECT_EQ(child->Send("alloc 600M"), "ok 1");
+  EXPECT_EQ(child->Send("managed 600M"), kOom);
+  EXPECT_EQ(child->Send("free 1"), "ok");
+  EXPECT_EQ(child->Send("managed 600M"), "ok 2");
+}
+
+TEST_F(MemcapPreloadTest, MemGetInfoReportsTheSliceCap) {
+  std::string slice = Slice("a");
+  auto a = Start(slice, kCap);
+  auto b = Start(slice, kCap);
+  EXPECT_EQ(a->Send("info"), "ok " + std::to_string(kGiB) + " " + std::to_string(kGiB));
+  EXPECT_EQ(a->Send("alloc 256M"), "ok 0");
+  std::string expected = "ok " + std::to_string(768 * kMiB) + " " + std::to_string(kGiB);
+  EXPECT_EQ(a->Send("info"), expected);
+  EXPECT_EQ(b->Send("info"), expected);  // the whole slice's usage, not the process's
+}
+
+TEST_F(MemcapPreloadTest, ProcessesOfOneSliceShareTheCap) {
+  std::string slice = Slice("a");
+  auto a = Start(slice, kCap);
+  auto b = Start(slice, kCap);
+  auto c = Start(slice, kCap);
+  EXPECT_EQ(a->Send("alloc 400M"), "ok 0");
+  EXPECT_EQ(b->Send("alloc 400M"), "ok 0");
+  EXPECT_EQ(c->Send("alloc 400M"), kOom);
+  EXPECT_EQ(c->Send("alloc 200M"), "ok 0");
+  EXPECT_EQ(a->Send("free 0"), "ok");
+  EXPECT_EQ(c->Send("alloc 400M"), "ok 1");
+  Result<SliceUsage> usage = ReadSliceUsage(slice);
+  ASSERT_TRUE(usage.ok()) << usage.status().ToString();
+  EXPECT_EQ(usage->cap, kCap);
+  EXPECT_EQ(usage->used, 1000 * kMiB);
+  EXPECT_EQ(usage->processes, 3);
+}
+
+TEST_F(MemcapPreloadTest, TwoSlicesDoNotSeeEachOthersUsage) {
+  auto x = Start(Slice("x"), kCap);
+  auto y = Start(Slice("y"), kCap);
+  EXPECT_EQ(x->Send("alloc 900M"), "ok 0");
+  EXPECT_EQ(y->Send("alloc 900M"), "ok 0");
+  EXPECT_EQ(y->Send("info"), "ok " + std::to_string(124 * kMiB) + " " + std::to_string(kGiB));
+  EXPECT_EQ(x->Send("alloc 200M"), kOom);
+}
+
+TEST_F(MemcapPreloadTest, ProcessKilledInsideTheDriverReturnsItsReservation) {
+  std::string slice = Slice("a");
+  auto victim = Start(slice, kCap, {{"FAKECUDA_BLOCK_BYTES", std::to_string(700 * kMiB)}});
+  auto survivor = Start(slice, kCap);
+  // The victim has reserved 700 MiB and hangs inside the (fake) driver allocation.
+  EXPECT_EQ(victim->Send("alloc 700M"), "blocked");
+  EXPECT_EQ(survivor->Send("alloc 400M"), kOom);
+  victim->Kill();
+  EXPECT_EQ(survivor->Send("alloc 400M"), "ok 0");
+  EXPECT_EQ(survivor->Send("alloc 600M"), "ok 1");
+  Result<SliceUsage> usage = ReadSliceUsage(slice);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->used, 1000 * kMiB);
+  EXPECT_EQ(usage->processes, 1);
+}
+
+TEST_F(MemcapPreloadTest, ProcessKilledHoldingMemoryReturnsIt) {
+  std::string slice = Slice("a");
+  auto victim = Start(slice, kCap);
+  auto survivor = Start(slice, kCap);
+  EXPECT_EQ(victim->Send("alloc 800M"), "ok 0");
+  EXPECT_EQ(survivor->Send("info"), "ok " + std::to_string(224 * kMiB) + " " + std::to_string(kGiB));
+  victim->Kill();
+  EXPECT_EQ(survivor->Send("info"), "ok " + std::to_string(kGiB) + " " + std::to_string(kGiB));
+  EXPECT_EQ(survivor->Send("alloc 800M"), "ok 0");
+}
+
+TEST_F(MemcapPreloadTest, CleanExitReturnsBytesAtOnce) {
+  std::string slice = Slice("a");
+  auto first = Start(slice, kCap);
+  EXPECT_EQ(first->Send("alloc 800M"), "ok 0");
+  EXPECT_EQ(first->Send("exit"), "ok");
+  EXPECT_EQ(first->Finish(), 0);
+  Result<SliceUsage> usage = ReadSliceUsage(slice);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->used, 0);
+  auto second = Start(slice, kCap);
+  EXPECT_EQ(second->Send("alloc 800M"), "ok 0");
+}
+
+TEST_F(MemcapPreloadTest, AsyncAndPoolAllocations) {
+  auto child = Start(Slice("a"), kCap);
+  EXPECT_EQ(child->Send("async 600M"), "ok 0");
+  EXPECT_EQ(child->Send("pool 600M"), kOom);
+  EXPECT_EQ(child->Send("freeasync 0"), "ok");
+  EXPECT_EQ(child->Send("pool 600M"), "ok 1");
+  EXPECT_EQ(child->Send("async 600M"), kOom);
+  EXPECT_EQ(child->Send("free 1"), "ok");  // cuMemFree of a pool allocation is legal
+  EXPECT_EQ(child->Send("async 1G"), "ok 2");
+}
+
+TEST_F(MemcapPreloadTest, VmmHandlesCountOnlyDeviceMemory) {
+  auto child = Start(Slice("a"), kCap);
+  EXPECT_EQ(child->Send("create 768M"), "ok 0");
+  EXPECT_EQ(child->Send("create 512M"), kOom);
+  EXPECT_EQ(child->Send("createhost 2G"), "ok 1");  // pinned host memory is not capped
+  EXPECT_EQ(child->Send("free 0"), "ok");          // cuMemRelease
+  EXPECT_EQ(child->Send("create 1G"), "ok 2");
+}
+
+TEST_F(MemcapPreloadTest, ArraysAreSizedFromTheirDescriptor) {
+  auto child = Start(Slice("a"), kCap);
+  // FLOAT x 1 channel = 4 bytes: 16384 x 16384 = 1 GiB, 16384 x 8192 x 2 layers = 1 GiB.
+  EXPECT_EQ(child->Send("array 16384 16384"), "ok 0");
+  EXPECT_EQ(child->Send("array3d 16 16 1"), kOom);
+  EXPECT_EQ(child->Send("free 0"), "ok");  // cuArrayDestroy
+  EXPECT_EQ(child->Send("array3d 16384 8192 2"), "ok 1");
+  EXPECT_EQ(child->Send("alloc 1"), kOom);
+}
+
+TEST_F(MemcapPreloadTest, PitchedAllocationsCountTheirPitch) {
+  auto child = Start(Slice("a"), kCap);
+  // The fake pads rows to 2048 bytes; the interposer reserves with 512 and corrects afterwards.
+  EXPECT_EQ(child->Send("pitch 1000 1024"), "ok 0 2048");
+  EXPECT_EQ(child->Send("info"), "ok " + std::to_string(kGiB - 2 * kMiB) + " " + std::to_string(kGiB));
+  EXPECT_EQ(child->Send("free 0"), "ok");
+  EXPECT_EQ(child->Send("info"), "ok " + std::to_string(kGiB) + " " + std::to_string(kGiB));
+}
+
+// Every way a program can find the driver's entry points reaches the hooks.
+class MemcapResolutionTest : public MemcapPreloadTest,
+                             public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(MemcapResolutionTest, CapHoldsThroughEveryLookupPath) {
+  auto child = Start(Slice("a"), kCap);
+  ASSERT_EQ(child->Send("mode " + GetParam()), "ok");
+  EXPECT_EQ(child->Send("alloc 768M"), "ok 0");
+  EXPECT_EQ(child->Send("alloc 512M"), kOom);
+  EXPECT_EQ(child->Send("async 512M"), kOom);
+  EXPECT_EQ(child->Send("pool 512M"), kOom);
+  EXPECT_EQ(child->Send("create 512M"), kOom);
+  EXPECT_EQ(child->Send("array 16384 8192"), kOom);
+  EXPECT_EQ(child->Send("info"), "ok " + std::to_string(256 * kMiB) + " " + std::to_string(kGiB));
+  EXPECT_EQ(child->Send("calls"), "ok 1 " + std::to_string(768 * kMiB));
+  EXPECT_EQ(child->Send("free 0"), "ok");
+  EXPECT_EQ(child->Send("async 1G"), "ok 1");
+  EXPECT_EQ(child->Send("freeasync 1"), "ok");
+  EXPECT_EQ(child->Send("pool 1G"), "ok 2");
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, MemcapResolutionTest,
+                         ::testing::Values("direct", "dlsym", "proc", "procptsz", "proc1", "next"));
+
+}  // namespace
+}  // namespace gpuslice::memcap
