@@ -1,0 +1,181 @@
+// Config parsing: every kind of bad config is rejected with the file, the key and the value.
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "sched/config.h"
+
+namespace gpuslice::sched {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, DefaultsMatchTheDesign) {
+  Config c = DefaultConfig();
+  ASSERT_TRUE(ValidateConfig(c).ok()) << ValidateConfig(c).ToString();
+  ASSERT_EQ(c.queues.size(), 3u);
+  const QueueConfig* i = c.FindQueue("interactive");
+  ASSERT_NE(i, nullptr);
+  EXPECT_EQ(i->default_kind, SliceKind::kShared);
+  EXPECT_EQ(i->time_limit, 8 * kHour);
+  EXPECT_TRUE(i->idle.enabled);
+  EXPECT_EQ(i->idle.action, ReclaimAction::kReclaim);
+  const QueueConfig* t = c.FindQueue("training");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->default_kind, SliceKind::kWhole);
+  EXPECT_EQ(t->idle.action, ReclaimAction::kReport);
+  EXPECT_GT(t->max_duration, 0);
+  const QueueConfig* f = c.FindQueue("inference");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->default_kind, SliceKind::kMig);
+  EXPECT_EQ(f->time_limit, 0);
+  EXPECT_EQ(f->idle.action, ReclaimAction::kReport);
+  EXPECT_EQ(c.default_queue, "interactive");
+}
+
+TEST(ConfigTest, EmptyFileGivesDefaults) {
+  auto c = ParseConfig("", "gpuslice.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(*c, DefaultConfig());
+}
+
+TEST(ConfigTest, OverridingOneKeyKeepsTheBuiltInRest) {
+  auto c = ParseConfig(R"(
+[queues.interactive]
+time_limit = "4h"
+[queues.batch]
+kinds = ["whole", "shared"]
+priority = -5
+placement = "spread"
+user_max_jobs = 3
+[queues.batch.idle]
+enabled = true
+threshold = 20
+window = "1h"
+grace = "5m"
+signals = ["processes"]
+)", "gpuslice.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_EQ(c->queues.size(), 2u);  // the file's queues replace the built-in set
+  const QueueConfig* i = c->FindQueue("interactive");
+  EXPECT_EQ(i->time_limit, 4 * kHour);
+  EXPECT_TRUE(i->idle.enabled);  // inherited from the built-in interactive queue
+  const QueueConfig* b = c->FindQueue("batch");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->default_kind, SliceKind::kWhole);
+  EXPECT_TRUE(b->Allows(SliceKind::kShared));
+  EXPECT_FALSE(b->Allows(SliceKind::kMig));
+  EXPECT_EQ(b->priority, -5);
+  EXPECT_EQ(b->placement, "spread");
+  EXPECT_EQ(b->user_max_jobs, 3);
+  EXPECT_EQ(b->idle.util_threshold_percent, 20);
+  EXPECT_EQ(b->idle.window, kHour);
+  EXPECT_EQ(b->idle.grace, 5 * kMinute);
+  EXPECT_EQ(b->idle.activity, (ActivitySignals{false, false, true}));
+}
+
+TEST(ConfigTest, ExampleFileParses) {
+  auto c = LoadConfigFile(GPUSLICE_SOURCE_DIR "/examples/gpuslice.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NE(c->FindQueue("interactive"), nullptr);
+  EXPECT_NE(c->FindQueue("training"), nullptr);
+  EXPECT_NE(c->FindQueue("inference"), nullptr);
+}
+
+TEST(ConfigTest, MissingFileNamesThePath) {
+  auto c = LoadConfigFile("/nonexistent/gpuslice.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), HasSubstr("/nonexistent/gpuslice.toml"));
+}
+
+struct BadConfig {
+  const char* what;
+  const char* toml;
+  const char* error;  // expected substring
+};
+
+class BadConfigTest : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(BadConfigTest, IsRejectedNamingFileKeyAndValue) {
+  auto c = ParseConfig(GetParam().toml, "gpuslice.toml");
+  ASSERT_FALSE(c.ok()) << GetParam().what;
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("gpuslice.toml")) << c.status().message();
+  EXPECT_THAT(c.status().message(), HasSubstr(GetParam().error)) << c.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, BadConfigTest,
+    ::testing::Values(
+        BadConfig{"bad unit", "[queues.interactive]\ntime_limit = \"8x\"\n",
+                  "queues.interactive.time_limit = '8x'"},
+        BadConfig{"bad byte unit", "[queues.interactive]\ndefault_memory = \"10GB/s\"\n",
+                  "queues.interactive.default_memory = '10GB/s'"},
+        BadConfig{"fraction too fine", "[queues.interactive]\ndefault_gpu = \"0.0001\"\n",
+                  "queues.interactive.default_gpu = '0.0001'"},
+        BadConfig{"fraction over one", "[queues.interactive]\ndefault_gpu = \"2\"\n",
+                  "queues.interactive.default_gpu = '2'"},
+        BadConfig{"unknown top-level key", "colour = \"blue\"\n", "colour = 'blue': unknown key"},
+        BadConfig{"unknown queue key", "[queues.interactive]\ntimelimit = \"8h\"\n",
+                  "queues.interactive.timelimit = '8h': unknown key"},
+        BadConfig{"unknown idle key", "[queues.interactive.idle]\nwindo = \"8h\"\n",
+                  "queues.interactive.idle.windo = '8h': unknown key"},
+        BadConfig{"unknown mig key", "[mig]\nplanner = true\n", "mig.planner = true: unknown key"},
+        BadConfig{"unknown slice kind", "[queues.interactive]\nkinds = [\"shared\", \"gpu\"]\n",
+                  "slice kind 'gpu' is unknown"},
+        BadConfig{"unknown default kind", "[queues.interactive]\ndefault_kind = \"vgpu\"\n",
+                  "queues.interactive.default_kind: slice kind 'vgpu' is unknown"},
+        BadConfig{"default kind not allowed",
+                  "[queues.interactive]\nkinds = [\"shared\"]\ndefault_kind = \"whole\"\n",
+                  "queues.interactive.default_kind = 'whole': not in kinds"},
+        BadConfig{"empty kinds", "[queues.interactive]\nkinds = []\n",
+                  "queues.interactive.kinds: at least one"},
+        BadConfig{"unknown placement policy", "[queues.interactive]\nplacement = \"magic\"\n",
+                  "queues.interactive.placement = 'magic': unknown placement policy (known: "},
+        BadConfig{"negative duration", "[queues.training]\nmax_duration = \"-5m\"\n",
+                  "queues.training.max_duration = '-5m'"},
+        BadConfig{"negative count", "[queues.training]\ndefault_gpus = -1\n",
+                  "queues.training.default_gpus = -1: must be between 1 and"},
+        BadConfig{"negative cap", "[queues.training]\nuser_max_jobs = -2\n",
+                  "queues.training.user_max_jobs = -2"},
+        BadConfig{"threshold over 100", "[queues.interactive.idle]\nthreshold = 150\n",
+                  "queues.interactive.idle.threshold = 150: must be between 0 and 100"},
+        BadConfig{"wrong type", "[queues.interactive]\npriority = \"high\"\n",
+                  "queues.interactive.priority = 'high': expected an integer"},
+        BadConfig{"queue is not a table", "queues = 3\n", "queues = 3: expected a table"},
+        BadConfig{"unknown activity signal", "[queues.interactive.idle]\nsignals = [\"temperature\"]\n",
+                  "unknown activity signal 'temperature'"},
+        BadConfig{"unknown idle action", "[queues.interactive.idle]\naction = \"kill\"\n",
+                  "queues.interactive.idle.action: 'kill' is not one of"},
+        BadConfig{"unknown drain policy", "[mig]\ndrain = \"now\"\n", "mig.drain: 'now' is not one of"},
+        BadConfig{"missing default queue", "default_queue = \"gpu\"\n",
+                  "default_queue = 'gpu': no such queue"},
+        BadConfig{"default queue removed by the file",
+                  "[queues.batch]\nkinds = [\"whole\"]\n",
+                  "default_queue = 'interactive': no such queue"},
+        BadConfig{"zero idle window", "[queues.interactive.idle]\nwindow = \"0s\"\n",
+                  "queues.interactive.idle.window = 0: must be more than zero"},
+        BadConfig{"syntax error", "[queues.interactive\n", "gpuslice.toml:1:"}),
+    [](const ::testing::TestParamInfo<BadConfig>& info) {
+      std::string n = info.param.what;
+      for (char& ch : n)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      return n;
+    });
+
+TEST(ConfigTest, EffectiveLimitIsTheSmallestSetOne) {
+  QueueConfig q;
+  q.time_limit = 8 * kHour;
+  q.max_duration = 0;
+  EXPECT_EQ(q.EffectiveLimit(0), 8 * kHour);
+  EXPECT_EQ(q.EffectiveLimit(kHour), kHour);
+  q.max_duration = 2 * kHour;
+  EXPECT_EQ(q.EffectiveLimit(0), 2 * kHour);
+  QueueConfig none;
+  EXPECT_EQ(none.EffectiveLimit(0), 0);
+}
+
+}  // namespace
+}  // namespace gpuslice::sched
