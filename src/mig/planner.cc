@@ -69,7 +69,7 @@ Result<Plan> PlanLayout(const PlanInput& in) {
   MigLayout added;
   std::map<int, size_t> count;
   const auto visit = [&](auto&& self, size_t next) -> void {
-    if (!added.empty()) {
+    if (!added.empty() && added.size() >= best.added.size()) {
       Candidate c{added, FreeMemorySlices(model, layout), SatisfiedBy(added, demand)};
       if (Better(c, best)) best = std::move(c);
     }

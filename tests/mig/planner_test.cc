@@ -73,8 +73,12 @@ size_t BestPossible(const PlanInput& in) {
   std::map<int, size_t> demand;
   for (Bytes need : in.pending)
     if (const MigProfile* p = in.model->SmallestProfileFor(need)) ++demand[p->id];
+  // Enumerated once per model: the random test asks hundreds of times.
+  static std::map<const DeviceModel*, std::vector<MigLayout>> cache;
+  auto it = cache.find(in.model);
+  if (it == cache.end()) it = cache.emplace(in.model, EnumerateLayouts(*in.model)).first;
   size_t best = 0;
-  for (const MigLayout& l : EnumerateLayouts(*in.model)) {
+  for (const MigLayout& l : it->second) {
     MigLayout rest = l;
     bool contains = true;
     for (const MigPlacement& u : in.in_use) {
