@@ -1,0 +1,90 @@
+#pragma once
+// Attribution of GPU processes to slices. A process belongs to a slice when
+//   1. it runs on the slice's MIG device (by instance UUID; no /proc needed), or
+//   2. one of its ancestors (pid -> ppid chain in /proc) is one of the slice's root pids, or
+//   3. its cgroup path lies under the slice's cgroup, or
+//   4. its environment carries GPUSLICE_SLICE_ID=<slice id> (readable only with privileges),
+// and the slice holds the device it runs on. A process that exits between the driver listing
+// it and our /proc lookup is "vanished", not an error.
+// ProcessTable reads /proc (root injectable for tests); Attributor caches ancestry per
+// (pid, start time) so steady-state sampling reads one file per process.
+// Not thread-safe: owned by the agent's sampling thread.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/status.h"
+#include "devices/backend.h"
+#include "sched/config.h"
+
+namespace gpuslice::agent {
+
+inline constexpr const char* kSliceEnvVar = "GPUSLICE_SLICE_ID";
+
+// What the agent knows about a running slice (given by the daemon or the Slurm agent).
+struct SliceBinding {
+  SliceId slice;
+  JobId job;
+  std::string user;
+  std::string queue;
+  sched::SliceKind kind = sched::SliceKind::kShared;
+  std::vector<DeviceIndex> devices;  // whole: all its devices; others: one
+  std::string mig_uuid;              // kind mig: the MIG device ("MIG-...")
+  std::vector<int> root_pids;        // the job's top processes (exec/ or slurmstepd children)
+  std::string cgroup;                // e.g. "/gpuslice.slice/job-42"; empty: not used
+  sched::IdlePolicy idle;            // the queue's policy
+};
+
+struct ProcStat {
+  int pid = 0;
+  int ppid = 0;
+  unsigned long long start_time = 0;  // clock ticks since boot (field 22): tells reused pids apart
+};
+
+class ProcessTable {
+ public:
+  explicit ProcessTable(std::string proc_root = "/proc") : root_(std::move(proc_root)) {}
+  // NotFound when the process is gone.
+  Result<ProcStat> Stat(int pid) const;
+  // cgroup v2 path ("0::/x/y" -> "/x/y"); on v1, the first controller's path.
+  Result<std::string> Cgroup(int pid) const;
+  // Value of `key` in /proc/<pid>/environ; NotFound if unset, PermissionDenied if unreadable.
+  Result<std::string> EnvironValue(int pid, std::string_view key) const;
+
+ private:
+  std::string root_;
+};
+
+struct AttributionStats {
+  int attributed = 0;
+  int unattributed = 0;  // alive, but no slice claims it
+  int vanished = 0;      // exited before we could look it up
+};
+
+class Attributor {
+ public:
+  explicit Attributor(ProcessTable table = ProcessTable()) : table_(std::move(table)) {}
+
+  std::optional<SliceId> Attribute(DeviceIndex device, const devices::ProcessSample& p,
+                                   const std::vector<SliceBinding>& slices, AttributionStats* stats);
+  // Drops cache entries for pids not seen since the previous call.
+  void EndRound();
+
+ private:
+  struct Cached {
+    unsigned long long start_time = 0;
+    std::vector<int> ancestors;  // pid itself first, up to init
+    std::string cgroup;
+    std::string slice_env;
+    bool seen = false;
+  };
+  Result<Cached*> Lookup(int pid);
+
+  ProcessTable table_;
+  std::map<int, Cached> cache_;
+};
+
+}  // namespace gpuslice::agent

@@ -1,0 +1,49 @@
+#pragma once
+// Prometheus text exposition (format 0.0.4) of device and slice metrics, as a library
+// function the daemon's /metrics and the Slurm agent both call. Device metric names follow
+// dcgm-exporter where they overlap (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_MEM_COPY_UTIL,
+// DCGM_FI_DEV_FB_USED/FREE in MiB, DCGM_FI_DEV_POWER_USAGE in W, DCGM_FI_DEV_GPU_TEMP,
+// DCGM_FI_DEV_SM_CLOCK/MEM_CLOCK in MHz, DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION in mJ) with its
+// labels (gpu, UUID, modelName, Hostname); per-slice series are gpuslice_slice_* labelled
+// with slice, job, user, queue, kind, gpu. A figure the driver cannot give is omitted, never
+// rendered as 0. Pure functions; thread-safe.
+
+#include <string>
+#include <vector>
+
+#include "core/ids.h"
+#include "devices/backend.h"
+
+namespace gpuslice::agent {
+
+struct SliceMetrics {
+  SliceId slice;
+  JobId job;
+  std::string user;
+  std::string queue;
+  std::string kind;        // "whole", "mig", "mps", "shared"
+  std::string gpu;         // device index list, e.g. "0" or "0,1"
+  std::string mig_uuid;    // kind mig
+  devices::Reading<devices::Permille> sm_util;
+  devices::Reading<devices::Permille> mem_util;
+  devices::Reading<Bytes> memory_used;
+  int processes = 0;
+  bool idle = false;
+  Micros idle_for = 0;
+};
+
+struct MetricsInput {
+  std::string hostname;
+  std::vector<devices::DeviceInfo> devices;
+  std::vector<devices::DeviceSample> samples;  // latest per device (may be fewer than devices)
+  std::vector<SliceMetrics> slices;
+  int unattributed_processes = 0;
+  int sample_errors = 0;  // cumulative failed device reads
+};
+
+std::string RenderPrometheus(const MetricsInput& in);
+
+// Escapes a label value (backslash, double quote, newline).
+std::string EscapeLabel(std::string_view v);
+
+}  // namespace gpuslice::agent

@@ -1,0 +1,775 @@
+#include "devices/nvml.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "devices/clock.h"
+
+namespace gpuslice::devices {
+
+using namespace nvml;  // NOLINT: .cc only; the ABI names are short on purpose
+
+struct NvmlBackend::Api {
+  InitFn init = nullptr;
+  ShutdownFn shutdown = nullptr;
+  ErrorStringFn error_string = nullptr;
+  SystemGetDriverVersionFn driver_version = nullptr;
+  DeviceGetCountFn count = nullptr;
+  DeviceGetHandleByIndexFn handle_by_index = nullptr;
+  DeviceGetStringFn name = nullptr;
+  DeviceGetStringFn uuid = nullptr;
+  DeviceGetMemoryInfoFn memory = nullptr;
+  DeviceGetMemoryInfoV2Fn memory_v2 = nullptr;
+  DeviceGetSamplesFn samples = nullptr;
+  DeviceGetProcessUtilizationFn process_util = nullptr;
+  DeviceGetRunningProcessesFn compute_procs = nullptr;
+  DeviceGetClockInfoFn clock = nullptr;
+  DeviceGetUIntFn power = nullptr;
+  DeviceGetTemperatureFn temperature = nullptr;
+  DeviceGetULongLongFn energy = nullptr;
+  DeviceGetMigModeFn mig_mode = nullptr;
+  DeviceSetMigModeFn set_mig_mode = nullptr;
+  DeviceGetUIntFn max_mig_devices = nullptr;
+  DeviceGetMigDeviceHandleByIndexFn mig_handle = nullptr;
+  DeviceGetUIntFn mig_gi_id = nullptr;
+  DeviceGetUIntFn mig_ci_id = nullptr;
+  DeviceGetGpuInstanceProfileInfoFn gi_profile_info = nullptr;
+  DeviceGetGpuInstancesFn gpu_instances = nullptr;
+  DeviceGetGpuInstanceByIdFn gi_by_id = nullptr;
+  DeviceCreateGpuInstanceWithPlacementFn create_gi = nullptr;
+  GpuInstanceGetInfoFn gi_info = nullptr;
+  GpuInstanceDestroyFn destroy_gi = nullptr;
+  GpuInstanceGetComputeInstanceProfileInfoFn ci_profile_info = nullptr;
+  GpuInstanceCreateComputeInstanceFn create_ci = nullptr;
+  GpuInstanceGetComputeInstancesFn compute_instances = nullptr;
+  GpuInstanceGetComputeInstanceByIdFn ci_by_id = nullptr;
+  ComputeInstanceGetInfoFn ci_info = nullptr;
+  ComputeInstanceDestroyFn destroy_ci = nullptr;
+};
+
+namespace {
+
+// First symbol of `names` that the library exports (newest version first).
+template <typename Fn>
+Fn Resolve(void* lib, std::initializer_list<const char*> names, const char** chosen = nullptr) {
+  for (const char* n : names) {
+    if (void* p = ::dlsym(lib, n)) {
+      if (chosen != nullptr) *chosen = n;
+      return reinterpret_cast<Fn>(p);
+    }
+  }
+  return nullptr;
+}
+
+std::string CString(const char* buf, std::size_t n) { return std::string(buf, strnlen(buf, n)); }
+
+StatusCode CodeFor(Return r) {
+  switch (r) {
+    case kErrorNotSupported: return StatusCode::kUnsupported;
+    case kErrorNoPermission: return StatusCode::kPermissionDenied;
+    case kErrorNotFound: return StatusCode::kNotFound;
+    case kErrorInvalidArgument: return StatusCode::kInvalidArgument;
+    case kErrorInUse: return StatusCode::kFailedPrecondition;
+    case kErrorInsufficientResources: return StatusCode::kResourceExhausted;
+    case kErrorDriverNotLoaded:
+    case kErrorGpuIsLost:
+    case kErrorUninitialized: return StatusCode::kUnavailable;
+    default: return StatusCode::kInternal;
+  }
+}
+
+double SampleValue(int type, const Value& v) {
+  switch (type) {
+    case kValueDouble: return v.d;
+    case kValueUInt: return v.ui;
+    case kValueULong: return static_cast<double>(v.ul);
+    case kValueULongLong: return static_cast<double>(v.ull);
+    case kValueSLongLong: return static_cast<double>(v.sll);
+    case kValueSInt: return v.si;
+    case kValueUShort: return v.us;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const BackendOptions& options) {
+  void* lib = ::dlopen(options.nvml_library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* err = ::dlerror();
+    return Unavailable(fmt::format("no NVIDIA driver: cannot load {}: {}", options.nvml_library,
+                                   err ? err : "unknown error"));
+  }
+  auto api = std::make_unique<Api>();
+  Api& a = *api;
+  a.init = Resolve<InitFn>(lib, {"nvmlInit_v2", "nvmlInit"});
+  a.shutdown = Resolve<ShutdownFn>(lib, {"nvmlShutdown"});
+  a.error_string = Resolve<ErrorStringFn>(lib, {"nvmlErrorString"});
+  a.count = Resolve<DeviceGetCountFn>(lib, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"});
+  a.handle_by_index =
+      Resolve<DeviceGetHandleByIndexFn>(lib, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
+  if (a.init == nullptr || a.shutdown == nullptr || a.count == nullptr || a.handle_by_index == nullptr) {
+    ::dlclose(lib);
+    return Unavailable(fmt::format("no NVIDIA driver: {} lacks nvmlInit/nvmlDeviceGetCount", options.nvml_library));
+  }
+  const Return r = a.init();
+  if (r != kSuccess) {
+    std::string why = a.error_string ? a.error_string(r) : fmt::format("error {}", r);
+    ::dlclose(lib);
+    return Unavailable(fmt::format("no NVIDIA driver: nvmlInit failed: {}", why));
+  }
+  a.driver_version = Resolve<SystemGetDriverVersionFn>(lib, {"nvmlSystemGetDriverVersion"});
+  a.name = Resolve<DeviceGetStringFn>(lib, {"nvmlDeviceGetName"});
+  a.uuid = Resolve<DeviceGetStringFn>(lib, {"nvmlDeviceGetUUID"});
+  a.memory_v2 = Resolve<DeviceGetMemoryInfoV2Fn>(lib, {"nvmlDeviceGetMemoryInfo_v2"});
+  a.memory = Resolve<DeviceGetMemoryInfoFn>(lib, {"nvmlDeviceGetMemoryInfo"});
+  a.samples = Resolve<DeviceGetSamplesFn>(lib, {"nvmlDeviceGetSamples"});
+  a.process_util = Resolve<DeviceGetProcessUtilizationFn>(lib, {"nvmlDeviceGetProcessUtilization"});
+  a.clock = Resolve<DeviceGetClockInfoFn>(lib, {"nvmlDeviceGetClockInfo"});
+  a.power = Resolve<DeviceGetUIntFn>(lib, {"nvmlDeviceGetPowerUsage"});
+  a.temperature = Resolve<DeviceGetTemperatureFn>(lib, {"nvmlDeviceGetTemperature"});
+  a.energy = Resolve<DeviceGetULongLongFn>(lib, {"nvmlDeviceGetTotalEnergyConsumption"});
+  a.mig_mode = Resolve<DeviceGetMigModeFn>(lib, {"nvmlDeviceGetMigMode"});
+  a.set_mig_mode = Resolve<DeviceSetMigModeFn>(lib, {"nvmlDeviceSetMigMode"});
+  a.max_mig_devices = Resolve<DeviceGetUIntFn>(lib, {"nvmlDeviceGetMaxMigDeviceCount"});
+  a.mig_handle = Resolve<DeviceGetMigDeviceHandleByIndexFn>(lib, {"nvmlDeviceGetMigDeviceHandleByIndex"});
+  a.mig_gi_id = Resolve<DeviceGetUIntFn>(lib, {"nvmlDeviceGetGpuInstanceId"});
+  a.mig_ci_id = Resolve<DeviceGetUIntFn>(lib, {"nvmlDeviceGetComputeInstanceId"});
+  a.gi_profile_info = Resolve<DeviceGetGpuInstanceProfileInfoFn>(lib, {"nvmlDeviceGetGpuInstanceProfileInfo"});
+  a.gpu_instances = Resolve<DeviceGetGpuInstancesFn>(lib, {"nvmlDeviceGetGpuInstances"});
+  a.gi_by_id = Resolve<DeviceGetGpuInstanceByIdFn>(lib, {"nvmlDeviceGetGpuInstanceById"});
+  a.create_gi =
+      Resolve<DeviceCreateGpuInstanceWithPlacementFn>(lib, {"nvmlDeviceCreateGpuInstanceWithPlacement"});
+  a.gi_info = Resolve<GpuInstanceGetInfoFn>(lib, {"nvmlGpuInstanceGetInfo"});
+  a.destroy_gi = Resolve<GpuInstanceDestroyFn>(lib, {"nvmlGpuInstanceDestroy"});
+  a.ci_profile_info = Resolve<GpuInstanceGetComputeInstanceProfileInfoFn>(
+      lib, {"nvmlGpuInstanceGetComputeInstanceProfileInfo"});
+  a.create_ci = Resolve<GpuInstanceCreateComputeInstanceFn>(lib, {"nvmlGpuInstanceCreateComputeInstance"});
+  a.compute_instances = Resolve<GpuInstanceGetComputeInstancesFn>(lib, {"nvmlGpuInstanceGetComputeInstances"});
+  a.ci_by_id = Resolve<GpuInstanceGetComputeInstanceByIdFn>(lib, {"nvmlGpuInstanceGetComputeInstanceById"});
+  a.ci_info = Resolve<ComputeInstanceGetInfoFn>(lib, {"nvmlComputeInstanceGetInfo_v2", "nvmlComputeInstanceGetInfo"});
+  a.destroy_ci = Resolve<ComputeInstanceDestroyFn>(lib, {"nvmlComputeInstanceDestroy"});
+
+  // Process records: _v3 and _v2 write 24-byte records, the unversioned one 16 bytes — except
+  // early R535 drivers, whose _v3 wrote 32 bytes. nvitop's probe: that driver exports
+  // nvmlDeviceGetConfComputeMemSizeInfo but not yet nvmlDeviceGetRunningProcessDetailList.
+  const char* chosen = nullptr;
+  a.compute_procs = Resolve<DeviceGetRunningProcessesFn>(
+      lib,
+      {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+       "nvmlDeviceGetComputeRunningProcesses"},
+      &chosen);
+  NvmlProcessAbi abi = NvmlProcessAbi::kV1;
+  if (chosen != nullptr && std::string_view(chosen).ends_with("_v3")) {
+    const bool r535 = ::dlsym(lib, "nvmlDeviceGetConfComputeMemSizeInfo") != nullptr &&
+                      ::dlsym(lib, "nvmlDeviceGetRunningProcessDetailList") == nullptr;
+    abi = r535 ? NvmlProcessAbi::kV3R535 : NvmlProcessAbi::kV3;
+  } else if (chosen != nullptr && std::string_view(chosen).ends_with("_v2")) {
+    abi = NvmlProcessAbi::kV2;
+  }
+  auto backend = std::unique_ptr<NvmlBackend>(new NvmlBackend(lib, std::move(api), options));
+  backend->process_abi_ = abi;
+  return backend;
+}
+
+NvmlBackend::NvmlBackend(void* lib, std::unique_ptr<Api> api, const BackendOptions& options)
+    : lib_(lib), api_(std::move(api)), mps_(options.mps_control_binary) {
+  if (api_->driver_version) {
+    char buf[kDriverVersionBufferSize] = {};
+    if (api_->driver_version(buf, sizeof(buf)) == kSuccess) driver_version_ = CString(buf, sizeof(buf));
+  }
+}
+
+NvmlBackend::~NvmlBackend() {
+  api_->shutdown();
+  ::dlclose(lib_);
+}
+
+std::string NvmlBackend::description() const {
+  return driver_version_.empty() ? "nvml" : "nvml driver " + driver_version_;
+}
+
+Status NvmlBackend::Error(std::string_view what, Return r) const {
+  std::string why = api_->error_string ? api_->error_string(r) : fmt::format("error {}", r);
+  return Status(CodeFor(r), fmt::format("{}: {}", what, why));
+}
+
+Result<Device> NvmlBackend::Handle(DeviceIndex index) {
+  Device dev = nullptr;
+  const Return r = api_->handle_by_index(index.value(), &dev);
+  if (r == kErrorInvalidArgument || r == kErrorNotFound) {
+    return NotFound(fmt::format("device index {}: no such device", index.value()));
+  }
+  if (r != kSuccess) return Error(fmt::format("device {}: nvmlDeviceGetHandleByIndex", index.value()), r);
+  return dev;
+}
+
+Result<std::vector<NvmlBackend::RawProcess>> NvmlBackend::RunningProcesses(Device dev) {
+  if (api_->compute_procs == nullptr) return Unsupported("nvmlDeviceGetComputeRunningProcesses not exported");
+  const std::size_t record = process_abi_ == NvmlProcessAbi::kV1      ? sizeof(ProcessInfoV1)
+                             : process_abi_ == NvmlProcessAbi::kV3R535 ? sizeof(ProcessInfoR535)
+                                                                       : sizeof(ProcessInfoV2);
+  unsigned count = 0;
+  Return r = api_->compute_procs(dev, &count, nullptr);
+  std::vector<RawProcess> out;
+  if (r == kSuccess) return out;  // no processes
+  // Processes come and go between the two calls: over-allocate (as nvitop does) and retry.
+  for (int attempt = 0; attempt < 3 && r == kErrorInsufficientSize; ++attempt) {
+    unsigned cap = 2 * count + 5;
+    std::vector<unsigned char> buf(cap * record, 0);
+    count = cap;
+    r = api_->compute_procs(dev, &count, buf.data());
+    if (r != kSuccess) continue;
+    for (unsigned i = 0; i < count && i < cap; ++i) {
+      const unsigned char* p = buf.data() + i * record;
+      RawProcess rp;
+      if (process_abi_ == NvmlProcessAbi::kV1) {
+        ProcessInfoV1 v;
+        std::memcpy(&v, p, sizeof(v));
+        rp.pid = v.pid;
+        rp.memory = v.used_gpu_memory;
+      } else {
+        ProcessInfoV2 v;  // the R535 record starts with the same 24 bytes
+        std::memcpy(&v, p, sizeof(v));
+        rp.pid = v.pid;
+        rp.memory = v.used_gpu_memory;
+        rp.gi = v.gpu_instance_id;
+        rp.ci = v.compute_instance_id;
+      }
+      out.push_back(rp);
+    }
+    return out;
+  }
+  return Error("nvmlDeviceGetComputeRunningProcesses", r);
+}
+
+Reading<Permille> NvmlBackend::AverageSamples(Device dev, int type, unsigned long long* last_seen,
+                                              int* count) {
+  if (api_->samples == nullptr) return Reading<Permille>::NotSupported("nvmlDeviceGetSamples not exported");
+  int value_type = 0;
+  unsigned n = 0;
+  Return r = api_->samples(dev, type, *last_seen, &value_type, &n, nullptr);
+  if (r == kErrorNotFound) {
+    return Reading<Permille>::Missing(NotFound("no new driver samples since the last read"));
+  }
+  if (r != kSuccess && r != kErrorInsufficientSize) {
+    return Reading<Permille>::Missing(Error("nvmlDeviceGetSamples", r));
+  }
+  std::vector<nvml::Sample> buf(n + 8);
+  n = static_cast<unsigned>(buf.size());
+  r = api_->samples(dev, type, *last_seen, &value_type, &n, buf.data());
+  if (r == kErrorNotFound || (r == kSuccess && n == 0)) {
+    return Reading<Permille>::Missing(NotFound("no new driver samples since the last read"));
+  }
+  if (r != kSuccess) return Reading<Permille>::Missing(Error("nvmlDeviceGetSamples", r));
+  double sum = 0;
+  int used = 0;
+  for (unsigned i = 0; i < n && i < buf.size(); ++i) {
+    if (buf[i].time_stamp <= *last_seen) continue;
+    // Drivers have returned out-of-range values (nvtop#110): clamp to 0..100 %.
+    sum += std::clamp(SampleValue(value_type, buf[i].value), 0.0, 100.0);
+    ++used;
+    *last_seen = std::max(*last_seen, buf[i].time_stamp);
+  }
+  if (used == 0) return Reading<Permille>::Missing(NotFound("no new driver samples since the last read"));
+  if (count != nullptr) *count = used;
+  return Reading<Permille>::Of(static_cast<Permille>(sum * 10.0 / used + 0.5));
+}
+
+Result<std::vector<NvmlBackend::MigDevice>> NvmlBackend::MigDevices(Device dev) {
+  std::vector<MigDevice> out;
+  if (!api_->max_mig_devices || !api_->mig_handle) return out;
+  unsigned max = 0;
+  if (api_->max_mig_devices(dev, &max) != kSuccess) return out;
+  for (unsigned i = 0; i < max; ++i) {
+    MigDevice m;
+    if (api_->mig_handle(dev, i, &m.handle) != kSuccess) continue;  // holes are normal
+    char buf[kUuidBufferSize] = {};
+    if (api_->uuid && api_->uuid(m.handle, buf, sizeof(buf)) == kSuccess) m.uuid = CString(buf, sizeof(buf));
+    if (api_->mig_gi_id) api_->mig_gi_id(m.handle, &m.gi);
+    if (api_->mig_ci_id) api_->mig_ci_id(m.handle, &m.ci);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Result<std::vector<devices::GpuInstanceInfo>> NvmlBackend::GpuInstances(Device dev) {
+  std::vector<devices::GpuInstanceInfo> out;
+  if (!api_->gi_profile_info || !api_->gpu_instances || !api_->gi_info) return out;
+  GPUSLICE_ASSIGN_OR_RETURN(auto migs, MigDevices(dev));
+  for (unsigned p = 0; p < kGpuInstanceProfileCount; ++p) {
+    GpuInstanceProfileInfo pinfo{};
+    Return r = api_->gi_profile_info(dev, p, &pinfo);
+    if (r == kErrorInvalidArgument) break;  // past the last profile this driver knows
+    if (r != kSuccess) continue;
+    std::vector<GpuInstance> gis(std::max(1u, pinfo.instance_count));
+    unsigned n = static_cast<unsigned>(gis.size());
+    if (api_->gpu_instances(dev, pinfo.id, gis.data(), &n) != kSuccess) continue;
+    for (unsigned k = 0; k < n; ++k) {
+      nvml::GpuInstanceInfo info{};
+      if (api_->gi_info(gis[k], &info) != kSuccess) continue;
+      devices::GpuInstanceInfo gi;
+      gi.id = GpuInstanceId(info.id);
+      gi.profile_id = static_cast<int>(pinfo.id);
+      gi.start = static_cast<int>(info.placement.start);
+      gi.size = static_cast<int>(info.placement.size);
+      gi.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(pinfo.memory_size_mb) * kMiB);
+      for (const auto& m : migs) {
+        if (m.gi != info.id) continue;
+        devices::ComputeInstanceInfo ci;
+        ci.id = ComputeInstanceId(m.ci);
+        ci.uuid = m.uuid;
+        if (api_->ci_by_id && api_->ci_info) {
+          ComputeInstance h = nullptr;
+          nvml::ComputeInstanceInfo cinfo{};
+          if (api_->ci_by_id(gis[k], m.ci, &h) == kSuccess && api_->ci_info(h, &cinfo) == kSuccess) {
+            ci.profile_id = static_cast<int>(cinfo.profile_id);
+          }
+        }
+        gi.compute_instances.push_back(std::move(ci));
+      }
+      out.push_back(std::move(gi));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+  return out;
+}
+
+Result<std::vector<DeviceInfo>> NvmlBackend::ListDevices() {
+  std::lock_guard lock(mu_);
+  unsigned n = 0;
+  if (Return r = api_->count(&n); r != kSuccess) return Error("nvmlDeviceGetCount", r);
+  std::vector<DeviceInfo> out;
+  for (unsigned i = 0; i < n; ++i) {
+    DeviceInfo d;
+    d.index = DeviceIndex(i);
+    auto h = Handle(d.index);
+    if (!h.ok()) {
+      // Counted but not accessible (e.g. NO_PERMISSION in a container): list it as such.
+      d.memory_total = Reading<Bytes>::Missing(h.status());
+      d.memory_used = d.memory_total;
+      out.push_back(std::move(d));
+      continue;
+    }
+    Device dev = *h;
+    char buf[kNameBufferSize] = {};
+    if (api_->name && api_->name(dev, buf, sizeof(buf)) == kSuccess) d.name = CString(buf, sizeof(buf));
+    char ubuf[kUuidBufferSize] = {};
+    if (api_->uuid && api_->uuid(dev, ubuf, sizeof(ubuf)) == kSuccess) d.uuid = CString(ubuf, sizeof(ubuf));
+    if (auto m = FindModel(d.name); m.ok()) d.model = *m;
+    if (api_->memory_v2) {
+      MemoryV2 mem{};
+      mem.version = kMemoryV2Version;
+      if (Return r = api_->memory_v2(dev, &mem); r == kSuccess) {
+        d.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
+        d.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
+      }
+    }
+    if (!d.memory_total.ok() && api_->memory) {
+      Memory mem{};
+      if (Return r = api_->memory(dev, &mem); r == kSuccess) {
+        d.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
+        d.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
+      } else {
+        d.memory_total = Reading<Bytes>::Missing(Error("nvmlDeviceGetMemoryInfo", r));
+        d.memory_used = d.memory_total;
+      }
+    }
+    if (api_->mig_mode) {
+      unsigned cur = 0, pend = 0;
+      if (api_->mig_mode(dev, &cur, &pend) == kSuccess) {
+        d.mig_current = cur == kMigEnable ? MigMode::kEnabled : MigMode::kDisabled;
+        d.mig_pending = pend == kMigEnable ? MigMode::kEnabled : MigMode::kDisabled;
+      }
+    }
+    if (d.mig_current == MigMode::kEnabled) {
+      auto gis = GpuInstances(dev);
+      if (gis.ok()) d.gpu_instances = std::move(gis).value();
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+Result<DeviceSample> NvmlBackend::Sample(DeviceIndex index) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device dev, Handle(index));
+  const auto key = index.value();
+  const Micros now = WallMicros();
+  DeviceSample s;
+  s.index = index;
+  char ubuf[kUuidBufferSize] = {};
+  if (api_->uuid && api_->uuid(dev, ubuf, sizeof(ubuf)) == kSuccess) s.uuid = CString(ubuf, sizeof(ubuf));
+
+  // NVML sample timestamps are CPU µs since the epoch; the first read looks back one second
+  // rather than taking the whole driver buffer (which can average minutes).
+  auto& util_seen = last_util_seen_[key];
+  auto& mem_seen = last_mem_seen_[key];
+  auto& proc_seen = last_proc_seen_[key];
+  const unsigned long long window_from = util_seen != 0 ? util_seen : static_cast<unsigned long long>(now - kSecond);
+  if (util_seen == 0) util_seen = mem_seen = proc_seen = window_from;
+  s.window_start = static_cast<Micros>(window_from);
+  s.window_end = now;
+
+  bool mig = false;
+  if (api_->mig_mode) {
+    unsigned cur = 0, pend = 0;
+    mig = api_->mig_mode(dev, &cur, &pend) == kSuccess && cur == kMigEnable;
+  }
+  if (mig) {
+    s.gpu_util = Reading<Permille>::NotSupported("GPU utilisation is not available with MIG enabled");
+    s.mem_util = s.gpu_util;
+  } else {
+    s.gpu_util = AverageSamples(dev, kSamplingGpuUtil, &util_seen, &s.driver_samples);
+    s.mem_util = AverageSamples(dev, kSamplingMemoryUtil, &mem_seen, nullptr);
+    if (s.gpu_util.status().code() == StatusCode::kUnavailable) return s.gpu_util.status();  // GPU lost
+  }
+
+  if (api_->memory_v2) {
+    MemoryV2 mem{};
+    mem.version = kMemoryV2Version;
+    if (api_->memory_v2(dev, &mem) == kSuccess) {
+      s.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
+      s.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
+    }
+  }
+  if (!s.memory_total.ok() && api_->memory) {
+    Memory mem{};
+    if (Return r = api_->memory(dev, &mem); r == kSuccess) {
+      s.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
+      s.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
+    } else {
+      s.memory_total = Reading<Bytes>::Missing(Error("nvmlDeviceGetMemoryInfo", r));
+      s.memory_used = s.memory_total;
+    }
+  }
+  auto uint_reading = [&](Return r, unsigned v, std::string_view what) {
+    return r == kSuccess ? Reading<int>::Of(static_cast<int>(v)) : Reading<int>::Missing(Error(what, r));
+  };
+  unsigned v = 0;
+  if (api_->clock) {
+    Return r = api_->clock(dev, kClockSm, &v);
+    s.sm_clock_mhz = uint_reading(r, v, "nvmlDeviceGetClockInfo(SM)");
+    r = api_->clock(dev, kClockMem, &v);
+    s.mem_clock_mhz = uint_reading(r, v, "nvmlDeviceGetClockInfo(MEM)");
+  }
+  if (api_->power) {
+    Return r = api_->power(dev, &v);
+    s.power_mw = r == kSuccess ? Reading<std::int64_t>::Of(v)
+                               : Reading<std::int64_t>::Missing(Error("nvmlDeviceGetPowerUsage", r));
+  }
+  if (api_->temperature) {
+    Return r = api_->temperature(dev, kTemperatureGpu, &v);
+    s.temperature_c = uint_reading(r, v, "nvmlDeviceGetTemperature");
+  }
+  if (api_->energy) {
+    unsigned long long mj = 0;
+    Return r = api_->energy(dev, &mj);
+    s.energy_mj = r == kSuccess ? Reading<std::int64_t>::Of(static_cast<std::int64_t>(mj))
+                                : Reading<std::int64_t>::Missing(Error("nvmlDeviceGetTotalEnergyConsumption", r));
+  }
+
+  // Processes, then per-process utilisation since the last read (entries only for processes
+  // that were busy; several entries per pid are averaged).
+  auto procs = RunningProcesses(dev);
+  if (!procs.ok() && procs.status().code() == StatusCode::kUnavailable) return procs.status();
+  std::map<unsigned, std::pair<long, int>> sm, mm;  // pid -> (sum %, n)
+  Status per_process = Status::Ok();
+  if (mig) {
+    per_process = Unsupported("no per-process utilisation in MIG mode");
+  } else if (!api_->process_util) {
+    per_process = Unsupported("nvmlDeviceGetProcessUtilization not exported");
+  } else {
+    unsigned n = 0;
+    Return r = api_->process_util(dev, nullptr, &n, proc_seen);
+    if (r == kErrorInsufficientSize || (r == kSuccess && n > 0)) {
+      std::vector<ProcessUtilizationSample> buf(n + 16);
+      n = static_cast<unsigned>(buf.size());
+      r = api_->process_util(dev, buf.data(), &n, proc_seen);
+      if (r == kSuccess) {
+        unsigned long long newest = proc_seen;
+        for (unsigned i = 0; i < n && i < buf.size(); ++i) {
+          sm[buf[i].pid].first += std::min(buf[i].sm_util, 100u);
+          sm[buf[i].pid].second++;
+          mm[buf[i].pid].first += std::min(buf[i].mem_util, 100u);
+          mm[buf[i].pid].second++;
+          newest = std::max(newest, buf[i].time_stamp);
+        }
+        proc_seen = newest;
+      }
+    }
+    if (r != kSuccess && r != kErrorNotFound && r != kErrorInsufficientSize) {
+      per_process = Error("nvmlDeviceGetProcessUtilization", r);
+    }
+  }
+  std::vector<MigDevice> migs;
+  if (mig) {
+    auto m = MigDevices(dev);
+    if (m.ok()) migs = std::move(m).value();
+  }
+  if (procs.ok()) {
+    for (const auto& rp : *procs) {
+      ProcessSample p;
+      p.pid = static_cast<int>(rp.pid);
+      p.memory_used = rp.memory == kValueNotAvailable
+                          ? Reading<Bytes>::NotSupported("per-process memory not available")
+                          : Reading<Bytes>::Of(static_cast<Bytes>(rp.memory));
+      if (!per_process.ok()) {
+        p.sm_util = Reading<Permille>::Missing(per_process);
+        p.mem_util = p.sm_util;
+      } else {
+        auto avg = [](const std::map<unsigned, std::pair<long, int>>& m, unsigned pid) {
+          auto it = m.find(pid);
+          if (it == m.end()) return Reading<Permille>::Of(0);
+          return Reading<Permille>::Of(static_cast<Permille>(it->second.first * 10 / it->second.second));
+        };
+        p.sm_util = avg(sm, rp.pid);
+        p.mem_util = avg(mm, rp.pid);
+      }
+      if (rp.gi != kNoInstance && mig) {
+        p.gpu_instance = GpuInstanceId(rp.gi);
+        p.compute_instance = ComputeInstanceId(rp.ci);
+        for (const auto& m : migs) {
+          if (m.gi == rp.gi && m.ci == rp.ci) p.mig_uuid = m.uuid;
+        }
+      }
+      s.processes.push_back(std::move(p));
+    }
+  }
+  for (const auto& m : migs) {
+    MigSample ms;
+    ms.uuid = m.uuid;
+    ms.gpu_instance = GpuInstanceId(m.gi);
+    ms.compute_instance = ComputeInstanceId(m.ci);
+    Memory mem{};
+    if (api_->memory && api_->memory(m.handle, &mem) == kSuccess) {
+      ms.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
+      ms.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
+    }
+    // Per-instance activity needs GPM (Hopper+), which this backend does not read yet.
+    ms.util = Reading<Permille>::NotSupported("per-MIG-instance utilisation (GPM) not implemented");
+    for (const auto& p : s.processes) {
+      if (p.mig_uuid == m.uuid) ms.pids.push_back(p.pid);
+    }
+    s.mig.push_back(std::move(ms));
+  }
+  return s;
+}
+
+// ---- MPS ----------------------------------------------------------------------------------
+
+Status NvmlBackend::StartMps(DeviceIndex index, const MpsConfig& config) {
+  std::string uuid;
+  {
+    std::lock_guard lock(mu_);
+    GPUSLICE_ASSIGN_OR_RETURN(Device dev, Handle(index));
+    char ubuf[kUuidBufferSize] = {};
+    if (api_->uuid && api_->uuid(dev, ubuf, sizeof(ubuf)) == kSuccess) uuid = CString(ubuf, sizeof(ubuf));
+    if (uuid.empty()) uuid = std::to_string(index.value());
+    auto it = mps_configs_.find(index.value());
+    if (it != mps_configs_.end() && it->second.pipe_dir != config.pipe_dir &&
+        mps_.Probe(it->second.pipe_dir).state == MpsState::kRunning) {
+      return FailedPrecondition(fmt::format("mps: device {} already runs a daemon on pipe dir {}",
+                                            index.value(), it->second.pipe_dir));
+    }
+  }
+  GPUSLICE_RETURN_IF_ERROR(mps_.Start(uuid, config));
+  std::lock_guard lock(mu_);
+  mps_configs_[index.value()] = config;
+  return Status::Ok();
+}
+
+Status NvmlBackend::StopMps(DeviceIndex index) {
+  std::string pipe;
+  {
+    std::lock_guard lock(mu_);
+    GPUSLICE_RETURN_IF_ERROR(Handle(index).status());
+    auto it = mps_configs_.find(index.value());
+    if (it == mps_configs_.end()) return Status::Ok();
+    pipe = it->second.pipe_dir;
+  }
+  GPUSLICE_RETURN_IF_ERROR(mps_.Stop(pipe));
+  std::lock_guard lock(mu_);
+  mps_configs_.erase(index.value());
+  return Status::Ok();
+}
+
+Result<MpsStatus> NvmlBackend::GetMpsStatus(DeviceIndex index) {
+  std::string pipe;
+  {
+    std::lock_guard lock(mu_);
+    GPUSLICE_RETURN_IF_ERROR(Handle(index).status());
+    auto it = mps_configs_.find(index.value());
+    if (it == mps_configs_.end()) return MpsStatus{};
+    pipe = it->second.pipe_dir;
+  }
+  return mps_.Probe(pipe);
+}
+
+// ---- MIG ----------------------------------------------------------------------------------
+
+bool NvmlBackend::HasProcesses(Device dev, const std::vector<unsigned>* gi_filter) {
+  auto procs = RunningProcesses(dev);
+  if (!procs.ok()) return false;
+  for (const auto& p : *procs) {
+    if (gi_filter == nullptr) return true;
+    if (std::find(gi_filter->begin(), gi_filter->end(), p.gi) != gi_filter->end()) return true;
+  }
+  return false;
+}
+
+Status NvmlBackend::SetMigMode(DeviceIndex index, bool enabled) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device dev, Handle(index));
+  if (!api_->mig_mode || !api_->set_mig_mode) return Unsupported("MIG is not supported by this driver");
+  unsigned cur = 0, pend = 0;
+  if (Return r = api_->mig_mode(dev, &cur, &pend); r != kSuccess) {
+    return Error(fmt::format("device {}: nvmlDeviceGetMigMode", index.value()), r);
+  }
+  const unsigned want = enabled ? kMigEnable : kMigDisable;
+  if (cur == want && pend == want) return Status::Ok();
+  if (HasProcesses(dev, nullptr)) {
+    return FailedPrecondition(
+        fmt::format("device {}: processes running; stop them before changing MIG mode", index.value()));
+  }
+  Return activation = kSuccess;
+  if (Return r = api_->set_mig_mode(dev, want, &activation); r != kSuccess) {
+    return Error(fmt::format("device {}: nvmlDeviceSetMigMode", index.value()), r);
+  }
+  if (activation != kSuccess) {
+    // Ampere: the mode is pending until a GPU reset; report it, the caller decides.
+    return Error(fmt::format("device {}: MIG mode pending (GPU reset needed)", index.value()), activation);
+  }
+  return Status::Ok();
+}
+
+Result<unsigned> NvmlBackend::ProfileEnum(Device dev, int profile_id, GpuInstanceProfileInfo* info) {
+  if (!api_->gi_profile_info) return Unsupported("MIG profiles not supported by this driver");
+  for (unsigned p = 0; p < kGpuInstanceProfileCount; ++p) {
+    GpuInstanceProfileInfo pinfo{};
+    Return r = api_->gi_profile_info(dev, p, &pinfo);
+    if (r == kErrorInvalidArgument) break;
+    if (r == kSuccess && static_cast<int>(pinfo.id) == profile_id) {
+      *info = pinfo;
+      return p;
+    }
+  }
+  return InvalidArgument(fmt::format("no GPU-instance profile id {} on this device", profile_id));
+}
+
+Result<devices::GpuInstanceInfo> NvmlBackend::CreateGpuInstance(DeviceIndex index, int profile_id, int start) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device dev, Handle(index));
+  if (!api_->create_gi || !api_->gi_info) return Unsupported("MIG instance creation not supported by this driver");
+  GpuInstanceProfileInfo pinfo{};
+  GPUSLICE_RETURN_IF_ERROR(ProfileEnum(dev, profile_id, &pinfo).status());
+  GPUSLICE_ASSIGN_OR_RETURN(auto existing, GpuInstances(dev));
+  for (const auto& gi : existing) {
+    if (gi.profile_id == profile_id && gi.start == start) return gi;  // retry after a crash
+  }
+  GpuInstancePlacement placement{static_cast<unsigned>(start), pinfo.slice_count};
+  GpuInstance gi = nullptr;
+  if (Return r = api_->create_gi(dev, pinfo.id, &placement, &gi); r != kSuccess) {
+    return Error(fmt::format("device {}: create GPU instance profile {} at {}", index.value(), profile_id, start), r);
+  }
+  nvml::GpuInstanceInfo info{};
+  if (Return r = api_->gi_info(gi, &info); r != kSuccess) return Error("nvmlGpuInstanceGetInfo", r);
+  devices::GpuInstanceInfo out;
+  out.id = GpuInstanceId(info.id);
+  out.profile_id = profile_id;
+  out.start = static_cast<int>(info.placement.start);
+  out.size = static_cast<int>(info.placement.size);
+  out.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(pinfo.memory_size_mb) * kMiB);
+  return out;
+}
+
+Result<devices::ComputeInstanceInfo> NvmlBackend::CreateComputeInstance(DeviceIndex index, GpuInstanceId gi_id,
+                                                               int ci_profile_id) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device dev, Handle(index));
+  if (!api_->gi_by_id || !api_->create_ci || !api_->ci_profile_info || !api_->ci_info) {
+    return Unsupported("MIG compute instances not supported by this driver");
+  }
+  GpuInstance gi = nullptr;
+  if (Return r = api_->gi_by_id(dev, gi_id.value(), &gi); r != kSuccess) {
+    return Error(fmt::format("device {}: GPU instance {}", index.value(), gi_id.value()), r);
+  }
+  ComputeInstanceProfileInfo cinfo{};
+  if (Return r = api_->ci_profile_info(gi, static_cast<unsigned>(ci_profile_id), kComputeInstanceEngineProfileShared,
+                                       &cinfo);
+      r != kSuccess) {
+    return Error(fmt::format("device {} GI {}: compute-instance profile {}", index.value(), gi_id.value(),
+                             ci_profile_id),
+                 r);
+  }
+  ComputeInstance ci = nullptr;
+  if (api_->compute_instances) {
+    std::vector<ComputeInstance> cis(std::max(1u, cinfo.instance_count));
+    unsigned n = static_cast<unsigned>(cis.size());
+    if (api_->compute_instances(gi, cinfo.id, cis.data(), &n) == kSuccess && n > 0) ci = cis[0];
+  }
+  if (ci == nullptr) {
+    if (Return r = api_->create_ci(gi, cinfo.id, &ci); r != kSuccess) {
+      return Error(fmt::format("device {} GI {}: create compute instance", index.value(), gi_id.value()), r);
+    }
+  }
+  nvml::ComputeInstanceInfo info{};
+  if (Return r = api_->ci_info(ci, &info); r != kSuccess) return Error("nvmlComputeInstanceGetInfo", r);
+  devices::ComputeInstanceInfo out;
+  out.id = ComputeInstanceId(info.id);
+  out.profile_id = ci_profile_id;
+  GPUSLICE_ASSIGN_OR_RETURN(auto migs, MigDevices(dev));
+  for (const auto& m : migs) {
+    if (m.gi == gi_id.value() && m.ci == info.id) out.uuid = m.uuid;
+  }
+  return out;
+}
+
+Status NvmlBackend::DestroyComputeInstance(DeviceIndex index, GpuInstanceId gi_id, ComputeInstanceId ci_id) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device dev, Handle(index));
+  if (!api_->gi_by_id || !api_->ci_by_id || !api_->destroy_ci) return Unsupported("MIG not supported by this driver");
+  GpuInstance gi = nullptr;
+  if (api_->gi_by_id(dev, gi_id.value(), &gi) != kSuccess) return Status::Ok();  // already gone
+  ComputeInstance ci = nullptr;
+  if (api_->ci_by_id(gi, ci_id.value(), &ci) != kSuccess) return Status::Ok();
+  std::vector<unsigned> filter{gi_id.value()};
+  if (HasProcesses(dev, &filter)) {
+    return FailedPrecondition(fmt::format("device {} GI {}: processes running", index.value(), gi_id.value()));
+  }
+  if (Return r = api_->destroy_ci(ci); r != kSuccess) {
+    return Error(fmt::format("device {} GI {} CI {}: destroy", index.value(), gi_id.value(), ci_id.value()), r);
+  }
+  return Status::Ok();
+}
+
+Status NvmlBackend::DestroyGpuInstance(DeviceIndex index, GpuInstanceId gi_id) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device dev, Handle(index));
+  if (!api_->gi_by_id || !api_->destroy_gi) return Unsupported("MIG not supported by this driver");
+  GpuInstance gi = nullptr;
+  if (api_->gi_by_id(dev, gi_id.value(), &gi) != kSuccess) return Status::Ok();  // already gone
+  std::vector<unsigned> filter{gi_id.value()};
+  if (HasProcesses(dev, &filter)) {
+    return FailedPrecondition(fmt::format("device {} GI {}: processes running", index.value(), gi_id.value()));
+  }
+  // The driver refuses to destroy a GI that still has CIs: destroy them first.
+  GPUSLICE_ASSIGN_OR_RETURN(auto migs, MigDevices(dev));
+  for (const auto& m : migs) {
+    if (m.gi != gi_id.value() || !api_->ci_by_id || !api_->destroy_ci) continue;
+    ComputeInstance ci = nullptr;
+    if (api_->ci_by_id(gi, m.ci, &ci) == kSuccess) {
+      if (Return r = api_->destroy_ci(ci); r != kSuccess) return Error("nvmlComputeInstanceDestroy", r);
+    }
+  }
+  if (Return r = api_->destroy_gi(gi); r != kSuccess) {
+    return Error(fmt::format("device {} GI {}: destroy", index.value(), gi_id.value()), r);
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpuslice::devices
