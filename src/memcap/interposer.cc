@@ -153,12 +153,13 @@ void* HookForReal(void* p) {
   return nullptr;
 }
 
-bool IsHookedName(const char* name) {
-  if (name == nullptr || name[0] != 'c' || name[1] != 'u') return false;
+// The hook exported under `name`, or nullptr when the name is not intercepted.
+void* HookNamed(const char* name) {
+  if (name == nullptr || name[0] != 'c' || name[1] != 'u') return nullptr;
   for (const HookEntry& e : g_hooks) {
-    if (e.name != nullptr && std::strcmp(e.name, name) == 0) return true;
+    if (e.name != nullptr && std::strcmp(e.name, name) == 0) return e.hook;
   }
-  return false;
+  return nullptr;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -615,15 +616,24 @@ GPUSLICE_EXPORT CUresult cuGetProcAddress_v2_ptsz(const char* symbol, void** pfn
   return GetProcAddressV2(kGetProcAddressV2Ptsz, symbol, pfn, cuda_version, flags, status);
 }
 
-// dlsym: RTLD_NEXT must be resolved relative to the *caller*, which glibc finds from the return
-// address, so that case is a tail call (compiled to a jump: the return address stays the
-// caller's). Other lookups that yield a real driver entry point we hook get the hook.
+// dlsym. Lookups that yield a real driver entry point we hook get the hook.
+// RTLD_NEXT of a hooked name, once the driver is loaded, always gets the hook: from a library
+// whose own dependencies include libcuda, "the next definition" would otherwise be the real
+// driver function (a one-line way around the cap). That is safe for an interposer layered on
+// top of us too: it chains into our hook, which calls the driver directly.
+// Any other RTLD_NEXT lookup must be resolved relative to the *caller*, which glibc finds from
+// the return address, so it is a tail call (compiled to a jump: the return address stays the
+// caller's).
 GPUSLICE_EXPORT void* dlsym(void* handle, const char* name) {
   DlsymFn real = RealDlsym();
-  if (handle == RTLD_NEXT) return real(handle, name);
+  void* hook = HookNamed(name);
+  if (handle == RTLD_NEXT) {
+    if (hook != nullptr && DriverHandle(/*load=*/false) != nullptr) return hook;
+    return real(handle, name);
+  }
   void* p = real(handle, name);
-  if (p != nullptr && IsHookedName(name)) {
-    if (void* hook = HookForReal(p); hook != nullptr) return hook;
+  if (p != nullptr && hook != nullptr) {
+    if (void* substitute = HookForReal(p); substitute != nullptr) return substitute;
   }
   return p;
 }

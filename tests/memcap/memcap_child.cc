@@ -251,6 +251,17 @@ int main() {
     } else if (cmd == "calls") {
       reply = "ok " + std::to_string(fakecuda_alloc_calls()) + " " +
               std::to_string(fakecuda_live_bytes());
+    } else if (cmd == "nextdlsym") {
+      // Which library holds "the next dlsym after this program"? With the interposer preloaded
+      // it must be the interposer: its dlsym resolves RTLD_NEXT relative to the caller.
+      Dl_info info{};
+      void* p = dlsym(RTLD_NEXT, "dlsym");
+      reply = p != nullptr && dladdr(p, &info) != 0 && info.dli_fname != nullptr
+                  ? std::string("ok ") + (std::string(info.dli_fname).find("libgpuslice-cuda") !=
+                                                  std::string::npos
+                                              ? "interposer"
+                                              : "other")
+                  : "err dladdr";
     } else if (cmd == "exit") {
       std::cout << "ok" << std::endl;
       return 0;

@@ -204,6 +204,15 @@ TEST_F(MemcapPreloadTest, PitchedAllocationsCountTheirPitch) {
   EXPECT_EQ(child->Send("info"), "ok " + std::to_string(kGiB) + " " + std::to_string(kGiB));
 }
 
+TEST_F(MemcapPreloadTest, RtldNextIsResolvedRelativeToTheCaller) {
+  // glibc answers RTLD_NEXT from the return address; the interposer's dlsym must keep the
+  // caller's (a tail call), or this lookup from the program would skip the interposer itself.
+  auto child = Start(Slice("a"), kCap);
+  EXPECT_EQ(child->Send("nextdlsym"), "ok interposer");
+  ChildProcess plain(kChild, {});
+  EXPECT_EQ(plain.Send("nextdlsym"), "ok other");
+}
+
 // Every way a program can find the driver's entry points reaches the hooks.
 class MemcapResolutionTest : public MemcapPreloadTest,
                              public ::testing::WithParamInterface<std::string> {};
