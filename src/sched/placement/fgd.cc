@@ -1,6 +1,226 @@
+// The FGD paper's baseline policies (as its artifact, hkust-adsl/kubernetes-scheduler-simulator,
+// scores them; described in docs/evaluation.md), FGD itself, and gpuslice's default policy.
+// Every policy here is stateless and const; scores depend only on the node's state and the
+// request (plus ctx.rng for "random"), which lets the simulator cache them per node version.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <memory>
+
+#include "sched/placement/fgd_frag.h"
 #include "sched/placement/placement.h"
 
 namespace gpuslice::sched {
-// Filled in by the simulator work: the FGD paper's baselines, fgd, and gpuslice's default.
-std::vector<PolicyEntry> FgdPolicies() { return {}; }
+namespace {
+
+// Normalisers of the artifact: the largest openb node (128 CPUs, 8 GPUs).
+constexpr double kMaxSpecCpu = 128000;
+constexpr double kMaxSpecGpu = 8000;
+constexpr std::int64_t kMaxNodeScore = 100;
+
+// A node view with a request applied on chosen GPUs, without heap allocation for up to 16 GPUs.
+class NodeAfter {
+ public:
+  NodeAfter(const NodeView& node, std::int64_t cpu, std::span<const int> gpus, MilliGpu milli)
+      : view_(node) {
+    const std::size_t n = node.gpus.size();
+    GpuView* buf = small_.data();
+    if (n > small_.size()) {
+      large_.resize(n);
+      buf = large_.data();
+    }
+    std::copy(node.gpus.begin(), node.gpus.end(), buf);
+    for (int i : gpus) buf[i].free_milli -= milli;
+    view_.gpus = std::span<const GpuView>(buf, n);
+    view_.cpu_milli_free -= cpu;
+  }
+  const NodeView& view() const { return view_; }
+
+ private:
+  NodeView view_;
+  std::array<GpuView, 16> small_{};
+  std::vector<GpuView> large_;
+};
+
+// Free CPU and GPU left after the request, as the artifact's resource vectors see them.
+struct Leftover {
+  double cpu_free;
+  double gpu_free;
+};
+Leftover FreeVector(const NodeView& node) {
+  return {static_cast<double>(node.cpu_milli_free), static_cast<double>(FreeMilli(node))};
+}
+double TotalMilli(const PlacementRequest& req) {
+  return static_cast<double>(req.milli_per_gpu) * req.num_gpus;
+}
+
+std::optional<NodeChoice> Choice(double score, std::vector<int> gpus, const PlacementRequest& req) {
+  if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
+  return NodeChoice{score, std::move(gpus)};
+}
+
+// "random": each feasible node gets a random score, so the best is a uniformly random node
+// whatever the tie-break; a share goes on a random GPU that fits (artifact: RandomScore, which
+// marks one random feasible node, + gpuSel random). Without ctx.rng every node scores 0.
+class RandomPolicy final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "random"; }
+  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
+                                  const PlacementContext& ctx) const override {
+    const double score = ctx.rng != nullptr ? static_cast<double>((*ctx.rng)() >> 11) : 0;
+    return Choice(score, RandomFitGpus(req, node, ctx.rng), req);
+  }
+};
+
+// "dot-product" (Tetris): 1 - <free, request>/2 over (CPU, total GPU) normalised by the largest
+// node, as an integer 0..100; best-fit GPU within the node (artifact: dimExt merge, norm max).
+class DotProductPolicy final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "dot-product"; }
+  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
+                                  const PlacementContext&) const override {
+    const Leftover f = FreeVector(node);
+    const double dot = (f.cpu_free / kMaxSpecCpu) * (req.cpu_milli / kMaxSpecCpu) +
+                       (f.gpu_free / kMaxSpecGpu) * (TotalMilli(req) / kMaxSpecGpu);
+    const auto score = static_cast<std::int64_t>(kMaxNodeScore * (1.0 - dot / 2));
+    return Choice(static_cast<double>(score), BestFitGpus(req, node), req);
+  }
+};
+
+// "gpu-clustering": prefer nodes already running pods of the same GPU kind (share / whole),
+// then fuller nodes. The artifact keys pods by exact kind ("share-gpu", "2-gpu", ...) using the
+// pods on each node; placement sees GPU states only, so the kinds are inferred from them:
+// a partly used GPU means shares, a fully used one means whole-GPU pods (see evaluation.md).
+class GpuClusteringPolicy final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "gpu-clustering"; }
+  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
+                                  const PlacementContext&) const override {
+    std::vector<int> gpus = BestFitGpus(req, node);
+    if (req.num_gpus <= 0) return NodeChoice{0, {}};
+    bool has_share = false;
+    bool has_whole = false;
+    for (const GpuView& g : node.gpus) {
+      if (g.free_milli > 0 && g.free_milli < kOneGpu) has_share = true;
+      if (g.free_milli == 0) has_whole = true;
+    }
+    const bool mine = IsShare(req) ? has_share : has_whole;
+    const int kinds = static_cast<int>(has_share) + static_cast<int>(has_whole);
+    const std::int64_t fill =
+        kMaxNodeScore / 4 * (static_cast<std::int64_t>(kMaxSpecGpu) - FreeMilli(node)) /
+        static_cast<std::int64_t>(kMaxSpecGpu);
+    std::int64_t band = 0;
+    if (mine) {
+      band = kinds == 1 ? kMaxNodeScore * 3 / 4 : kMaxNodeScore * 2 / 4;
+    } else if (kinds == 0) {
+      band = kMaxNodeScore / 4;
+    }
+    return Choice(static_cast<double>(fill + band), std::move(gpus), req);
+  }
+};
+
+// "gpu-packing": shares on partly used GPUs first, then free GPUs of used nodes, then empty
+// nodes (artifact's GpuPackingScore, integer bands).
+class GpuPackingPolicy final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "gpu-packing"; }
+  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
+                                  const PlacementContext&) const override {
+    std::vector<int> gpus = BestFitGpus(req, node);
+    if (req.num_gpus <= 0) return NodeChoice{0, {}};
+    if (gpus.empty()) return std::nullopt;
+    std::int64_t fully_free = 0;
+    for (const GpuView& g : node.gpus) fully_free += g.free_milli == kOneGpu ? 1 : 0;
+    std::int64_t score = 0;
+    if (fully_free == static_cast<std::int64_t>(node.gpus.size())) {
+      score = std::max(kMaxNodeScore / 3 - fully_free, fully_free);
+    } else {
+      // The artifact takes the least-free sufficient GPUs (stable order), which is what
+      // BestFitGpus chose.
+      std::int64_t fully_free_used = 0;
+      std::int64_t free_pct = 0;
+      for (int i : gpus) {
+        fully_free_used += node.gpus[i].free_milli == kOneGpu ? 1 : 0;
+        free_pct += node.gpus[i].free_milli * 100 / kOneGpu;
+      }
+      if (fully_free_used > 0) {
+        score = std::max(kMaxNodeScore / 2 - fully_free_used, kMaxNodeScore / 3);
+      } else {
+        score = std::max(kMaxNodeScore - free_pct / 10, kMaxNodeScore / 2);
+      }
+    }
+    return NodeChoice{static_cast<double>(score), std::move(gpus)};
+  }
+};
+
+// "best-fit-fgd": the paper's BestFit — least weighted free CPU and GPU left after placing.
+class BestFitFgdPolicy final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "best-fit-fgd"; }
+  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
+                                  const PlacementContext&) const override {
+    const Leftover f = FreeVector(node);
+    const double left = (f.cpu_free - req.cpu_milli) / kMaxSpecCpu * 0.5 +
+                        (f.gpu_free - TotalMilli(req)) / kMaxSpecGpu * 0.5;
+    const auto score = static_cast<std::int64_t>((1.0 - left) * kMaxNodeScore);
+    return Choice(static_cast<double>(score), BestFitGpus(req, node), req);
+  }
+};
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+// Fragmentation growth of placing `req` on `gpus` of `node` (before - after; higher is better).
+double FragDrop(const PlacementRequest& req, const NodeView& node, std::span<const int> gpus,
+                double before, std::span<const WorkloadShape> shapes) {
+  const NodeAfter after(node, req.cpu_milli, gpus, req.milli_per_gpu);
+  return before - NodeFragmentation(after.view(), shapes);
+}
+
+// "fgd": place where the node's fragmentation grows least. As in the artifact, the growth is
+// scored as int(sigmoid(drop / 1000) * 100): ties (frequent) go to the framework's random
+// tie-break, and a share takes the first GPU with the best such score.
+class FgdPolicy final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "fgd"; }
+  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
+                                  const PlacementContext& ctx) const override {
+    const double before = NodeFragmentation(node, ctx.workload);
+    auto quantised = [](double drop) {
+      return static_cast<double>(
+          static_cast<std::int64_t>(Sigmoid(drop / 1000) * static_cast<double>(kMaxNodeScore)));
+    };
+    if (!IsShare(req)) {
+      std::vector<int> gpus = BestFitGpus(req, node);
+      if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
+      return NodeChoice{quantised(FragDrop(req, node, gpus, before, ctx.workload)), std::move(gpus)};
+    }
+    std::optional<NodeChoice> best;
+    for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
+      const GpuView& g = node.gpus[i];
+      if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
+      const int one[1] = {i};
+      const double s = quantised(FragDrop(req, node, one, before, ctx.workload));
+      if (!best || s > best->score) best = NodeChoice{s, {i}};
+    }
+    return best;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<PlacementPolicy> MakeGpusliceFragPolicy();  // fgd_gpuslice.cc
+
+std::vector<PolicyEntry> FgdPolicies() {
+  return {
+      {"random", [] { return std::unique_ptr<PlacementPolicy>(new RandomPolicy); }},
+      {"dot-product", [] { return std::unique_ptr<PlacementPolicy>(new DotProductPolicy); }},
+      {"gpu-clustering", [] { return std::unique_ptr<PlacementPolicy>(new GpuClusteringPolicy); }},
+      {"gpu-packing", [] { return std::unique_ptr<PlacementPolicy>(new GpuPackingPolicy); }},
+      {"best-fit-fgd", [] { return std::unique_ptr<PlacementPolicy>(new BestFitFgdPolicy); }},
+      {"fgd", [] { return std::unique_ptr<PlacementPolicy>(new FgdPolicy); }},
+      {"gpuslice", &MakeGpusliceFragPolicy},
+  };
+}
+
 }  // namespace gpuslice::sched

@@ -1,0 +1,51 @@
+#pragma once
+// Fragmentation as the FGD paper ("Beware of Fragmentation", USENIX ATC'23) defines it, and small
+// helpers shared by the FGD-paper placement policies (fgd.cc) and the simulator (src/sim).
+//
+// A node's fragmentation against one workload shape p (frequency f):
+//   - p is CPU-only, or p's model is not allowed on the node, or p cannot run there now (not
+//     enough CPU, or fewer than p.num_gpus GPUs with p.milli_per_gpu free): every free milli-GPU
+//     of the node counts as fragment, times f;
+//   - otherwise the free milli of the GPUs whose free share is below p.milli_per_gpu counts, × f.
+// Node fragmentation is the sum over shapes. Memory is not part of a shape (as in the paper).
+// Free functions on values; thread-safe.
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sched/placement/placement.h"
+
+namespace gpuslice::sched {
+
+// Fragmented milli-GPU of `node` against `shapes` (fractional: frequencies are weights).
+double NodeFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes);
+
+// Total free milli-GPU of the usable GPUs of `node`.
+MilliGpu FreeMilli(const NodeView& node);
+
+// True iff `model` is allowed by `allowed` (empty: any model).
+bool ModelAllowed(std::span<const std::string> allowed, std::string_view model);
+
+// Uniform integer in [0, n) from a 64-bit generator (multiply-shift; deterministic on every
+// platform, unlike std::uniform_int_distribution). n must be > 0.
+inline std::uint64_t UniformIndex(std::mt19937_64& rng, std::uint64_t n) {
+  return static_cast<std::uint64_t>((static_cast<unsigned __int128>(rng()) * n) >> 64);
+}
+
+// GPU choices used by the paper's artifact (Open-Gpu-Share "gpuSelMethod"):
+// a share (num_gpus == 1, milli < 1000) goes on the usable GPU with the least free share that
+// still fits, first index on ties; whole GPUs are the first num_gpus fully free usable GPUs in
+// index order. Empty when nothing fits; CPU-only requests get an empty list too.
+std::vector<int> BestFitGpus(const PlacementRequest& req, const NodeView& node);
+// As BestFitGpus, but a share goes on a uniformly random GPU among those it fits on.
+std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node,
+                               std::mt19937_64* rng);
+
+inline bool IsShare(const PlacementRequest& req) {
+  return req.num_gpus == 1 && req.milli_per_gpu < kOneGpu;
+}
+
+}  // namespace gpuslice::sched

@@ -1,0 +1,76 @@
+#include "sim/cluster.h"
+
+#include <cassert>
+
+#include "sched/placement/fgd_frag.h"
+
+namespace gpuslice::sim {
+
+Cluster::Cluster(std::span<const TraceNode> nodes) {
+  nodes_.reserve(nodes.size());
+  for (const TraceNode& t : nodes) {
+    SimNode n;
+    n.name = t.name;
+    n.model = t.model;
+    n.cpu_total = n.cpu_free = t.cpu_milli;
+    n.memory_total = n.memory_free = t.memory;
+    n.gpus.assign(t.gpus, sched::GpuView{kOneGpu, 0, true});
+    capacity_ += static_cast<MilliGpu>(t.gpus) * kOneGpu;
+    nodes_.push_back(std::move(n));
+  }
+}
+
+Cluster Cluster::Uniform(int count, int gpus, std::string model, std::int64_t cpu_milli, Bytes memory) {
+  Cluster c;
+  c.nodes_.resize(count);
+  for (int i = 0; i < count; ++i) {
+    SimNode& n = c.nodes_[i];
+    n.name = "node-" + std::to_string(i);
+    n.model = model;
+    n.cpu_total = n.cpu_free = cpu_milli;
+    n.memory_total = n.memory_free = memory;
+    n.gpus.assign(gpus, sched::GpuView{kOneGpu, 0, true});
+  }
+  c.capacity_ = static_cast<MilliGpu>(count) * gpus * kOneGpu;
+  return c;
+}
+
+sched::NodeView Cluster::View(std::size_t i) const {
+  const SimNode& n = nodes_[i];
+  sched::NodeView v;
+  v.index = static_cast<std::uint32_t>(i);
+  v.model = n.model;
+  v.cpu_milli_free = n.cpu_free;
+  v.cpu_milli_total = n.cpu_total;
+  v.memory_free = n.memory_free;
+  v.memory_total = n.memory_total;
+  v.gpus = n.gpus;
+  return v;
+}
+
+bool Cluster::Fits(const sched::PlacementRequest& req, std::size_t i) const {
+  const SimNode& n = nodes_[i];
+  if (n.cpu_free < req.cpu_milli || n.memory_free < req.host_memory) return false;
+  if (req.num_gpus == 0) return true;
+  if (!sched::ModelAllowed(req.allowed_models, n.model)) return false;
+  int enough = 0;
+  for (const sched::GpuView& g : n.gpus) {
+    if (g.usable && g.free_milli >= req.milli_per_gpu) ++enough;
+  }
+  return enough >= req.num_gpus;
+}
+
+void Cluster::Apply(const sched::PlacementRequest& req, std::size_t i, std::span<const int> gpus, int sign) {
+  SimNode& n = nodes_[i];
+  n.cpu_free -= sign * req.cpu_milli;
+  n.memory_free -= sign * req.host_memory;
+  for (int g : gpus) {
+    n.gpus[g].free_milli -= sign * req.milli_per_gpu;
+    assert(n.gpus[g].free_milli >= 0 && n.gpus[g].free_milli <= kOneGpu);
+  }
+  allocated_ += sign * req.milli_per_gpu * static_cast<MilliGpu>(gpus.size());
+  ++n.version;
+  assert(n.cpu_free >= 0 && n.memory_free >= 0);
+}
+
+}  // namespace gpuslice::sim

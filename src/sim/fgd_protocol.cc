@@ -1,0 +1,210 @@
+#include "sim/fgd_protocol.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "sched/placement/fgd_frag.h"
+#include "sim/cluster.h"
+#include "sim/placer.h"
+
+namespace gpuslice::sim {
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr std::int64_t kDefaultCpuRequest = 100;  // Kubernetes' non-zero default for 0 CPU
+
+std::int64_t NonZeroCpu(std::int64_t cpu) { return cpu == 0 ? kDefaultCpuRequest : cpu; }
+
+using ShapeKey = std::tuple<std::int64_t, MilliGpu, int, std::string>;  // cpu, milli, num, spec
+}  // namespace
+
+double RoundHalfEven(double x, int digits) {
+  const double scale = std::pow(10.0, digits);
+  return std::nearbyint(x * scale) / scale;  // default rounding mode: to nearest, ties to even
+}
+
+std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pods, double coverage) {
+  std::map<ShapeKey, std::int64_t> counts;
+  std::map<ShapeKey, const TracePod*> example;
+  for (const TracePod& p : pods) {
+    ShapeKey k{NonZeroCpu(p.cpu_milli), p.milli_per_gpu, p.num_gpus, p.gpu_spec};
+    ++counts[k];
+    example.emplace(k, &p);
+  }
+  std::vector<std::pair<ShapeKey, std::int64_t>> sorted(counts.begin(), counts.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    if (a.second != b.second) return a.second > b.second;
+    return a.first > b.first;  // the artifact's reverse order on (cpu, milli, num, spec)
+  });
+  const double total = static_cast<double>(pods.size());
+  const double wanted = coverage * total;
+  double cum = 0;
+  std::size_t n = 0;
+  while (cum < wanted && n < sorted.size()) cum += static_cast<double>(sorted[n++].second);
+  std::vector<sched::WorkloadShape> out;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& [key, count] = sorted[i];
+    const TracePod& p = *example.at(key);
+    sched::WorkloadShape s;
+    s.cpu_milli = std::get<0>(key);
+    s.milli_per_gpu = std::get<1>(key);
+    s.num_gpus = std::get<2>(key);
+    s.allowed_models = p.allowed_models;
+    s.frequency = static_cast<double>(count) / cum;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+sched::PlacementRequest ToRequest(const TracePod& pod) {
+  sched::PlacementRequest r;
+  r.cpu_milli = NonZeroCpu(pod.cpu_milli);
+  r.host_memory = pod.memory;
+  r.num_gpus = pod.num_gpus;
+  r.milli_per_gpu = pod.milli_per_gpu;
+  r.allowed_models = pod.allowed_models;
+  return r;
+}
+
+std::vector<int> ArrivalOrder(const std::vector<TracePod>& pods, std::uint64_t seed, double inflation,
+                              MilliGpu capacity_milli) {
+  std::vector<int> order(pods.size());
+  for (std::size_t i = 0; i < pods.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return pods[a].name < pods[b].name; });
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = order.size(); i > 1; --i) {
+    std::swap(order[i - 1], order[sched::UniformIndex(rng, i)]);
+  }
+  MilliGpu total = 0;
+  for (const TracePod& p : pods) total += p.milli_per_gpu * p.num_gpus;
+  const double target = inflation * static_cast<double>(capacity_milli);
+  if (inflation <= 0 || static_cast<double>(total) >= target || total == 0) return order;
+  const std::vector<int> originals = order;
+  for (;;) {
+    const int pick = originals[sched::UniformIndex(rng, originals.size())];
+    // The artifact's stop test adds the drawn pod's per-GPU milli, while the running total
+    // grows by its total milli; kept as is to reproduce its pod counts.
+    if (static_cast<double>(total + pods[pick].milli_per_gpu) > target) break;
+    total += pods[pick].milli_per_gpu * pods[pick].num_gpus;
+    order.push_back(pick);
+  }
+  return order;
+}
+
+FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std::uint64_t seed,
+                  double inflation, const std::function<void(double)>& progress, TieBreak tie) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Cluster cluster(in.nodes);
+  const MilliGpu capacity = cluster.capacity_milli();
+  const std::vector<int> order = ArrivalOrder(in.pods, seed, inflation, capacity);
+
+  // Requests and their dense classes (identical requests share a class, for the score cache).
+  std::vector<sched::PlacementRequest> requests;
+  std::vector<int> klass(in.pods.size());
+  {
+    std::map<std::tuple<std::int64_t, Bytes, int, MilliGpu, std::string>, int> ids;
+    for (std::size_t i = 0; i < in.pods.size(); ++i) {
+      const TracePod& p = in.pods[i];
+      auto [it, added] = ids.emplace(std::make_tuple(NonZeroCpu(p.cpu_milli), p.memory, p.num_gpus, p.milli_per_gpu, p.gpu_spec),
+                                     static_cast<int>(requests.size()));
+      if (added) requests.push_back(ToRequest(p));
+      klass[i] = it->second;
+    }
+  }
+
+  std::mt19937_64 tie_rng(seed * 0x9E3779B97F4A7C15ULL + 1);
+  std::mt19937_64 policy_rng(seed * 0xD1B54A32D192ED03ULL + 7);
+  sched::PlacementContext ctx{in.shapes, &policy_rng};
+  Placer placer(policy, ctx, tie, &tie_rng);
+
+  std::vector<double> node_frag(cluster.size());
+  double frag_total = 0;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    node_frag[i] = sched::NodeFragmentation(cluster.View(i), in.shapes);
+    frag_total += node_frag[i];
+  }
+
+  std::array<double, kMaxPercent + 1> sum_alloc{}, sum_frag{}, sum_rate{};
+  std::array<int, kMaxPercent + 1> rows{};
+  const double gpus = static_cast<double>(capacity) / kOneGpu;
+  FgdRun run;
+  run.policy = std::string(policy.name());
+  run.seed = seed;
+  run.pods = static_cast<std::int64_t>(order.size());
+  run.capacity_milli = capacity;
+  MilliGpu arrived = 0;
+  std::size_t done = 0;
+  for (int pod : order) {
+    const sched::PlacementRequest& req = requests[klass[pod]];
+    arrived += req.milli_per_gpu * req.num_gpus;
+    std::optional<Chosen> c = placer.Place(cluster, req, klass[pod]);
+    if (c) {
+      cluster.Apply(req, c->node, c->gpus, +1);
+      frag_total -= node_frag[c->node];
+      node_frag[c->node] = sched::NodeFragmentation(cluster.View(c->node), in.shapes);
+      frag_total += node_frag[c->node];
+    } else {
+      ++run.failed;
+    }
+    // One row per pod, bucketed like the authors' analysis: arrived % rounded half-even.
+    const double arrived_pct = static_cast<double>(arrived) / gpus / 10;
+    const double bucket = RoundHalfEven(arrived_pct, 0);
+    if (bucket >= 0 && bucket <= kMaxPercent) {
+      const int b = static_cast<int>(bucket);
+      const double idle = static_cast<double>(capacity - cluster.allocated_milli());
+      sum_alloc[b] += RoundHalfEven(static_cast<double>(cluster.allocated_milli()) / gpus / 10, 2);
+      sum_frag[b] += 100 * frag_total / static_cast<double>(capacity);
+      sum_rate[b] += idle > 0 ? 100 * frag_total / idle : 0;
+      ++rows[b];
+    }
+    ++done;
+    if (progress && (done & 255) == 0) progress(static_cast<double>(done) / static_cast<double>(order.size()));
+  }
+  for (int x = 0; x <= kMaxPercent; ++x) {
+    // Like the analysis: the rows of bucket x, else those of x-1..x+1.
+    double a = sum_alloc[x], f = sum_frag[x], r = sum_rate[x];
+    int n = rows[x];
+    if (n == 0) {
+      for (int y = std::max(0, x - 1); y <= std::min(kMaxPercent, x + 1); ++y) {
+        a += sum_alloc[y];
+        f += sum_frag[y];
+        r += sum_rate[y];
+        n += rows[y];
+      }
+    }
+    run.curves.alloc_pct[x] = n ? RoundHalfEven(a / n, 2) : kNaN;
+    run.curves.frag_pct[x] = n ? f / n : kNaN;
+    run.curves.frag_rate_pct[x] = n ? r / n : kNaN;
+  }
+  run.final_alloc_milli = cluster.allocated_milli();
+  run.final_arrived_pct = static_cast<double>(arrived) / gpus / 10;
+  run.scored = placer.scored();
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (progress) progress(1.0);
+  return run;
+}
+
+FgdCurves MeanCurves(const std::vector<const FgdRun*>& runs) {
+  FgdCurves out;
+  for (int x = 0; x <= kMaxPercent; ++x) {
+    double a = 0, f = 0, r = 0;
+    bool all = !runs.empty();
+    for (const FgdRun* run : runs) {
+      if (std::isnan(run->curves.alloc_pct[x])) all = false;
+      a += run->curves.alloc_pct[x];
+      f += run->curves.frag_pct[x];
+      r += run->curves.frag_rate_pct[x];
+    }
+    const double n = static_cast<double>(runs.size());
+    out.alloc_pct[x] = all ? a / n : kNaN;
+    out.frag_pct[x] = all ? f / n : kNaN;
+    out.frag_rate_pct[x] = all ? r / n : kNaN;
+  }
+  return out;
+}
+
+}  // namespace gpuslice::sim

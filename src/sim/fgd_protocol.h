@@ -1,0 +1,75 @@
+#pragma once
+// The FGD paper's evaluation protocol (docs/evaluation.md, ../shared/reference/fgd-protocol.md):
+// every pod of the list (CPU-only included) is scheduled once, in a seeded shuffled order,
+// inflated with seeded re-draws until arrived GPU demand would pass `inflation` × capacity; a pod
+// that fits nowhere is dropped; nothing departs. After each pod the allocation ratio and the
+// cluster fragmentation are recorded against arrived demand, and sampled at every whole percent
+// as the authors' analysis does. Functions are pure given their inputs; thread-compatible.
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sched/placement/placement.h"
+#include "sim/openb.h"
+#include "sim/placer.h"
+
+namespace gpuslice::sim {
+
+// FGD's "typical pods": the most frequent resource shapes (cpu, per-GPU milli, GPU count, model
+// constraint; CPU-only pods included) covering at least `coverage` of the pods, frequencies
+// renormalised to sum to 1. Order: count descending, then cpu, milli, count, spec descending.
+std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pods, double coverage = 0.95);
+
+// The pod request as the artifact sees it (a zero CPU request counts as 100m, as Kubernetes'
+// non-zero defaults do).
+sched::PlacementRequest ToRequest(const TracePod& pod);
+
+// Pod indices in arrival order for one seed: sorted by name, shuffled, then inflated.
+std::vector<int> ArrivalOrder(const std::vector<TracePod>& pods, std::uint64_t seed, double inflation,
+                              MilliGpu capacity_milli);
+
+inline constexpr int kMaxPercent = 130;
+
+// One run's curves, indexed by arrived-demand percent 0..kMaxPercent; NaN where no sample.
+struct FgdCurves {
+  std::array<double, kMaxPercent + 1> alloc_pct;      // allocated / capacity, %
+  std::array<double, kMaxPercent + 1> frag_pct;       // fragmented / capacity, %
+  std::array<double, kMaxPercent + 1> frag_rate_pct;  // fragmented / idle, %
+};
+
+struct FgdRun {
+  std::string policy;
+  std::uint64_t seed = 0;
+  std::int64_t pods = 0;
+  std::int64_t failed = 0;
+  MilliGpu capacity_milli = 0;
+  MilliGpu final_alloc_milli = 0;
+  double final_arrived_pct = 0;
+  FgdCurves curves;
+  double seconds = 0;
+  std::uint64_t scored = 0;  // Score() calls made (after caching)
+};
+
+struct FgdInputs {
+  std::vector<TraceNode> nodes;
+  std::vector<TracePod> pods;
+  std::vector<sched::WorkloadShape> shapes;
+};
+
+// Runs one policy with one seed. `progress` (may be empty) gets the fraction done. Equal best
+// scores go to the first node in the artifact's order by default (see placer.h), which is what
+// reproduces the published results; kRandom is what sched::Place() does.
+FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std::uint64_t seed,
+                  double inflation, const std::function<void(double)>& progress = {},
+                  TieBreak tie = TieBreak::kArtifactOrder);
+
+// Mean over runs at each percent (NaN where any run lacks the sample).
+FgdCurves MeanCurves(const std::vector<const FgdRun*>& runs);
+
+// Python's round-half-even of x to `digits` decimals, as the authors' analysis applies it.
+double RoundHalfEven(double x, int digits);
+
+}  // namespace gpuslice::sim

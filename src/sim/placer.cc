@@ -1,0 +1,112 @@
+#include "sim/placer.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "sched/placement/fgd_frag.h"
+
+namespace gpuslice::sim {
+
+std::uint64_t ArtifactOrderRank(std::size_t i, std::size_t n) {
+  // Kubernetes 1.20 parallelize.Until: 16 workers, chunk = min(floor(sqrt(n)), n / 16 + 1).
+  constexpr std::size_t kWorkers = 16;
+  std::size_t chunk = static_cast<std::size_t>(std::sqrt(static_cast<double>(n)));
+  chunk = std::max<std::size_t>(1, std::min(chunk, n / kWorkers + 1));
+  // Workers take chunks in order and advance in step, so nodes of 16 concurrent chunks
+  // interleave: round (16 chunks), then offset within the chunk, then the chunk.
+  const std::size_t c = i / chunk;
+  return (static_cast<std::uint64_t>(c / kWorkers) << 40) | (static_cast<std::uint64_t>(i % chunk) << 20) |
+         (c % kWorkers);
+}
+
+bool ScoreIsPure(std::string_view policy) {
+  for (std::string_view p : {"dot-product", "gpu-clustering", "gpu-packing", "best-fit-fgd", "fgd", "gpuslice"}) {
+    if (p == policy) return true;
+  }
+  return false;
+}
+
+Placer::Placer(const sched::PlacementPolicy& policy, const sched::PlacementContext& ctx, TieBreak tie,
+               std::mt19937_64* tie_rng)
+    : policy_(policy), ctx_(ctx), pure_(ScoreIsPure(policy.name())), tie_(tie), tie_rng_(tie_rng) {}
+
+std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::PlacementRequest& req,
+                                    int request_class) {
+  const bool use_cache = pure_ && request_class >= 0;
+  std::vector<Entry>* entries = nullptr;
+  if (use_cache) {
+    if (static_cast<std::size_t>(request_class) >= cache_.size()) cache_.resize(request_class + 1);
+    entries = &cache_[request_class];
+    if (entries->size() != cluster.size()) entries->assign(cluster.size(), Entry{});
+  }
+  std::optional<Chosen> best;
+  double best_score = 0;
+  std::uint64_t ties = 0;
+  std::uint64_t best_rank = 0;
+  if (tie_ == TieBreak::kArtifactOrder && rank_.size() != cluster.size()) {
+    rank_.resize(cluster.size());
+    for (std::size_t i = 0; i < cluster.size(); ++i) rank_[i] = ArtifactOrderRank(i, cluster.size());
+  }
+  std::vector<int> scratch;
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    if (!cluster.Fits(req, i)) continue;
+    double score = 0;
+    const std::vector<int>* gpus = nullptr;
+    std::optional<sched::NodeChoice> fresh;
+    if (use_cache) {
+      Entry& e = (*entries)[i];
+      const std::uint32_t version = cluster.node(i).version;
+      if (e.version != version) {
+        fresh = policy_.Score(req, cluster.View(i), ctx_);
+        ++scored_;
+        e.version = version;
+        e.refused = !fresh.has_value();
+        if (fresh) {
+          e.score = fresh->score;
+          e.gpu_mask = 0;
+          for (int g : fresh->gpu_indices) e.gpu_mask |= std::uint64_t{1} << g;
+        }
+      }
+      if (e.refused) continue;
+      score = e.score;
+      if (best && score < best_score) continue;  // cheap reject before rebuilding indices
+      scratch.clear();
+      for (std::uint64_t m = e.gpu_mask; m != 0; m &= m - 1) scratch.push_back(std::countr_zero(m));
+      gpus = &scratch;
+    } else {
+      fresh = policy_.Score(req, cluster.View(i), ctx_);
+      ++scored_;
+      if (!fresh) continue;
+      score = fresh->score;
+      gpus = &fresh->gpu_indices;
+    }
+    const std::uint64_t rank = tie_ == TieBreak::kArtifactOrder ? rank_[i] : 0;
+    if (!best || score > best_score) {
+      best = Chosen{static_cast<std::uint32_t>(i), *gpus};
+      best_score = score;
+      best_rank = rank;
+      ties = 1;
+    } else if (score == best_score) {
+      ++ties;
+      bool take = false;
+      switch (tie_) {
+        case TieBreak::kRandom:
+          take = tie_rng_ != nullptr && sched::UniformIndex(*tie_rng_, ties) == 0;
+          break;
+        case TieBreak::kLowestIndex:
+          break;
+        case TieBreak::kArtifactOrder:
+          take = rank < best_rank;
+          break;
+      }
+      if (take) {
+        best = Chosen{static_cast<std::uint32_t>(i), *gpus};
+        best_rank = rank;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace gpuslice::sim

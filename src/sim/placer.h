@@ -1,0 +1,69 @@
+#pragma once
+// Filter + Score + select over a simulated Cluster with one placement plugin, for the simulator's
+// hot loops. Same rules as sched::Place(): highest score wins; ties are broken uniformly at random
+// with the context's RNG (reservoir sampling) or, without one, by the lowest node index.
+// Speed-up: for policies whose score depends only on the node's state and the request
+// (ScoreIsPure), each node's NodeChoice is cached per request class and node version, so a
+// placement re-scores only the nodes that changed since that class was last placed.
+// Not thread-safe; one per simulation.
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include "sched/placement/placement.h"
+#include "sim/cluster.h"
+
+namespace gpuslice::sim {
+
+// True for the policies known to draw nothing from ctx.rng and to read only the node's state
+// and the request (all of fgd.cc except "random").
+bool ScoreIsPure(std::string_view policy);
+
+// How equal best scores are resolved.
+enum class TieBreak {
+  kRandom,        // uniformly at random (ctx.rng), as sched::Place() does with an RNG
+  kLowestIndex,   // the first node in index order
+  kArtifactOrder,  // the first in the order the FGD artifact's scheduler lists feasible nodes:
+                   // Kubernetes 1.20's filter runs 16 workers over chunks of ~sqrt(n) consecutive
+                   // nodes, so its list interleaves 16 chunks node by node; the fork it uses
+                   // keeps the first best node (see docs/evaluation.md for the evidence)
+};
+
+// Rank of node i in the artifact's feasible-node order (lower comes first).
+std::uint64_t ArtifactOrderRank(std::size_t i, std::size_t n);
+
+struct Chosen {
+  std::uint32_t node = 0;
+  std::vector<int> gpus;
+};
+
+class Placer {
+ public:
+  // `tie_rng` drives kRandom (it may be ctx.rng).
+  Placer(const sched::PlacementPolicy& policy, const sched::PlacementContext& ctx,
+         TieBreak tie = TieBreak::kRandom, std::mt19937_64* tie_rng = nullptr);
+  // `request_class`: a dense id equal for identical requests (>= 0), or -1 for "do not cache".
+  std::optional<Chosen> Place(const Cluster& cluster, const sched::PlacementRequest& req, int request_class);
+  std::uint64_t scored() const { return scored_; }
+
+ private:
+  struct Entry {
+    std::uint32_t version = 0;  // 0: empty
+    bool refused = false;
+    double score = 0;
+    std::uint64_t gpu_mask = 0;
+  };
+  const sched::PlacementPolicy& policy_;
+  sched::PlacementContext ctx_;
+  bool pure_;
+  TieBreak tie_;
+  std::mt19937_64* tie_rng_;
+  std::vector<std::uint64_t> rank_;  // kArtifactOrder: rank per node
+  std::vector<std::vector<Entry>> cache_;  // [request_class][node]
+  std::uint64_t scored_ = 0;
+};
+
+}  // namespace gpuslice::sim
