@@ -70,6 +70,8 @@ class Reader {
         fmt::format("{}.{}: expected an integer or {{\"missing\": ...}}, got {}", path_, key, it->dump()));
   }
 
+  const std::string& path() const { return path_; }
+
   Reader Child(std::string_view key, std::size_t i) const {
     return Reader(fmt::format("{}.{}[{}]", path_, key, i));
   }
@@ -197,7 +199,7 @@ Result<DeviceSample> SampleFromJson(const json& j, const Reader& r) {
   GPUSLICE_ASSIGN_OR_RETURN(s.window_start, r.Get<Micros>(j, "window_start"));
   GPUSLICE_ASSIGN_OR_RETURN(s.window_end, r.Get<Micros>(j, "window_end"));
   if (s.window_end < s.window_start) {
-    return InvalidArgument(fmt::format("sample: window_end {} before window_start {}", s.window_end,
+    return InvalidArgument(fmt::format("{}: window_end {} before window_start {}", r.path(), s.window_end,
                                        s.window_start));
   }
   s.driver_samples = r.GetOr<int>(j, "driver_samples", 0);
@@ -212,7 +214,7 @@ Result<DeviceSample> SampleFromJson(const json& j, const Reader& r) {
   GPUSLICE_ASSIGN_OR_RETURN(s.energy_mj, r.GetReading<std::int64_t>(j, "energy_mj"));
   for (const auto* v : {&s.gpu_util, &s.mem_util}) {
     if (v->ok() && (v->value() < 0 || v->value() > 1000)) {
-      return InvalidArgument(fmt::format("utilisation {} out of range 0..1000", v->value()));
+      return InvalidArgument(fmt::format("{}: utilisation {} out of range 0..1000", r.path(), v->value()));
     }
   }
   const json procs = j.value("processes", json::array());
@@ -287,7 +289,7 @@ Result<Recording> RecordingFromJson(const json& j) {
   for (std::size_t i = 0; i < samples.size(); ++i) {
     Reader sr = r.Child("samples", i);
     auto s = SampleFromJson(samples[i], sr);
-    if (!s.ok()) return s.status().WithContext(fmt::format("recording.samples[{}]", i));
+    if (!s.ok()) return s.status();
     if (s->index.value() >= rec.devices.size()) {
       return InvalidArgument(fmt::format("recording.samples[{}].device: {} is not a listed device", i,
                                          s->index.value()));

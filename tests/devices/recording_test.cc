@@ -1,0 +1,101 @@
+// Recording format: round trip through JSON and files, and bad input named by field.
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "devices/fake.h"
+#include "devices/recording.h"
+#include "devices/replay.h"
+
+namespace gpuslice::devices {
+namespace {
+
+Recording MakeRecording(int* errors = nullptr, int inject = 0) {
+  ManualClock clock(5000 * kSecond);
+  FakeBackend fake(*ParseSimulateSpec("2xH100-80GB"), clock.AsClock());
+  FakeStep s;
+  s.gpu_util = 250;
+  s.processes = {{77, kGiB, 250, 10, "", false}, {78, kGiB, 0, 0, "", true}};
+  fake.AddStep(DeviceIndex(1), s);
+  fake.InjectError(FakeCall::kSample, Unavailable("driver hiccup"), inject);
+  auto r = Record(fake, 3 * kSecond, kSecond, [&](Micros d) { clock.Advance(d); }, errors);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return *r;
+}
+
+TEST(Recording, RoundTripsThroughJsonExactly) {
+  Recording r = MakeRecording();
+  ASSERT_EQ(r.devices.size(), 2u);
+  ASSERT_EQ(r.samples.size(), 6u);
+  auto back = RecordingFromJson(ToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(ToJson(*back), ToJson(r));
+  const auto& s = back->samples[1];
+  EXPECT_EQ(s.gpu_util.value(), 250);
+  ASSERT_EQ(s.processes.size(), 2u);
+  EXPECT_EQ(s.processes[1].memory_used.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(back->devices[0].model->name, "H100-80GB");
+}
+
+TEST(Recording, FailedReadsAreSkippedAndCounted) {
+  int errors = -1;
+  // The priming reads consume the first two injected errors; the third hits a recorded round.
+  Recording r = MakeRecording(&errors, 3);
+  EXPECT_EQ(errors, 1);
+  EXPECT_EQ(r.samples.size(), 5u);
+}
+
+TEST(Recording, FileRoundTrip) {
+  const std::string path = "/tmp/gs-recording-" + std::to_string(::getpid()) + ".json";
+  Recording r = MakeRecording();
+  ASSERT_TRUE(WriteRecordingFile(r, path).ok());
+  auto back = ReadRecordingFile(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->samples.size(), r.samples.size());
+  auto replay = ReplayBackend::OpenFile(path, nullptr);
+  ASSERT_TRUE(replay.ok());
+  EXPECT_EQ((*replay)->ListDevices()->size(), 2u);
+  std::filesystem::remove(path);
+  auto missing = ReadRecordingFile(path);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+TEST(Recording, BadInputIsNamedByField) {
+  nlohmann::json j = ToJson(MakeRecording());
+  struct Case {
+    std::function<void(nlohmann::json&)> mutate;
+    std::string expect;
+  } cases[] = {
+      {[](auto& x) { x["format"] = "csv"; }, "format"},
+      {[](auto& x) { x["version"] = 99; }, "recording.version: 99"},
+      {[](auto& x) { x["samples"][2]["gpu_util"] = "high"; }, "samples[2].gpu_util"},
+      {[](auto& x) { x["samples"][0]["gpu_util"] = 1001; }, "out of range"},
+      {[](auto& x) { x["samples"][0]["device"] = 7; }, "samples[0].device: 7"},
+      {[](auto& x) { x["samples"][1].erase("window_end"); }, "window_end: missing"},
+      {[](auto& x) { x["devices"][1]["mig_current"] = "maybe"; }, "maybe"},
+      {[](auto& x) { x["samples"][1]["processes"][0]["memory_used"] = {{"missing", "BOGUS"}}; }, "samples[1].processes[0].memory_used"},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json bad = j;
+    c.mutate(bad);
+    auto r = RecordingFromJson(bad);
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(Recording, RecordRejectsBadIntervals) {
+  FakeBackend fake(*ParseSimulateSpec("1xH100-80GB"), [] { return Micros{0}; });
+  auto noop = [](Micros) {};
+  EXPECT_EQ(Record(fake, kSecond, 0, noop).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Record(fake, kSecond, 2 * kSecond, noop).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gpuslice::devices
