@@ -102,6 +102,7 @@ typedef CUresult (*PFN_cuArrayCreate_v2)(CUarray* handle, const CUDA_ARRAY_DESCR
 typedef CUresult (*PFN_cuArray3DCreate_v2)(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc);
 typedef CUresult (*PFN_cuArrayDestroy)(CUarray handle);
 typedef CUresult (*PFN_cuMemGetInfo_v2)(std::size_t* free_bytes, std::size_t* total_bytes);
+typedef CUresult (*PFN_cuDeviceTotalMem_v2)(std::size_t* bytes, CUdevice device);
 // CUDA 11.3-11.8 signature (exported as "cuGetProcAddress").
 typedef CUresult (*PFN_cuGetProcAddress)(const char* symbol, void** pfn, int cuda_version,
                                          cuuint64_t flags);

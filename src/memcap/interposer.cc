@@ -113,6 +113,7 @@ enum Hook : int {
   kArray3DCreate,
   kArrayDestroy,
   kMemGetInfo,
+  kDeviceTotalMem,
   kGetProcAddress,
   kGetProcAddressV2,
   kGetProcAddressV2Ptsz,
@@ -578,6 +579,19 @@ GPUSLICE_EXPORT CUresult cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* t
   return rc;
 }
 
+// cuDeviceTotalMem (and so cudaDeviceProp::totalGlobalMem): min(cap, device total), because
+// frameworks size their memory pools as a fraction of it.
+GPUSLICE_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device) {
+  auto real = REAL(kDeviceTotalMem, PFN_cuDeviceTotalMem_v2);
+  if (real == nullptr) return NotFound();
+  CUresult rc = real(bytes, device);
+  Process* p = Proc();
+  if (rc != CUDA_SUCCESS || p == nullptr || bytes == nullptr) return rc;
+  std::int64_t cap = p->seg != nullptr ? p->seg->cap : p->cap;
+  if (static_cast<std::size_t>(cap) < *bytes) *bytes = static_cast<std::size_t>(cap);
+  return rc;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Entry-point lookups.
 
@@ -667,6 +681,7 @@ __attribute__((constructor)) void InitHookTable() {
       {kArray3DCreate, "cuArray3DCreate_v2", reinterpret_cast<void*>(&cuArray3DCreate_v2)},
       {kArrayDestroy, "cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
       {kMemGetInfo, "cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
+      {kDeviceTotalMem, "cuDeviceTotalMem_v2", reinterpret_cast<void*>(&cuDeviceTotalMem_v2)},
       {kGetProcAddress, "cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},
       {kGetProcAddressV2, "cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
       {kGetProcAddressV2Ptsz, "cuGetProcAddress_v2_ptsz",

@@ -97,6 +97,13 @@ FAKE_EXPORT CUresult cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* total
   return CUDA_SUCCESS;
 }
 
+FAKE_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device) {
+  static const long long total = EnvBytes("FAKECUDA_TOTAL_BYTES", 80LL << 30);
+  if (bytes == nullptr || device != 0) return CUDA_ERROR_INVALID_VALUE;
+  *bytes = static_cast<std::size_t>(total);
+  return CUDA_SUCCESS;
+}
+
 FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, std::size_t bytes) { return HostAlloc(dptr, bytes); }
 FAKE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t width,
                                         std::size_t height, unsigned int) {
@@ -175,6 +182,7 @@ const Entry* Find(const std::string& name) {
       {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},
       {"cuCtxCreate_v2", reinterpret_cast<void*>(&cuCtxCreate_v2)},
       {"cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
+      {"cuDeviceTotalMem_v2", reinterpret_cast<void*>(&cuDeviceTotalMem_v2)},
       {"cuMemAlloc_v2", reinterpret_cast<void*>(&cuMemAlloc_v2)},
       {"cuMemAllocPitch_v2", reinterpret_cast<void*>(&cuMemAllocPitch_v2)},
       {"cuMemAllocManaged", reinterpret_cast<void*>(&cuMemAllocManaged)},

@@ -36,6 +36,7 @@ CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
 CUresult cuArray3DCreate_v2(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
 CUresult cuArrayDestroy(CUarray);
 CUresult cuMemGetInfo_v2(std::size_t*, std::size_t*);
+CUresult cuDeviceTotalMem_v2(std::size_t*, CUdevice);
 long long fakecuda_alloc_calls();
 long long fakecuda_live_bytes();
 }
@@ -56,6 +57,7 @@ struct Api {
   PFN_cuArray3DCreate_v2 array3d = nullptr;
   PFN_cuArrayDestroy array_destroy = nullptr;
   PFN_cuMemGetInfo_v2 info = nullptr;
+  PFN_cuDeviceTotalMem_v2 total_mem = nullptr;
 };
 
 template <typename F>
@@ -78,6 +80,7 @@ Api Direct() {
   a.array3d = &cuArray3DCreate_v2;
   a.array_destroy = &cuArrayDestroy;
   a.info = &cuMemGetInfo_v2;
+  a.total_mem = &cuDeviceTotalMem_v2;
   return a;
 }
 
@@ -98,12 +101,14 @@ Api Resolve(Get get) {
   Set(&a.array3d, get("cuArray3DCreate", "cuArray3DCreate_v2"));
   Set(&a.array_destroy, get("cuArrayDestroy", "cuArrayDestroy"));
   Set(&a.info, get("cuMemGetInfo", "cuMemGetInfo_v2"));
+  Set(&a.total_mem, get("cuDeviceTotalMem", "cuDeviceTotalMem_v2"));
   return a;
 }
 
 bool Complete(const Api& a) {
   return a.alloc && a.pitch && a.managed && a.async && a.pool && a.free && a.free_async &&
-         a.create && a.release && a.array && a.array3d && a.array_destroy && a.info;
+         a.create && a.release && a.array && a.array3d && a.array_destroy && a.info &&
+         a.total_mem;
 }
 
 bool ChooseMode(const std::string& mode, Api* api) {
@@ -248,6 +253,10 @@ int main() {
       reply = rc == CUDA_SUCCESS
                   ? "ok " + std::to_string(free_bytes) + " " + std::to_string(total_bytes)
                   : Err(rc);
+    } else if (cmd == "totalmem") {
+      std::size_t total_bytes = 0;
+      CUresult rc = api.total_mem(&total_bytes, 0);
+      reply = rc == CUDA_SUCCESS ? "ok " + std::to_string(total_bytes) : Err(rc);
     } else if (cmd == "calls") {
       reply = "ok " + std::to_string(fakecuda_alloc_calls()) + " " +
               std::to_string(fakecuda_live_bytes());

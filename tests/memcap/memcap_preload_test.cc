@@ -96,6 +96,15 @@ TEST_F(MemcapPreloadTest, MemGetInfoReportsTheSliceCap) {
   std::string expected = "ok " + std::to_string(768 * kMiB) + " " + std::to_string(kGiB);
   EXPECT_EQ(a->Send("info"), expected);
   EXPECT_EQ(b->Send("info"), expected);  // the whole slice's usage, not the process's
+  EXPECT_EQ(b->Send("totalmem"), "ok " + std::to_string(kGiB));
+}
+
+TEST_F(MemcapPreloadTest, ReportsNeverExceedTheDevice) {
+  // A cap above the device's memory: totals are the device's, never the cap.
+  auto child = Start(Slice("a"), 100 * kGiB, {{"FAKECUDA_TOTAL_BYTES", std::to_string(8 * kGiB)}});
+  EXPECT_EQ(child->Send("totalmem"), "ok " + std::to_string(8 * kGiB));
+  EXPECT_EQ(child->Send("alloc 2G"), "ok 0");
+  EXPECT_EQ(child->Send("info"), "ok " + std::to_string(6 * kGiB) + " " + std::to_string(8 * kGiB));
 }
 
 TEST_F(MemcapPreloadTest, ProcessesOfOneSliceShareTheCap) {
@@ -227,6 +236,7 @@ TEST_P(MemcapResolutionTest, CapHoldsThroughEveryLookupPath) {
   EXPECT_EQ(child->Send("create 512M"), kOom);
   EXPECT_EQ(child->Send("array 16384 8192"), kOom);
   EXPECT_EQ(child->Send("info"), "ok " + std::to_string(256 * kMiB) + " " + std::to_string(kGiB));
+  EXPECT_EQ(child->Send("totalmem"), "ok " + std::to_string(kGiB));
   EXPECT_EQ(child->Send("calls"), "ok 1 " + std::to_string(768 * kMiB));
   EXPECT_EQ(child->Send("free 0"), "ok");
   EXPECT_EQ(child->Send("async 1G"), "ok 1");
