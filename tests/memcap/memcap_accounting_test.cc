@@ -7,7 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
+#include <thread>
+#include <vector>
 #include <cstdlib>
 #include <random>
 #include <set>
@@ -92,6 +95,37 @@ TEST_F(SegmentTest, SlotsAreSharedAndDeadProcessesReclaimedOnlyWhenNeeded) {
   Release(seg_, a, 101, 700);
   EXPECT_EQ(Reserve(seg_, a, 101, 1, &TestAlive), ReserveResult::kNotOwner);
   EXPECT_EQ(Used(), 400);
+}
+
+TEST_F(SegmentTest, ConcurrentReservationsNeverPassTheCap) {
+  // Eight "processes" (threads with their own slots) race for a cap of 1000 in chunks of 300:
+  // what the driver holds at any moment never exceeds the cap, and everything comes back.
+  std::atomic<std::int64_t> held{0};
+  std::atomic<std::int64_t> peak{0};
+  std::atomic<int> granted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      std::int32_t pid = 200 + t;
+      int slot = ClaimSlot(seg_, pid, 1, &TestAlive);
+      ASSERT_GE(slot, 0);
+      for (int i = 0; i < 2000; ++i) {
+        if (Reserve(seg_, slot, pid, 300, &TestAlive) != ReserveResult::kOk) continue;
+        std::int64_t now = held.fetch_add(300) + 300;
+        std::int64_t seen = peak.load();
+        while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+        }
+        Commit(seg_, slot, pid, 300);
+        granted.fetch_add(1);
+        held.fetch_sub(300);
+        Release(seg_, slot, pid, 300);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_LE(peak.load(), 1000);
+  EXPECT_GT(granted.load(), 0);
+  EXPECT_EQ(Used(), 0);
 }
 
 TEST_F(SegmentTest, PidReuseIsToldApartByStartTime) {

@@ -11,6 +11,8 @@
 //   next      dlsym(RTLD_NEXT, ...) from the main program
 
 #include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -257,6 +259,27 @@ int main() {
       std::size_t total_bytes = 0;
       CUresult rc = api.total_mem(&total_bytes, 0);
       reply = rc == CUDA_SUCCESS ? "ok " + std::to_string(total_bytes) : Err(rc);
+    } else if (cmd == "forkalloc") {
+      // A forked child (no exec) allocates: it must count against the slice as its own process.
+      int fds[2];
+      if (pipe(fds) != 0) {
+        reply = "err pipe";
+      } else {
+        pid_t pid = fork();
+        if (pid == 0) {
+          CUdeviceptr p = 0;
+          CUresult rc = api.alloc(&p, ParseBytes(a));
+          ssize_t w = write(fds[1], &rc, sizeof rc);
+          _exit(w == sizeof rc ? 0 : 1);
+        }
+        close(fds[1]);
+        CUresult rc = -1;
+        ssize_t r = read(fds[0], &rc, sizeof rc);
+        close(fds[0]);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        reply = r != sizeof rc ? "err child" : rc == CUDA_SUCCESS ? "ok" : Err(rc);
+      }
     } else if (cmd == "calls") {
       reply = "ok " + std::to_string(fakecuda_alloc_calls()) + " " +
               std::to_string(fakecuda_live_bytes());

@@ -174,6 +174,21 @@ TEST_F(MemcapPreloadTest, CleanExitReturnsBytesAtOnce) {
   EXPECT_EQ(second->Send("alloc 800M"), "ok 0");
 }
 
+TEST_F(MemcapPreloadTest, ForkedChildrenAreSeparateProcessesOfTheSlice) {
+  std::string slice = Slice("a");
+  auto parent = Start(slice, kCap);
+  EXPECT_EQ(parent->Send("alloc 600M"), "ok 0");
+  EXPECT_EQ(parent->Send("forkalloc 600M"), kOom);  // the parent's 600 MiB count for the child
+  EXPECT_EQ(parent->Send("forkalloc 400M"), "ok");
+  // The child is gone (reaped): only the parent's bytes remain.
+  Result<SliceUsage> usage = ReadSliceUsage(slice);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->used, 600 * kMiB);
+  EXPECT_EQ(usage->processes, 1);
+  EXPECT_EQ(parent->Send("free 0"), "ok");
+  EXPECT_EQ(parent->Send("alloc 1G"), "ok 1");
+}
+
 TEST_F(MemcapPreloadTest, AsyncAndPoolAllocations) {
   auto child = Start(Slice("a"), kCap);
   EXPECT_EQ(child->Send("async 600M"), "ok 0");
