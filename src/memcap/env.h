@@ -25,6 +25,9 @@ namespace gpuslice::memcap {
 inline constexpr char kEnvLibrary[] = "GPUSLICE_CUDA_LIB";      // override of LibraryPath()
 inline constexpr char kEnvCapBytes[] = "GPUSLICE_MEMCAP_BYTES";  // decimal bytes, > 0
 inline constexpr char kEnvSlice[] = "GPUSLICE_SLICE";            // slice key -> segment name
+// Optional, not set by SliceEnvironment(): bytes charged once per process for its CUDA context
+// (a few hundred MiB on recent GPUs), which allocation hooks cannot see.
+inline constexpr char kEnvContextBytes[] = "GPUSLICE_MEMCAP_CONTEXT_BYTES";
 
 // Absolute path of libgpuslice-cuda.so, looked up in this order:
 //   1. $GPUSLICE_CUDA_LIB when set and non-empty (returned as given, not checked);

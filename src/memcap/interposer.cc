@@ -170,6 +170,7 @@ struct Process {
   bool enabled = false;      // a cap is set; otherwise every hook is a pass-through
   bool exiting = false;      // set by the destructor: stop accounting
   std::int64_t cap = 0;
+  std::int64_t context_bytes = 0;  // charged to each process once, for its CUDA context
   const char* slice = nullptr;
   Segment* seg = nullptr;
   int slot = -1;             // -1 until the first accounted call (and after fork in the child)
@@ -214,6 +215,10 @@ void InitProcess() {
   if (cap == 0) return;
   Process& p = *g_process;
   p.cap = cap;
+  if (const char* ctx = std::getenv("GPUSLICE_MEMCAP_CONTEXT_BYTES"); ctx != nullptr && *ctx) {
+    long long v = std::strtoll(ctx, &end, 10);
+    if (*end == '\0' && v > 0) p.context_bytes = v;
+  }
   p.slice = std::getenv("GPUSLICE_SLICE");
   const char* log = std::getenv("GPUSLICE_MEMCAP_LOG");
   p.log_all = log != nullptr && log[0] != '\0' && log[0] != '0';
@@ -250,6 +255,9 @@ int ClaimLocked(Process& p) {
   }
   p.pid = static_cast<std::int32_t>(getpid());
   int slot = ClaimSlot(p.seg, p.pid, ProcessStartTime(p.pid), &ProcessAlive);
+  // The context already exists (or is being made): charge it unconditionally. It only lowers
+  // what the slice's allocations may still take.
+  if (slot >= 0 && p.context_bytes > 0) Adjust(p.seg, slot, p.pid, p.context_bytes);
   __atomic_store_n(&p.slot, slot, __ATOMIC_RELEASE);
   return slot;
 }

@@ -99,6 +99,21 @@ TEST_F(MemcapPreloadTest, MemGetInfoReportsTheSliceCap) {
   EXPECT_EQ(b->Send("totalmem"), "ok " + std::to_string(kGiB));
 }
 
+TEST_F(MemcapPreloadTest, ContextChargeIsTakenOncePerProcess) {
+  std::string slice = Slice("a");
+  EnvList ctx = {{kEnvContextBytes, std::to_string(256 * kMiB)}};
+  auto a = Start(slice, kCap, ctx);
+  EXPECT_EQ(a->Send("info"), "ok " + std::to_string(768 * kMiB) + " " + std::to_string(kGiB));
+  EXPECT_EQ(a->Send("alloc 512M"), "ok 0");
+  auto b = Start(slice, kCap, ctx);
+  EXPECT_EQ(b->Send("alloc 1"), kOom);  // b's own context took the last 256 MiB
+  EXPECT_EQ(a->Send("free 0"), "ok");
+  EXPECT_EQ(b->Send("alloc 512M"), "ok 0");
+  Result<SliceUsage> usage = ReadSliceUsage(slice);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->used, kGiB);
+}
+
 TEST_F(MemcapPreloadTest, ReportsNeverExceedTheDevice) {
   // A cap above the device's memory: totals are the device's, never the cap.
   auto child = Start(Slice("a"), 100 * kGiB, {{"FAKECUDA_TOTAL_BYTES", std::to_string(8 * kGiB)}});
