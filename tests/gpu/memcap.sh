@@ -48,8 +48,12 @@ neighbour=$!
 sleep 2
 
 # shellcheck disable=SC2046
-if env $(slice_env a $CAP_A) "$WORK/cap_check" hog >"$WORK/hog.out" 2>&1; then
+if env $(slice_env a $CAP_A) GPUSLICE_MEMCAP_LOG=1 "$WORK/cap_check" hog >"$WORK/hog.out" 2>&1; then
   cat "$WORK/hog.out"
+  # The refusal must come from the interposer (its log line), not from the device running out.
+  if ! grep -q "refused: slice 'gpucheck-a-$$'" "$WORK/hog.out"; then
+    echo "FAIL memcap: no refusal logged by libgpuslice-cuda"; fail=1
+  fi
 else
   echo "FAIL memcap: hog"; cat "$WORK/hog.out"; fail=1
 fi

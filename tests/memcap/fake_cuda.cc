@@ -6,10 +6,12 @@
 // FAKECUDA_BLOCK_BYTES=N makes an allocation of exactly N bytes print "blocked" on stdout and
 // hang, so a test can kill the process while it is inside the driver.
 // FAKECUDA_TOTAL_BYTES sets the device's total memory (default 80 GiB).
+// FAKECUDA_TRACE=1 logs every cuGetProcAddress request on stderr.
 
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -209,6 +211,11 @@ const Entry* Find(const std::string& name) {
 
 CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  static const bool trace = std::getenv("FAKECUDA_TRACE") != nullptr;
+  if (trace) {
+    std::fprintf(stderr, "fakecuda: cuGetProcAddress(%s, %d, %llu)\n", symbol, version,
+                 static_cast<unsigned long long>(flags));
+  }
   std::string base = symbol;
   const int v2_from = base == "cuGetProcAddress" ? 12000 : 3020;
   const Entry* e = nullptr;

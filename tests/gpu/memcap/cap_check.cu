@@ -76,7 +76,12 @@ int Hog() {
   }
   cudaGetLastError();  // clear the sticky-free error state of the runtime
   if (cap > 0 && allocated > cap) {
+    // The hooks were not reached: see "How calls reach the hooks" in docs/memcap.md.
     std::printf("FAIL hog: allocated %lld bytes past the cap %lld\n", allocated, cap);
+    return 1;
+  }
+  if (cap > 0 && allocated + static_cast<long long>(2 * chunk) < cap) {
+    std::printf("FAIL hog: refused after only %lld bytes of a %lld-byte cap\n", allocated, cap);
     return 1;
   }
   // 2. After freeing, the process works normally.
