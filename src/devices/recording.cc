@@ -1,6 +1,8 @@
 #include "devices/recording.h"
 
+#include <chrono>
 #include <fstream>
+#include <thread>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -354,6 +356,24 @@ Result<Recording> Record(DeviceBackend& backend, Micros duration, Micros interva
   }
   if (errors != nullptr) *errors = failed;
   return rec;
+}
+
+Status RecordToFile(const BackendOptions& options, Micros duration, Micros interval,
+                    const std::string& out_path, std::string* summary) {
+  if (out_path.empty()) return InvalidArgument("record: --out must name a file");
+  GPUSLICE_ASSIGN_OR_RETURN(auto backend, OpenBackend(options));
+  int errors = 0;
+  GPUSLICE_ASSIGN_OR_RETURN(
+      Recording rec,
+      Record(*backend, duration, interval,
+             [](Micros d) { std::this_thread::sleep_for(std::chrono::microseconds(d)); }, &errors));
+  GPUSLICE_RETURN_IF_ERROR(WriteRecordingFile(rec, out_path));
+  if (summary != nullptr) {
+    *summary = fmt::format("recorded {} samples of {} device(s) from {} to {}{}", rec.samples.size(),
+                           rec.devices.size(), rec.source, out_path,
+                           errors > 0 ? fmt::format(" ({} failed reads skipped)", errors) : "");
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpuslice::devices

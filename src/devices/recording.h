@@ -35,4 +35,9 @@ Status WriteRecordingFile(const Recording& r, const std::string& path);
 Result<Recording> Record(DeviceBackend& backend, Micros duration, Micros interval,
                          const std::function<void(Micros)>& sleep_for, int* errors = nullptr);
 
+// `gpuslice record`: opens the backend, records in real time, writes `out_path` atomically.
+// `summary` gets one line for the user ("recorded 20 samples of 2 devices ... to FILE").
+Status RecordToFile(const BackendOptions& backend, Micros duration, Micros interval,
+                    const std::string& out_path, std::string* summary);
+
 }  // namespace gpuslice::devices

@@ -99,3 +99,37 @@ TEST(Recording, RecordRejectsBadIntervals) {
 
 }  // namespace
 }  // namespace gpuslice::devices
+
+namespace gpuslice::devices {
+namespace {
+
+TEST(RecordToFile, RecordsAFakeInRealTimeAndReplaysIt) {
+  const std::string path = "/tmp/gs-record-" + std::to_string(::getpid()) + ".json";
+  BackendOptions o;
+  o.kind = "fake";
+  o.simulate = "2xA100-80GB";
+  std::string summary;
+  ASSERT_TRUE(RecordToFile(o, 400 * kMillisecond, 200 * kMillisecond, path, &summary).ok());
+  EXPECT_NE(summary.find("recorded 4 samples of 2 device(s)"), std::string::npos) << summary;
+  BackendOptions r;
+  r.kind = "replay";
+  r.replay_file = path;
+  auto replay = OpenBackend(r);
+  ASSERT_TRUE(replay.ok()) << replay.status().ToString();
+  EXPECT_EQ((*replay)->kind(), "replay");
+  EXPECT_EQ((*replay)->ListDevices()->at(1).model->name, "A100-80GB");
+  std::filesystem::remove(path);
+}
+
+TEST(RecordToFile, NoDriverIsUnavailableAndWritesNothing) {
+  const std::string path = "/tmp/gs-record-nvml-" + std::to_string(::getpid()) + ".json";
+  BackendOptions o;
+  o.kind = "nvml";
+  o.nvml_library = "/nonexistent/libnvidia-ml.so.1";
+  Status s = RecordToFile(o, kSecond, kSecond, path, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
+}  // namespace gpuslice::devices
