@@ -5,8 +5,9 @@
 //     (priority, submit time, JobId); shapes that failed once in a pass are not retried in it;
 //  4. if MIG demand is unmet, plan a new layout for ONE GPU (reconfigure, or drain first).
 //
-// Indexes (kept in step with the records; CheckInvariants recomputes them) make the built-in
-// policies O(log n) per decision: free devices per node, shared and MPS devices by free share.
+// Indexes (capacity_index.h; kept in step with the records, CheckInvariants rebuilds and
+// compares them) make the built-in policies and MIG planning O(log n) per decision; "could
+// ever fit" is answered from per-model capacity summaries, not by scanning devices.
 #include "sched/scheduler.h"
 
 #include <algorithm>
@@ -15,11 +16,14 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <climits>
+#include <deque>
 
 #include <fmt/format.h>
 
-#include "sched/placement/placement.h"
+#include "sched/capacity_index.h"
 #include "sched/mig_plan.h"
+#include "sched/placement/placement.h"
 
 namespace gpuslice::sched {
 namespace {
@@ -72,16 +76,23 @@ std::string_view JobStateName(JobState s) {
 
 // A job's request resolved against its queue and the catalogue.
 struct Resolved {
+  JobId job;
   SliceKind kind = SliceKind::kShared;
   int gpus = 1;
   MilliGpu milli = 0;   // per device (whole: 1000; shared / mps: share)
   Bytes memory = 0;     // per device cap; 0: proportional share of the device (shared / mps)
   Bytes mig_need = 0;   // mig: memory the instance must have
   std::string model;    // canonical name or empty
+  std::string user;
   Micros limit = 0;
+  Micros submit = 0;
   const QueueConfig* queue = nullptr;
-  // Pending-pass memo key: jobs with equal keys fit or fail together.
-  auto Key() const { return std::tie(kind, gpus, milli, memory, mig_need, model, queue); }
+  int shape = 0;        // jobs with equal shapes fit or fail together (pending-pass memo)
+  // Cached addresses (std::map nodes are stable) so the hot path avoids tree walks.
+  JobView* view = nullptr;
+  std::map<SliceId, SliceView>::iterator slice;  // while running
+  std::vector<DeviceView*> devices;              // while running
+  auto ShapeKey() const { return std::tie(kind, gpus, milli, memory, mig_need, model, queue); }
 };
 
 struct PendingKey {
@@ -95,6 +106,19 @@ struct Usage {
   MilliGpu milli = 0;
   int jobs = 0;
 };
+
+// What could ever fit, per model ("" = all models): updated on DeviceAdded / DeviceRemoved.
+struct Capacity {
+  const DeviceModel* model = nullptr;
+  std::multiset<int> host_counts;   // devices per host (hosts with at least one)
+  std::multiset<Bytes> memories;    // per device; LLONG_MAX when unknown (not tracked)
+  int mig_capable = 0;
+};
+
+int ModelIndex(const DeviceModel* m) {
+  if (!m) return -1;
+  return static_cast<int>(m - AllModels().data());
+}
 
 class Scheduler::Impl {
  public:
@@ -115,7 +139,7 @@ class Scheduler::Impl {
                    [&](const DeviceAdded& ev) { OnDeviceAdded(ev); },
                    [&](const DeviceRemoved& ev) { OnDeviceRemoved(ev); },
                    [&](const Submit& ev) { OnSubmit(ev); },
-                   [&](const Finish& ev) { OnEnd(ev.job, "finished", std::nullopt); },
+                   [&](const Finish& ev) { OnEnd(ev.job, "finished"); },
                    [&](const Cancel& ev) { OnCancel(ev); },
                    [&](const Sample& ev) { OnSample(ev); },
                    [&](const Tick&) { OnTick(); },
@@ -135,8 +159,8 @@ class Scheduler::Impl {
 
   std::vector<JobId> Pending(std::optional<std::string_view> queue) const {
     std::vector<JobId> ids;
-    for (const PendingKey& k : pending_) {
-      if (!queue || jobs_.at(k.job).queue == *queue) ids.push_back(k.job);
+    for (const auto& [k, r] : pending_) {
+      if (!queue || r->queue->name == *queue) ids.push_back(k.job);
     }
     return ids;
   }
@@ -145,61 +169,47 @@ class Scheduler::Impl {
 
  private:
   // ---------------------------------------------------------------- devices and indexes
-  const DeviceModel* ModelOf(const DeviceRef& ref) const {
-    auto it = models_.find(ref);
-    return it == models_.end() ? nullptr : it->second;
+  const DeviceModel* ModelOf(const DeviceRef& ref) const { return devices_.at(ref).catalogue; }
+
+  static int MpsLimit(const DeviceView& d) {
+    return d.catalogue && d.catalogue->mps_max_clients > 0 ? d.catalogue->mps_max_clients : 48;
   }
 
-  int MpsLimit(const DeviceRef& ref) const {
-    const DeviceModel* m = ModelOf(ref);
-    return m && m->mps_max_clients > 0 ? m->mps_max_clients : 48;
-  }
+  static bool Schedulable(const DeviceView& d) { return !d.draining && !d.reconfiguring; }
 
-  bool Schedulable(const DeviceView& d) const { return !d.draining && !d.reconfiguring; }
-
-  // Removes the device from every index; call before changing it, then Index() after.
-  void Unindex(const DeviceView& d) {
-    auto& node = nodes_[d.ref.node];
-    if (node.free.erase(d.ref.index) > 0) {
-      free_by_node_.erase({static_cast<int>(node.free.size()) + 1, d.ref.node});
-      if (!node.free.empty()) free_by_node_.insert({static_cast<int>(node.free.size()), d.ref.node});
+  MigLayout InUse(const DeviceView& d) const {
+    MigLayout in_use;
+    for (SliceId s : d.slices) {
+      const SliceView& sv = slices_.at(s);
+      if (sv.mig) in_use.push_back(*sv.mig);
     }
-    shared_index_.erase({kOneGpu - d.used_milli, d.ref});
-    mps_index_.erase({kOneGpu - d.used_milli, d.ref});
-    mig_devices_.erase(d.ref);
+    std::sort(in_use.begin(), in_use.end(), [](const MigPlacement& a, const MigPlacement& b) {
+      return std::tie(a.start, a.profile_id) < std::tie(b.start, b.profile_id);
+    });
+    return in_use;
   }
 
-  void Index(const DeviceView& d) {
-    if (!Schedulable(d)) return;
-    switch (d.mode) {
-      case DeviceMode::kFree: {
-        auto& node = nodes_[d.ref.node];
-        if (!node.free.empty()) free_by_node_.erase({static_cast<int>(node.free.size()), d.ref.node});
-        node.free.insert(d.ref.index);
-        free_by_node_.insert({static_cast<int>(node.free.size()), d.ref.node});
-        break;
-      }
-      case DeviceMode::kShared:
-        if (d.used_milli < kOneGpu) shared_index_.insert({kOneGpu - d.used_milli, d.ref});
-        break;
-      case DeviceMode::kMps:
-        if (d.used_milli < kOneGpu && d.clients < MpsLimit(d.ref))
-          mps_index_.insert({kOneGpu - d.used_milli, d.ref});
-        break;
-      case DeviceMode::kMig:
-        mig_devices_.insert(d.ref);
-        break;
-      case DeviceMode::kWhole:
-        break;
-    }
+  DeviceFacts Facts(const DeviceView& d) const {
+    DeviceFacts f;
+    f.model = d.catalogue;
+    f.model_idx = ModelIndex(f.model);
+    f.mps_limit = MpsLimit(d);
+    if (d.mode == DeviceMode::kMig) f.in_use = InUse(d);
+    return f;
   }
 
+  // Every change to a device goes through here so the indexes stay exact.
   template <typename F>
   void Mutate(const DeviceRef& ref, F f) {
-    DeviceView& d = devices_.at(ref);
-    Unindex(d);
+    Mutate(devices_.at(ref), std::move(f));
+  }
+  template <typename F>
+  void Mutate(DeviceView& d, F f) {
+    bool was_changing = d.draining || d.reconfiguring;
+    index_.Remove(d, Facts(d));
     f(d);
-    Index(d);
+    index_.Add(d, Facts(d));
+    mig_in_flight_ += (d.draining || d.reconfiguring) - was_changing;
   }
 
   void SetMode(DeviceView& d, DeviceMode mode) {
@@ -211,6 +221,27 @@ class Scheduler::Impl {
     d.mode = mode;
   }
 
+  void CountCapacity(const DeviceView& d, int delta) {
+    std::vector<std::string> keys{std::string()};
+    if (!d.model.empty()) keys.push_back(d.model);
+    for (const std::string& key : keys) {
+      Capacity& c = capacity_[key];
+      if (!key.empty()) c.model = d.catalogue;
+      int& n = host_model_count_[d.ref.node][key];
+      if (n > 0) c.host_counts.erase(c.host_counts.find(n));
+      n += delta;
+      if (n > 0) c.host_counts.insert(n);
+      Bytes mem = d.memory > 0 ? d.memory : LLONG_MAX;
+      if (delta > 0) c.memories.insert(mem);
+      else c.memories.erase(c.memories.find(mem));
+      c.mig_capable += d.mig_capable ? delta : 0;
+    }
+    if (delta < 0) {
+      auto& m = host_model_count_[d.ref.node];
+      if (m[std::string()] == 0) host_model_count_.erase(d.ref.node);
+    }
+  }
+
   void OnDeviceAdded(const DeviceAdded& e) {
     if (devices_.contains(e.device)) return;  // idempotent: agents re-announce
     DeviceView d;
@@ -219,14 +250,15 @@ class Scheduler::Impl {
     const DeviceModel* model = nullptr;
     if (auto m = FindModel(e.model); m.ok()) model = *m;
     d.model = model ? model->name : e.model;
+    d.catalogue = model;
     d.memory = model ? model->memory : 0;
     d.mig_capable = e.mig_capable && model && model->supports_mig();
     d.mode = e.mig_enabled && d.mig_capable ? DeviceMode::kMig : DeviceMode::kFree;
     if (d.mode == DeviceMode::kMig) d.layout = e.mig_layout;
-    models_[e.device] = model;
-    nodes_[e.device.node].devices.insert(e.device.index);
+    nodes_[e.device.node].insert(e.device.index);
     auto [it, _] = devices_.emplace(e.device, std::move(d));
-    Index(it->second);
+    index_.Add(it->second, Facts(it->second));
+    CountCapacity(it->second, +1);
     Schedule(/*only=*/std::nullopt);
   }
 
@@ -240,27 +272,29 @@ class Scheduler::Impl {
       ++stats_.stopped;
       EndRunning(sv.job, "device-lost");
     }
-    Unindex(it->second);
-    nodes_[e.device.node].devices.erase(e.device.index);
-    if (nodes_[e.device.node].devices.empty()) nodes_.erase(e.device.node);
+    DeviceView& d = it->second;
+    index_.Remove(d, Facts(d));
+    if (d.draining || d.reconfiguring) --mig_in_flight_;
+    CountCapacity(d, -1);
+    nodes_[e.device.node].erase(e.device.index);
+    if (nodes_[e.device.node].empty()) nodes_.erase(e.device.node);
     devices_.erase(it);
-    models_.erase(e.device);
     mig_broken_.erase(e.device);
     // Pending jobs that can no longer ever fit are rejected now rather than waiting forever.
-    std::vector<JobId> doomed;
-    for (const PendingKey& k : pending_) {
-      if (!Feasible(resolved_.at(k.job)).ok()) doomed.push_back(k.job);
+    std::vector<std::pair<JobId, Status>> doomed;
+    for (const auto& [k, r] : pending_) {
+      if (Status st = Feasible(*r); !st.ok()) doomed.emplace_back(k.job, st);
     }
-    for (JobId j : doomed) {
-      Status st = Feasible(resolved_.at(j));
-      RejectPending(j, st);
-    }
+    for (const auto& [j, st] : doomed) RejectPending(j, st);
     Schedule(std::nullopt);
   }
 
   // ---------------------------------------------------------------- jobs
   Result<Resolved> Resolve(const Submit& e) const {
     Resolved r;
+    r.job = e.job;
+    r.user = e.user;
+    r.submit = now_;
     std::string qname = e.queue.empty() ? config_.default_queue : e.queue;
     r.queue = config_.FindQueue(qname);
     if (!r.queue) return NotFound(fmt::format("queue '{}' does not exist", qname));
@@ -317,10 +351,10 @@ class Scheduler::Impl {
     return r;
   }
 
-  // GPU share counted against per-user caps (mig: the smallest profile's compute fraction,
-  // approximated as one seventh per compute slice before placement).
+  // GPU share counted against per-user caps before placement (a MIG slice's share is only
+  // known once its instance is chosen; it counts from then on).
   static MilliGpu UsageMilli(const Resolved& r) {
-    return r.kind == SliceKind::kMig ? r.milli : r.milli * r.gpus;
+    return r.kind == SliceKind::kMig ? 0 : r.milli * r.gpus;
   }
 
   bool ModelOk(const Resolved& r, const DeviceView& d) const {
@@ -334,35 +368,24 @@ class Scheduler::Impl {
 
   // "Could ever fit": on the devices present, ignoring what runs now.
   Status Feasible(const Resolved& r) const {
+    std::string what = r.model.empty() ? "" : r.model + " ";
+    auto it = capacity_.find(r.model);
+    const Capacity* c = it == capacity_.end() ? nullptr : &it->second;
     switch (r.kind) {
-      case SliceKind::kWhole: {
-        for (const auto& [nid, node] : nodes_) {
-          int n = 0;
-          for (DeviceIndex i : node.devices)
-            if (ModelOk(r, devices_.at({nid, i}))) ++n;
-          if (n >= r.gpus) return Status::Ok();
-        }
-        return ResourceExhausted(fmt::format("no host has {} {}devices", r.gpus,
-                                             r.model.empty() ? "" : r.model + " "));
-      }
+      case SliceKind::kWhole:
+        if (c && !c->host_counts.empty() && *c->host_counts.rbegin() >= r.gpus) return Status::Ok();
+        return ResourceExhausted(fmt::format("no host has {} {}devices", r.gpus, what));
       case SliceKind::kShared:
       case SliceKind::kMps:
-        for (const auto& [ref, d] : devices_) {
-          if (!ModelOk(r, d)) continue;
-          if (d.memory > 0 && r.memory > d.memory) continue;
-          return Status::Ok();
-        }
-        return ResourceExhausted(fmt::format("no {}device has {} of memory",
-                                             r.model.empty() ? "" : r.model + " ",
-                                             FormatBytes(r.memory)));
+        if (c && !c->memories.empty() && *c->memories.rbegin() >= r.memory) return Status::Ok();
+        return ResourceExhausted(fmt::format("no {}device has {} of memory", what, FormatBytes(r.memory)));
       case SliceKind::kMig:
-        for (const auto& [ref, d] : devices_) {
-          const DeviceModel* m = ModelOf(ref);
-          if (!d.mig_capable || !ModelOk(r, d) || !m) continue;
-          if (m->SmallestProfileFor(r.mig_need)) return Status::Ok();
+        for (const auto& [name, cap] : capacity_) {
+          if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
+          if (!r.model.empty() && name != r.model) continue;
+          if (cap.model->SmallestProfileFor(r.mig_need)) return Status::Ok();
         }
-        return ResourceExhausted(fmt::format("no MIG-capable {}device has an instance with {}",
-                                             r.model.empty() ? "" : r.model + " ",
+        return ResourceExhausted(fmt::format("no MIG-capable {}device has an instance with {}", what,
                                              FormatBytes(r.mig_need)));
     }
     return Internal("unknown kind");
@@ -383,28 +406,63 @@ class Scheduler::Impl {
     auto r = Resolve(e);
     Status st = r.ok() ? Feasible(*r) : r.status();
     if (!st.ok()) {
-      j.state = JobState::kEnded;
-      j.end_time = now_;
-      j.end_reason = "rejected";
-      jobs_.emplace(e.job, std::move(j));
+      JobView& rec = jobs_.emplace(e.job, std::move(j)).first->second;
+      EndJob(rec, "rejected");
       out_.push_back(Reject{e.job, st.WithContext(fmt::format("job {}", e.job.value()))});
       ++stats_.rejected;
       return;
     }
     j.kind = r->kind;
-    jobs_.emplace(e.job, std::move(j));
-    resolved_.emplace(e.job, *r);
-    pending_.insert({-r->queue->priority, now_, e.job});
+    auto [shape_it, _] = shapes_.try_emplace(
+        std::make_tuple(r->kind, r->gpus, r->milli, r->memory, r->mig_need, r->model, r->queue),
+        static_cast<int>(shapes_.size()));
+    r->shape = shape_it->second;
+    JobView* view = &jobs_.emplace(e.job, std::move(j)).first->second;
+    Resolved* rp = &resolved_.emplace(e.job, std::move(r).value()).first->second;
+    rp->view = view;
+    AddPending(rp);
     Schedule(e.job);
   }
 
-  void RejectPending(JobId id, const Status& st) {
-    JobView& j = jobs_.at(id);
-    pending_.erase({-resolved_.at(id).queue->priority, j.submit_time, id});
-    resolved_.erase(id);
+  // The pending set, with per-shape counts so a pass can stop once every shape present failed,
+  // and the MIG jobs apart (the planner looks at the first few of them).
+  void AddPending(Resolved* r) {
+    PendingKey k{-r->queue->priority, r->submit, r->job};
+    pending_.emplace(k, r);
+    if (r->kind == SliceKind::kMig) pending_mig_.emplace(k, r);
+    if (pending_per_shape_.size() <= static_cast<std::size_t>(r->shape)) pending_per_shape_.resize(r->shape + 1, 0);
+    if (pending_per_shape_[r->shape]++ == 0) ++pending_shapes_;
+  }
+  void RemovePending(const Resolved& r) {
+    PendingKey k{-r.queue->priority, r.submit, r.job};
+    pending_.erase(k);
+    pending_mig_.erase(k);
+    if (--pending_per_shape_[r.shape] == 0) --pending_shapes_;
+  }
+
+  void EndJob(JobView& j, std::string_view reason) {
     j.state = JobState::kEnded;
     j.end_time = now_;
-    j.end_reason = "rejected";
+    j.end_reason = std::string(reason);
+    Remember(j.job);
+  }
+
+  // Ended jobs stay visible for a while (API, metrics), then are forgotten so that a
+  // long-running daemon or simulation does not grow without bound.
+  static constexpr std::size_t kEndedHistory = 10000;
+  void Remember(JobId ended) {
+    ended_.push_back(ended);
+    while (ended_.size() > kEndedHistory) {
+      jobs_.erase(ended_.front());
+      ended_.pop_front();
+    }
+  }
+
+  void RejectPending(JobId id, const Status& st) {
+    const Resolved& r = resolved_.at(id);
+    RemovePending(r);
+    resolved_.erase(id);
+    EndJob(jobs_.at(id), "rejected");
     out_.push_back(Reject{id, st.WithContext(fmt::format("job {}", id.value()))});
     ++stats_.rejected;
   }
@@ -413,20 +471,19 @@ class Scheduler::Impl {
     auto it = jobs_.find(e.job);
     if (it == jobs_.end() || it->second.state == JobState::kEnded) return;
     if (it->second.state == JobState::kPending) {
-      pending_.erase({-resolved_.at(e.job).queue->priority, it->second.submit_time, e.job});
+      const Resolved& r = resolved_.at(e.job);
+      RemovePending(r);
       resolved_.erase(e.job);
-      it->second.state = JobState::kEnded;
-      it->second.end_time = now_;
-      it->second.end_reason = "cancelled";
+      EndJob(it->second, "cancelled");
       return;
     }
     out_.push_back(Stop{e.job, it->second.slice, StopReason::kCancelled});
     ++stats_.stopped;
-    OnEnd(e.job, "cancelled", std::nullopt);
+    OnEnd(e.job, "cancelled");
   }
 
-  // A running job ends (finished, cancelled, reclaimed, stopped): release, then reschedule.
-  void OnEnd(JobId id, std::string_view reason, std::optional<bool>) {
+  // A running job ends (finished, cancelled): release, then reschedule.
+  void OnEnd(JobId id, std::string_view reason) {
     auto it = jobs_.find(id);
     if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
     EndRunning(id, reason);
@@ -435,15 +492,19 @@ class Scheduler::Impl {
 
   // Releases a running job's slice; the job is ended (or pending again when `requeue`).
   void EndRunning(JobId id, std::string_view reason, bool requeue = false) {
-    JobView& j = jobs_.at(id);
-    SliceView s = slices_.at(j.slice);
-    const Resolved& r = resolved_.at(id);
-    Usage& u = usage_[{j.queue, j.user}];
-    u.milli -= SliceUsage(s);
-    u.jobs -= 1;
-    for (DeviceIndex di : s.devices) {
-      DeviceRef ref{s.node, di};
-      Mutate(ref, [&](DeviceView& d) {
+    Resolved& r = resolved_.at(id);
+    JobView& j = *r.view;
+    auto sit = r.slice;
+    const SliceView s = sit->second;  // a copy: the indexes read the record until it is erased
+    std::vector<DeviceView*> devs = std::move(r.devices);
+    r.devices.clear();
+    if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
+      Usage& u = usage_[{j.queue, j.user}];
+      u.milli -= SliceUsage(s);
+      u.jobs -= 1;
+    }
+    for (DeviceView* dv : devs) {
+      Mutate(*dv, [&](DeviceView& d) {
         d.slices.erase(std::find(d.slices.begin(), d.slices.end(), s.slice));
         d.clients -= 1;
         if (s.kind != SliceKind::kMig) {
@@ -453,19 +514,17 @@ class Scheduler::Impl {
         if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
       });
     }
-    slices_.erase(s.slice);
+    slices_.erase(sit);
     j.slice = SliceId();
     if (requeue) {
       j.state = JobState::kPending;
-      pending_.insert({-r.queue->priority, j.submit_time, id});
+      AddPending(&r);
     } else {
-      j.state = JobState::kEnded;
-      j.end_time = now_;
-      j.end_reason = std::string(reason);
+      EndJob(j, reason);
       resolved_.erase(id);
     }
     // A draining device that became empty is reconfigured now.
-    for (DeviceIndex di : s.devices) MaybeFinishDrain({s.node, di});
+    for (DeviceView* dv : devs) MaybeFinishDrain(*dv);
   }
 
   static MilliGpu SliceUsage(const SliceView& s) {
@@ -485,64 +544,67 @@ class Scheduler::Impl {
     if (d.mode != DeviceMode::kFree && d.mode != want) return false;
     if (kOneGpu - d.used_milli < r.milli) return false;
     if (d.memory > 0 && d.memory - d.used_memory < MemoryCap(r, d)) return false;
-    if (r.kind == SliceKind::kMps && d.clients >= MpsLimit(d.ref)) return false;
+    if (r.kind == SliceKind::kMps && d.clients >= MpsLimit(d)) return false;
     return true;
   }
 
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order) {
-    const auto& index = r.kind == SliceKind::kMps ? mps_index_ : shared_index_;
+    const auto& index = r.kind == SliceKind::kMps ? index_.mps() : index_.shared();
+    auto try_node = [&](NodeId nid) -> std::optional<Choice> {
+      for (DeviceIndex di : index_.FreeOn(nid)) {
+        ++stats_.placement_attempts;
+        if (SharedFits(r, devices_.at({nid, di}))) return Choice{nid, {di}, std::nullopt};
+      }
+      return std::nullopt;
+    };
+    // A free device: best-fit takes it from the host with the fewest free devices (keeps whole
+    // hosts free for multi-GPU jobs); spread from the host with the most.
     auto from_free = [&]() -> std::optional<Choice> {
-      // A free device: best-fit takes it from the host with the fewest free devices (keeps
-      // whole hosts free for multi-GPU jobs); spread from the host with the most.
-      auto try_node = [&](NodeId nid) -> std::optional<Choice> {
-        for (DeviceIndex di : nodes_.at(nid).free) {
-          if (SharedFits(r, devices_.at({nid, di}))) return Choice{nid, {di}, std::nullopt};
-        }
-        return std::nullopt;
-      };
+      const auto& hosts = index_.free_by_node();
       if (order == FastOrder::kLoosest) {
-        for (auto it = free_by_node_.rbegin(); it != free_by_node_.rend(); ++it)
+        for (auto it = hosts.rbegin(); it != hosts.rend(); ++it)
           if (auto c = try_node(it->second)) return c;
       } else {
-        for (const auto& [count, nid] : free_by_node_)
+        for (const auto& [count, nid] : hosts)
           if (auto c = try_node(nid)) return c;
       }
       return std::nullopt;
     };
+    auto at = [](const DeviceRef& ref) { return Choice{ref.node, {ref.index}, std::nullopt}; };
     if (order == FastOrder::kLoosest) {
       if (auto c = from_free()) return c;
       for (auto it = index.rbegin(); it != index.rend() && it->first >= r.milli; ++it) {
         ++stats_.placement_attempts;
-        if (SharedFits(r, devices_.at(it->second))) return Choice{it->second.node, {it->second.index}, std::nullopt};
+        if (SharedFits(r, devices_.at(it->second))) return at(it->second);
       }
       return std::nullopt;
     }
     for (auto it = index.lower_bound({r.milli, DeviceRef{}}); it != index.end(); ++it) {
       ++stats_.placement_attempts;
-      if (SharedFits(r, devices_.at(it->second))) return Choice{it->second.node, {it->second.index}, std::nullopt};
+      if (SharedFits(r, devices_.at(it->second))) return at(it->second);
     }
     return from_free();
   }
 
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order) {
     auto try_node = [&](NodeId nid) -> std::optional<Choice> {
+      ++stats_.placement_attempts;
       Choice c{nid, {}, std::nullopt};
-      for (DeviceIndex di : nodes_.at(nid).free) {
+      for (DeviceIndex di : index_.FreeOn(nid)) {
         if (!ModelOk(r, devices_.at({nid, di}))) continue;
         c.devices.push_back(di);
         if (static_cast<int>(c.devices.size()) == r.gpus) return c;
       }
       return std::nullopt;
     };
+    const auto& hosts = index_.free_by_node();
     if (order == FastOrder::kLoosest) {
-      for (auto it = free_by_node_.rbegin(); it != free_by_node_.rend() && it->first >= r.gpus; ++it)
+      for (auto it = hosts.rbegin(); it != hosts.rend() && it->first >= r.gpus; ++it)
         if (auto c = try_node(it->second)) return c;
       return std::nullopt;
     }
-    for (auto it = free_by_node_.lower_bound({r.gpus, NodeId{}}); it != free_by_node_.end(); ++it) {
-      ++stats_.placement_attempts;
+    for (auto it = hosts.lower_bound({r.gpus, NodeId{}}); it != hosts.end(); ++it)
       if (auto c = try_node(it->second)) return c;
-    }
     return std::nullopt;
   }
 
@@ -551,13 +613,13 @@ class Scheduler::Impl {
     scratch_gpus_.clear();
     scratch_nodes_.clear();
     scratch_refs_.clear();
-    for (const auto& [nid, node] : nodes_) {
-      for (DeviceIndex di : node.devices) {
+    for (const auto& [nid, devs] : nodes_) {
+      for (DeviceIndex di : devs) {
         const DeviceView& d = devices_.at({nid, di});
-        GpuView g;
         bool ok = r.kind == SliceKind::kWhole
                       ? (Schedulable(d) && d.mode == DeviceMode::kFree && ModelOk(r, d))
                       : SharedFits(r, d);
+        GpuView g;
         g.usable = ok;
         g.free_milli = ok ? kOneGpu - d.used_milli : 0;
         g.free_memory = ok ? std::max<Bytes>(d.memory - d.used_memory, 0) : 0;
@@ -567,14 +629,14 @@ class Scheduler::Impl {
     }
     std::size_t pos = 0;
     std::uint32_t index = 0;
-    for (const auto& [nid, node] : nodes_) {
+    for (const auto& [nid, devs] : nodes_) {
       NodeView v;
       v.index = index++;
-      v.model = devices_.at({nid, *node.devices.begin()}).model;
+      v.model = devices_.at({nid, *devs.begin()}).model;
       v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
       v.memory_free = v.memory_total = Bytes{1} << 50;
-      v.gpus = std::span<const GpuView>(scratch_gpus_.data() + pos, node.devices.size());
-      pos += node.devices.size();
+      v.gpus = std::span<const GpuView>(scratch_gpus_.data() + pos, devs.size());
+      pos += devs.size();
       scratch_nodes_.push_back(v);
     }
     PlacementRequest req;
@@ -585,73 +647,54 @@ class Scheduler::Impl {
     ++stats_.placement_attempts;
     auto p = Place(policy, req, scratch_nodes_, ctx);
     if (!p) return std::nullopt;
-    // Map back: node_index -> first device position of that node.
     std::size_t first = 0;
-    std::uint32_t i = 0;
-    for (const auto& [nid, node] : nodes_) {
-      if (i++ == p->node_index) {
-        Choice c{nid, {}, std::nullopt};
-        for (int g : p->gpu_indices) c.devices.push_back(scratch_refs_[first + g].index);
-        // The generic Filter does not know per-slice memory caps; re-check.
-        for (DeviceIndex di : c.devices) {
-          const DeviceView& d = devices_.at({nid, di});
-          if (r.kind != SliceKind::kWhole && !SharedFits(r, d)) return std::nullopt;
-        }
-        return c;
-      }
-      first += node.devices.size();
-    }
-    return std::nullopt;
+    for (std::uint32_t i = 0; i < p->node_index; ++i) first += scratch_nodes_[i].gpus.size();
+    Choice c{scratch_refs_[first].node, {}, std::nullopt};
+    for (int g : p->gpu_indices) c.devices.push_back(scratch_refs_[first + g].index);
+    std::sort(c.devices.begin(), c.devices.end());
+    return c;
   }
 
-  // MIG: a free instance of the smallest fitting profile on a MIG-mode device (first in
-  // device order: deterministic).
+  // MIG: a free instance of the smallest fitting profile (lowest device; deterministic).
   std::optional<Choice> PlaceMig(const Resolved& r) {
-    for (const DeviceRef& ref : mig_devices_) {
-      const DeviceView& d = devices_.at(ref);
-      const DeviceModel* m = ModelOf(ref);
-      if (!m || !ModelOk(r, d)) continue;
-      const MigProfile* p = m->SmallestProfileFor(r.mig_need);
+    std::optional<std::pair<DeviceRef, MigPlacement>> best;
+    for (const auto& [name, cap] : capacity_) {
+      if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
+      if (!r.model.empty() && name != r.model) continue;
+      const MigProfile* p = cap.model->SmallestProfileFor(r.mig_need);
       if (!p) continue;
       ++stats_.placement_attempts;
-      for (const MigPlacement& inst : d.layout) {
-        if (inst.profile_id != p->id || InstanceUsed(d, inst)) continue;
-        return Choice{ref.node, {ref.index}, inst};
-      }
+      auto inst = index_.FirstFreeInstance(ModelIndex(cap.model), p->id);
+      if (inst && (!best || inst->first < best->first)) best = inst;
     }
-    return std::nullopt;
-  }
-
-  bool InstanceUsed(const DeviceView& d, const MigPlacement& inst) const {
-    for (SliceId s : d.slices) {
-      const SliceView& sv = slices_.at(s);
-      if (sv.mig && *sv.mig == inst) return true;
-    }
-    return false;
+    if (!best) return std::nullopt;
+    return Choice{best->first.node, {best->first.index}, best->second};
   }
 
   std::optional<Choice> TryPlace(const Resolved& r) {
     if (r.kind == SliceKind::kMig) return PlaceMig(r);
-    const std::string& pname = r.queue->placement;
-    FastOrder order = FastOrderFor(pname);
+    FastOrder order = FastOrderFor(r.queue->placement);
     if (order == FastOrder::kNone) return PlaceGeneric(r, *policies_.at(r.queue->name));
     if (r.kind == SliceKind::kWhole) return PlaceWholeFast(r, order);
     return PlaceFractionalFast(r, order);
   }
 
-  bool CapBlocks(const JobView& j, const Resolved& r) const {
+  bool CapBlocks(const Resolved& r) const {
     const QueueConfig& q = *r.queue;
     if (q.user_max_milli == 0 && q.user_max_jobs == 0) return false;
-    auto it = usage_.find({j.queue, j.user});
+    auto it = usage_.find({q.name, r.user});
     Usage u = it == usage_.end() ? Usage{} : it->second;
     if (q.user_max_jobs > 0 && u.jobs + 1 > q.user_max_jobs) return true;
     if (q.user_max_milli > 0 && u.milli + UsageMilli(r) > q.user_max_milli) return true;
     return false;
   }
 
-  void Start(JobId id, const Resolved& r, const Choice& c) {
-    JobView& j = jobs_.at(id);
-    pending_.erase({-r.queue->priority, j.submit_time, id});
+  void Start(const Resolved& r, const Choice& c) {
+    JobId id = r.job;
+    JobView& j = *r.view;
+    Resolved& rw = resolved_.at(id);
+    RemovePending(r);
+    DeviceView& first = devices_.at({c.node, c.devices.front()});
     SliceView s;
     s.slice = SliceId(++last_slice_);
     s.job = id;
@@ -672,7 +715,6 @@ class Scheduler::Impl {
     d.devices = c.devices;
     d.mig = c.mig;
     d.deadline = s.deadline;
-    const DeviceView& first = devices_.at({c.node, c.devices.front()});
     switch (r.kind) {
       case SliceKind::kWhole:
         s.milli = kOneGpu;
@@ -695,121 +737,136 @@ class Scheduler::Impl {
       }
     }
     d.milli = s.milli;
+    // The slice is recorded before the devices change: the indexes read it (MIG in-use set).
+    rw.slice = slices_.emplace(s.slice, std::move(s)).first;
+    SliceView& rec = rw.slice->second;
     for (DeviceIndex di : c.devices) {
-      DeviceRef ref{c.node, di};
-      d.uuids.push_back(devices_.at(ref).uuid);
-      Mutate(ref, [&](DeviceView& dv) {
+      DeviceView& target = di == c.devices.front() ? first : devices_.at({c.node, di});
+      rw.devices.push_back(&target);
+      Mutate(target, [&](DeviceView& dv) {
+        d.uuids.push_back(dv.uuid);
         if (dv.mode == DeviceMode::kFree) SetMode(dv, ModeFor(r.kind));
-        dv.slices.insert(std::upper_bound(dv.slices.begin(), dv.slices.end(), s.slice), s.slice);
+        dv.slices.insert(std::upper_bound(dv.slices.begin(), dv.slices.end(), rec.slice), rec.slice);
         dv.clients += 1;
         if (r.kind != SliceKind::kMig) {
-          dv.used_milli += s.milli;
-          dv.used_memory += s.memory;
+          dv.used_milli += rec.milli;
+          dv.used_memory += rec.memory;
         }
       });
     }
-    Usage& u = usage_[{j.queue, j.user}];
-    u.milli += SliceUsage(s);
-    u.jobs += 1;
+    if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
+      Usage& u = usage_[{j.queue, j.user}];
+      u.milli += SliceUsage(rec);
+      u.jobs += 1;
+    }
     j.state = JobState::kRunning;
     j.start_time = now_;
-    j.slice = s.slice;
-    slices_.emplace(s.slice, std::move(s));
+    j.slice = rec.slice;
     out_.push_back(std::move(d));
     ++stats_.started;
   }
 
-  // Tries pending jobs (or just `only`) in order; then plans MIG for unmet demand.
+  // Tries pending jobs (or just `only`) in order; then plans MIG for unmet demand. A shape
+  // that failed once is not retried in the same pass, and the pass ends once every shape
+  // present has failed: later jobs could only fail the same way.
   void Schedule(std::optional<JobId> only) {
-    std::vector<JobId> order;
-    if (only) {
-      order.push_back(*only);
-    } else {
-      order.reserve(pending_.size());
-      for (const PendingKey& k : pending_) order.push_back(k.job);
-    }
-    std::set<std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*>> failed;
-    std::vector<JobId> mig_unmet;
-    for (JobId id : order) {
-      const JobView& j = jobs_.at(id);
-      const Resolved& r = resolved_.at(id);
-      if (CapBlocks(j, r)) continue;
-      auto key = r.Key();
-      if (failed.contains(key)) {
-        if (r.kind == SliceKind::kMig) mig_unmet.push_back(id);
-        continue;
-      }
+    scratch_failed_.assign(shapes_.size(), 0);
+    bool mig_failed = false;
+    auto attempt = [&](const Resolved& r) -> bool {  // true: failed
+      if (CapBlocks(r)) return false;
+      if (scratch_failed_[r.shape]) return false;
       if (auto c = TryPlace(r)) {
-        Start(id, r, *c);
-      } else {
-        failed.insert(key);
-        if (r.kind == SliceKind::kMig) mig_unmet.push_back(id);
+        Start(r, *c);
+        return false;
+      }
+      scratch_failed_[r.shape] = 1;
+      if (r.kind == SliceKind::kMig) mig_failed = true;
+      return true;
+    };
+    if (only) {
+      attempt(resolved_.at(*only));
+    } else {
+      int failed = 0;
+      for (auto it = pending_.begin(); it != pending_.end() && failed < pending_shapes_;) {
+        const Resolved* r = it->second;
+        ++it;  // Start() erases the current entry
+        if (attempt(*r)) ++failed;
       }
     }
-    if (!mig_unmet.empty() && config_.mig.enabled) PlanMig(mig_unmet);
+    if (mig_failed && config_.mig.enabled && mig_in_flight_ == 0) {
+      std::vector<const Resolved*> unmet;
+      for (const auto& [k, r] : pending_mig_) {
+        if (unmet.size() >= kMaxPlannedNeeds) break;
+        if (!CapBlocks(*r)) unmet.push_back(r);
+      }
+      if (!unmet.empty()) PlanMig(unmet);
+    }
   }
 
   // ---------------------------------------------------------------- MIG planning
-  bool MigChangeInFlight() const {
-    for (const auto& [ref, d] : devices_)
-      if (d.draining || d.reconfiguring) return true;
-    return false;
-  }
+  // The planner searches layouts for these many pending needs at most (a GPU holds <= 7).
+  static constexpr std::size_t kMaxPlannedNeeds = 16;
+  static constexpr int kRelayoutCandidates = 4;
+  static constexpr std::size_t kDrainCandidates = 32;
 
-  MigLayout InUse(const DeviceView& d) const {
-    MigLayout in_use;
-    for (SliceId s : d.slices) {
-      const SliceView& sv = slices_.at(s);
-      if (sv.mig) in_use.push_back(*sv.mig);
-    }
-    std::sort(in_use.begin(), in_use.end(), [](const MigPlacement& a, const MigPlacement& b) {
-      return std::tie(a.start, a.profile_id) < std::tie(b.start, b.profile_id);
-    });
-    return in_use;
-  }
-
-  std::vector<Bytes> NeedsFor(const std::vector<JobId>& jobs, const DeviceView& d) const {
+  std::vector<Bytes> NeedsFor(const std::vector<const Resolved*>& jobs, const DeviceView& d) const {
     std::vector<Bytes> needs;
-    for (JobId id : jobs) {
-      const Resolved& r = resolved_.at(id);
-      if (ModelOk(r, d)) needs.push_back(r.mig_need);
-    }
+    for (const Resolved* r : jobs)
+      if (ModelOk(*r, d)) needs.push_back(r->mig_need);
     return needs;
   }
 
   // One GPU at a time: prefer a MIG device whose free instances can be re-laid out (no drain),
   // then an empty MIG-capable device, then drain a device in another mode (fewest slices).
-  void PlanMig(const std::vector<JobId>& unmet) {
-    if (MigChangeInFlight()) return;
+  void PlanMig(const std::vector<const Resolved*>& unmet) {
+    if (mig_in_flight_ > 0) return;
+    std::set<DeviceRef> candidates;
+    for (const auto& [name, cap] : capacity_) {
+      if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
+      int mi = ModelIndex(cap.model);
+      std::set<int> profiles;
+      for (const Resolved* r : unmet) {
+        if (!r->model.empty() && r->model != name) continue;
+        if (const MigProfile* p = cap.model->SmallestProfileFor(r->mig_need)) profiles.insert(p->id);
+      }
+      if (profiles.empty()) continue;
+      for (int p : profiles)
+        for (const DeviceRef& ref : index_.RelayoutCandidates(mi, p, kRelayoutCandidates))
+          candidates.insert(ref);
+      if (auto ref = index_.FirstMigCapableFree(mi)) candidates.insert(*ref);
+    }
+    if (candidates.empty()) {
+      // Only now look at devices that would need a drain.
+      for (const DeviceRef& ref : index_.mig_capable_busy()) {
+        if (mig_broken_.contains(ref)) continue;
+        candidates.insert(ref);
+        if (candidates.size() >= kDrainCandidates) break;
+      }
+    }
     struct Candidate {
-      int rank;        // 0: mig, 1: free, 2: needs drain
+      int rank;  // 0: MIG mode, 1: empty, 2: needs a drain
       int satisfied;
       int clients;
       DeviceRef ref;
       MigLayout layout;
     };
     std::optional<Candidate> best;
-    for (const auto& [ref, d] : devices_) {
-      if (!d.mig_capable || mig_broken_.contains(ref) || !Schedulable(d)) continue;
-      const DeviceModel* m = ModelOf(ref);
+    for (const DeviceRef& ref : candidates) {
+      if (mig_broken_.contains(ref)) continue;
+      const DeviceView& d = devices_.at(ref);
       std::vector<Bytes> needs = NeedsFor(unmet, d);
       if (needs.empty()) continue;
       int rank = d.mode == DeviceMode::kMig ? 0 : d.mode == DeviceMode::kFree ? 1 : 2;
-      MigLayout keep = rank == 0 ? InUse(d) : MigLayout{};
-      auto plan = PlanMigLayout(*m, keep, needs);
+      auto plan = PlanMigLayout(*ModelOf(ref), rank == 0 ? InUse(d) : MigLayout{}, needs);
       if (!plan.ok() || plan->satisfied == 0) continue;
       if (rank == 0 && plan->layout == d.layout) continue;
       Candidate c{rank, plan->satisfied, d.clients, ref, plan->layout};
-      auto better = [](const Candidate& a, const Candidate& b) {
-        return std::make_tuple(a.rank, -a.satisfied, a.clients, a.ref) <
-               std::make_tuple(b.rank, -b.satisfied, b.clients, b.ref);
-      };
-      if (!best || better(c, *best)) best = std::move(c);
+      auto key = [](const Candidate& x) { return std::make_tuple(x.rank, -x.satisfied, x.clients, x.ref); };
+      if (!best || key(c) < key(*best)) best = std::move(c);
     }
     if (!best) return;
-    DeviceView& d = devices_.at(best->ref);
     if (best->rank < 2) {
-      Reconfigure(d, best->layout);
+      Reconfigure(best->ref, best->layout);
       return;
     }
     Mutate(best->ref, [&](DeviceView& dv) {
@@ -819,42 +876,41 @@ class Scheduler::Impl {
     out_.push_back(Drain{best->ref, fmt::format("MIG layout for {} pending inference request(s)",
                                                 best->satisfied)});
     if (config_.mig.drain == MigDrainPolicy::kPreempt) {
-      std::vector<SliceId> victims = d.slices;
+      std::vector<SliceId> victims = devices_.at(best->ref).slices;
       for (SliceId s : victims) {
-        const SliceView& sv = slices_.at(s);
-        const Resolved& r = resolved_.at(sv.job);
-        if (!r.queue->preemptible) continue;
-        out_.push_back(Preempt{sv.job, s, "drain for MIG reconfiguration", true});
+        JobId job = slices_.at(s).job;
+        if (!resolved_.at(job).queue->preemptible) continue;
+        out_.push_back(Preempt{job, s, "drain for MIG reconfiguration", true});
         ++stats_.preempted;
-        EndRunning(sv.job, "preempted", /*requeue=*/true);
+        EndRunning(job, "preempted", /*requeue=*/true);
       }
     }
-    MaybeFinishDrain(best->ref);
+    MaybeFinishDrain(devices_.at(best->ref));
   }
 
-  void Reconfigure(DeviceView& d, const MigLayout& layout) {
+  void Reconfigure(const DeviceRef& ref, const MigLayout& layout) {
+    const DeviceView& d = devices_.at(ref);
     MigLayout old = d.mode == DeviceMode::kMig ? d.layout : MigLayout{};
-    Mutate(d.ref, [&](DeviceView& dv) {
+    Mutate(ref, [&](DeviceView& dv) {
       dv.reconfiguring = true;
       dv.draining = false;
       dv.target_layout = layout;
     });
-    out_.push_back(ReconfigureMig{d.ref, d.uuid, old, layout});
+    out_.push_back(ReconfigureMig{ref, d.uuid, std::move(old), layout});
     ++stats_.reconfigurations;
   }
 
-  void MaybeFinishDrain(const DeviceRef& ref) {
-    auto it = devices_.find(ref);
-    if (it == devices_.end() || !it->second.draining || !it->second.slices.empty()) return;
-    DeviceView& d = it->second;
+  void MaybeFinishDrain(DeviceView& d) {
+    if (!d.draining || !d.slices.empty()) return;
     // Re-plan now: demand may have changed while draining.
-    std::vector<JobId> mig_pending;
-    for (const PendingKey& k : pending_)
-      if (resolved_.at(k.job).kind == SliceKind::kMig) mig_pending.push_back(k.job);
-    const DeviceModel* m = ModelOf(ref);
-    auto plan = PlanMigLayout(*m, {}, NeedsFor(mig_pending, d));
+    std::vector<const Resolved*> mig_pending;
+    for (const auto& [k, r] : pending_mig_) {
+      if (mig_pending.size() >= kMaxPlannedNeeds) break;
+      mig_pending.push_back(r);
+    }
+    auto plan = PlanMigLayout(*d.catalogue, {}, NeedsFor(mig_pending, d));
     MigLayout layout = plan.ok() && plan->satisfied > 0 ? plan->layout : d.target_layout;
-    Reconfigure(d, layout);
+    Reconfigure(d.ref, layout);
   }
 
   void OnReconfigureDone(const ReconfigureDone& e) {
@@ -897,8 +953,9 @@ class Scheduler::Impl {
   void OnTick() {
     std::vector<std::pair<JobId, std::string>> ended;
     for (auto& [sid, s] : slices_) {
-      const JobView& j = jobs_.at(s.job);
-      const QueueConfig& q = *resolved_.at(s.job).queue;
+      const Resolved& r = resolved_.at(s.job);
+      const JobView& j = *r.view;
+      const QueueConfig& q = *r.queue;
       if (s.deadline > 0) {
         if (now_ >= s.deadline) {
           out_.push_back(Stop{s.job, sid, StopReason::kTimeLimit});
@@ -909,41 +966,31 @@ class Scheduler::Impl {
         if (q.warn_before > 0 && !s.limit_warned && now_ >= s.deadline - q.warn_before) {
           s.limit_warned = true;
           out_.push_back(Warn{s.job, sid, WarnReason::kTimeLimit, s.deadline,
-                              fmt::format("job {} of {} reaches its time limit at {}", s.job.value(),
-                                          j.user, FormatDuration(s.deadline))});
+                              fmt::format("job {} of {} reaches its time limit in {}", s.job.value(),
+                                          j.user, FormatDuration(s.deadline - now_))});
         }
       }
       if (!q.idle.enabled) continue;
-      switch (s.idle) {
-        case IdleState::kActive:
-          if (now_ - s.last_active >= q.idle.window) {
-            Micros idle_for = now_ - s.last_active;
-            if (q.idle.action == ReclaimAction::kReport) {
-              s.idle = IdleState::kReported;
-              s.idle_deadline = now_;
-              out_.push_back(Warn{s.job, sid, WarnReason::kIdle, now_,
-                                  fmt::format("slice idle for {} (reported, not reclaimed)",
-                                              FormatDuration(idle_for))});
-              break;
-            }
-            s.idle = IdleState::kWarned;
-            s.idle_deadline = now_ + q.idle.grace;
-            out_.push_back(Warn{s.job, sid, WarnReason::kIdle, s.idle_deadline,
-                                fmt::format("slice idle for {}; reclaimed in {} unless used",
-                                            FormatDuration(idle_for), FormatDuration(q.idle.grace))});
-          }
-          if (s.idle != IdleState::kWarned || now_ < s.idle_deadline) break;
-          [[fallthrough]];
-        case IdleState::kWarned:
-          if (now_ >= s.idle_deadline) {
-            out_.push_back(Reclaim{s.job, sid,
-                                   fmt::format("idle since {}", FormatDuration(s.last_active))});
-            ++stats_.reclaimed;
-            ended.emplace_back(s.job, "idle");
-          }
-          break;
-        case IdleState::kReported:
-          break;
+      if (s.idle == IdleState::kActive && now_ - s.last_active >= q.idle.window) {
+        Micros idle_for = now_ - s.last_active;
+        if (q.idle.action == ReclaimAction::kReport) {
+          s.idle = IdleState::kReported;
+          s.idle_deadline = now_;
+          out_.push_back(Warn{s.job, sid, WarnReason::kIdle, now_,
+                              fmt::format("slice idle for {} (reported, not reclaimed)",
+                                          FormatDuration(idle_for))});
+        } else {
+          s.idle = IdleState::kWarned;
+          s.idle_deadline = now_ + q.idle.grace;
+          out_.push_back(Warn{s.job, sid, WarnReason::kIdle, s.idle_deadline,
+                              fmt::format("slice idle for {}; reclaimed in {} unless used",
+                                          FormatDuration(idle_for), FormatDuration(q.idle.grace))});
+        }
+      }
+      if (s.idle == IdleState::kWarned && now_ >= s.idle_deadline) {
+        out_.push_back(Reclaim{s.job, sid, fmt::format("idle for {}", FormatDuration(now_ - s.last_active))});
+        ++stats_.reclaimed;
+        ended.emplace_back(s.job, "idle");
       }
     }
     for (const auto& [job, reason] : ended) EndRunning(job, reason);
@@ -951,11 +998,6 @@ class Scheduler::Impl {
   }
 
   // ---------------------------------------------------------------- state
-  struct Node {
-    std::set<DeviceIndex> devices;
-    std::set<DeviceIndex> free;  // schedulable devices in kFree mode
-  };
-
   Config config_;
   std::mt19937_64 rng_;
   Micros now_ = 0;
@@ -964,45 +1006,47 @@ class Scheduler::Impl {
   std::map<std::string, std::unique_ptr<PlacementPolicy>> policies_;
 
   std::map<JobId, JobView> jobs_;
-  std::unordered_map<JobId, Resolved> resolved_;  // pending and running jobs
+  std::deque<JobId> ended_;  // oldest first; see Remember()
+  std::unordered_map<JobId, Resolved> resolved_;  // pending and running jobs (stable addresses)
   std::map<SliceId, SliceView> slices_;
   std::map<DeviceRef, DeviceView> devices_;
-  std::map<DeviceRef, const DeviceModel*> models_;
-  std::map<NodeId, Node> nodes_;
-  std::set<PendingKey> pending_;
-  std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user)
+  std::map<NodeId, std::set<DeviceIndex>> nodes_;
+  std::map<PendingKey, Resolved*> pending_;
+  std::map<PendingKey, Resolved*> pending_mig_;  // the kMig subset of pending_
+  std::vector<int> pending_per_shape_;            // pending jobs per shape id
+  int pending_shapes_ = 0;                        // shapes with at least one pending job
+  std::map<std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*>, int> shapes_;
+  std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
+  std::map<std::string, Capacity> capacity_;                     // by model; "" = all
+  std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;
   std::set<DeviceRef> mig_broken_;
+  int mig_in_flight_ = 0;  // devices draining or reconfiguring
   std::string violation_;
+  CapacityIndex index_;
 
-  // Indexes.
-  std::set<std::pair<int, NodeId>> free_by_node_;             // (free device count, node)
-  std::set<std::pair<MilliGpu, DeviceRef>> shared_index_;     // (free share, device)
-  std::set<std::pair<MilliGpu, DeviceRef>> mps_index_;
-  std::set<DeviceRef> mig_devices_;
-
-  // Scratch for the generic placement path.
+  // Scratch (reused to avoid allocation per event).
+  std::vector<char> scratch_failed_;
   std::vector<GpuView> scratch_gpus_;
   std::vector<NodeView> scratch_nodes_;
   std::vector<DeviceRef> scratch_refs_;
-
-  friend class Scheduler;
 };
 
 Status Scheduler::Impl::CheckInvariants() const {
   if (!violation_.empty()) return Internal(violation_);
-  auto where = [](const DeviceView& d) { return fmt::format("device {}/{}", d.ref.node.value(), d.ref.index.value()); };
-  std::set<std::pair<int, NodeId>> free_by_node;
-  std::set<std::pair<MilliGpu, DeviceRef>> shared, mps;
-  std::set<DeviceRef> mig;
-  std::map<NodeId, int> free_count;
+  auto where = [](const DeviceView& d) {
+    return fmt::format("device {}/{}", d.ref.node.value(), d.ref.index.value());
+  };
+  CapacityIndex fresh;
+  int in_flight = 0;
   for (const auto& [ref, d] : devices_) {
     MilliGpu milli = 0;
     Bytes mem = 0;
     std::set<std::pair<int, int>> instances;
     for (SliceId sid : d.slices) {
       auto it = slices_.find(sid);
-      if (it == slices_.end()) return Internal(fmt::format("{}: unknown slice {}", where(d), sid.value()));
+      if (it == slices_.end())
+        return Internal(fmt::format("{}: unknown slice {}", where(d), sid.value()));
       const SliceView& s = it->second;
       if (ModeFor(s.kind) != d.mode)
         return Internal(fmt::format("{} in mode {} holds a {} slice {}", where(d),
@@ -1026,34 +1070,26 @@ Status Scheduler::Impl::CheckInvariants() const {
                                   FormatBytes(d.memory)));
     if (d.mode == DeviceMode::kWhole && d.slices.size() != 1)
       return Internal(fmt::format("{}: whole device with {} slices", where(d), d.slices.size()));
-    if (d.mode == DeviceMode::kMps && d.clients > MpsLimit(ref))
+    if (d.mode == DeviceMode::kMps && d.clients > MpsLimit(d))
       return Internal(fmt::format("{}: {} MPS clients over the limit", where(d), d.clients));
     if (d.slices.empty() && (d.mode == DeviceMode::kWhole || d.mode == DeviceMode::kShared ||
                              d.mode == DeviceMode::kMps))
       return Internal(fmt::format("{}: empty but left in mode {}", where(d), DeviceModeName(d.mode)));
+    if (d.reconfiguring && !d.slices.empty() && d.mode != DeviceMode::kMig)
+      return Internal(fmt::format("{}: reconfiguring with slices on it", where(d)));
     if (d.mode == DeviceMode::kMig) {
-      if (const DeviceModel* m = ModelOf(ref)) {
+      if (const DeviceModel* m = d.catalogue) {
         Status st = ValidateLayout(*m, d.layout);
         if (!st.ok()) return Internal(fmt::format("{}: illegal layout: {}", where(d), st.message()));
       }
     }
-    if (Schedulable(d)) {
-      switch (d.mode) {
-        case DeviceMode::kFree: ++free_count[ref.node]; break;
-        case DeviceMode::kShared:
-          if (d.used_milli < kOneGpu) shared.insert({kOneGpu - d.used_milli, ref});
-          break;
-        case DeviceMode::kMps:
-          if (d.used_milli < kOneGpu && d.clients < MpsLimit(ref)) mps.insert({kOneGpu - d.used_milli, ref});
-          break;
-        case DeviceMode::kMig: mig.insert(ref); break;
-        case DeviceMode::kWhole: break;
-      }
-    }
+    if (d.draining || d.reconfiguring) ++in_flight;
+    fresh.Add(d, Facts(d));
   }
-  for (const auto& [nid, n] : free_count) free_by_node.insert({n, nid});
-  if (free_by_node != free_by_node_ || shared != shared_index_ || mps != mps_index_ || mig != mig_devices_)
-    return Internal("placement indexes disagree with the device records");
+  if (!(fresh == index_)) return Internal("placement indexes disagree with the device records");
+  if (in_flight != mig_in_flight_)
+    return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_in_flight_));
+  if (in_flight > 1) return Internal(fmt::format("{} devices changing MIG layout at once", in_flight));
   for (const auto& [sid, s] : slices_) {
     auto j = jobs_.find(s.job);
     if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.slice != sid)
@@ -1062,10 +1098,11 @@ Status Scheduler::Impl::CheckInvariants() const {
       auto d = devices_.find({s.node, di});
       if (d == devices_.end() ||
           std::find(d->second.slices.begin(), d->second.slices.end(), sid) == d->second.slices.end())
-        return Internal(fmt::format("slice {} not recorded on its device {}/{}", sid.value(), s.node.value(), di.value()));
+        return Internal(fmt::format("slice {} not recorded on its device {}/{}", sid.value(),
+                                    s.node.value(), di.value()));
     }
   }
-  for (const PendingKey& k : pending_) {
+  for (const auto& [k, r] : pending_) {
     if (jobs_.at(k.job).state != JobState::kPending)
       return Internal(fmt::format("job {} queued but not pending", k.job.value()));
   }

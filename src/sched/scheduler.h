@@ -63,7 +63,8 @@ struct SliceView {
 struct DeviceView {
   DeviceRef ref;
   std::string uuid;
-  std::string model;             // canonical catalogue name ("" if the model is unknown)
+  std::string model;             // canonical catalogue name (as announced if unknown)
+  const DeviceModel* catalogue = nullptr;  // the catalogue entry; nullptr if the model is unknown
   Bytes memory = 0;
   bool mig_capable = false;
   DeviceMode mode = DeviceMode::kFree;
@@ -103,7 +104,9 @@ class Scheduler {
 
   // Read-only views (valid until the next Handle()).
   const Config& config() const;
-  const std::map<JobId, JobView>& jobs() const;          // pending, running and ended
+  // Pending, running and the 10,000 most recently ended jobs (older ones are forgotten,
+  // after which their JobId could be submitted again).
+  const std::map<JobId, JobView>& jobs() const;
   const std::map<SliceId, SliceView>& slices() const;    // running slices
   const std::map<DeviceRef, DeviceView>& devices() const;
   // Pending jobs of one queue in the order they will be considered.

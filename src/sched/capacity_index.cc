@@ -1,0 +1,143 @@
+#include "sched/capacity_index.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "mig/planner.h"
+
+namespace gpuslice::sched {
+
+const std::set<DeviceIndex>& CapacityIndex::FreeOn(NodeId node) const {
+  static const std::set<DeviceIndex> kNone;
+  auto it = free_.find(node);
+  return it == free_.end() ? kNone : it->second;
+}
+
+const std::vector<int>& CapacityIndex::PlaceableBeside(const DeviceFacts& f) const {
+  std::vector<int> key{f.model_idx};
+  for (const MigPlacement& p : f.in_use) {
+    key.push_back(p.profile_id);
+    key.push_back(p.start);
+  }
+  auto it = placeable_memo_.find(key);
+  if (it != placeable_memo_.end()) return it->second;
+  std::vector<int> ok;
+  for (const MigProfile& p : f.model->mig_profiles) {
+    if (p.media_extensions) continue;  // the planner sizes requests without +me
+    if (mig::FirstFreePlacement(*f.model, f.in_use, p.id).ok()) ok.push_back(p.id);
+  }
+  return placeable_memo_.emplace(std::move(key), std::move(ok)).first->second;
+}
+
+CapacityIndex::Entries CapacityIndex::EntriesOf(const DeviceView& d, const DeviceFacts& f) const {
+  Entries e;
+  if (d.mode != DeviceMode::kMig || d.draining || d.reconfiguring || !f.model) return e;
+  std::vector<int> free_profiles;
+  for (const MigPlacement& inst : d.layout) {
+    if (std::find(f.in_use.begin(), f.in_use.end(), inst) != f.in_use.end()) continue;
+    e.free_instances.emplace_back(f.model_idx, inst.profile_id, d.ref, inst.start);
+    free_profiles.push_back(inst.profile_id);
+  }
+  for (int p : PlaceableBeside(f)) {
+    if (std::find(free_profiles.begin(), free_profiles.end(), p) == free_profiles.end())
+      e.relayout.emplace_back(f.model_idx, p, d.ref);
+  }
+  return e;
+}
+
+void CapacityIndex::Add(const DeviceView& d, const DeviceFacts& f) {
+  if (d.draining || d.reconfiguring) return;
+  switch (d.mode) {
+    case DeviceMode::kFree: {
+      auto& set = free_[d.ref.node];
+      if (!set.empty()) free_by_node_.erase({static_cast<int>(set.size()), d.ref.node});
+      set.insert(d.ref.index);
+      free_by_node_.insert({static_cast<int>(set.size()), d.ref.node});
+      if (d.mig_capable) mig_free_.insert({f.model_idx, d.ref});
+      break;
+    }
+    case DeviceMode::kShared:
+      if (d.used_milli < kOneGpu) shared_.insert({kOneGpu - d.used_milli, d.ref});
+      if (d.mig_capable) mig_busy_.insert(d.ref);
+      break;
+    case DeviceMode::kMps:
+      if (d.used_milli < kOneGpu && d.clients < f.mps_limit) mps_.insert({kOneGpu - d.used_milli, d.ref});
+      if (d.mig_capable) mig_busy_.insert(d.ref);
+      break;
+    case DeviceMode::kWhole:
+      if (d.mig_capable) mig_busy_.insert(d.ref);
+      break;
+    case DeviceMode::kMig: {
+      Entries e = EntriesOf(d, f);
+      free_instances_.insert(e.free_instances.begin(), e.free_instances.end());
+      relayout_.insert(e.relayout.begin(), e.relayout.end());
+      break;
+    }
+  }
+}
+
+void CapacityIndex::Remove(const DeviceView& d, const DeviceFacts& f) {
+  if (d.draining || d.reconfiguring) return;
+  switch (d.mode) {
+    case DeviceMode::kFree: {
+      auto it = free_.find(d.ref.node);
+      if (it == free_.end() || it->second.erase(d.ref.index) == 0) break;
+      int n = static_cast<int>(it->second.size());
+      free_by_node_.erase({n + 1, d.ref.node});
+      if (n > 0) free_by_node_.insert({n, d.ref.node});
+      else free_.erase(it);
+      mig_free_.erase({f.model_idx, d.ref});
+      break;
+    }
+    case DeviceMode::kShared:
+      shared_.erase({kOneGpu - d.used_milli, d.ref});
+      mig_busy_.erase(d.ref);
+      break;
+    case DeviceMode::kMps:
+      mps_.erase({kOneGpu - d.used_milli, d.ref});
+      mig_busy_.erase(d.ref);
+      break;
+    case DeviceMode::kWhole:
+      mig_busy_.erase(d.ref);
+      break;
+    case DeviceMode::kMig: {
+      Entries e = EntriesOf(d, f);
+      for (const auto& x : e.free_instances) free_instances_.erase(x);
+      for (const auto& x : e.relayout) relayout_.erase(x);
+      break;
+    }
+  }
+}
+
+std::optional<std::pair<DeviceRef, MigPlacement>> CapacityIndex::FirstFreeInstance(int model_idx,
+                                                                                   int profile_id) const {
+  auto it = free_instances_.lower_bound({model_idx, profile_id, DeviceRef{}, INT_MIN});
+  if (it == free_instances_.end() || std::get<0>(*it) != model_idx || std::get<1>(*it) != profile_id)
+    return std::nullopt;
+  return std::make_pair(std::get<2>(*it), MigPlacement{profile_id, std::get<3>(*it)});
+}
+
+std::vector<DeviceRef> CapacityIndex::RelayoutCandidates(int model_idx, int profile_id, int k) const {
+  std::vector<DeviceRef> out;
+  for (auto it = relayout_.lower_bound({model_idx, profile_id, DeviceRef{}});
+       it != relayout_.end() && std::get<0>(*it) == model_idx && std::get<1>(*it) == profile_id &&
+       static_cast<int>(out.size()) < k;
+       ++it) {
+    out.push_back(std::get<2>(*it));
+  }
+  return out;
+}
+
+std::optional<DeviceRef> CapacityIndex::FirstMigCapableFree(int model_idx) const {
+  auto it = mig_free_.lower_bound({model_idx, DeviceRef{}});
+  if (it == mig_free_.end() || it->first != model_idx) return std::nullopt;
+  return it->second;
+}
+
+bool CapacityIndex::operator==(const CapacityIndex& o) const {
+  return free_ == o.free_ && free_by_node_ == o.free_by_node_ && shared_ == o.shared_ &&
+         mps_ == o.mps_ && free_instances_ == o.free_instances_ && relayout_ == o.relayout_ &&
+         mig_free_ == o.mig_free_ && mig_busy_ == o.mig_busy_;
+}
+
+}  // namespace gpuslice::sched

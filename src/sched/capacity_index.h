@@ -1,0 +1,72 @@
+#pragma once
+// Internal to the scheduler: incremental indexes over devices that make the built-in placement
+// policies and MIG planning O(log n) per decision instead of a scan of every host.
+// Each index entry is a pure function of one device's record (DeviceView + DeviceFacts), so
+// Remove(d) before a change and Add(d) after keeps them exact; the scheduler's
+// CheckInvariants() rebuilds a fresh index from the records and compares.
+// Not thread-safe (owned by one Scheduler).
+
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/catalogue.h"
+#include "sched/scheduler.h"
+
+namespace gpuslice::sched {
+
+// What the index needs to know about a device beyond its view.
+struct DeviceFacts {
+  const DeviceModel* model = nullptr;
+  int model_idx = -1;    // position in AllModels(); -1 if unknown
+  int mps_limit = 48;
+  MigLayout in_use;      // MIG instances with a slice on them
+};
+
+class CapacityIndex {
+ public:
+  void Add(const DeviceView& d, const DeviceFacts& f);
+  void Remove(const DeviceView& d, const DeviceFacts& f);
+
+  // (free device count, node) for hosts with at least one schedulable free device.
+  const std::set<std::pair<int, NodeId>>& free_by_node() const { return free_by_node_; }
+  const std::set<DeviceIndex>& FreeOn(NodeId node) const;
+  // (free share, device) for schedulable shared / MPS devices with share left.
+  const std::set<std::pair<MilliGpu, DeviceRef>>& shared() const { return shared_; }
+  const std::set<std::pair<MilliGpu, DeviceRef>>& mps() const { return mps_; }
+  // The first free MIG instance of `profile_id` on a model (lowest device, then start).
+  std::optional<std::pair<DeviceRef, MigPlacement>> FirstFreeInstance(int model_idx, int profile_id) const;
+  // Up to `k` MIG-mode devices of the model where `profile_id` fits beside the instances in use
+  // (after a re-layout of the free ones) and no free instance of it exists.
+  std::vector<DeviceRef> RelayoutCandidates(int model_idx, int profile_id, int k) const;
+  // The first empty, schedulable, MIG-capable device of the model not in MIG mode.
+  std::optional<DeviceRef> FirstMigCapableFree(int model_idx) const;
+  // Schedulable MIG-capable devices in another mode with slices (would need a drain).
+  const std::set<DeviceRef>& mig_capable_busy() const { return mig_busy_; }
+
+  bool operator==(const CapacityIndex& o) const;
+
+ private:
+  struct Entries {
+    std::vector<std::tuple<int, int, DeviceRef, int>> free_instances;  // (model, profile, dev, start)
+    std::vector<std::tuple<int, int, DeviceRef>> relayout;             // (model, profile, dev)
+  };
+  Entries EntriesOf(const DeviceView& d, const DeviceFacts& f) const;
+  const std::vector<int>& PlaceableBeside(const DeviceFacts& f) const;
+
+  std::map<NodeId, std::set<DeviceIndex>> free_;
+  std::set<std::pair<int, NodeId>> free_by_node_;
+  std::set<std::pair<MilliGpu, DeviceRef>> shared_;
+  std::set<std::pair<MilliGpu, DeviceRef>> mps_;
+  std::set<std::tuple<int, int, DeviceRef, int>> free_instances_;
+  std::set<std::tuple<int, int, DeviceRef>> relayout_;
+  std::set<std::pair<int, DeviceRef>> mig_free_;
+  std::set<DeviceRef> mig_busy_;
+  // Memo: (model, in-use layout) -> profiles that fit beside it. Not part of equality.
+  mutable std::map<std::vector<int>, std::vector<int>> placeable_memo_;
+};
+
+}  // namespace gpuslice::sched
