@@ -420,6 +420,7 @@ class Scheduler::Impl {
     JobView* view = &jobs_.emplace(e.job, std::move(j)).first->second;
     Resolved* rp = &resolved_.emplace(e.job, std::move(r).value()).first->second;
     rp->view = view;
+    if (rp->kind != SliceKind::kMig) CountShape(*rp);
     AddPending(rp);
     Schedule(e.job);
   }
@@ -644,6 +645,7 @@ class Scheduler::Impl {
     req.milli_per_gpu = r.milli;
     PlacementContext ctx;
     ctx.rng = &rng_;
+    ctx.workload = Workload();
     ++stats_.placement_attempts;
     auto p = Place(policy, req, scratch_nodes_, ctx);
     if (!p) return std::nullopt;
@@ -653,6 +655,38 @@ class Scheduler::Impl {
     for (int g : p->gpu_indices) c.devices.push_back(scratch_refs_[first + g].index);
     std::sort(c.devices.begin(), c.devices.end());
     return c;
+  }
+
+  // The expected workload for fragmentation-aware policies (FGD's "typical pods"): the shapes
+  // of submitted GPU requests with their frequencies, forgetting old ones by halving every
+  // kWorkloadWindow submissions.
+  static constexpr std::int64_t kWorkloadWindow = 10000;
+  void CountShape(const Resolved& r) {
+    workload_counts_[{r.gpus, r.milli}] += 2;
+    workload_total_ += 2;
+    if (workload_total_ >= 2 * kWorkloadWindow) {
+      workload_total_ = 0;
+      for (auto it = workload_counts_.begin(); it != workload_counts_.end();) {
+        it->second /= 2;
+        workload_total_ += it->second;
+        it = it->second == 0 ? workload_counts_.erase(it) : std::next(it);
+      }
+    }
+    workload_dirty_ = true;
+  }
+  std::span<const WorkloadShape> Workload() {
+    if (workload_dirty_) {
+      workload_.clear();
+      for (const auto& [shape, n] : workload_counts_) {
+        WorkloadShape w;
+        w.num_gpus = shape.first;
+        w.milli_per_gpu = shape.second;
+        w.frequency = static_cast<double>(n) / static_cast<double>(workload_total_);
+        workload_.push_back(w);
+      }
+      workload_dirty_ = false;
+    }
+    return workload_;
   }
 
   // MIG: a free instance of the smallest fitting profile (lowest device; deterministic).
@@ -1024,6 +1058,11 @@ class Scheduler::Impl {
   int mig_in_flight_ = 0;  // devices draining or reconfiguring
   std::string violation_;
   CapacityIndex index_;
+
+  std::map<std::pair<int, MilliGpu>, std::int64_t> workload_counts_;  // (gpus, milli) -> weight
+  std::int64_t workload_total_ = 0;
+  std::vector<WorkloadShape> workload_;
+  bool workload_dirty_ = false;
 
   // Scratch (reused to avoid allocation per event).
   std::vector<char> scratch_failed_;
