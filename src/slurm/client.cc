@@ -300,6 +300,7 @@ Result<SlurmSubmission> PlanSlurmSubmission(const SlurmSubmitRequest& r) {
                    fmt::format("--comment=gpuslice queue={} kind={}", q->name, sched::SliceKindName(kind))};
   if (!s.time_limit.empty()) s.sbatch_args.push_back("--time=" + s.time_limit);
   if (!workdir.empty()) s.sbatch_args.push_back("--chdir=" + workdir);
+  s.sbatch_args.insert(s.sbatch_args.end(), r.sbatch_extra.begin(), r.sbatch_extra.end());
 
   s.script = "#!/bin/sh\n";
   s.script += fmt::format("# gpuslice: queue={} kind={} gres={}\n", q->name, sched::SliceKindName(kind), s.gres);

@@ -36,6 +36,7 @@ struct SlurmSubmitRequest {
   std::string output;                   // default: "<workdir>/gpuslice-%j.out"
   std::string workdir;                  // default: current directory
   std::map<std::string, std::string> env;  // exported to the job in addition to the caller's
+  std::vector<std::string> sbatch_extra;   // passed to sbatch as is (e.g. --nodelist=node1)
   sched::Config policy = sched::DefaultConfig();  // the queue policy (gpuslice.toml)
   SlurmContext slurm;
 };

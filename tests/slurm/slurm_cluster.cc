@@ -16,6 +16,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -251,11 +252,13 @@ Status SlurmCluster::WaitForNodes(Micros timeout) {
                          .timeout = 5 * kSecond});
     if (r.ok() && r->exit_code == 0) {
       last = r->out;
-      int idle = 0;
+      // One line per node and partition.
+      std::set<std::string> idle;
       std::istringstream lines(r->out);
       std::string node, state;
-      while (lines >> node >> state) idle += state == "idle" ? 1 : 0;
-      if (idle == static_cast<int>(node_names_.size())) return Status::Ok();
+      while (lines >> node >> state)
+        if (state == "idle") idle.insert(node);
+      if (idle.size() == node_names_.size()) return Status::Ok();
     } else if (r.ok()) {
       last = r->err;
     }

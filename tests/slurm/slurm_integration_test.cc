@@ -3,14 +3,19 @@
 // test and stops it after the last, even when tests fail; the cluster's watchdog covers a
 // killed test process.
 
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "devices/fake.h"
 #include "sched/config.h"
+#include "slurm/agent.h"
 #include "slurm/client.h"
 #include "tests/slurm/slurm_cluster.h"
 
@@ -118,6 +123,26 @@ class SlurmTest : public ::testing::Test {
     return id.ok() ? *id : "";
   }
   std::string OutputOf(const std::string& id) { return ReadFile(cluster().jobs_dir() + "/" + id + ".out"); }
+  std::map<std::string, std::string> Running(const std::string& id) {
+    auto job = cluster().WaitForJobState(id, "RUNNING", 30 * kSecond);
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : std::map<std::string, std::string>{};
+  }
+  // Waits until the job's output holds `key`=value on a line; returns value.
+  std::string WaitForOutput(const std::string& id, const std::string& key) {
+    for (int i = 0; i < 150; ++i) {
+      std::istringstream lines(OutputOf(id));
+      for (std::string l; std::getline(lines, l);)
+        if (l.rfind(key + "=", 0) == 0) return l.substr(key.size() + 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "job " << id << " never printed " << key << "=; output:\n" << OutputOf(id);
+    return "";
+  }
+  void Cancel(const std::vector<std::string>& ids) {
+    for (const auto& id : ids) (void)CancelJob(id, cluster().context());
+    for (const auto& id : ids) (void)cluster().WaitForJobState(id, "CANCELLED,COMPLETED,FAILED,TIMEOUT", 15 * kSecond);
+  }
 };
 
 // A job prints the GPU environment Slurm gave it.
@@ -140,6 +165,243 @@ TEST_F(SlurmTest, InteractiveJobRunsOnShardsAndSeesItsGpu) {
   EXPECT_THAT(out, HasSubstr("SHARDS=1\n"));
   EXPECT_THAT(out, ::testing::ContainsRegex("CVD=[01]\n"));
   EXPECT_THAT(out, HasSubstr("PARTITION=interactive\n"));
+}
+
+TEST_F(SlurmTest, TrainingJobGetsWholeGpusAndTheQueueTimeLimit) {
+  SlurmSubmitRequest r = Request("training", kPrintEnv);
+  r.gpus = 2;
+  std::string id = Submit(r);
+  ASSERT_FALSE(id.empty());
+  auto job = cluster().WaitForJobState(id, "COMPLETED,FAILED", 30 * kSecond);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ((*job)["Partition"], "training");
+  EXPECT_EQ((*job)["TimeLimit"], "02:00:00");  // max_duration = 2h
+  EXPECT_EQ((*job)["TresPerNode"], "gres:gpu:2");
+  std::string out = OutputOf(id);
+  EXPECT_THAT(out, HasSubstr("CVD=0,1\n"));
+  EXPECT_THAT(out, HasSubstr("JOB_GPUS=0,1\n"));
+  EXPECT_THAT(out, HasSubstr("SHARDS=\n"));
+}
+
+TEST_F(SlurmTest, InferenceJobGetsTheSmallestMigInstanceThatFits) {
+  SlurmSubmitRequest r = Request("inference", kPrintEnv);
+  r.memory = 15 * kGiB;  // 2g.20gb is the smallest instance of the 3g.40gb + 2x 2g.20gb layout
+  r.time = 10 * kMinute;
+  std::string id = Submit(r);
+  ASSERT_FALSE(id.empty());
+  auto job = cluster().WaitForJobState(id, "COMPLETED,FAILED", 30 * kSecond);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ((*job)["Partition"], "inference");
+  EXPECT_EQ((*job)["TresPerNode"], "gres:gpu:2g.20gb:1");
+  EXPECT_EQ((*job)["TimeLimit"], "00:10:00");
+  EXPECT_EQ((*job)["NodeList"], "node3");  // the MIG node
+  EXPECT_THAT(OutputOf(id), ::testing::ContainsRegex("CVD=[0-9]\n"));
+
+  r.memory = 30 * kGiB;
+  std::string big = Submit(r);
+  auto job2 = cluster().WaitForJobState(big, "COMPLETED,FAILED", 30 * kSecond);
+  ASSERT_TRUE(job2.ok()) << job2.status().ToString();
+  EXPECT_EQ((*job2)["TresPerNode"], "gres:gpu:3g.40gb:1");
+}
+
+TEST_F(SlurmTest, ShardJobsShareOneGpuConcurrently) {
+  // Three half-GPU jobs on one node with two GPUs of 4 shards: all three run at once, so at
+  // least two of them are on the same GPU at the same time.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    SlurmSubmitRequest r = Request("interactive", {"sh", "-c", "echo CVD=$CUDA_VISIBLE_DEVICES; "
+                                                               "echo SHARDS=$SLURM_SHARDS_ON_NODE; exec sleep 120"});
+    r.fraction = 500;
+    r.sbatch_extra = {"--nodelist=node1"};
+    ids.push_back(Submit(r));
+  }
+  std::map<std::string, int> per_gpu;
+  for (const auto& id : ids) {
+    ASSERT_FALSE(id.empty());
+    Running(id);
+    EXPECT_EQ(WaitForOutput(id, "SHARDS"), "2");
+    per_gpu[WaitForOutput(id, "CVD")]++;
+  }
+  // Still all running together.
+  for (const auto& id : ids) {
+    auto job = ShowJob(id, cluster().context());
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ((*job)["JobState"], "RUNNING") << id;
+  }
+  int most = 0;
+  for (const auto& [gpu, n] : per_gpu) {
+    EXPECT_THAT(gpu, ::testing::MatchesRegex("[01]"));
+    most = std::max(most, n);
+  }
+  EXPECT_GE(most, 2);
+  Cancel(ids);
+}
+
+TEST_F(SlurmTest, RequestsTheQueueDoesNotAllowAreRefusedBeforeSbatch) {
+  SlurmSubmitRequest r = Request("training", {"true"});
+  r.fraction = 250;  // training is whole GPUs only
+  auto id = SubmitToSlurm(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(id.status().message(), HasSubstr("does not allow shared slices"));
+
+  r = Request("interactive", {"true"});
+  r.time = 31 * kMinute;
+  id = SubmitToSlurm(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_THAT(id.status().message(), HasSubstr("over queue 'interactive''s limit of 30m"));
+
+  r = Request("interactive", {"true"});
+  r.fraction = 1500;  // shards all come from one GPU
+  id = SubmitToSlurm(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_THAT(id.status().message(), HasSubstr("at most one GPU"));
+}
+
+TEST_F(SlurmTest, UnknownQueueAndUnknownPartitionAreClearErrors) {
+  SlurmSubmitRequest r = Request("nosuch", {"true"});
+  auto id = SubmitToSlurm(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(id.status().message(), HasSubstr("queue 'nosuch' is not in the policy (queues: debug, inference, "
+                                               "interactive, training)"));
+
+  // A queue the policy has but Slurm was never configured with.
+  auto policy = sched::ParseConfig(std::string(kPolicy) + "\n[queues.gone]\nkinds = [\"whole\"]\n", "p.toml");
+  ASSERT_TRUE(policy.ok()) << policy.status().ToString();
+  r = Request("gone", {"true"});
+  r.policy = *policy;
+  id = SubmitToSlurm(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(id.status().message(), HasSubstr("Slurm has no partition 'gone'"));
+}
+
+TEST_F(SlurmTest, SlurmDownIsAClearErrorNotAHang) {
+  // The same cluster config, pointing at a controller port nobody listens on.
+  std::string conf = ReadFile(cluster().conf_path());
+  auto pos = conf.find("SlurmctldPort=");
+  ASSERT_NE(pos, std::string::npos);
+  auto eol = conf.find('\n', pos);
+  conf.replace(pos, eol - pos, "SlurmctldPort=9");
+  std::string down_dir = cluster().root() + "/down";
+  std::filesystem::create_directories(down_dir);
+  std::ofstream(down_dir + "/slurm.conf") << conf;
+  std::ofstream(down_dir + "/gres.conf") << cluster().generated().gres_conf;
+  SlurmContext ctx = cluster().context();
+  ctx.slurm_conf = down_dir + "/slurm.conf";
+  ctx.timeout = 5 * kSecond;
+
+  ListOptions lo;
+  lo.slurm = ctx;
+  auto rows = ListSlurmJobs(lo);
+  ASSERT_FALSE(rows.ok());
+  EXPECT_EQ(rows.status().code(), StatusCode::kUnavailable) << rows.status().ToString();
+  EXPECT_THAT(rows.status().message(), ::testing::AnyOf(HasSubstr("not reachable"), HasSubstr("did not answer")));
+
+  SlurmSubmitRequest r = Request("interactive", {"true"});
+  r.slurm = ctx;
+  auto id = SubmitToSlurm(r);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), StatusCode::kUnavailable) << id.status().ToString();
+}
+
+TEST_F(SlurmTest, AgentCancelsOnlyTheIdleInteractiveJobAfterItsWarning) {
+  const std::vector<std::string> cmd = {"sh", "-c", "echo PID=$$; exec sleep 300"};
+  std::string idle = Submit(Request("interactive", cmd));
+  std::string busy = Submit(Request("interactive", cmd));
+  SlurmSubmitRequest tr = Request("training", cmd);  // idle too, but its queue never reclaims
+  std::string training = Submit(tr);
+  ASSERT_FALSE(idle.empty() || busy.empty() || training.empty());
+  for (const auto& id : {idle, busy, training}) Running(id);
+  std::string idle_pid = WaitForOutput(idle, "PID");
+  std::string busy_pid = WaitForOutput(busy, "PID");
+  std::string training_pid = WaitForOutput(training, "PID");
+
+  // The fake GPUs: the idle job's process does nothing, the busy one computes at 80 %.
+  std::string script = cluster().root() + "/gpus.sim";
+  std::ofstream(script) << "# device pid sm% memory\n"
+                        << "0 " << idle_pid << " 0 1GiB\n"
+                        << "1 " << busy_pid << " 80 2GiB\n"
+                        << "1 " << training_pid << " 0 1GiB\n";
+  auto backend = devices::FakeBackend::Create("2xH100-80GB");
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  std::vector<std::string> log;
+  std::mutex log_mu;
+  SlurmAgentOptions opts;
+  opts.policy = SlurmEnvironment::policy();
+  opts.slurm = cluster().context();
+  opts.hostname = "testhost";
+  opts.interval = 300 * kMillisecond;
+  opts.simulate_script = script;
+  opts.log = [&](const std::string& line) {
+    std::lock_guard lock(log_mu);
+    log.push_back(line);
+  };
+  SlurmAgent agent(**backend, backend->get(), opts);
+  SlurmAgentServer server(agent, "127.0.0.1:0");
+  ASSERT_TRUE(server.Start().ok());
+  std::thread loop([&] { agent.Run(); });
+
+  auto cancelled = cluster().WaitForJobState(idle, "CANCELLED", 40 * kSecond);
+  // Read the metrics while the busy job still runs.
+  ListOptions lo;
+  lo.slurm = cluster().context();
+  lo.metrics_urls = {fmt::format("http://127.0.0.1:{}/metrics", server.port())};
+  auto rows = ListSlurmJobs(lo);
+  std::string metrics_text = agent.MetricsText();
+  agent.Stop();
+  loop.join();
+  server.Stop();
+
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  std::string out = OutputOf(idle);
+  auto warn = out.find("gpuslice: WARNING job " + idle + " (partition interactive) has not used its GPU");
+  ASSERT_NE(warn, std::string::npos) << out;
+  EXPECT_THAT(out.substr(warn), HasSubstr("it will be cancelled at"));
+  EXPECT_THAT(out.substr(warn), HasSubstr("idle for"));  // the reclaim line comes after the warning
+
+  for (const auto& id : {busy, training}) {
+    auto job = ShowJob(id, cluster().context());
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ((*job)["JobState"], "RUNNING") << "job " << id << " must not be touched";
+    EXPECT_THAT(OutputOf(id), ::testing::Not(HasSubstr("gpuslice:")));
+  }
+  {
+    std::lock_guard lock(log_mu);
+    std::string all;
+    for (const auto& l : log) all += l + "\n";
+    EXPECT_THAT(all, HasSubstr("WARNING job " + idle));
+    EXPECT_THAT(all, HasSubstr("job " + idle + " (partition interactive) idle for"));
+    EXPECT_THAT(all, ::testing::Not(HasSubstr("job " + busy + " ")));
+    EXPECT_THAT(all, ::testing::Not(HasSubstr("job " + training + " ")));
+  }
+  // Per-job utilisation, on /metrics and in `ps`.
+  EXPECT_THAT(metrics_text, HasSubstr(fmt::format("gpuslice_slurm_job_gpu_utilization_percent{{job_id=\"{}\",partition=\"interactive\",user=\"root\",node=\"testhost\"}} 80.0", busy)));
+  EXPECT_THAT(metrics_text, HasSubstr("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\""));
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  bool seen_busy = false;
+  for (const auto& row : *rows) {
+    if (row.job_id == busy) {
+      seen_busy = true;
+      ASSERT_TRUE(row.gpu_util_percent.has_value());
+      EXPECT_DOUBLE_EQ(*row.gpu_util_percent, 80.0);
+      EXPECT_EQ(row.partition, "interactive");
+    }
+  }
+  EXPECT_TRUE(seen_busy);
+  Cancel({busy, training});
+}
+
+// Last: the job submitted when the cluster started has been running for over a minute by now.
+TEST_F(SlurmTest, ZzJobOverItsQueueTimeLimitIsKilledBySlurm) {
+  const std::string& id = SlurmEnvironment::time_limit_job();
+  ASSERT_FALSE(id.empty());
+  auto job = cluster().WaitForJobState(id, "TIMEOUT,CANCELLED,COMPLETED,FAILED", 150 * kSecond);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ((*job)["JobState"], "TIMEOUT");
+  EXPECT_EQ((*job)["TimeLimit"], "00:01:00");
+  EXPECT_EQ((*job)["Partition"], "debug");
 }
 
 }  // namespace
