@@ -8,11 +8,15 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "profile/analysis.h"
 #include "profile/diagnosis.h"
+#include "profile/report.h"
 #include "profile/trace.h"
 
 namespace gpuslice::profile {
@@ -114,6 +118,210 @@ TEST(TraceAnalysis, NcclTraceMatchesIndependentFigures) {
   EXPECT_GT(a.total[int(Phase::kCommunication)], 0);
   // Mostly idle: the idle phases dominate.
   EXPECT_GT(Share(a, Phase::kIdleHostBound) + Share(a, Phase::kIdleWaiting), 0.5);
+}
+
+}  // namespace
+}  // namespace gpuslice::profile
+
+namespace gpuslice::profile {
+namespace {
+
+// ---- diagnosis on the real traces ----------------------------------------------------------
+
+std::vector<Finding> DiagnoseFile(const char* name) {
+  std::vector<TraceAnalysis> ranks{Analyse(Data(name))};
+  return Diagnose(EvidenceFromTraces(ranks));
+}
+
+std::vector<std::string> Ids(const std::vector<Finding>& f) {
+  std::vector<std::string> ids;
+  for (const auto& x : f) ids.push_back(x.id);
+  return ids;
+}
+
+TEST(TraceDiagnosis, NumWorkers0IsHighlyInputBoundFirst) {
+  auto f = DiagnoseFile("resnet50_num_workers_0.pt.trace.json.gz");
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].id, "input-bound");
+  EXPECT_EQ(f[0].severity, Severity::kHigh);
+  EXPECT_THAT(f[0].evidence, testing::HasSubstr("data loading"));
+  ASSERT_TRUE(f[0].expected_gain.has_value());
+  EXPECT_GT(*f[0].expected_gain, 0.30);
+  EXPECT_THAT(f[0].actions[0], testing::HasSubstr("num_workers"));
+}
+
+TEST(TraceDiagnosis, NumWorkers4IsNotInputBound) {
+  auto f = DiagnoseFile("resnet50_num_workers_4.pt.trace.json.gz");
+  EXPECT_THAT(Ids(f), testing::Not(testing::Contains("input-bound")));
+}
+
+// ---- synthetic traces with hand-computed breakdowns ---------------------------------------
+
+// Builds a current-format Kineto trace. Times in µs.
+struct TraceBuilder {
+  std::string events;
+  int corr = 1;
+  int compute_major = 8;
+  void Add(const std::string& e) { events += (events.empty() ? "" : ",\n") + e; }
+  void Cpu(const std::string& name, double ts, double dur, int tid = 1, const char* cat = "cpu_op") {
+    Add(fmt::format(R"({{"ph":"X","cat":"{}","name":"{}","pid":1,"tid":{},"ts":{},"dur":{}}})", cat, name, tid, ts, dur));
+  }
+  void Step(int n, double ts, double dur) { Cpu(fmt::format("ProfilerStep#{}", n), ts, dur, 1, "user_annotation"); }
+  // A kernel launched at `launch` (runtime call of `launch_dur`) running [ts, ts+dur).
+  void Kernel(const std::string& name, double launch, double ts, double dur, int tid = 1, double launch_dur = 5) {
+    int c = corr++;
+    Add(fmt::format(R"({{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":{},"ts":{},"dur":{},"args":{{"correlation":{}}}}})",
+                    tid, launch, launch_dur, c));
+    Add(fmt::format(R"({{"ph":"X","cat":"kernel","name":"{}","pid":0,"tid":7,"ts":{},"dur":{},"args":{{"correlation":{},"device":0}}}})",
+                    name, ts, dur, c));
+  }
+  std::string Json() const {
+    return fmt::format(R"({{"deviceProperties":[{{"id":0,"name":"Test GPU","totalGlobalMem":1000,"computeMajor":{}}}],
+"traceEvents":[{}]}})", compute_major, events);
+  }
+};
+
+TraceAnalysis AnalyseText(const std::string& json) {
+  auto parsed = ParseTraceText(json, "synthetic");
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+  auto a = AnalyseTrace(*parsed, 10);
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  return std::move(a).value();
+}
+
+TEST(TraceAnalysis, SyntheticStepSplitsByHand) {
+  // Step 0..1000 µs: DataLoader 0..300 (GPU idle), forward kernel launched at 300 runs
+  // 310..510, backward kernel launched from the autograd thread (tid 2) at 520 runs 530..730,
+  // optimizer kernel launched at 750 inside Optimizer.step runs 760..800, then a
+  // cudaDeviceSynchronize 800..850 and nothing until 1000.
+  TraceBuilder b;
+  b.Step(1, 0, 1000);
+  b.Cpu("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 300);
+  b.Kernel("volta_h884gemm_fwd", 300, 310, 200);
+  b.Kernel("volta_h884gemm_bwd", 520, 530, 200, 2);
+  b.Cpu("Optimizer.step#SGD.step", 740, 60);
+  b.Kernel("multi_tensor_apply_kernel", 750, 760, 40);
+  b.Cpu("cudaDeviceSynchronize", 800, 50, 1, "cuda_runtime");
+  TraceAnalysis a = AnalyseText(b.Json());
+  ASSERT_EQ(a.steps.size(), 1u);
+  const auto& p = a.steps[0].phases;
+  EXPECT_EQ(p[int(Phase::kDataLoading)], 300'000);
+  EXPECT_EQ(p[int(Phase::kForward)], 200'000);
+  EXPECT_EQ(p[int(Phase::kBackward)], 200'000);
+  EXPECT_EQ(p[int(Phase::kOptimizer)], 40'000);
+  EXPECT_EQ(p[int(Phase::kSynchronisation)], 50'000);
+  // Idle: 300..310 (launched at 300 <= idle start: waiting), 510..530 (launch at 520: 10 host
+  // + 10 waiting), 730..760 (launch at 750: 20 host + 10 waiting), 850..1000 (nothing follows:
+  // host-bound 150).
+  EXPECT_EQ(p[int(Phase::kIdleHostBound)], (10 + 20 + 150) * 1000);
+  EXPECT_EQ(p[int(Phase::kIdleWaiting)], (10 + 10 + 10) * 1000);
+  EXPECT_EQ(a.tensor_core_time, 400'000);
+  EXPECT_EQ(a.tc_eligible_time, 400'000);
+  ExpectConservation(a);
+}
+
+TEST(TraceDiagnosis, Fp32GemmsOnVoltaAskForMixedPrecision) {
+  TraceBuilder b;
+  b.compute_major = 7;
+  for (int s = 0; s < 3; ++s) {
+    double t0 = s * 1000;
+    b.Step(s, t0, 1000);
+    b.Kernel("volta_sgemm_128x64_nn", t0 + 10, t0 + 20, 900);
+  }
+  auto f = Diagnose(EvidenceFromTraces({AnalyseText(b.Json())}));
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].id, "no-tensor-cores");
+  // Kernel time 900/1000 of the step, all FP32 GEMM; 2x speed-up -> 45% of step time.
+  EXPECT_NEAR(*f[0].expected_gain, 0.45, 1e-9);
+}
+
+TEST(TraceDiagnosis, ExposedNcclTimeIsCommunicationBound) {
+  TraceBuilder b;
+  for (int s = 0; s < 2; ++s) {
+    double t0 = s * 1000;
+    b.Step(s, t0, 1000);
+    b.Kernel("ampere_bf16_s16816gemm", t0 + 5, t0 + 10, 490);
+    b.Kernel("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", t0 + 6, t0 + 400, 550);  // 100 hidden, 450 exposed
+  }
+  TraceAnalysis a = AnalyseText(b.Json());
+  EXPECT_EQ(a.total[int(Phase::kCommunication)], 2 * 450'000);
+  EXPECT_EQ(a.total_communication_raw, 2 * 550'000);
+  auto f = Diagnose(EvidenceFromTraces({a}));
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].id, "communication");
+  EXPECT_NEAR(*f[0].expected_gain, 0.45, 1e-9);
+}
+
+TEST(TraceDiagnosis, ManyShortKernelsAreLaunchBound) {
+  TraceBuilder b;
+  b.Step(0, 0, 2000);
+  for (int k = 0; k < 100; ++k) b.Kernel("elementwise_kernel", k * 20, k * 20 + 8, 3, 1, 10);
+  auto f = Diagnose(EvidenceFromTraces({AnalyseText(b.Json())}));
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].id, "launch-bound");
+  EXPECT_THAT(f[0].evidence, testing::HasSubstr("GPU busy 15.0%"));
+}
+
+TEST(TraceAnalysis, NoProfilerStepFallsBackToDataLoaderCalls) {
+  TraceBuilder b;
+  for (int s = 0; s < 3; ++s) {
+    b.Cpu("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", s * 100, 10);
+    b.Kernel("k", s * 100 + 10, s * 100 + 20, 50);
+  }
+  TraceAnalysis a = AnalyseText(b.Json());
+  EXPECT_EQ(a.step_source, StepSource::kDataLoader);
+  ASSERT_EQ(a.steps.size(), 3u);
+  EXPECT_EQ(a.steps[0].duration(), 100'000);
+  EXPECT_EQ(a.steps[2].duration(), 70'000);  // last one ends with the last kernel
+}
+
+// ---- malformed input -----------------------------------------------------------------------
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("gpuslice_profile_test_" + std::to_string(getpid()) + "_" + name)).string();
+}
+
+TEST(TraceErrors, TruncatedJsonNamesFileAndByte) {
+  std::string path = TempPath("truncated.json");
+  {
+    TraceBuilder b;
+    b.Step(0, 0, 10);
+    std::string j = b.Json();
+    std::ofstream(path) << j.substr(0, 120);
+  }
+  auto r = ParseTraceFile(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), testing::HasSubstr(path));
+  EXPECT_THAT(r.status().message(), testing::HasSubstr("at byte 121"));
+  EXPECT_THAT(r.status().message(), testing::HasSubstr("unexpected end of input"));
+  std::filesystem::remove(path);
+}
+
+TEST(TraceErrors, TruncatedGzipSaysDamaged) {
+  std::string path = TempPath("truncated.json.gz");
+  {
+    std::ifstream in(Data("nccl_data.json.gz"), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  }
+  auto r = ParseTraceFile(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), testing::HasSubstr(path));
+  EXPECT_THAT(r.status().message(), testing::HasSubstr("truncated"));
+  std::filesystem::remove(path);
+}
+
+TEST(TraceErrors, SyntaxErrorAndNonTraceJson) {
+  auto bad = ParseTraceText(R"({"traceEvents":[{"ph":"X",,}]})", "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), testing::HasSubstr("bad.json: malformed JSON at byte 27"));
+  auto other = ParseTraceText(R"({"hello":[1,2,3]})", "other.json");
+  ASSERT_FALSE(other.ok());
+  EXPECT_THAT(other.status().message(), testing::HasSubstr("no 'traceEvents' array"));
+  auto missing = ParseTraceFile("/nonexistent/trace.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), testing::HasSubstr("/nonexistent/trace.json: cannot open"));
 }
 
 }  // namespace
