@@ -4,8 +4,6 @@
 // request (plus ctx.rng for "random"), which lets the simulator cache them per node version.
 
 #include <algorithm>
-#include <array>
-#include <cmath>
 #include <memory>
 
 #include "sched/placement/fgd_frag.h"
@@ -18,30 +16,6 @@ namespace {
 constexpr double kMaxSpecCpu = 128000;
 constexpr double kMaxSpecGpu = 8000;
 constexpr std::int64_t kMaxNodeScore = 100;
-
-// A node view with a request applied on chosen GPUs, without heap allocation for up to 16 GPUs.
-class NodeAfter {
- public:
-  NodeAfter(const NodeView& node, std::int64_t cpu, std::span<const int> gpus, MilliGpu milli)
-      : view_(node) {
-    const std::size_t n = node.gpus.size();
-    GpuView* buf = small_.data();
-    if (n > small_.size()) {
-      large_.resize(n);
-      buf = large_.data();
-    }
-    std::copy(node.gpus.begin(), node.gpus.end(), buf);
-    for (int i : gpus) buf[i].free_milli -= milli;
-    view_.gpus = std::span<const GpuView>(buf, n);
-    view_.cpu_milli_free -= cpu;
-  }
-  const NodeView& view() const { return view_; }
-
- private:
-  NodeView view_;
-  std::array<GpuView, 16> small_{};
-  std::vector<GpuView> large_;
-};
 
 // Free CPU and GPU left after the request, as the artifact's resource vectors see them.
 struct Leftover {
@@ -168,42 +142,15 @@ class BestFitFgdPolicy final : public PlacementPolicy {
   }
 };
 
-double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
-// Fragmentation growth of placing `req` on `gpus` of `node` (before - after; higher is better).
-double FragDrop(const PlacementRequest& req, const NodeView& node, std::span<const int> gpus,
-                double before, std::span<const WorkloadShape> shapes) {
-  const NodeAfter after(node, req.cpu_milli, gpus, req.milli_per_gpu);
-  return before - NodeFragmentation(after.view(), shapes);
-}
-
 // "fgd": place where the node's fragmentation grows least. As in the artifact, the growth is
-// scored as int(sigmoid(drop / 1000) * 100): ties (frequent) go to the framework's random
-// tie-break, and a share takes the first GPU with the best such score.
+// scored as int(sigmoid(drop / 1000) * 100): ties (frequent) go to the framework's tie-break,
+// and a share takes the first GPU with the best such score.
 class FgdPolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "fgd"; }
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
-    const double before = NodeFragmentation(node, ctx.workload);
-    auto quantised = [](double drop) {
-      return static_cast<double>(
-          static_cast<std::int64_t>(Sigmoid(drop / 1000) * static_cast<double>(kMaxNodeScore)));
-    };
-    if (!IsShare(req)) {
-      std::vector<int> gpus = BestFitGpus(req, node);
-      if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
-      return NodeChoice{quantised(FragDrop(req, node, gpus, before, ctx.workload)), std::move(gpus)};
-    }
-    std::optional<NodeChoice> best;
-    for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
-      const GpuView& g = node.gpus[i];
-      if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
-      const int one[1] = {i};
-      const double s = quantised(FragDrop(req, node, one, before, ctx.workload));
-      if (!best || s > best->score) best = NodeChoice{s, {i}};
-    }
-    return best;
+    return FgdChoice(req, node, ctx.workload);
   }
 };
 

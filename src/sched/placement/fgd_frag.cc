@@ -1,5 +1,9 @@
 #include "sched/placement/fgd_frag.h"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+
 namespace gpuslice::sched {
 
 bool ModelAllowed(std::span<const std::string> allowed, std::string_view model) {
@@ -91,6 +95,62 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
   }
   if (chosen < 0) return {};
   return {chosen};
+}
+
+namespace {
+// A node view with a request applied on chosen GPUs, without heap allocation for up to 16 GPUs.
+class NodeAfter {
+ public:
+  NodeAfter(const NodeView& node, std::int64_t cpu, std::span<const int> gpus, MilliGpu milli) : view_(node) {
+    const std::size_t n = node.gpus.size();
+    GpuView* buf = small_.data();
+    if (n > small_.size()) {
+      large_.resize(n);
+      buf = large_.data();
+    }
+    std::copy(node.gpus.begin(), node.gpus.end(), buf);
+    for (int i : gpus) buf[i].free_milli -= milli;
+    view_.gpus = std::span<const GpuView>(buf, n);
+    view_.cpu_milli_free -= cpu;
+  }
+  const NodeView& view() const { return view_; }
+
+ private:
+  NodeView view_;
+  std::array<GpuView, 16> small_{};
+  std::vector<GpuView> large_;
+};
+}  // namespace
+
+double FragmentationDrop(const PlacementRequest& req, const NodeView& node, std::span<const int> gpus,
+                         double before, std::span<const WorkloadShape> shapes) {
+  const NodeAfter after(node, req.cpu_milli, gpus, req.milli_per_gpu);
+  return before - NodeFragmentation(after.view(), shapes);
+}
+
+double FgdQuantisedScore(double drop) {
+  constexpr double kMaxNodeScore = 100;
+  return static_cast<double>(static_cast<std::int64_t>(kMaxNodeScore / (1.0 + std::exp(-drop / 1000))));
+}
+
+std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
+                                    std::span<const WorkloadShape> shapes) {
+  const double before = NodeFragmentation(node, shapes);
+  if (!IsShare(req)) {
+    std::vector<int> gpus = BestFitGpus(req, node);
+    if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
+    const double score = FgdQuantisedScore(FragmentationDrop(req, node, gpus, before, shapes));
+    return NodeChoice{score, std::move(gpus)};
+  }
+  std::optional<NodeChoice> best;
+  for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
+    const GpuView& g = node.gpus[i];
+    if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
+    const int one[1] = {i};
+    const double s = FgdQuantisedScore(FragmentationDrop(req, node, one, before, shapes));
+    if (!best || s > best->score) best = NodeChoice{s, {i}};
+  }
+  return best;
 }
 
 }  // namespace gpuslice::sched

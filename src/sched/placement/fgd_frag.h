@@ -11,6 +11,7 @@
 // Free functions on values; thread-safe.
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <string_view>
@@ -43,6 +44,18 @@ std::vector<int> BestFitGpus(const PlacementRequest& req, const NodeView& node);
 // As BestFitGpus, but a share goes on a uniformly random GPU among those it fits on.
 std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node,
                                std::mt19937_64* rng);
+
+// Fragmentation drop (before - after; higher is better) of placing `req` on `gpus` of `node`.
+double FragmentationDrop(const PlacementRequest& req, const NodeView& node, std::span<const int> gpus,
+                         double before, std::span<const WorkloadShape> shapes);
+
+// The FGD artifact's integer score of a drop: int(sigmoid(drop / 1000) * 100).
+double FgdQuantisedScore(double drop);
+
+// FGD's choice on one node: whole GPUs / CPU-only as BestFitGpus, a share on the GPU with the best
+// quantised score (first index on ties); the score is that quantised score. nullopt: no fit.
+std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
+                                    std::span<const WorkloadShape> shapes);
 
 inline bool IsShare(const PlacementRequest& req) {
   return req.num_gpus == 1 && req.milli_per_gpu < kOneGpu;

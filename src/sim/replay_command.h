@@ -1,0 +1,33 @@
+#pragma once
+// `gpuslice sim replay`: online replay of a job trace (generic CSV or openb pod list) on a
+// cluster (openb node list or a uniform synthetic one), one run per policy; a summary table and,
+// with an output directory, CSV of every metric plus SVG plots (allocation over time, queueing
+// delay CDF). Not thread-safe (writes to the given streams).
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "sim/cluster.h"
+#include "sim/replay.h"
+
+namespace gpuslice::sim {
+
+struct ReplayCommandOptions {
+  std::string trace;
+  std::string nodes;     // openb node list CSV; "" = use `cluster`
+  std::string cluster;   // "NODESxGPUS[:MODEL[:CPUS[:MEMORY]]]", e.g. "1250x8:H100-80GB:128:1TiB"
+  std::vector<std::string> policies;
+  std::string out_dir;
+  bool skip_bad_rows = false;
+  bool progress = false;
+};
+
+// Parses a synthetic cluster spec (see above); errors name the value.
+Result<Cluster> ParseClusterSpec(std::string_view spec);
+
+Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& options, std::ostream& out,
+                                                   std::ostream& err);
+
+}  // namespace gpuslice::sim

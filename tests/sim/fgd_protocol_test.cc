@@ -1,0 +1,171 @@
+// Mechanics of the FGD protocol: typical shapes, shuffle + inflation, arrived-demand sampling,
+// and that the score cache changes no decision.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "sched/placement/placement.h"
+#include "sim/cluster.h"
+#include "sim/fgd_protocol.h"
+#include "sim/placer.h"
+
+namespace gpuslice::sim {
+namespace {
+
+const std::string kDir = std::string(GPUSLICE_DATA_DIR) + "/alibaba-gpu-v2023/";
+
+FgdInputs DefaultInputs() {
+  auto nodes = ReadOpenbNodes(kDir + "openb_node_list_gpu_node.csv");
+  auto pods = ReadOpenbPods(kDir + "openb_pod_list_default.csv");
+  EXPECT_TRUE(nodes.ok() && pods.ok());
+  FgdInputs in{nodes->nodes, pods->pods, {}};
+  in.shapes = TypicalShapes(in.pods);
+  return in;
+}
+
+TracePod Pod(std::string name, std::int64_t cpu, int num, MilliGpu milli) {
+  TracePod p;
+  p.name = std::move(name);
+  p.cpu_milli = cpu;
+  p.num_gpus = num;
+  p.milli_per_gpu = milli;
+  return p;
+}
+
+TEST(FgdProtocol, TypicalShapesCover95PercentAndRenormalise) {
+  std::vector<TracePod> pods;
+  for (int i = 0; i < 60; ++i) pods.push_back(Pod("a" + std::to_string(i), 1000, 1, 500));
+  for (int i = 0; i < 36; ++i) pods.push_back(Pod("b" + std::to_string(i), 2000, 0, 0));
+  for (int i = 0; i < 4; ++i) pods.push_back(Pod("c" + std::to_string(i), 3000, 8, 1000));
+  auto shapes = TypicalShapes(pods);
+  // 60% + 36% = 96% >= 95%: the 8-GPU shape is left out; 60/96 and 36/96.
+  ASSERT_EQ(shapes.size(), 2u);
+  EXPECT_EQ(shapes[0].milli_per_gpu, 500);
+  EXPECT_DOUBLE_EQ(shapes[0].frequency, 60.0 / 96.0);
+  EXPECT_EQ(shapes[1].num_gpus, 0);
+  EXPECT_DOUBLE_EQ(shapes[1].frequency, 36.0 / 96.0);
+}
+
+TEST(FgdProtocol, InflatesDefaultToAbout10866PodsKeepingTheOriginals) {
+  const FgdInputs in = DefaultInputs();
+  const MilliGpu capacity = 6212 * kOneGpu;
+  double mean = 0;
+  for (std::uint64_t seed = 42; seed <= 51; ++seed) {
+    const std::vector<int> order = ArrivalOrder(in.pods, seed, 1.3, capacity);
+    mean += static_cast<double>(order.size()) / 10;
+    // The first 8152 are a permutation of the originals, shuffled.
+    std::vector<int> head(order.begin(), order.begin() + 8152);
+    std::vector<int> sorted = head;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> all(8152);
+    std::iota(all.begin(), all.end(), 0);
+    ASSERT_EQ(sorted, all);
+    EXPECT_NE(head, all);
+    // Requested GPU stays at or under 130% of capacity, and the stop test (the quirk: a drawn
+    // pod's per-GPU milli) is what ended it: the total is within one 8-GPU pod of 130%.
+    MilliGpu total = 0;
+    for (int p : order) total += in.pods[p].milli_per_gpu * in.pods[p].num_gpus;
+    EXPECT_LE(static_cast<double>(total), 1.3 * capacity + 8 * kOneGpu);
+    EXPECT_GE(static_cast<double>(total), 1.3 * capacity - 8 * kOneGpu);
+  }
+  // The artifact gets about 10,866 pods for `default` (Go's RNG, not reproducible exactly);
+  // each draw adds ~0.57 GPU on average, so the count varies by a few tens across seeds.
+  EXPECT_NEAR(mean, 10866, 150);
+  // Same seed, same order (determinism); another seed, another order.
+  EXPECT_EQ(ArrivalOrder(in.pods, 42, 1.3, capacity), ArrivalOrder(in.pods, 42, 1.3, capacity));
+  EXPECT_NE(ArrivalOrder(in.pods, 42, 1.3, capacity), ArrivalOrder(in.pods, 43, 1.3, capacity));
+}
+
+TEST(FgdProtocol, RoundsHalfEvenLikePython) {
+  EXPECT_EQ(RoundHalfEven(0.5, 0), 0);
+  EXPECT_EQ(RoundHalfEven(1.5, 0), 2);
+  EXPECT_EQ(RoundHalfEven(2.5, 0), 2);
+  EXPECT_EQ(RoundHalfEven(99.49, 0), 99);
+  EXPECT_DOUBLE_EQ(RoundHalfEven(12.345678, 2), 12.35);
+}
+
+TEST(FgdProtocol, SamplesAllocationAtEachPercentOfArrivedDemand) {
+  // One node with 4 GPUs and ample CPU; pods of one whole GPU each: 25% demand per pod.
+  FgdInputs in;
+  in.nodes.push_back(TraceNode{"n0", 64000, 64 * kGiB, 4, "V100"});
+  for (int i = 0; i < 4; ++i) in.pods.push_back(Pod("p" + std::to_string(i), 1000, 1, 1000));
+  in.shapes = TypicalShapes(in.pods);
+  auto policy = sched::MakePolicy("best-fit-fgd");
+  ASSERT_TRUE(policy.ok());
+  // Inflation to 150% would add pods; 1.0 keeps the 4 originals (demand exactly 100%).
+  const FgdRun run = RunFgdOnce(in, **policy, 42, 1.0);
+  EXPECT_EQ(run.pods, 4);
+  EXPECT_EQ(run.failed, 0);
+  // Rows at 25, 50, 75, 100%; 24 and 26 borrow from the neighbours' rows (x-1..x+1).
+  EXPECT_DOUBLE_EQ(run.curves.alloc_pct[25], 25.0);
+  EXPECT_DOUBLE_EQ(run.curves.alloc_pct[100], 100.0);
+  EXPECT_DOUBLE_EQ(run.curves.alloc_pct[24], 25.0);
+  EXPECT_DOUBLE_EQ(run.curves.alloc_pct[26], 25.0);
+  EXPECT_TRUE(std::isnan(run.curves.alloc_pct[10]));
+  EXPECT_TRUE(std::isnan(run.curves.alloc_pct[130]));
+  // Fragmentation: one shape (1 x 1000) fits while a GPU is free: none until full.
+  EXPECT_DOUBLE_EQ(run.curves.frag_pct[50], 0.0);
+}
+
+TEST(FgdProtocol, FailedPodsAreDroppedAndCountedAsArrived) {
+  FgdInputs in;
+  in.nodes.push_back(TraceNode{"n0", 4000, 64 * kGiB, 2, "V100"});
+  in.pods.push_back(Pod("a", 3000, 1, 1000));
+  in.pods.push_back(Pod("b", 3000, 1, 1000));  // no CPU left for it
+  in.shapes = TypicalShapes(in.pods);
+  auto policy = sched::MakePolicy("fgd");
+  ASSERT_TRUE(policy.ok());
+  const FgdRun run = RunFgdOnce(in, **policy, 1, 1.0);
+  EXPECT_EQ(run.failed, 1);
+  EXPECT_EQ(run.final_alloc_milli, 1000);
+  EXPECT_DOUBLE_EQ(run.final_arrived_pct, 100.0);
+  EXPECT_DOUBLE_EQ(run.curves.alloc_pct[100], 50.0);
+}
+
+TEST(Placer, CacheChangesNoDecision) {
+  const FgdInputs in = DefaultInputs();
+  for (const char* name : {"fgd", "gpu-packing", "gpuslice"}) {
+    auto policy = sched::MakePolicy(name);
+    ASSERT_TRUE(policy.ok());
+    Cluster cached(in.nodes), fresh(in.nodes);
+    sched::PlacementContext ctx{in.shapes, nullptr};
+    Placer a(**policy, ctx, TieBreak::kArtifactOrder), b(**policy, ctx, TieBreak::kArtifactOrder);
+    const std::vector<int> order = ArrivalOrder(in.pods, 42, 1.0, cached.capacity_milli());
+    std::map<std::tuple<std::int64_t, Bytes, int, MilliGpu>, int> classes;
+    for (std::size_t k = 0; k < 700; ++k) {
+      const sched::PlacementRequest req = ToRequest(in.pods[order[k]]);
+      const int klass = classes.emplace(std::make_tuple(req.cpu_milli, req.host_memory, req.num_gpus, req.milli_per_gpu),
+                                        static_cast<int>(classes.size())).first->second;
+      auto x = a.Place(cached, req, klass);
+      auto y = b.Place(fresh, req, /*request_class=*/-1);
+      ASSERT_EQ(x.has_value(), y.has_value()) << name << " pod " << k;
+      if (!x) continue;
+      ASSERT_EQ(x->node, y->node) << name << " pod " << k;
+      ASSERT_EQ(x->gpus, y->gpus) << name << " pod " << k;
+      cached.Apply(req, x->node, x->gpus, +1);
+      fresh.Apply(req, y->node, y->gpus, +1);
+    }
+    EXPECT_LT(a.scored(), b.scored()) << name;
+  }
+}
+
+TEST(Placer, ArtifactOrderInterleavesSixteenChunks) {
+  // n = 1213: chunks of 34; the first nodes in order are 0, 34, 68, ... (offset 0 of 16 chunks).
+  std::vector<std::size_t> idx(1213);
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(),
+            [](std::size_t a, std::size_t b) { return ArtifactOrderRank(a, 1213) < ArtifactOrderRank(b, 1213); });
+  EXPECT_EQ(idx[0], 0u);
+  EXPECT_EQ(idx[1], 34u);
+  EXPECT_EQ(idx[15], 15u * 34);
+  EXPECT_EQ(idx[16], 1u);
+  EXPECT_EQ(idx[16 * 34], 16u * 34);  // then the next 16 chunks
+}
+
+}  // namespace
+}  // namespace gpuslice::sim

@@ -1,0 +1,119 @@
+// The FGD fragmentation measure on hand-computed nodes, and the plugins' GPU choices.
+#include <cmath>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "sched/placement/fgd_frag.h"
+#include "sched/placement/placement.h"
+
+namespace gpuslice::sched {
+namespace {
+
+WorkloadShape Shape(std::int64_t cpu, int num, MilliGpu milli, double f, std::vector<std::string> models = {}) {
+  WorkloadShape s;
+  s.cpu_milli = cpu;
+  s.num_gpus = num;
+  s.milli_per_gpu = milli;
+  s.frequency = f;
+  s.allowed_models = std::move(models);
+  return s;
+}
+
+struct TestNode {
+  std::vector<GpuView> gpus;
+  NodeView view;
+  TestNode(std::vector<MilliGpu> free, std::int64_t cpu_free, std::string_view model = "V100") {
+    for (MilliGpu m : free) gpus.push_back(GpuView{m, 0, true});
+    view.model = model;
+    view.cpu_milli_free = cpu_free;
+    view.cpu_milli_total = 64000;
+    view.memory_free = view.memory_total = 256 * kGiB;
+    view.gpus = gpus;
+  }
+};
+
+TEST(Fragmentation, HandComputedMixOfShapes) {
+  TestNode n({1000, 300}, 10000);
+  const std::vector<WorkloadShape> shapes = {
+      Shape(2000, 1, 500, 0.5),   // fits on GPU 0; GPU 1 (300 < 500) is fragment: 0.5 * 300 = 150
+      Shape(1000, 0, 0, 0.25),    // CPU-only: can use no GPU, all 1300 free: 0.25 * 1300 = 325
+      Shape(20000, 1, 200, 0.25)  // not enough CPU: all free: 0.25 * 1300 = 325
+  };
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, shapes), 800.0);
+}
+
+TEST(Fragmentation, ModelConstraintAndMultiGpuShapes) {
+  TestNode n({1000, 1000, 600, 0}, 64000, "T4");
+  // Allowed only on V100: every free milli (2600) is fragment for it.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, std::vector{Shape(1000, 1, 100, 1.0, {"V100"})}), 2600.0);
+  // Allowed on T4 and fits: GPUs below 100 free: only the 0 one, so nothing.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, std::vector{Shape(1000, 1, 100, 1.0, {"V100", "T4"})}), 0.0);
+  // Two whole GPUs fit (two fully free): the 600 partial GPU is fragment.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, std::vector{Shape(1000, 2, 1000, 1.0)}), 600.0);
+  // Three whole GPUs do not fit: all 2600.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, std::vector{Shape(1000, 3, 1000, 1.0)}), 2600.0);
+}
+
+TEST(Fragmentation, FullNodeHasNone) {
+  TestNode n({0, 0}, 0);
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, std::vector{Shape(1000, 0, 0, 1.0)}), 0.0);
+}
+
+TEST(Fragmentation, GpuChoicesFollowTheArtifact) {
+  TestNode n({1000, 300, 500, 1000}, 64000);
+  PlacementRequest share;
+  share.cpu_milli = 1000;
+  share.num_gpus = 1;
+  share.milli_per_gpu = 250;
+  EXPECT_EQ(BestFitGpus(share, n.view), std::vector<int>{1});  // least free that fits
+  PlacementRequest whole = share;
+  whole.num_gpus = 2;
+  whole.milli_per_gpu = 1000;
+  EXPECT_EQ(BestFitGpus(whole, n.view), (std::vector<int>{0, 3}));  // first fully free ones
+  whole.num_gpus = 3;
+  EXPECT_TRUE(BestFitGpus(whole, n.view).empty());
+  std::mt19937_64 rng(7);
+  share.milli_per_gpu = 400;  // fits GPUs 0, 2, 3: each chosen sometimes
+  std::vector<int> seen(4, 0);
+  for (int i = 0; i < 300; ++i) ++seen[RandomFitGpus(share, n.view, &rng).at(0)];
+  EXPECT_EQ(seen[1], 0);
+  EXPECT_GT(seen[0], 50);
+  EXPECT_GT(seen[2], 50);
+  EXPECT_GT(seen[3], 50);
+}
+
+TEST(FgdPolicy, ScoresQuantisedFragmentationDropAndPicksTheBestGpu) {
+  auto fgd = MakePolicy("fgd");
+  ASSERT_TRUE(fgd.ok()) << fgd.status().ToString();
+  TestNode n({1000, 600}, 64000);
+  // One shape: 1 GPU x 400. Before: both GPUs fit it, nothing is fragment.
+  const std::vector<WorkloadShape> shapes = {Shape(1000, 1, 400, 1.0)};
+  PlacementRequest req;
+  req.cpu_milli = 1000;
+  req.num_gpus = 1;
+  req.milli_per_gpu = 300;
+  PlacementContext ctx{shapes, nullptr};
+  auto choice = (*fgd)->Score(req, n.view, ctx);
+  ASSERT_TRUE(choice.has_value());
+  // On GPU 0: 700 left, fine, drop 0 -> int(sigmoid(0) * 100) = 50.
+  // On GPU 1: 300 left < 400 becomes fragment, drop -300 -> int(sigmoid(-0.3) * 100) = 42.
+  EXPECT_EQ(choice->gpu_indices, std::vector<int>{0});
+  EXPECT_DOUBLE_EQ(choice->score, 50.0);
+  TestNode only({1000 - 400, 600}, 64000);  // both GPUs 600: either leaves 300 -> 42
+  auto c2 = (*fgd)->Score(req, only.view, ctx);
+  ASSERT_TRUE(c2.has_value());
+  EXPECT_DOUBLE_EQ(c2->score, static_cast<double>(static_cast<int>(100 / (1 + std::exp(0.3)))));
+  EXPECT_EQ(c2->gpu_indices, std::vector<int>{0});  // first index among equals
+}
+
+TEST(FgdPolicies, AllRegisteredByName) {
+  for (const char* name : {"random", "dot-product", "gpu-clustering", "gpu-packing", "best-fit-fgd", "fgd", "gpuslice"}) {
+    auto p = MakePolicy(name);
+    ASSERT_TRUE(p.ok()) << name << ": " << p.status().ToString();
+    EXPECT_EQ((*p)->name(), name);
+  }
+}
+
+}  // namespace
+}  // namespace gpuslice::sched
