@@ -91,9 +91,10 @@ def steps(iterable):
                 item = next(it)
             except StopIteration:
                 return
+            t1 = time.time_ns()  # before any marker I/O, so the wait is next() alone
             number = _take_number()
             _write(number, "start", t0)
-            _write(number, "data")
+            _write(number, "data", t1)
             yield item
             _write(number, "end")
             number = None
