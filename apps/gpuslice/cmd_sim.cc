@@ -1,0 +1,146 @@
+// `gpuslice sim`: trace-driven simulation (src/sim). Thin shell over the sim library.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "registry.h"
+#include "sim/fgd_command.h"
+#include "sim/output.h"
+#include "sim/replay_command.h"
+#include "sim/replay_command.h"
+
+namespace {
+const std::string kDataDir = GPUSLICE_DATA_DIR;
+const std::string kDefaultTrace = kDataDir + "/alibaba-gpu-v2023/openb_pod_list_default.csv";
+const std::string kDefaultExpected = kDataDir + "/fgd-kss-expected-results/analysis_allo_discrete.csv";
+
+int ExitFor(const gpuslice::Status& s) {
+  switch (s.code()) {
+    case gpuslice::StatusCode::kNotFound: return gpuslice::cli::kExitNotFound;
+    case gpuslice::StatusCode::kInvalidArgument: return gpuslice::cli::kExitUsage;
+    default: return gpuslice::cli::kExitFailure;
+  }
+}
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> SplitList(std::string_view text) {
+  std::vector<std::string> out;
+  for (std::string_view rest = text; !rest.empty();) {
+    const std::size_t comma = rest.find(',');
+    if (comma != 0) out.emplace_back(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return out;
+}
+}  // namespace
+
+GPUSLICE_COMMAND(sim) {
+  auto* sim = app.add_subcommand("sim", "Replay traces through the placement policies (simulated clock)");
+  sim->require_subcommand(1);
+
+  // --- sim fgd ---------------------------------------------------------------------------
+  struct FgdFlags {
+    std::string trace = kDefaultTrace;
+    std::string nodes;
+    std::string policies = "random,dot-product,gpu-clustering,gpu-packing,best-fit-fgd,fgd,gpuslice";
+    std::string seeds = "42-51";
+    double inflation = 1.3;
+    std::string out;
+    std::string expected = "auto";
+    bool skip_bad_rows = false;
+    bool markdown = false;
+  };
+  auto f = std::make_shared<FgdFlags>();
+  auto* fgd = sim->add_subcommand("fgd", "The FGD paper's protocol (ATC'23) on an openb trace, vs published results");
+  fgd->footer(
+      "Examples:\n"
+      "  gpuslice sim fgd                                   # default trace, all policies, seeds 42-51\n"
+      "  gpuslice sim fgd --trace data/alibaba-gpu-v2023/openb_pod_list_gpushare40.csv --policy fgd,gpuslice\n"
+      "  gpuslice sim fgd --seeds 42-44 --out /tmp/fgd      # CSV + SVG plots in /tmp/fgd");
+  fgd->add_option("--trace", f->trace, "openb pod list CSV")->capture_default_str();
+  fgd->add_option("--nodes", f->nodes, "openb node list CSV (default: openb_node_list_gpu_node.csv beside the trace)");
+  fgd->add_option("--policy", f->policies, "comma-separated placement policies")->capture_default_str();
+  fgd->add_option("--seeds", f->seeds, "seeds: range 42-51 or list 42,43")->capture_default_str();
+  fgd->add_option("--inflation", f->inflation, "arrived GPU demand to reach, x capacity")->capture_default_str();
+  fgd->add_option("--out", f->out, "directory for CSV of every metric and SVG plots");
+  fgd->add_option("--expected", f->expected,
+                  "published results CSV (analysis_allo_discrete.csv); 'auto': the bundled one; 'none'")
+      ->capture_default_str();
+  fgd->add_flag("--skip-bad-rows", f->skip_bad_rows, "count and report bad trace rows instead of failing");
+  fgd->add_flag("--markdown", f->markdown, "print the table as Markdown");
+  fgd->callback([f, exit_code] {
+    gpuslice::sim::FgdCommandOptions o;
+    o.trace = f->trace;
+    o.nodes = f->nodes;
+    o.policies = SplitList(f->policies);
+    auto seeds = gpuslice::sim::ParseSeeds(f->seeds);
+    if (!seeds.ok()) {
+      std::cerr << "error: " << seeds.status().message() << "\n";
+      *exit_code = gpuslice::cli::kExitUsage;
+      return;
+    }
+    o.seeds = *seeds;
+    o.inflation = f->inflation;
+    o.out_dir = f->out;
+    if (f->expected == "auto") {
+      o.expected = std::filesystem::exists(kDefaultExpected) ? kDefaultExpected : "";
+    } else if (f->expected != "none") {
+      o.expected = f->expected;
+    }
+    o.skip_bad_rows = f->skip_bad_rows;
+    o.markdown = f->markdown;
+    o.progress = gpuslice::sim::StderrIsTerminal();
+    auto r = gpuslice::sim::RunFgdCommand(o, std::cout, std::cerr);
+    if (!r.ok()) {
+      std::cerr << "error: " << r.status().message() << "\n";
+      *exit_code = ExitFor(r.status());
+      return;
+    }
+    *exit_code = gpuslice::cli::kExitOk;
+  });
+
+  // --- sim replay ------------------------------------------------------------------------
+  struct ReplayFlags {
+    std::string trace;
+    std::string nodes;
+    std::string cluster;
+    std::string policies = "gpuslice";
+    std::string out;
+    bool skip_bad_rows = false;
+  };
+  auto r = std::make_shared<ReplayFlags>();
+  auto* replay = sim->add_subcommand("replay", "Online replay: arrivals, departures, queueing delay, allocation over time");
+  replay->footer(
+      "Trace: a generic CSV (submit,duration,gpus[,queue,memory,cpu,model,id,utilisation]; docs/sim.md)\n"
+      "or an openb pod list (creation_time/deletion_time).\n"
+      "Examples:\n"
+      "  gpuslice sim replay --trace jobs.csv --cluster 100x8 --policy gpuslice,best-fit-fgd --out /tmp/r\n"
+      "  gpuslice sim replay --trace data/alibaba-gpu-v2023/openb_pod_list_default.csv \\\n"
+      "      --nodes data/alibaba-gpu-v2023/openb_node_list_gpu_node.csv --policy fgd,gpuslice");
+  replay->add_option("--trace", r->trace, "job trace CSV")->required();
+  replay->add_option("--nodes", r->nodes, "openb node list CSV for the cluster");
+  replay->add_option("--cluster", r->cluster, "synthetic cluster NODESxGPUS[:MODEL[:CPUS[:MEMORY]]] (default 1213x8)");
+  replay->add_option("--policy", r->policies, "comma-separated placement policies")->capture_default_str();
+  replay->add_option("--out", r->out, "directory for CSV of every metric and SVG plots");
+  replay->add_flag("--skip-bad-rows", r->skip_bad_rows, "count and report bad trace rows instead of failing");
+  replay->callback([r, exit_code] {
+    gpuslice::sim::ReplayCommandOptions o;
+    o.trace = r->trace;
+    o.nodes = r->nodes;
+    o.cluster = r->cluster;
+    o.policies = SplitList(r->policies);
+    o.out_dir = r->out;
+    o.skip_bad_rows = r->skip_bad_rows;
+    o.progress = gpuslice::sim::StderrIsTerminal();
+    auto res = gpuslice::sim::RunReplayCommand(o, std::cout, std::cerr);
+    if (!res.ok()) {
+      std::cerr << "error: " << res.status().message() << "\n";
+      *exit_code = ExitFor(res.status());
+      return;
+    }
+    *exit_code = gpuslice::cli::kExitOk;
+  });
+}
