@@ -48,6 +48,8 @@ class CapacityIndex {
   const std::set<DeviceRef>& mig_capable_busy() const { return mig_busy_; }
 
   bool operator==(const CapacityIndex& o) const;
+  // Starts this index with another's memo (a pure cache), so a rebuild for checking is cheap.
+  void ShareMemo(const CapacityIndex& o) { placeable_memo_ = o.placeable_memo_; }
 
  private:
   struct Entries {

@@ -133,6 +133,7 @@ class Scheduler::Impl {
 
   std::vector<Decision> Handle(const Event& e) {
     out_.clear();
+    out_.reserve(4);
     now_ = std::max(now_, EventTime(e));
     ++stats_.events;
     std::visit(Overloaded{
@@ -177,15 +178,26 @@ class Scheduler::Impl {
 
   static bool Schedulable(const DeviceView& d) { return !d.draining && !d.reconfiguring; }
 
+  // MIG instances with a slice, sorted by start: kept per device (the indexes read it on every
+  // change of a MIG device); InUseFromSlices() recomputes it for CheckInvariants.
   MigLayout InUse(const DeviceView& d) const {
+    auto it = mig_in_use_.find(&d);
+    return it == mig_in_use_.end() ? MigLayout{} : it->second;
+  }
+
+  static void SortByStart(MigLayout& l) {
+    std::sort(l.begin(), l.end(), [](const MigPlacement& a, const MigPlacement& b) {
+      return std::tie(a.start, a.profile_id) < std::tie(b.start, b.profile_id);
+    });
+  }
+
+  MigLayout InUseFromSlices(const DeviceView& d) const {
     MigLayout in_use;
     for (SliceId s : d.slices) {
       const SliceView& sv = slices_.at(s);
       if (sv.mig) in_use.push_back(*sv.mig);
     }
-    std::sort(in_use.begin(), in_use.end(), [](const MigPlacement& a, const MigPlacement& b) {
-      return std::tie(a.start, a.profile_id) < std::tie(b.start, b.profile_id);
-    });
+    SortByStart(in_use);
     return in_use;
   }
 
@@ -276,6 +288,7 @@ class Scheduler::Impl {
     index_.Remove(d, Facts(d));
     if (d.draining || d.reconfiguring) --mig_in_flight_;
     CountCapacity(d, -1);
+    mig_in_use_.erase(&d);
     nodes_[e.device.node].erase(e.device.index);
     if (nodes_[e.device.node].empty()) nodes_.erase(e.device.node);
     devices_.erase(it);
@@ -511,6 +524,10 @@ class Scheduler::Impl {
         if (s.kind != SliceKind::kMig) {
           d.used_milli -= s.milli;
           d.used_memory -= s.memory;
+        } else {
+          MigLayout& used = mig_in_use_[&d];
+          used.erase(std::find(used.begin(), used.end(), *s.mig));
+          if (used.empty()) mig_in_use_.erase(&d);
         }
         if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
       });
@@ -785,6 +802,10 @@ class Scheduler::Impl {
         if (r.kind != SliceKind::kMig) {
           dv.used_milli += rec.milli;
           dv.used_memory += rec.memory;
+        } else {
+          MigLayout& used = mig_in_use_[&dv];
+          used.push_back(*rec.mig);
+          SortByStart(used);
         }
       });
     }
@@ -1055,6 +1076,7 @@ class Scheduler::Impl {
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;
   std::set<DeviceRef> mig_broken_;
+  std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
   int mig_in_flight_ = 0;  // devices draining or reconfiguring
   std::string violation_;
   CapacityIndex index_;
@@ -1077,6 +1099,7 @@ Status Scheduler::Impl::CheckInvariants() const {
     return fmt::format("device {}/{}", d.ref.node.value(), d.ref.index.value());
   };
   CapacityIndex fresh;
+  fresh.ShareMemo(index_);
   int in_flight = 0;
   for (const auto& [ref, d] : devices_) {
     MilliGpu milli = 0;
@@ -1123,6 +1146,8 @@ Status Scheduler::Impl::CheckInvariants() const {
       }
     }
     if (d.draining || d.reconfiguring) ++in_flight;
+    if (InUse(d) != InUseFromSlices(d))
+      return Internal(fmt::format("{}: MIG in-use record disagrees with its slices", where(d)));
     fresh.Add(d, Facts(d));
   }
   if (!(fresh == index_)) return Internal("placement indexes disagree with the device records");
@@ -1141,10 +1166,25 @@ Status Scheduler::Impl::CheckInvariants() const {
                                     s.node.value(), di.value()));
     }
   }
+  std::vector<int> per_shape(shapes_.size(), 0);
+  std::size_t mig = 0;
   for (const auto& [k, r] : pending_) {
     if (jobs_.at(k.job).state != JobState::kPending)
       return Internal(fmt::format("job {} queued but not pending", k.job.value()));
+    ++per_shape[r->shape];
+    if (r->kind == SliceKind::kMig) {
+      if (!pending_mig_.contains(k))
+        return Internal(fmt::format("pending MIG job {} missing from the MIG queue", k.job.value()));
+      ++mig;
+    }
   }
+  if (mig != pending_mig_.size()) return Internal("MIG queue holds jobs that are not pending");
+  for (std::size_t i = 0; i < per_shape.size(); ++i) {
+    int counted = i < pending_per_shape_.size() ? pending_per_shape_[i] : 0;
+    if (counted != per_shape[i]) return Internal(fmt::format("shape {}: {} pending, counted {}", i, per_shape[i], counted));
+  }
+  if (pending_shapes_ != static_cast<int>(std::count_if(per_shape.begin(), per_shape.end(), [](int n) { return n > 0; })))
+    return Internal("distinct pending shapes miscounted");
   return Status::Ok();
 }
 

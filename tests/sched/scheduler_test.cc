@@ -259,6 +259,14 @@ TEST_F(SchedTest, RemovedDeviceStopsItsSlicesAndRejectsWhatCanNoLongerFit) {
   EXPECT_THAT(h().scheduler().devices(), SizeIs(1));
 }
 
+TEST_F(SchedTest, EndedJobsAreForgottenAfterABoundedHistory) {
+  h().AddHost("1xH100-80GB");
+  for (int i = 0; i < 10050; ++i) h().Submit("interactive gpu=250m mem=1TiB");  // all rejected
+  EXPECT_EQ(h().scheduler().jobs().size(), 10000u);
+  EXPECT_FALSE(h().scheduler().jobs().contains(JobId(1)));
+  EXPECT_TRUE(h().scheduler().jobs().contains(JobId(10050)));
+}
+
 // ---------------------------------------------------------------- time limits
 
 TEST_F(SchedTest, TimeLimitWarnsThenStops) {
