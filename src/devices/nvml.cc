@@ -339,6 +339,32 @@ Result<std::vector<devices::GpuInstanceInfo>> NvmlBackend::GpuInstances(Device d
   return out;
 }
 
+void NvmlBackend::ReadMemory(Device dev, Reading<Bytes>* total, Reading<Bytes>* used) {
+  // _v2 (drivers >= 515) reports `used` without the driver's reserved memory; v1 includes it.
+  if (api_->memory_v2) {
+    MemoryV2 mem{};
+    mem.version = kMemoryV2Version;
+    if (api_->memory_v2(dev, &mem) == kSuccess) {
+      *total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
+      *used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
+      return;
+    }
+  }
+  if (!api_->memory) {
+    *total = Reading<Bytes>::NotSupported("nvmlDeviceGetMemoryInfo not exported");
+    *used = *total;
+    return;
+  }
+  Memory mem{};
+  if (Return r = api_->memory(dev, &mem); r == kSuccess) {
+    *total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
+    *used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
+  } else {
+    *total = Reading<Bytes>::Missing(Error("nvmlDeviceGetMemoryInfo", r));
+    *used = *total;
+  }
+}
+
 Result<std::vector<DeviceInfo>> NvmlBackend::ListDevices() {
   std::lock_guard lock(mu_);
   unsigned n = 0;
@@ -361,24 +387,7 @@ Result<std::vector<DeviceInfo>> NvmlBackend::ListDevices() {
     char ubuf[kUuidBufferSize] = {};
     if (api_->uuid && api_->uuid(dev, ubuf, sizeof(ubuf)) == kSuccess) d.uuid = CString(ubuf, sizeof(ubuf));
     if (auto m = FindModel(d.name); m.ok()) d.model = *m;
-    if (api_->memory_v2) {
-      MemoryV2 mem{};
-      mem.version = kMemoryV2Version;
-      if (Return r = api_->memory_v2(dev, &mem); r == kSuccess) {
-        d.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
-        d.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
-      }
-    }
-    if (!d.memory_total.ok() && api_->memory) {
-      Memory mem{};
-      if (Return r = api_->memory(dev, &mem); r == kSuccess) {
-        d.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
-        d.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
-      } else {
-        d.memory_total = Reading<Bytes>::Missing(Error("nvmlDeviceGetMemoryInfo", r));
-        d.memory_used = d.memory_total;
-      }
-    }
+    ReadMemory(dev, &d.memory_total, &d.memory_used);
     if (api_->mig_mode) {
       unsigned cur = 0, pend = 0;
       if (api_->mig_mode(dev, &cur, &pend) == kSuccess) {
@@ -429,24 +438,7 @@ Result<DeviceSample> NvmlBackend::Sample(DeviceIndex index) {
     if (s.gpu_util.status().code() == StatusCode::kUnavailable) return s.gpu_util.status();  // GPU lost
   }
 
-  if (api_->memory_v2) {
-    MemoryV2 mem{};
-    mem.version = kMemoryV2Version;
-    if (api_->memory_v2(dev, &mem) == kSuccess) {
-      s.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
-      s.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
-    }
-  }
-  if (!s.memory_total.ok() && api_->memory) {
-    Memory mem{};
-    if (Return r = api_->memory(dev, &mem); r == kSuccess) {
-      s.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
-      s.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
-    } else {
-      s.memory_total = Reading<Bytes>::Missing(Error("nvmlDeviceGetMemoryInfo", r));
-      s.memory_used = s.memory_total;
-    }
-  }
+  ReadMemory(dev, &s.memory_total, &s.memory_used);
   auto uint_reading = [&](Return r, unsigned v, std::string_view what) {
     return r == kSuccess ? Reading<int>::Of(static_cast<int>(v)) : Reading<int>::Missing(Error(what, r));
   };

@@ -59,6 +59,7 @@ class NvmlBackend : public DeviceBackend {
   NvmlBackend(void* lib, std::unique_ptr<Api> api, const BackendOptions& options);
   Status Error(std::string_view what, nvml::Return r) const;
   Result<nvml::Device> Handle(DeviceIndex index);
+  void ReadMemory(nvml::Device dev, Reading<Bytes>* total, Reading<Bytes>* used);
   Result<std::vector<RawProcess>> RunningProcesses(nvml::Device dev);
   Result<std::vector<MigDevice>> MigDevices(nvml::Device dev);
   Result<std::vector<GpuInstanceInfo>> GpuInstances(nvml::Device dev);

@@ -97,6 +97,23 @@ struct NvmlFactory {
   }
 };
 
+// The real nvml backend, dlopen'ing the stand-in libnvidia-ml (tests/devices/fake_nvml.cc):
+// the invariants run against the nvml code path on every build machine.
+struct NvmlStandInFactory {
+  static constexpr bool kScripted = false;
+  static constexpr bool kActs = false;
+  static std::unique_ptr<DeviceBackend> Make(ManualClock&, Scenario*, std::string* skip) {
+    BackendOptions o;
+    o.nvml_library = FAKE_NVML_R535_PATH;
+    auto b = NvmlBackend::Open(o);
+    if (!b.ok()) {
+      *skip = b.status().ToString();
+      return nullptr;
+    }
+    return std::move(b).value();
+  }
+};
+
 template <typename F>
 class BackendContract : public ::testing::Test {
  protected:
@@ -105,11 +122,6 @@ class BackendContract : public ::testing::Test {
     backend_ = F::Make(clock_, &scenario_, &skip);
     if (!backend_) {
       GTEST_SKIP() << skip;
-    }
-  }
-  void RequireScripted() {
-    if (!F::kScripted) {
-      GTEST_SKIP() << backend_->kind() << ": scenario needs a scripted backend";
     }
   }
   // Scripted backends move their clock; a real one waits.
@@ -123,17 +135,24 @@ class BackendContract : public ::testing::Test {
   std::unique_ptr<DeviceBackend> backend_;
 };
 
-using Backends = ::testing::Types<FakeFactory, ReplayFactory, NvmlFactory>;
+using Backends = ::testing::Types<FakeFactory, ReplayFactory, NvmlStandInFactory, NvmlFactory>;
 class BackendNames {
  public:
   template <typename T>
   static std::string GetName(int) {
     if (std::is_same_v<T, FakeFactory>) return "fake";
     if (std::is_same_v<T, ReplayFactory>) return "replay";
+    if (std::is_same_v<T, NvmlStandInFactory>) return "nvml_standin";
     return "nvml";
   }
 };
 TYPED_TEST_SUITE(BackendContract, Backends, BackendNames);
+
+// A macro, not a helper: GTEST_SKIP must return from the test body itself.
+#define REQUIRE_SCRIPTED()                                                              \
+  if (!TypeParam::kScripted) {                                                          \
+    GTEST_SKIP() << this->backend_->kind() << ": scenario needs a scripted backend"; \
+  }
 
 template <typename T>
 void ExpectOkOrExplained(const Reading<T>& r, const std::string& what) {
@@ -202,7 +221,7 @@ TYPED_TEST(BackendContract, UnknownDeviceIsNotFound) {
 // ---- scripted scenario ----
 
 TYPED_TEST(BackendContract, UtilisationIsAveragedOverTheWindowSinceTheLastRead) {
-  this->RequireScripted();
+  REQUIRE_SCRIPTED();
   (void)this->backend_->Sample(DeviceIndex(0));  // read at T0
   this->Advance(10 * kSecond);
   auto s = this->backend_->Sample(DeviceIndex(0));
@@ -220,7 +239,7 @@ TYPED_TEST(BackendContract, UtilisationIsAveragedOverTheWindowSinceTheLastRead) 
 }
 
 TYPED_TEST(BackendContract, ProcessesCarryMemoryAndUtilisation) {
-  this->RequireScripted();
+  REQUIRE_SCRIPTED();
   (void)this->backend_->Sample(DeviceIndex(0));
   this->Advance(10 * kSecond);
   auto s = this->backend_->Sample(DeviceIndex(0));
@@ -234,7 +253,7 @@ TYPED_TEST(BackendContract, ProcessesCarryMemoryAndUtilisation) {
 }
 
 TYPED_TEST(BackendContract, MigInstanceFiguresAreUnsupportedNotZero) {
-  this->RequireScripted();
+  REQUIRE_SCRIPTED();
   auto devs = this->backend_->ListDevices();
   ASSERT_TRUE(devs.ok());
   const auto& d = (*devs)[1];

@@ -1,7 +1,11 @@
 // The nvml backend on a machine without a driver (the build machines): a clear Unavailable
 // status naming the cause, never a crash.
 
+#include <dlfcn.h>
+
 #include <gtest/gtest.h>
+
+#include "devices/clock.h"
 
 #include "devices/backend.h"
 #include "devices/nvml.h"
@@ -38,6 +42,76 @@ TEST(NvmlWithoutDriver, DefaultLibraryEitherWorksOrSaysNoDriver) {
   }
   EXPECT_EQ(b.status().code(), StatusCode::kUnavailable);
   EXPECT_TRUE(b.status().message().starts_with("no NVIDIA driver")) << b.status().message();
+}
+
+}  // namespace
+}  // namespace gpuslice::devices
+
+// The dlopen path against the stand-in library (tests/devices/fake_nvml.cc).
+namespace gpuslice::devices {
+namespace {
+
+Result<std::unique_ptr<NvmlBackend>> OpenStandIn(const char* path) {
+  BackendOptions o;
+  o.nvml_library = path;
+  return NvmlBackend::Open(o);
+}
+
+TEST(NvmlStandIn, DetectsTheEarlyR535ProcessRecordAndReadsItCorrectly) {
+  auto b = OpenStandIn(FAKE_NVML_R535_PATH);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->process_abi(), NvmlProcessAbi::kV3R535);
+  EXPECT_EQ((*b)->description(), "nvml driver 535.54.03");
+  auto s = (*b)->Sample(DeviceIndex(0));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  // With the wrong record size the second process would read garbage.
+  ASSERT_EQ(s->processes.size(), 2u);
+  EXPECT_EQ(s->processes[0].pid, 1234);
+  EXPECT_EQ(s->processes[0].memory_used.value(), kGiB);
+  EXPECT_EQ(s->processes[1].pid, 5678);
+  EXPECT_EQ(s->processes[1].memory_used.value(), 2 * kGiB);
+  EXPECT_FALSE(s->processes[1].gpu_instance.has_value()) << "0xFFFFFFFF means not MIG";
+}
+
+TEST(NvmlStandIn, FallsBackToV2AndMeasuresSinceTheLastRead) {
+  auto b = OpenStandIn(FAKE_NVML_V2_PATH);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->process_abi(), NvmlProcessAbi::kV2);
+  auto devs = (*b)->ListDevices();
+  ASSERT_TRUE(devs.ok());
+  ASSERT_EQ(devs->size(), 2u);
+  ASSERT_NE((*devs)[0].model, nullptr);
+  EXPECT_EQ((*devs)[0].model->name, "H100-80GB");
+  EXPECT_EQ((*devs)[0].memory_total.value(), 80 * kGiB);
+  EXPECT_EQ((*devs)[0].mig_current, MigMode::kDisabled);
+
+  // Freeze the stand-in driver's clock so "nothing new since the last read" is deterministic.
+  void* lib = ::dlopen(FAKE_NVML_V2_PATH, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  auto freeze = reinterpret_cast<void (*)(unsigned long long)>(::dlsym(lib, "gpuslice_fake_nvml_freeze"));
+  ASSERT_NE(freeze, nullptr);
+  freeze(static_cast<unsigned long long>(WallMicros()));
+  auto s = (*b)->Sample(DeviceIndex(0));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->gpu_util.value(), 600);
+  EXPECT_EQ(s->mem_util.value(), 200);
+  EXPECT_GE(s->driver_samples, 5);
+  EXPECT_EQ(s->memory_used.value(), 3 * kGiB);
+  EXPECT_EQ(s->power_mw.value(), 350000);
+  EXPECT_EQ(s->sm_clock_mhz.value(), 1980);
+  EXPECT_TRUE(s->temperature_c.unsupported()) << "NOT_SUPPORTED stays unsupported, not 0";
+  ASSERT_EQ(s->processes.size(), 2u);
+  EXPECT_EQ(s->processes[0].sm_util.value(), 400);
+  EXPECT_EQ(s->processes[1].sm_util.value(), 0) << "listed but idle: the driver gives no entry";
+  // At once again: the driver has nothing new, which is not "0% busy".
+  auto again = (*b)->Sample(DeviceIndex(0));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->gpu_util.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(again->processes.size(), 2u);
+  EXPECT_EQ(again->processes[0].sm_util.value(), 0) << "no new per-process samples either";
+  EXPECT_EQ((*b)->Sample(DeviceIndex(2)).status().code(), StatusCode::kNotFound);
+  freeze(0);
+  ::dlclose(lib);
 }
 
 }  // namespace
