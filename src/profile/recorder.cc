@@ -7,8 +7,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <string_view>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -80,6 +83,25 @@ ProcState Classify(const ProcStat& now, const ProcStat* before, std::int64_t int
   return ProcState::kSleeping;
 }
 
+// Launcher processes above the main one are neither main nor workers. `seen` holds this
+// tick's stats of processes visited so far (ancestors come first in ProcessTree order).
+bool IsAncestor(int p, int main_pid, const std::map<int, ProcStat>& seen, int root) {
+  if (p == main_pid) return false;
+  int cur = main_pid;
+  for (int depth = 0; depth < 16 && cur != root; ++depth) {
+    auto it = seen.find(cur);
+    int parent = it != seen.end() ? it->second.ppid : -1;
+    if (parent < 0) {
+      auto st = ReadProcStat(cur);
+      if (!st.ok()) return false;
+      parent = st->ppid;
+    }
+    if (parent == p) return true;
+    cur = parent;
+  }
+  return p == root && main_pid != root;
+}
+
 }  // namespace
 
 std::unique_ptr<GpuSampler> MakeBackendSampler(devices::DeviceBackend* backend, int device_index) {
@@ -142,6 +164,28 @@ std::vector<int> ProcessTree(int root) {
     for (auto it = b; it != e; ++it) out.push_back(it->second);
   }
   return out;
+}
+
+int MainProcess(int root) {
+  static constexpr std::string_view kLaunchers[] = {"sh", "bash", "dash", "zsh", "env", "pyenv",
+                                                    "timeout", "nice", "nohup", "stdbuf", "time",
+                                                    "uv", "conda", "srun", "numactl", "taskset"};
+  int main = root;
+  for (int depth = 0; depth < 8; ++depth) {
+    std::string comm;
+    if (!ReadWholeFile(fmt::format("/proc/{}/comm", main), &comm)) break;
+    while (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    if (std::find(std::begin(kLaunchers), std::end(kLaunchers), comm) == std::end(kLaunchers)) break;
+    std::vector<int> tree = ProcessTree(main);
+    std::vector<int> children;
+    for (std::size_t i = 1; i < tree.size(); ++i) {
+      auto st = ReadProcStat(tree[i]);
+      if (st.ok() && st->ppid == main) children.push_back(tree[i]);
+    }
+    if (children.size() != 1) break;
+    main = children[0];
+  }
+  return main;
 }
 
 std::optional<std::int64_t> NetworkRxBytes(int pid) {
@@ -281,6 +325,8 @@ Result<Recording> Record(const RecordOptions& o, GpuSampler* gpu) {
     }
     std::map<int, ProcStat> now;
     std::int64_t read_delta = 0;
+    const int main_pid = MainProcess(pid);
+    if (!ended) rec.main_pid = main_pid;
     for (int p : ProcessTree(pid)) {
       auto st = ReadProcStat(p);
       if (!st.ok()) continue;
@@ -289,10 +335,10 @@ Result<Recording> Record(const RecordOptions& o, GpuSampler* gpu) {
       std::int64_t cpu = before ? st->cpu_ticks - before->cpu_ticks : 0;
       int permille = static_cast<int>(static_cast<double>(cpu) / static_cast<double>(hz) / dt * 1000.0 + 0.5);
       if (st->read_bytes) read_delta += *st->read_bytes - (before && before->read_bytes ? *before->read_bytes : 0);
-      if (p == pid) {
+      if (p == main_pid) {
         s.main_state = state;
         s.main_cpu_permille = permille;
-      } else if (state != ProcState::kGone) {
+      } else if (state != ProcState::kGone && !IsAncestor(p, main_pid, now, pid)) {
         ++s.workers;
         s.workers_cpu_permille += permille;
         if (state == ProcState::kRunning) ++s.workers_running;

@@ -59,6 +59,10 @@ struct ProcStat {
 Result<ProcStat> ReadProcStat(int pid);
 // `root` and every descendant (by ppid), root first.
 std::vector<int> ProcessTree(int root);
+// The process that does the work: `root`, or, while that is a launcher that only waits
+// for one child (sh/bash/env/pyenv/timeout/nice/..., by /proc/PID/comm), that child.
+// So `gpuslice profile -- sh run.sh` watches the python the script starts, not the shell.
+int MainProcess(int root);
 // Bytes received on all interfaces but loopback in `pid`'s network namespace.
 std::optional<std::int64_t> NetworkRxBytes(int pid);
 
@@ -100,6 +104,7 @@ struct Recording {
   Micros start = 0;
   Micros end = 0;
   int pid = 0;
+  int main_pid = 0;              // the main process last seen (see MainProcess)
   std::optional<int> exit_code;  // for a program we ran
   std::string gpu_description;
   std::string gpu_error;         // first GPU read error, if any

@@ -119,7 +119,7 @@ struct Svg {
   }
 };
 
-constexpr double kLeft = 70, kPlotW = 1100;
+constexpr double kLeft = 100, kPlotW = 1070;
 
 void UtilAxes(Svg& svg, double y, double h, const char* label) {
   svg.Rect(kLeft, y, kPlotW, h, "#fafafa");
@@ -128,7 +128,7 @@ void UtilAxes(Svg& svg, double y, double h, const char* label) {
     svg.Line(kLeft, yy, kLeft + kPlotW, yy, "#dddddd");
     svg.Text(kLeft - 5, yy + 4, fmt::format("{}%", p), 10, "end");
   }
-  svg.Text(6, y + 12, label, 11);
+  svg.Text(6, y + h / 2 + 4, label, 11);
 }
 
 Status WriteFile(const std::string& path, const std::string& text) {
@@ -270,7 +270,8 @@ std::string TraceReportText(const std::vector<TraceAnalysis>& ranks, const std::
 }
 
 std::string RecordingReportText(const Recording& rec, const Evidence& e, const std::vector<Finding>& findings) {
-  std::string o = fmt::format("gpuslice profile: recorded pid {} for {:.1f} s, {} samples", rec.pid,
+  std::string o = fmt::format("gpuslice profile: recorded pid {}{} for {:.1f} s, {} samples", rec.pid,
+                              rec.main_pid != 0 && rec.main_pid != rec.pid ? fmt::format(" (main process {})", rec.main_pid) : "",
                               static_cast<double>(rec.end - rec.start) / 1e6, rec.samples.size());
   if (rec.exit_code) o += fmt::format(" (exit code {})", *rec.exit_code);
   o += "\n";
@@ -356,7 +357,7 @@ Json TraceReportJson(const std::vector<TraceAnalysis>& ranks, const std::vector<
 }
 
 Json RecordingReportJson(const Recording& rec, const Evidence& e, const std::vector<Finding>& findings) {
-  Json out = {{"kind", "recording"}, {"pid", rec.pid}, {"start_us", rec.start}, {"end_us", rec.end},
+  Json out = {{"kind", "recording"}, {"pid", rec.pid}, {"main_pid", rec.main_pid}, {"start_us", rec.start}, {"end_us", rec.end},
               {"gpu", rec.gpu_description}, {"gpu_error", rec.gpu_error}, {"max_workers", rec.max_workers},
               {"findings", FindingsJson(findings)}};
   out["exit_code"] = rec.exit_code ? Json(*rec.exit_code) : Json(nullptr);

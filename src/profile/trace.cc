@@ -347,7 +347,7 @@ KernelClass ClassifyKernelName(std::string_view name) {
       "wgmma", "gmma", "xmma", "tensorop", "nvjet", "_tc_", "tf32", "bf16", "fp16", "f16f16",
       "884gemm", "1688gemm", "16816gemm", "mfma"};
   static constexpr std::string_view kEligible[] = {
-      "gemm", "conv", "cutlass", "xmma", "nvjet", "cudnn", "fprop", "dgrad", "wgrad", "matmul",
+      "gemm", "conv", "cutlass", "xmma", "nvjet", "fprop", "dgrad", "wgrad", "matmul",
       "mma", "attention", "flash", "sdpa"};
   for (std::string_view m : kEligible) {
     if (Contains(n, m)) { k.tc_eligible = true; break; }

@@ -139,6 +139,14 @@ TEST(Recorder, WorkersAreCountedApartFromTheMainProcess) {
   for (const auto& s : r.rec.samples) EXPECT_LE(s.workers, 3);
 }
 
+TEST(Recorder, ALauncherShellIsSeenThroughToItsOneChild) {
+  Outcome r = RecordWithFakeGpu({"sh", "-c", "sleep 0.4; true"}, 100);
+  EXPECT_EQ(r.rec.exit_code, 0);
+  EXPECT_NE(r.rec.main_pid, 0);
+  EXPECT_NE(r.rec.main_pid, r.rec.pid);  // the sleep, not the shell
+  EXPECT_EQ(r.rec.max_workers, 0);       // the shell above it is no worker
+}
+
 TEST(Recorder, AttachFollowsAProcessUntilItExits) {
   pid_t child = fork();
   if (child == 0) {
