@@ -438,20 +438,23 @@ class Scheduler::Impl {
     Schedule(e.job);
   }
 
-  // The pending set, with per-shape counts so a pass can stop once every shape present failed,
-  // and the MIG jobs apart (the planner looks at the first few of them).
+  // The pending set, also kept per shape (a pass visits shapes, not every job) and with the
+  // MIG jobs apart (the planner looks at the first few of them).
   void AddPending(Resolved* r) {
     PendingKey k{-r->queue->priority, r->submit, r->job};
     pending_.emplace(k, r);
     if (r->kind == SliceKind::kMig) pending_mig_.emplace(k, r);
-    if (pending_per_shape_.size() <= static_cast<std::size_t>(r->shape)) pending_per_shape_.resize(r->shape + 1, 0);
-    if (pending_per_shape_[r->shape]++ == 0) ++pending_shapes_;
+    if (shape_queue_.size() <= static_cast<std::size_t>(r->shape)) shape_queue_.resize(r->shape + 1);
+    shape_queue_[r->shape].emplace(k, r);
+    live_shapes_.insert(r->shape);
   }
   void RemovePending(const Resolved& r) {
     PendingKey k{-r.queue->priority, r.submit, r.job};
     pending_.erase(k);
     pending_mig_.erase(k);
-    if (--pending_per_shape_[r.shape] == 0) --pending_shapes_;
+    auto& q = shape_queue_[r.shape];
+    q.erase(k);
+    if (q.empty()) live_shapes_.erase(r.shape);
   }
 
   void EndJob(JobView& j, std::string_view reason) {
@@ -841,11 +844,18 @@ class Scheduler::Impl {
     if (only) {
       attempt(resolved_.at(*only));
     } else {
-      int failed = 0;
-      for (auto it = pending_.begin(); it != pending_.end() && failed < pending_shapes_;) {
-        const Resolved* r = it->second;
-        ++it;  // Start() erases the current entry
-        if (attempt(*r)) ++failed;
+      // Equivalent to walking pending_ in order and skipping jobs of failed shapes, but visits
+      // only the head job of each live shape: a merge of the per-shape queues.
+      std::set<std::pair<PendingKey, int>> heads;
+      for (int shape : live_shapes_) heads.emplace(shape_queue_[shape].begin()->first, shape);
+      while (!heads.empty()) {
+        auto [key, shape] = *heads.begin();
+        heads.erase(heads.begin());
+        const auto& q = shape_queue_[shape];
+        const Resolved* r = q.at(key);
+        if (attempt(*r)) continue;  // the shape failed: its later jobs would too
+        auto next = q.upper_bound(key);  // Start() may have erased `key`
+        if (next != q.end()) heads.emplace(next->first, shape);
       }
     }
     if (mig_failed && config_.mig.enabled && mig_in_flight_ == 0) {
@@ -1068,8 +1078,8 @@ class Scheduler::Impl {
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
   std::map<PendingKey, Resolved*> pending_;
   std::map<PendingKey, Resolved*> pending_mig_;  // the kMig subset of pending_
-  std::vector<int> pending_per_shape_;            // pending jobs per shape id
-  int pending_shapes_ = 0;                        // shapes with at least one pending job
+  std::vector<std::map<PendingKey, Resolved*>> shape_queue_;  // pending_ split by shape id
+  std::set<int> live_shapes_;                                 // shapes with pending jobs
   std::map<std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*>, int> shapes_;
   std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
@@ -1180,11 +1190,12 @@ Status Scheduler::Impl::CheckInvariants() const {
   }
   if (mig != pending_mig_.size()) return Internal("MIG queue holds jobs that are not pending");
   for (std::size_t i = 0; i < per_shape.size(); ++i) {
-    int counted = i < pending_per_shape_.size() ? pending_per_shape_[i] : 0;
-    if (counted != per_shape[i]) return Internal(fmt::format("shape {}: {} pending, counted {}", i, per_shape[i], counted));
+    std::size_t queued = i < shape_queue_.size() ? shape_queue_[i].size() : 0;
+    if (queued != static_cast<std::size_t>(per_shape[i]))
+      return Internal(fmt::format("shape {}: {} pending, {} in its queue", i, per_shape[i], queued));
+    if (live_shapes_.contains(static_cast<int>(i)) != (per_shape[i] > 0))
+      return Internal(fmt::format("shape {}: live-shape set is wrong", i));
   }
-  if (pending_shapes_ != static_cast<int>(std::count_if(per_shape.begin(), per_shape.end(), [](int n) { return n > 0; })))
-    return Internal("distinct pending shapes miscounted");
   return Status::Ok();
 }
 
