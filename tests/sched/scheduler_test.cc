@@ -409,6 +409,42 @@ TEST_F(SchedTest, MigReusesAFreeInstanceWithoutReconfiguring) {
   EXPECT_THAT(Only<StartSlice>(again), SizeIs(1));
 }
 
+TEST_F(SchedTest, MigUsesInstancesThatExistWhenTheDeviceIsAnnounced) {
+  const DeviceModel& m = Model("A100-40GB");
+  const MigProfile* p = m.SmallestProfileFor(4 * kGiB);
+  ASSERT_NE(p, nullptr);
+  MigLayout layout{{p->id, p->placement_starts.back()}};
+  h().Feed(DeviceAdded{0, {NodeId(1), DeviceIndex(0)}, "GPU-a", "NVIDIA A100-SXM4-40GB", true, true, layout});
+  EXPECT_EQ(h().scheduler().devices().begin()->second.model, "A100-40GB");  // alias resolved
+  auto ds = h().Submit("inference mem=4GiB");
+  EXPECT_THAT(Only<ReconfigureMig>(ds), SizeIs(0));
+  auto s = Only<StartSlice>(ds);
+  ASSERT_THAT(s, SizeIs(1));
+  EXPECT_EQ(s[0].mig, layout[0]);
+  EXPECT_EQ(s[0].uuids, std::vector<std::string>{"GPU-a"});
+}
+
+TEST_F(SchedTest, MigRelayoutKeepsInstancesInUseWithoutDraining) {
+  h().AddHost("1xA100-40GB mig");
+  auto rc1 = Only<ReconfigureMig>(h().Submit("inference mem=4GiB"));
+  ASSERT_THAT(rc1, SizeIs(1));
+  auto s1 = Only<StartSlice>(h().Feed(ReconfigureDone{0, rc1[0].device, true, rc1[0].layout, ""}));
+  ASSERT_THAT(s1, SizeIs(1));
+  ASSERT_TRUE(s1[0].mig.has_value());
+  // A bigger request: the free space is re-laid out around the running instance.
+  auto ds = h().Submit("inference mem=18GiB");
+  EXPECT_THAT(Only<Drain>(ds), SizeIs(0));
+  EXPECT_THAT(Only<Preempt>(ds), SizeIs(0));
+  auto rc2 = Only<ReconfigureMig>(ds);
+  ASSERT_THAT(rc2, SizeIs(1));
+  EXPECT_EQ(rc2[0].old_layout, rc1[0].layout);
+  EXPECT_NE(std::find(rc2[0].layout.begin(), rc2[0].layout.end(), *s1[0].mig), rc2[0].layout.end());
+  auto s2 = Only<StartSlice>(h().Feed(ReconfigureDone{0, rc2[0].device, true, rc2[0].layout, ""}));
+  ASSERT_THAT(s2, SizeIs(1));
+  EXPECT_EQ(s2[0].mig->profile_id, Model("A100-40GB").SmallestProfileFor(18 * kGiB)->id);
+  EXPECT_EQ(h().scheduler().slices().size(), 2u);  // the first job kept running throughout
+}
+
 TEST_F(SchedTest, MigFailedReconfigurationIsNotRetriedOnThatGpu) {
   h().AddHost("1xA100-40GB mig");
   auto rc = Only<ReconfigureMig>(h().Submit("inference mem=4GiB"));
