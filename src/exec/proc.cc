@@ -53,6 +53,12 @@ std::optional<std::uint64_t> ProcessStartTicks(int pid) {
   return st->start_ticks;
 }
 
+std::optional<int> ProcessGroupOf(int pid) {
+  auto st = ReadStat(std::to_string(pid).c_str());
+  if (!st) return std::nullopt;
+  return static_cast<int>(st->pgrp);
+}
+
 bool ProcessGroupAlive(int pgid) {
   DIR* d = opendir("/proc");
   if (d == nullptr) return false;

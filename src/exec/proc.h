@@ -11,6 +11,9 @@ namespace gpuslice::exec {
 // does not exist or is a zombie.
 std::optional<std::uint64_t> ProcessStartTicks(int pid);
 
+// Process group of `pid`; nullopt when it does not exist.
+std::optional<int> ProcessGroupOf(int pid);
+
 // True when some non-zombie process has process group `pgid`. Scans /proc: a kill(-pgid, 0)
 // would also count zombies nobody reaps (containers whose init does not reap).
 bool ProcessGroupAlive(int pgid);

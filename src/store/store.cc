@@ -60,7 +60,8 @@ nlohmann::json JobToJson(const JobRecord& j) {
       {"gpus", j.gpus},             {"milli", j.milli},
       {"memory", j.memory},         {"time_limit_us", j.time_limit},
       {"model", j.model},           {"argv", j.argv},
-      {"cwd", j.cwd},               {"state", JobStateName(j.state)},
+      {"cwd", j.cwd},               {"env", j.env},
+      {"state", JobStateName(j.state)},
       {"reason", j.reason},         {"warning", j.warning},
       {"warn_deadline_us", j.warn_deadline},
       {"submit_time_us", j.submit_time},
@@ -91,6 +92,7 @@ Result<JobRecord> JobFromJson(const nlohmann::json& o) {
     j.model = o.at("model").get<std::string>();
     j.argv = o.at("argv").get<std::vector<std::string>>();
     j.cwd = o.at("cwd").get<std::string>();
+    j.env = o.at("env").get<std::vector<std::pair<std::string, std::string>>>();
     GPUSLICE_ASSIGN_OR_RETURN(j.state, ParseJobState(o.at("state").get<std::string>()));
     j.reason = o.at("reason").get<std::string>();
     j.warning = o.at("warning").get<std::string>();

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/ids.h"
@@ -53,6 +54,7 @@ struct JobRecord {
   std::string model;
   std::vector<std::string> argv;
   std::string cwd;
+  std::vector<std::pair<std::string, std::string>> env;  // the submitter's environment
 
   JobState state = JobState::kPending;
   std::string reason;        // why it ended / was rejected / is stopping

@@ -1,0 +1,132 @@
+// Client subcommands: submit, ps, show, cancel, logs, devices, queues, top. Thin shells over
+// src/api/cli.h; this file only declares flags and maps Status codes to exit codes.
+#include <cstdio>
+#include <memory>
+
+#include "api/cli.h"
+#include "registry.h"
+
+namespace {
+
+using gpuslice::Status;
+using gpuslice::StatusCode;
+namespace api = gpuslice::api;
+namespace cli = gpuslice::cli;
+
+int ExitFor(const Status& st) {
+  if (st.ok()) return cli::kExitOk;
+  std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument: return cli::kExitUsage;
+    case StatusCode::kNotFound: return cli::kExitNotFound;
+    case StatusCode::kPermissionDenied: return cli::kExitDenied;
+    case StatusCode::kUnavailable: return cli::kExitUnavailable;
+    default: return cli::kExitFailure;
+  }
+}
+
+// --socket / --token-file / --json on every client subcommand.
+std::shared_ptr<api::ClientFlags> AddClientFlags(CLI::App* sub) {
+  auto f = std::make_shared<api::ClientFlags>();
+  sub->add_option("--socket", f->socket,
+                  "Daemon socket (default $GPUSLICE_SOCKET or /run/gpuslice/gpuslice.sock); "
+                  "tcp://HOST:PORT for TCP");
+  sub->add_option("--token-file", f->token_file, "Bearer token file (TCP)");
+  sub->add_flag("--json", f->json, "Machine-readable JSON output");
+  return f;
+}
+
+}  // namespace
+
+GPUSLICE_COMMAND(submit) {
+  auto* sub = app.add_subcommand("submit", "Submit a job to the gpuslice daemon");
+  auto c = AddClientFlags(sub);
+  auto s = std::make_shared<api::SubmitFlags>();
+  auto gpus = std::make_shared<int>(0);
+  sub->add_option("--queue,-q", s->queue, "interactive | training | inference (or a configured queue)");
+  auto* g = sub->add_option("--gpus", *gpus, "Whole devices (training)");
+  auto* f = sub->add_option("--fraction", s->fraction, "Share of one GPU: 0.25 or 250m (shared/mps)");
+  g->excludes(f);
+  sub->add_option("--mem", s->mem, "Memory per device: 10GiB (cap for shared/mps, size for mig)");
+  sub->add_option("--time", s->time, "Time limit: 4h, 30m (at most the queue's)");
+  sub->add_option("--kind", s->kind, "Slice kind: whole | mig | mps | shared (queue default)");
+  sub->add_option("--model", s->model, "Device model, e.g. H100-80GB");
+  sub->add_option("command", s->command, "The command, after --")->required();
+  sub->footer(
+      "Examples:\n"
+      "  gpuslice submit -- python notebook_server.py                # interactive, 0.25 GPU\n"
+      "  gpuslice submit --fraction 0.5 --mem 20GiB --time 4h -- python dev.py\n"
+      "  gpuslice submit --queue training --gpus 4 -- torchrun train.py\n"
+      "  gpuslice submit --queue inference --mem 10GiB -- python serve.py   # MIG sized to 10GiB");
+  sub->callback([=] {
+    if (g->count() > 0) s->gpus = *gpus;
+    *exit_code = ExitFor(api::Submit(*c, *s));
+  });
+}
+
+GPUSLICE_COMMAND(ps) {
+  auto* sub = app.add_subcommand("ps", "List jobs (active ones by default)");
+  auto c = AddClientFlags(sub);
+  auto all = std::make_shared<bool>(false);
+  auto user = std::make_shared<std::string>();
+  auto state = std::make_shared<std::string>();
+  sub->add_flag("--all,-a", *all, "Include ended jobs");
+  sub->add_option("--user,-u", *user, "Only this user's jobs");
+  sub->add_option("--state", *state, "Only jobs in this state (pending, running, ...)");
+  sub->footer("Examples:\n  gpuslice ps\n  gpuslice ps --all --user alice\n  gpuslice ps --json");
+  sub->callback([=] { *exit_code = ExitFor(api::Ps(*c, *all, *user, *state)); });
+}
+
+GPUSLICE_COMMAND(show) {
+  auto* sub = app.add_subcommand("show", "Show one job: request, slice, memory cap, events");
+  auto c = AddClientFlags(sub);
+  auto id = std::make_shared<std::uint64_t>(0);
+  sub->add_option("id", *id, "Job ID")->required();
+  sub->footer("Examples:\n  gpuslice show 12\n  gpuslice show 12 --json");
+  sub->callback([=] { *exit_code = ExitFor(api::Show(*c, *id)); });
+}
+
+GPUSLICE_COMMAND(cancel) {
+  auto* sub = app.add_subcommand("cancel", "Cancel jobs (owner, root or admin group)");
+  auto c = AddClientFlags(sub);
+  auto ids = std::make_shared<std::vector<std::uint64_t>>();
+  sub->add_option("ids", *ids, "Job IDs")->required();
+  sub->footer("Examples:\n  gpuslice cancel 12\n  gpuslice cancel 12 13 14");
+  sub->callback([=] { *exit_code = ExitFor(api::CancelJobs(*c, *ids)); });
+}
+
+GPUSLICE_COMMAND(logs) {
+  auto* sub = app.add_subcommand("logs", "Print a job's output (stdout + stderr)");
+  auto c = AddClientFlags(sub);
+  auto id = std::make_shared<std::uint64_t>(0);
+  auto follow = std::make_shared<bool>(false);
+  sub->add_option("id", *id, "Job ID")->required();
+  sub->add_flag("--follow,-f", *follow, "Keep printing until the job ends");
+  sub->footer("Examples:\n  gpuslice logs 12\n  gpuslice logs 12 -f");
+  sub->callback([=] { *exit_code = ExitFor(api::Logs(*c, *id, *follow)); });
+}
+
+GPUSLICE_COMMAND(devices) {
+  auto* sub = app.add_subcommand("devices", "List the daemon's GPUs, their mode and use");
+  auto c = AddClientFlags(sub);
+  sub->footer("Examples:\n  gpuslice devices\n  gpuslice devices --json");
+  sub->callback([=] { *exit_code = ExitFor(api::Devices(*c)); });
+}
+
+GPUSLICE_COMMAND(queues) {
+  auto* sub = app.add_subcommand("queues", "List queues, their limits and load");
+  auto c = AddClientFlags(sub);
+  sub->footer("Examples:\n  gpuslice queues\n  gpuslice queues --json");
+  sub->callback([=] { *exit_code = ExitFor(api::Queues(*c)); });
+}
+
+GPUSLICE_COMMAND(top) {
+  auto* sub = app.add_subcommand("top", "Live utilisation per device and slice");
+  auto c = AddClientFlags(sub);
+  auto once = std::make_shared<bool>(false);
+  auto interval = std::make_shared<double>(1.0);
+  sub->add_flag("--once", *once, "Print once and exit (for scripts)");
+  sub->add_option("--interval", *interval, "Refresh period in seconds")->capture_default_str();
+  sub->footer("Examples:\n  gpuslice top\n  gpuslice top --once --json");
+  sub->callback([=] { *exit_code = ExitFor(api::Top(*c, *once, *interval)); });
+}

@@ -1,0 +1,48 @@
+// `gpuslice serve`: the single-host daemon (logic in src/daemon/serve.cc).
+#include "daemon/serve.h"
+#include "registry.h"
+
+GPUSLICE_COMMAND(serve) {
+  auto* o = new gpuslice::daemon::ServeOptions();  // lives for the process
+  auto* grace = new std::string("10s");
+  auto* tick = new std::string("100ms");
+  auto* sample = new std::string("1s");
+  auto* sub = app.add_subcommand("serve", "Run the gpuslice daemon on this host");
+  sub->footer(
+      "Examples:\n"
+      "  gpuslice serve --config gpuslice.toml --state-dir /var/lib/gpuslice\n"
+      "  gpuslice serve --simulate 8xH100-80GB --state-dir /tmp/gs --socket /tmp/gs/gpuslice.sock\n"
+      "  gpuslice serve --fallback-simulate 8xH100-80GB ...   # NVML if a driver is present\n"
+      "  gpuslice serve --tcp 127.0.0.1:8080 --token-file /etc/gpuslice/token ...\n"
+      "Without an NVIDIA driver the daemon runs only with --simulate/--fallback-simulate, and\n"
+      "then says SIMULATED in every output.");
+  sub->add_option("--config", o->config_path, "Config file (TOML); default: built-in queues");
+  sub->add_option("--state-dir", o->state_dir, "State directory (SQLite store, job logs)")
+      ->capture_default_str();
+  sub->add_option("--socket", o->socket_path, "Unix socket of the API")->capture_default_str();
+  sub->add_option("--tcp", o->tcp, "Also listen on TCP HOST:PORT (needs --token-file)");
+  sub->add_option("--token-file", o->token_file, "Bearer token for TCP (file mode 600)");
+  sub->add_option("--simulate", o->simulate, "Simulated devices, e.g. 8xH100-80GB (no NVML)");
+  sub->add_option("--fallback-simulate", o->fallback_simulate,
+                  "Use NVML when a driver is present, else simulate these devices");
+  sub->add_option("--simulate-script", o->simulate_script,
+                  "JSON file scripting simulated utilisation per job (tests, demos)");
+  sub->add_option("--grace", *grace, "SIGTERM to SIGKILL grace period")->capture_default_str();
+  sub->add_option("--tick", *tick, "Control loop period")->capture_default_str();
+  sub->add_option("--sample-interval", *sample, "Device sampling period")->capture_default_str();
+  sub->callback([=] {
+    for (auto [text, out, name] : {std::tuple{grace, &o->grace, "--grace"},
+                                   std::tuple{tick, &o->tick, "--tick"},
+                                   std::tuple{sample, &o->sample_interval, "--sample-interval"}}) {
+      auto d = gpuslice::ParseDuration(*text);
+      if (!d.ok() || *d <= 0) {
+        std::fprintf(stderr, "error: %s '%s': %s\n", name, text->c_str(),
+                     d.ok() ? "must be more than 0" : d.status().message().c_str());
+        *exit_code = gpuslice::cli::kExitUsage;
+        return;
+      }
+      *out = *d;
+    }
+    *exit_code = gpuslice::daemon::RunServe(*o);
+  });
+}

@@ -1,0 +1,1390 @@
+#include "daemon/daemon.h"
+
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/journal.h"
+#include "devices/fake.h"
+#include "exec/proc.h"
+#include "memcap/env.h"
+#include "store/codec.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+using store::JobRecord;
+using store::JobState;
+using store::SliceRecord;
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+// NVML compute-instance profile that uses all `compute_slices` of its GPU instance.
+int FullCiProfile(int compute_slices) {
+  switch (compute_slices) {
+    case 1: return 0;
+    case 2: return 1;
+    case 3: return 2;
+    case 4: return 3;
+    case 7: return 4;
+    case 8: return 5;
+    case 6: return 6;
+    default: return 0;
+  }
+}
+
+bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group) {
+  if (group.empty()) return false;
+  struct group* g = getgrnam(group.c_str());
+  if (g == nullptr) return false;
+  if (static_cast<std::int64_t>(g->gr_gid) == gid) return true;
+  struct passwd* pw = getpwuid(static_cast<uid_t>(uid));
+  if (pw == nullptr) return false;
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  if (getgrouplist(pw->pw_name, static_cast<gid_t>(gid), groups.data(), &n) < 0) {
+    groups.resize(static_cast<size_t>(n));
+    getgrouplist(pw->pw_name, static_cast<gid_t>(gid), groups.data(), &n);
+  }
+  groups.resize(static_cast<size_t>(n));
+  return std::find(groups.begin(), groups.end(), g->gr_gid) != groups.end();
+}
+
+JobState FinalStateFor(const sched::Stop& s) {
+  switch (s.reason) {
+    case sched::StopReason::kTimeLimit: return JobState::kTimedOut;
+    case sched::StopReason::kCancelled: return JobState::kCancelled;
+    case sched::StopReason::kDeviceLost: return JobState::kFailed;
+  }
+  return JobState::kFailed;
+}
+
+// Reads one field of a JSON body as text: strings as given, numbers formatted.
+std::optional<std::string> TextField(const Json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_number_integer()) return std::to_string(it->get<std::int64_t>());
+  if (it->is_number()) return fmt::format("{}", it->get<double>());
+  return it->dump();
+}
+
+}  // namespace
+
+std::string UserName(std::int64_t uid) {
+  if (uid < 0) return "unknown";
+  struct passwd pw{};
+  struct passwd* out = nullptr;
+  char buf[4096];
+  if (getpwuid_r(static_cast<uid_t>(uid), &pw, buf, sizeof(buf), &out) == 0 && out) {
+    return out->pw_name;
+  }
+  return fmt::format("uid:{}", uid);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+class Daemon::Impl {
+ public:
+  Impl(sched::Config config, DaemonOptions options, std::unique_ptr<store::Store> store,
+       std::unique_ptr<devices::DeviceBackend> backend, std::unique_ptr<exec::Launcher> launcher,
+       WallClock clock)
+      : config_(std::move(config)),
+        opt_(std::move(options)),
+        store_(std::move(store)),
+        backend_(std::move(backend)),
+        launcher_(std::move(launcher)),
+        clock_(std::move(clock)) {
+    fake_ = dynamic_cast<devices::FakeBackend*>(backend_.get());
+  }
+
+  // ---- processes we are responsible for
+  struct Proc {
+    exec::ProcessHandle handle;
+    SliceId slice;
+    std::vector<int> devices;
+    bool stopping = false;          // scheduler said stop/reclaim/preempt: final_state follows
+    bool cleanup = false;           // leader exited by itself; ending the rest of its group
+    JobState final_state = JobState::kSucceeded;
+    std::string final_reason;
+    std::optional<exec::ExitInfo> leader_exit;
+    Micros term_sent = 0;           // 0: no SIGTERM yet
+    bool killed = false;
+  };
+
+  // Side effects to perform after the batch that decided them is durable.
+  struct Actions {
+    std::vector<JobId> terminate;                          // SIGTERM the group
+    std::vector<std::pair<JobId, std::string>> log_lines;  // appended to the job's log
+    std::vector<sched::ReconfigureMig> reconfigure;
+  };
+
+  Status Start() {
+    std::unique_lock lock(mu_);
+    Micros now = Now();
+    GPUSLICE_RETURN_IF_ERROR(InitSeed());
+    sched_ = std::make_unique<sched::Scheduler>(config_, seed_);
+    fs::create_directories(fs::path(opt_.state_dir) / "logs");
+
+    // 1. Rebuild the scheduler exactly as it was.
+    GPUSLICE_ASSIGN_OR_RETURN(auto journal, store_->ReadJournal());
+    for (const std::string& entry : journal) {
+      GPUSLICE_ASSIGN_OR_RETURN(sched::Event e, DecodeEvent(entry));
+      (void)sched_->Handle(e);
+    }
+    GPUSLICE_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
+    for (auto& j : jobs) {
+      next_job_ = std::max(next_job_, j.id.value() + 1);
+      jobs_[j.id] = std::move(j);
+    }
+    GPUSLICE_ASSIGN_OR_RETURN(auto slices, store_->ListSlices(true));
+    for (auto& s : slices) slices_[s.id] = std::move(s);
+    spdlog::info("recovered {} journal entries, {} jobs, {} active slices", journal.size(),
+                 jobs_.size(), slices_.size());
+
+    store::WriteBatch batch;
+    Actions act;
+    // 2. Devices: add the ones the scheduler does not know yet.
+    GPUSLICE_ASSIGN_OR_RETURN(auto devs, backend_->ListDevices());
+    std::set<std::string> known;
+    for (const auto& [ref, d] : sched_->devices()) known.insert(d.uuid);
+    for (const auto& d : devs) {
+      device_info_[static_cast<int>(d.index.value())] = d;
+      if (known.contains(d.uuid)) continue;
+      sched::DeviceAdded ev;
+      ev.now = now;
+      ev.device = {opt_.node, d.index};
+      ev.uuid = d.uuid;
+      ev.model = d.model ? d.model->name : d.name;
+      ev.mig_capable = d.model && d.model->supports_mig() && d.mig_current != devices::MigMode::kUnsupported;
+      ev.mig_enabled = d.mig_current == devices::MigMode::kEnabled;
+      for (const auto& gi : d.gpu_instances) ev.mig_layout.push_back({gi.profile_id, gi.start});
+      Feed(ev, batch, act);
+    }
+
+    // 3. Reconcile the jobs with the processes that are (or are not) there.
+    for (auto& [id, j] : jobs_) {
+      switch (j.state) {
+        case JobState::kStarting:
+          to_launch_.insert(id);  // never exec'd: the pid was not stored
+          break;
+        case JobState::kRunning:
+        case JobState::kStopping: {
+          exec::ProcessHandle h{j.pid, j.pid_start_ticks, true};
+          if (j.pid > 0 && launcher_->StillAlive(h)) {
+            Proc p;
+            p.handle = h;
+            p.slice = j.slice;
+            if (auto s = slices_.find(j.slice); s != slices_.end()) p.devices = s->second.devices;
+            if (j.state == JobState::kStopping) {
+              p.stopping = true;
+              p.final_state = StoppingFinal(j);
+              p.final_reason = j.reason;
+              act.terminate.push_back(id);
+            }
+            procs_[id] = std::move(p);
+            AddEvent(batch, id, "adopt", fmt::format("job {} re-adopted after restart (pid {})",
+                                                     id.value(), j.pid));
+          } else {
+            bool was_stopping = j.state == JobState::kStopping;
+            JobState final = was_stopping ? StoppingFinal(j) : JobState::kLost;
+            j.state = final;
+            j.end_time = now;
+            if (!was_stopping) j.reason = "processes gone while the daemon was down";
+            ReleaseSlice(j, batch);
+            batch.jobs.push_back(j);
+            AddEvent(batch, id, was_stopping ? "stopped" : "lost",
+                     fmt::format("job {} {}: {}", id.value(), store::JobStateName(final), j.reason));
+            if (!was_stopping) Feed(sched::Finish{now, id}, batch, act);
+          }
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    // 4. Slices the store still holds for ended jobs (crash between decisions): free them.
+    for (auto& [sid, s] : slices_) {
+      auto j = jobs_.find(s.job);
+      if (s.active && (j == jobs_.end() || store::IsTerminal(j->second.state))) {
+        s.active = false;
+        s.released = now;
+        batch.slices.push_back(s);
+      }
+    }
+    GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
+    LaunchReady();
+    return Status::Ok();
+  }
+
+  void Step() {
+    std::unique_lock lock(mu_);
+    Micros now = Now();
+    store::WriteBatch batch;
+    Actions act;
+    Reap(now, batch, act);
+    if (now - last_sample_ >= opt_.sample_interval) {
+      last_sample_ = now;
+      SampleDevices(now, batch, act);
+    }
+    Feed(sched::Tick{now}, batch, act);
+    (void)CommitAndAct(batch, act);
+    LaunchReady();
+  }
+
+  // ---------------------------------------------------------------------------- API
+  Result<Json> Submit(const Caller& c, const Json& body) {
+    if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
+    if (c.uid < 0) return PermissionDenied("caller: unknown identity");
+    if (!exec::CanSwitchUsers() && c.uid != static_cast<std::int64_t>(geteuid())) {
+      return PermissionDenied(fmt::format(
+          "uid {}: this daemon runs as uid {} (not root) and runs jobs only for that user",
+          c.uid, geteuid()));
+    }
+    JobRecord j;
+    GPUSLICE_RETURN_IF_ERROR(ParseRequest(body, &j));
+    j.uid = c.uid;
+    j.gid = c.gid;
+    j.user = UserName(c.uid);
+
+    std::unique_lock lock(mu_);
+    Micros now = Now();
+    j.id = JobId(next_job_++);
+    j.submit_time = now;
+    j.state = JobState::kPending;
+    j.log_path = (fs::path(opt_.state_dir) / "logs" / fmt::format("{}.log", j.id.value())).string();
+    jobs_[j.id] = j;
+    store::WriteBatch batch;
+    Actions act;
+    batch.jobs.push_back(j);
+    AddEvent(batch, j.id, "submit",
+             fmt::format("job {} submitted by {} to queue '{}'", j.id.value(), j.user, j.queue));
+    sched::Submit ev{now, j.id, j.user, j.queue, Request(j)};
+    Feed(ev, batch, act);
+    GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
+    LaunchReady();
+    const JobRecord& out = jobs_.at(j.id);
+    if (out.state == JobState::kRejected) {
+      return Status(StatusCode::kResourceExhausted,
+                    fmt::format("job {} rejected: {}", out.id.value(), out.reason));
+    }
+    return Json{{"job", JobJson(out)}, {"simulated", opt_.simulated}};
+  }
+
+  Result<Json> ListJobs(const std::map<std::string, std::string>& q) const {
+    std::shared_lock lock(mu_);
+    Json arr = Json::array();
+    std::optional<JobState> state;
+    bool active_only = false;
+    if (auto it = q.find("state"); it != q.end() && !it->second.empty()) {
+      if (it->second == "active") {
+        active_only = true;
+      } else {
+        auto s = store::ParseJobState(it->second);
+        if (!s.ok()) return InvalidArgument("query 'state': " + s.status().message());
+        state = *s;
+      }
+    }
+    std::string user = q.contains("user") ? q.at("user") : "";
+    std::string queue = q.contains("queue") ? q.at("queue") : "";
+    for (const auto& [id, j] : jobs_) {
+      if (state && j.state != *state) continue;
+      if (active_only && store::IsTerminal(j.state)) continue;
+      if (!user.empty() && j.user != user) continue;
+      if (!queue.empty() && j.queue != queue) continue;
+      arr.push_back(JobJson(j));
+    }
+    return Json{{"jobs", arr}, {"simulated", opt_.simulated}};
+  }
+
+  Result<Json> GetJob(JobId id) const {
+    std::shared_lock lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+    Json out{{"job", JobJson(it->second)}, {"simulated", opt_.simulated}};
+    out["slice"] = nullptr;
+    if (auto s = slices_.find(it->second.slice); s != slices_.end()) {
+      out["slice"] = SliceJson(s->second);
+    }
+    return out;
+  }
+
+  Result<Json> Cancel(const Caller& c, JobId id) {
+    std::unique_lock lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+    JobRecord& j = it->second;
+    GPUSLICE_RETURN_IF_ERROR(AuthorizeLocked(c, j));
+    if (store::IsTerminal(j.state)) {
+      return FailedPrecondition(fmt::format("job {}: already {}", id.value(),
+                                            store::JobStateName(j.state)));
+    }
+    Micros now = Now();
+    store::WriteBatch batch;
+    Actions act;
+    AddEvent(batch, id, "cancel",
+             fmt::format("job {} cancelled by {}", id.value(), UserName(c.uid)));
+    if (j.state == JobState::kStopping) {
+      // Already being stopped: nothing more to decide.
+    } else {
+      Feed(sched::Cancel{now, id}, batch, act);
+      if (j.state == JobState::kPending || j.state == JobState::kStarting) {
+        // Pending in the scheduler (no slice) or chosen but not yet exec'd.
+        const auto& views = sched_->jobs();
+        auto v = views.find(id);
+        if (v != views.end() && v->second.state == sched::JobState::kEnded &&
+            j.state == JobState::kPending) {
+          j.state = JobState::kCancelled;
+          j.end_time = now;
+          j.reason = "cancelled before it started";
+          batch.jobs.push_back(j);
+        }
+      }
+    }
+    GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
+    LaunchReady();
+    return Json{{"job", JobJson(jobs_.at(id))}, {"simulated", opt_.simulated}};
+  }
+
+  Json Devices() const {
+    std::shared_lock lock(mu_);
+    Json arr = Json::array();
+    for (const auto& [ref, d] : sched_->devices()) {
+      Json o{{"index", ref.index.value()}, {"uuid", d.uuid}, {"model", d.model},
+             {"memory", d.memory}, {"mode", sched::DeviceModeName(d.mode)},
+             {"draining", d.draining}, {"used_milli", d.used_milli},
+             {"used_memory", d.used_memory}, {"clients", d.clients}};
+      Json sl = Json::array();
+      for (SliceId s : d.slices) sl.push_back(s.value());
+      o["slices"] = sl;
+      Json layout = Json::array();
+      for (const auto& p : d.layout) layout.push_back({{"profile", p.profile_id}, {"start", p.start}});
+      o["mig_layout"] = layout;
+      o["util_percent"] = nullptr;
+      o["memory_used"] = nullptr;
+      if (auto s = latest_.find(static_cast<int>(ref.index.value())); s != latest_.end()) {
+        if (s->second.gpu_util.ok()) o["util_percent"] = s->second.gpu_util.value() / 10.0;
+        if (s->second.memory_used.ok()) o["memory_used"] = s->second.memory_used.value();
+      }
+      arr.push_back(o);
+    }
+    Json out{{"devices", arr}, {"simulated", opt_.simulated},
+             {"backend", std::string(backend_->kind())},
+             {"backend_description", backend_->description()}};
+    if (opt_.simulated) out["note"] = "SIMULATED devices (no NVIDIA driver)";
+    return out;
+  }
+
+  Json Queues() const {
+    std::shared_lock lock(mu_);
+    Micros now = Now();
+    Json arr = Json::array();
+    for (const auto& q : config_.queues) {
+      int pending = 0, running = 0;
+      Micros oldest = 0;
+      for (const auto& [id, j] : jobs_) {
+        if (j.queue != q.name) continue;
+        if (j.state == JobState::kPending) {
+          ++pending;
+          oldest = std::max(oldest, now - j.submit_time);
+        } else if (!store::IsTerminal(j.state)) {
+          ++running;
+        }
+      }
+      Json kinds = Json::array();
+      for (auto k : q.allowed_kinds) kinds.push_back(sched::SliceKindName(k));
+      arr.push_back({{"name", q.name}, {"default_kind", sched::SliceKindName(q.default_kind)},
+                     {"allowed_kinds", kinds}, {"priority", q.priority},
+                     {"time_limit_us", q.time_limit}, {"max_duration_us", q.max_duration},
+                     {"idle_reclaim", q.idle.enabled && q.idle.action == sched::ReclaimAction::kReclaim},
+                     {"idle_window_us", q.idle.window}, {"idle_grace_us", q.idle.grace},
+                     {"pending", pending}, {"running", running},
+                     {"oldest_wait_us", oldest}});
+    }
+    return Json{{"queues", arr}, {"default_queue", config_.default_queue},
+                {"simulated", opt_.simulated}};
+  }
+
+  Json Slices() const {
+    std::shared_lock lock(mu_);
+    Micros now = Now();
+    Json arr = Json::array();
+    for (const auto& [id, s] : slices_) {
+      if (!s.active) continue;
+      Json o = SliceJson(s);
+      o["util_percent"] = nullptr;
+      o["memory_used"] = nullptr;
+      o["idle_seconds"] = nullptr;
+      if (auto u = slice_util_.find(id); u != slice_util_.end()) {
+        o["util_percent"] = u->second.first;
+        o["memory_used"] = u->second.second;
+      }
+      if (auto v = sched_->slices().find(id); v != sched_->slices().end()) {
+        o["idle_seconds"] = static_cast<double>(std::max<Micros>(0, now - v->second.last_active)) / kSecond;
+        o["idle_state"] = v->second.idle == sched::IdleState::kActive ? "active"
+                          : v->second.idle == sched::IdleState::kWarned ? "warned" : "reported";
+      } else {
+        o["idle_state"] = "stopping";
+      }
+      if (auto j = jobs_.find(s.job); j != jobs_.end()) {
+        o["user"] = j->second.user;
+        o["queue"] = j->second.queue;
+      }
+      arr.push_back(o);
+    }
+    return Json{{"slices", arr}, {"simulated", opt_.simulated}};
+  }
+
+  Result<Json> Events(std::int64_t after, JobId job, int limit) const {
+    GPUSLICE_ASSIGN_OR_RETURN(auto evs, store_->ListEvents(after, job, limit));
+    Json arr = Json::array();
+    for (const auto& e : evs) {
+      arr.push_back({{"seq", e.seq}, {"time_us", e.time}, {"job", e.job.value()},
+                     {"type", e.type}, {"message", e.message}});
+    }
+    return Json{{"events", arr}, {"simulated", opt_.simulated}};
+  }
+
+  std::string Metrics() const {
+    std::shared_lock lock(mu_);
+    Micros now = Now();
+    std::string out;
+    auto head = [&](const char* name, const char* type, const char* help) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    };
+    out += fmt::format("# gpuslice daemon metrics{}\n",
+                       opt_.simulated ? " -- SIMULATED devices (no NVIDIA driver)" : "");
+    head("gpuslice_simulated", "gauge", "1 when the devices are simulated (no NVIDIA driver).");
+    out += fmt::format("gpuslice_simulated {}\n", opt_.simulated ? 1 : 0);
+    head("gpuslice_device_utilization_ratio", "gauge", "GPU utilisation of a device (0..1).");
+    for (const auto& [idx, s] : latest_) {
+      if (s.gpu_util.ok()) {
+        out += fmt::format("gpuslice_device_utilization_ratio{{device=\"{}\",uuid=\"{}\"}} {:.3f}\n",
+                           idx, s.uuid, s.gpu_util.value() / 1000.0);
+      }
+    }
+    head("gpuslice_device_memory_used_bytes", "gauge", "Device memory in use.");
+    for (const auto& [idx, s] : latest_) {
+      if (s.memory_used.ok()) {
+        out += fmt::format("gpuslice_device_memory_used_bytes{{device=\"{}\",uuid=\"{}\"}} {}\n",
+                           idx, s.uuid, s.memory_used.value());
+      }
+    }
+    head("gpuslice_slice_utilization_ratio", "gauge", "SM utilisation attributed to a slice (0..1).");
+    head("gpuslice_slice_memory_used_bytes", "gauge", "Device memory used by a slice's processes.");
+    head("gpuslice_slice_idle_seconds", "gauge", "Seconds since the slice was last active.");
+    for (const auto& [sid, v] : sched_->slices()) {
+      auto j = jobs_.find(v.job);
+      std::string labels = fmt::format(
+          "slice=\"{}\",job=\"{}\",kind=\"{}\",queue=\"{}\",user=\"{}\"", sid.value(),
+          v.job.value(), sched::SliceKindName(v.kind), j != jobs_.end() ? j->second.queue : "",
+          j != jobs_.end() ? j->second.user : "");
+      auto u = slice_util_.find(sid);
+      out += fmt::format("gpuslice_slice_utilization_ratio{{{}}} {:.3f}\n", labels,
+                         u != slice_util_.end() ? u->second.first / 100.0 : 0.0);
+      out += fmt::format("gpuslice_slice_memory_used_bytes{{{}}} {}\n", labels,
+                         u != slice_util_.end() ? u->second.second : 0);
+      out += fmt::format("gpuslice_slice_idle_seconds{{{}}} {:.1f}\n", labels,
+                         static_cast<double>(std::max<Micros>(0, now - v.last_active)) / kSecond);
+    }
+    head("gpuslice_queue_pending_jobs", "gauge", "Jobs waiting for a slice.");
+    head("gpuslice_queue_oldest_wait_seconds", "gauge", "Wait of the oldest pending job.");
+    head("gpuslice_queue_mean_wait_seconds", "gauge", "Mean submit-to-start wait of started jobs.");
+    for (const auto& q : config_.queues) {
+      int pending = 0, started = 0;
+      Micros oldest = 0, waited = 0;
+      for (const auto& [id, j] : jobs_) {
+        if (j.queue != q.name) continue;
+        if (j.state == JobState::kPending) {
+          ++pending;
+          oldest = std::max(oldest, now - j.submit_time);
+        }
+        if (j.start_time > 0) {
+          ++started;
+          waited += j.start_time - j.submit_time;
+        }
+      }
+      out += fmt::format("gpuslice_queue_pending_jobs{{queue=\"{}\"}} {}\n", q.name, pending);
+      out += fmt::format("gpuslice_queue_oldest_wait_seconds{{queue=\"{}\"}} {:.3f}\n", q.name,
+                         static_cast<double>(oldest) / kSecond);
+      out += fmt::format("gpuslice_queue_mean_wait_seconds{{queue=\"{}\"}} {:.3f}\n", q.name,
+                         started ? static_cast<double>(waited) / started / kSecond : 0.0);
+    }
+    head("gpuslice_reclaimed_gpu_hours_total", "counter",
+         "GPU-hours returned to the pool by idle reclaim: share x time from reclaim to the "
+         "job's time limit (or to now when it had none).");
+    double hours = 0;
+    for (const auto& [id, j] : jobs_) {
+      if (j.state != JobState::kReclaimed) continue;
+      auto s = all_slices_share_.find(j.id);
+      double share = s != all_slices_share_.end() ? static_cast<double>(s->second) / kOneGpu : 0;
+      Micros until = j.deadline > 0 ? std::min(now, j.deadline) : now;
+      hours += share * static_cast<double>(std::max<Micros>(0, until - j.end_time)) / kHour;
+    }
+    out += fmt::format("gpuslice_reclaimed_gpu_hours_total {:.6f}\n", hours);
+    head("gpuslice_jobs", "gauge", "Jobs by state.");
+    std::map<std::string, int> by_state;
+    for (const auto& [id, j] : jobs_) ++by_state[std::string(store::JobStateName(j.state))];
+    for (const auto& [s, n] : by_state) out += fmt::format("gpuslice_jobs{{state=\"{}\"}} {}\n", s, n);
+    return out;
+  }
+
+  Result<std::string> LogPath(JobId id) const {
+    std::shared_lock lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+    return it->second.log_path;
+  }
+
+  Status Authorize(const Caller& c, JobId id) const {
+    std::shared_lock lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+    return AuthorizeLocked(c, it->second);
+  }
+
+  Status AuthorizeLocked(const Caller& c, const JobRecord& j) const {
+    if (c.uid == j.uid || c.uid == 0 || InGroup(c.uid, c.gid, config_.admin_group)) {
+      return Status::Ok();
+    }
+    return PermissionDenied(fmt::format(
+        "job {} belongs to {}; only its owner, root or a member of group '{}' may act on it",
+        j.id.value(), j.user, config_.admin_group));
+  }
+
+  bool JobEnded(JobId id) const {
+    std::shared_lock lock(mu_);
+    auto it = jobs_.find(id);
+    return it == jobs_.end() || store::IsTerminal(it->second.state);
+  }
+
+  Status CheckConsistency() const {
+    std::shared_lock lock(mu_);
+    GPUSLICE_RETURN_IF_ERROR(sched_->CheckInvariants());
+    GPUSLICE_ASSIGN_OR_RETURN(auto stored, store_->ListSlices(true));
+    std::set<SliceId> active;
+    for (const auto& s : stored) {
+      active.insert(s.id);
+      auto j = jobs_.find(s.job);
+      if (j == jobs_.end() || store::IsTerminal(j->second.state)) {
+        return Internal(fmt::format("slice {} is active but job {} has ended", s.id.value(),
+                                    s.job.value()));
+      }
+    }
+    for (const auto& [sid, v] : sched_->slices()) {
+      if (!active.contains(sid)) {
+        return Internal(fmt::format("scheduler slice {} (job {}) is not active in the store",
+                                    sid.value(), v.job.value()));
+      }
+    }
+    for (const auto& [id, j] : jobs_) {
+      if (store::IsTerminal(j.state) && procs_.contains(id)) {
+        return Internal(fmt::format("job {} is {} but has processes", id.value(),
+                                    store::JobStateName(j.state)));
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Micros Now() const { return clock_(); }
+
+  Status InitSeed() {
+    GPUSLICE_ASSIGN_OR_RETURN(auto s, store_->GetMeta("scheduler_seed"));
+    if (s) {
+      seed_ = std::stoull(*s);
+      return Status::Ok();
+    }
+    seed_ = std::random_device{}();
+    return store_->PutMeta("scheduler_seed", std::to_string(seed_));
+  }
+
+  static JobState StoppingFinal(const JobRecord& j) {
+    if (j.reason.rfind("idle", 0) == 0) return JobState::kReclaimed;
+    if (j.reason.rfind("time limit", 0) == 0) return JobState::kTimedOut;
+    if (j.reason.rfind("preempted", 0) == 0) return JobState::kPending;
+    if (j.reason.rfind("cancelled", 0) == 0) return JobState::kCancelled;
+    return JobState::kFailed;
+  }
+
+  // Parses the submit body into `j`; changes nothing else.
+  Status ParseRequest(const Json& body, JobRecord* j) const {
+    static const std::set<std::string> kKnown = {"queue", "kind", "gpus", "fraction", "gpu",
+                                                 "mem", "memory", "time", "time_limit", "model",
+                                                 "argv", "cwd", "env"};
+    for (const auto& [k, v] : body.items()) {
+      if (!kKnown.contains(k)) {
+        return InvalidArgument(fmt::format("field '{}': unknown (expected one of queue, kind, "
+                                           "gpus, fraction, mem, time, model, argv, cwd, env)", k));
+      }
+    }
+    auto q = TextField(body, "queue");
+    j->queue = q ? *q : config_.default_queue;
+    const sched::QueueConfig* queue = config_.FindQueue(j->queue);
+    if (queue == nullptr) {
+      std::string names;
+      for (const auto& qc : config_.queues) names += (names.empty() ? "" : ", ") + qc.name;
+      return InvalidArgument(fmt::format("field 'queue': value '{}' is not a queue (have: {})",
+                                         j->queue, names));
+    }
+    if (auto k = TextField(body, "kind")) {
+      auto kind = sched::ParseSliceKind(*k);
+      if (!kind.ok()) return InvalidArgument(fmt::format("field 'kind': value '{}': {}", *k, kind.status().message()));
+      if (!queue->Allows(*kind)) {
+        return InvalidArgument(fmt::format("field 'kind': value '{}' is not allowed in queue '{}'",
+                                           *k, queue->name));
+      }
+      j->kind = *k;
+    }
+    if (body.contains("gpus") && !body["gpus"].is_null()) {
+      if (!body["gpus"].is_number_integer() || body["gpus"].get<std::int64_t>() < 1 ||
+          body["gpus"].get<std::int64_t>() > 1024) {
+        return InvalidArgument(fmt::format("field 'gpus': value '{}' must be an integer 1..1024",
+                                           body["gpus"].dump()));
+      }
+      j->gpus = body["gpus"].get<int>();
+    }
+    auto frac = TextField(body, "fraction");
+    if (!frac) frac = TextField(body, "gpu");
+    if (frac) {
+      auto m = ParseGpuAmount(*frac);
+      if (!m.ok()) return InvalidArgument(fmt::format("field 'fraction': value '{}': {}", *frac, m.status().message()));
+      if (*m > kOneGpu) {
+        return InvalidArgument(fmt::format(
+            "field 'fraction': value '{}' is more than one GPU (use gpus=N for whole devices)",
+            *frac));
+      }
+      if (j->gpus > 0) {
+        return InvalidArgument("field 'fraction': give either 'gpus' or 'fraction', not both");
+      }
+      j->milli = *m;
+    }
+    auto mem = TextField(body, "mem");
+    if (!mem) mem = TextField(body, "memory");
+    if (mem) {
+      auto b = ParseBytes(*mem);
+      if (!b.ok() || *b <= 0) {
+        return InvalidArgument(fmt::format("field 'mem': value '{}': {}", *mem,
+                                           b.ok() ? "must be more than 0" : b.status().message()));
+      }
+      j->memory = *b;
+    }
+    auto t = TextField(body, "time");
+    if (!t) t = TextField(body, "time_limit");
+    if (t) {
+      auto d = ParseDuration(*t);
+      if (!d.ok() || *d <= 0) {
+        return InvalidArgument(fmt::format("field 'time': value '{}': {}", *t,
+                                           d.ok() ? "must be more than 0" : d.status().message()));
+      }
+      Micros limit = queue->EffectiveLimit(0);
+      if (limit > 0 && *d > limit) {
+        return InvalidArgument(fmt::format("field 'time': value '{}' is longer than queue '{}' "
+                                           "allows ({})", *t, queue->name, FormatDuration(limit)));
+      }
+      j->time_limit = *d;
+    }
+    if (auto m = TextField(body, "model")) {
+      auto model = FindModel(*m);
+      if (!model.ok()) return InvalidArgument(fmt::format("field 'model': value '{}': {}", *m, model.status().message()));
+      j->model = (*model)->name;
+    }
+    if (!body.contains("argv") || !body["argv"].is_array() || body["argv"].empty()) {
+      return InvalidArgument("field 'argv': a non-empty list of strings is required (the command)");
+    }
+    for (const auto& a : body["argv"]) {
+      if (!a.is_string()) {
+        return InvalidArgument(fmt::format("field 'argv': element {} is not a string", a.dump()));
+      }
+      j->argv.push_back(a.get<std::string>());
+    }
+    if (j->argv[0].empty()) return InvalidArgument("field 'argv': the program name is empty");
+    if (auto c = TextField(body, "cwd")) {
+      if (c->empty() || (*c)[0] != '/') {
+        return InvalidArgument(fmt::format("field 'cwd': value '{}' must be an absolute path", *c));
+      }
+      j->cwd = *c;
+    }
+    if (body.contains("env")) {
+      if (!body["env"].is_object()) return InvalidArgument("field 'env': expected an object of strings");
+      for (const auto& [k, v] : body["env"].items()) {
+        if (!v.is_string() || k.empty() || k.find('=') != std::string::npos) {
+          return InvalidArgument(fmt::format("field 'env': entry '{}' is not NAME: \"value\"", k));
+        }
+        j->env.emplace_back(k, v.get<std::string>());
+      }
+    }
+    return Status::Ok();
+  }
+
+  static sched::JobRequest Request(const JobRecord& j) {
+    sched::JobRequest r;
+    if (!j.kind.empty()) r.kind = sched::ParseSliceKind(j.kind).value();
+    r.gpus = j.gpus;
+    r.milli = j.milli;
+    r.memory = j.memory;
+    r.time_limit = j.time_limit;
+    r.model = j.model;
+    return r;
+  }
+
+  Json JobJson(const JobRecord& j) const {
+    Json o = store::JobToJson(j);
+    o.erase("env");
+    o.erase("pid_start_ticks");
+    return o;
+  }
+
+  static Json SliceJson(const SliceRecord& s) { return store::SliceToJson(s); }
+
+  void AddEvent(store::WriteBatch& b, JobId job, std::string type, std::string message) {
+    b.events.push_back({0, Now(), job, std::move(type), std::move(message)});
+  }
+
+  // Feeds one event to the scheduler and turns its decisions into records and actions.
+  void Feed(const sched::Event& e, store::WriteBatch& b, Actions& act) {
+    auto decisions = sched_->Handle(e);
+    if (CanChangeState(e) || !decisions.empty()) b.journal.push_back(EncodeEvent(e));
+    for (const auto& d : decisions) Apply(d, b, act);
+  }
+
+  void Apply(const sched::Decision& d, store::WriteBatch& b, Actions& act) {
+    Micros now = Now();
+    std::visit(
+        Overloaded{
+            [&](const sched::StartSlice& s) {
+              JobRecord& j = jobs_.at(s.job);
+              SliceRecord r;
+              r.id = s.slice;
+              r.job = s.job;
+              r.kind = std::string(sched::SliceKindName(s.kind));
+              for (auto di : s.devices) r.devices.push_back(static_cast<int>(di.value()));
+              r.uuids = s.uuids;
+              r.milli = s.milli;
+              r.memory_cap = s.memory_cap;
+              r.mps_thread_percent = s.mps_thread_percent;
+              if (s.mig) r.mig = fmt::format("profile={} start={}", s.mig->profile_id, s.mig->start);
+              r.created = now;
+              slices_[r.id] = r;
+              all_slices_share_[s.job] = s.milli * static_cast<MilliGpu>(s.devices.size());
+              b.slices.push_back(r);
+              j.state = JobState::kStarting;
+              j.slice = s.slice;
+              j.deadline = s.deadline;
+              j.warning.clear();
+              b.jobs.push_back(j);
+              to_launch_.insert(s.job);
+              AddEvent(b, s.job, "place", fmt::format("job {}: {}", s.job.value(), sched::FormatDecision(d)));
+            },
+            [&](const sched::Warn& w) {
+              JobRecord& j = jobs_.at(w.job);
+              j.warning = w.message;
+              j.warn_deadline = w.deadline;
+              b.jobs.push_back(j);
+              AddEvent(b, w.job, "warn", fmt::format("job {}: {} warning: {}", w.job.value(),
+                                                     sched::WarnReasonName(w.reason), w.message));
+              act.log_lines.emplace_back(w.job, fmt::format("gpuslice: WARNING ({}): {}",
+                                                            sched::WarnReasonName(w.reason), w.message));
+            },
+            [&](const sched::Reclaim& r) {
+              BeginStop(r.job, JobState::kReclaimed, "idle reclaim: " + r.reason, false, b, act);
+            },
+            [&](const sched::Stop& s) {
+              std::string why = s.reason == sched::StopReason::kTimeLimit ? "time limit reached"
+                                : s.reason == sched::StopReason::kCancelled ? "cancelled"
+                                                                            : "device lost";
+              BeginStop(s.job, FinalStateFor(s), why, false, b, act);
+            },
+            [&](const sched::Preempt& p) {
+              BeginStop(p.job, p.requeue ? JobState::kPending : JobState::kCancelled,
+                        "preempted: " + p.reason, p.requeue, b, act);
+            },
+            [&](const sched::Drain& dr) {
+              AddEvent(b, JobId(), "drain", fmt::format("device {}: draining: {}",
+                                                        dr.device.index.value(), dr.reason));
+            },
+            [&](const sched::ReconfigureMig& r) {
+              AddEvent(b, JobId(), "reconfigure", sched::FormatDecision(d));
+              act.reconfigure.push_back(r);
+            },
+            [&](const sched::Reject& r) {
+              JobRecord& j = jobs_.at(r.job);
+              j.state = JobState::kRejected;
+              j.reason = r.status.message();
+              j.end_time = now;
+              b.jobs.push_back(j);
+              AddEvent(b, r.job, "reject", j.reason);
+            },
+        },
+        d);
+  }
+
+  // Stop/Reclaim/Preempt: the scheduler has freed the slice in its books; the processes get
+  // SIGTERM after the commit and SIGKILL after the grace period; the store keeps the slice
+  // active until they are gone.
+  void BeginStop(JobId id, JobState final, std::string reason, bool requeue,
+                 store::WriteBatch& b, Actions& act) {
+    JobRecord& j = jobs_.at(id);
+    auto p = procs_.find(id);
+    if (p == procs_.end()) {
+      // Not exec'd yet (starting): nothing to kill.
+      to_launch_.erase(id);
+      j.state = final;
+      j.reason = reason;
+      if (final != JobState::kPending) j.end_time = Now();
+      ReleaseSlice(j, b);
+      b.jobs.push_back(j);
+      AddEvent(b, id, "stop", fmt::format("job {} {} before it started: {}", id.value(),
+                                          store::JobStateName(final), reason));
+      return;
+    }
+    p->second.stopping = true;
+    p->second.final_state = final;
+    p->second.final_reason = reason;
+    j.state = JobState::kStopping;
+    j.reason = reason;
+    (void)requeue;
+    b.jobs.push_back(j);
+    AddEvent(b, id, "stop", fmt::format("job {}: stopping ({}): SIGTERM, then SIGKILL after {}",
+                                        id.value(), reason, FormatDuration(opt_.grace)));
+    act.terminate.push_back(id);
+    act.log_lines.emplace_back(id, fmt::format("gpuslice: stopping job: {}", reason));
+  }
+
+  void ReleaseSlice(JobRecord& j, store::WriteBatch& b) {
+    auto s = slices_.find(j.slice);
+    if (s == slices_.end()) return;
+    s->second.active = false;
+    s->second.released = Now();
+    b.slices.push_back(s->second);
+    if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(s->first));
+    slices_.erase(s);
+    slice_util_.erase(j.slice);
+  }
+
+  static std::string SliceKey(SliceId id) { return fmt::format("slice-{}", id.value()); }
+
+  // Commits; then performs the side effects. A failed commit is fatal for the process: the
+  // in-memory scheduler is ahead of the store, and only a restart (replaying the store)
+  // makes them agree again.
+  Status CommitAndAct(store::WriteBatch& batch, Actions& act) {
+    while (true) {
+      Status st = store_->Commit(batch);
+      if (!st.ok()) {
+        spdlog::critical("store commit failed: {}; exiting so a restart recovers", st.ToString());
+        std::fflush(nullptr);
+        std::_Exit(70);
+      }
+      batch = store::WriteBatch{};
+      for (JobId id : act.terminate) {
+        auto p = procs_.find(id);
+        if (p == procs_.end()) continue;
+        (void)launcher_->Signal(p->second.handle, SIGTERM);
+        if (p->second.term_sent == 0) p->second.term_sent = Now();
+      }
+      for (const auto& [id, line] : act.log_lines) AppendLog(id, line);
+      auto reconf = std::move(act.reconfigure);
+      act = Actions{};
+      for (const auto& r : reconf) ApplyMig(r, batch, act);
+      if (batch.empty()) return Status::Ok();
+    }
+  }
+
+  void AppendLog(JobId id, const std::string& line) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return;
+    std::ofstream(it->second.log_path, std::ios::app) << line << "\n";
+  }
+
+  void ApplyMig(const sched::ReconfigureMig& r, store::WriteBatch& b, Actions& act) {
+    DeviceIndex idx = r.device.index;
+    Status st;
+    if (!r.layout.empty()) st = backend_->SetMigMode(idx, true);
+    auto cur = backend_->ListDevices();
+    if (st.ok() && !cur.ok()) st = cur.status();
+    if (st.ok()) {
+      for (const auto& d : *cur) {
+        if (d.index != idx) continue;
+        for (const auto& gi : d.gpu_instances) {
+          bool keep = std::any_of(r.layout.begin(), r.layout.end(), [&](const MigPlacement& p) {
+            return p.profile_id == gi.profile_id && p.start == gi.start;
+          });
+          if (!keep && st.ok()) st = backend_->DestroyGpuInstance(idx, gi.id);
+        }
+      }
+    }
+    const DeviceModel* model = nullptr;
+    if (auto it = device_info_.find(static_cast<int>(idx.value())); it != device_info_.end()) {
+      model = it->second.model;
+    }
+    for (const auto& p : r.layout) {
+      if (!st.ok()) break;
+      auto gi = backend_->CreateGpuInstance(idx, p.profile_id, p.start);
+      if (!gi.ok()) {
+        st = gi.status();
+        break;
+      }
+      const MigProfile* prof = model ? model->FindProfileById(p.profile_id) : nullptr;
+      auto ci = backend_->CreateComputeInstance(idx, gi->id,
+                                                FullCiProfile(prof ? prof->compute_slices : 1));
+      if (!ci.ok()) st = ci.status();
+    }
+    sched::ReconfigureDone done;
+    done.now = Now();
+    done.device = r.device;
+    done.ok = st.ok();
+    done.error = st.ok() ? "" : st.ToString();
+    auto after = backend_->ListDevices();
+    if (after.ok()) {
+      for (const auto& d : *after) {
+        if (d.index != idx) continue;
+        device_info_[static_cast<int>(idx.value())] = d;
+        for (const auto& gi : d.gpu_instances) done.layout.push_back({gi.profile_id, gi.start});
+      }
+    }
+    std::sort(done.layout.begin(), done.layout.end(),
+              [](const MigPlacement& a, const MigPlacement& b) { return a.start < b.start; });
+    if (!st.ok()) spdlog::error("MIG reconfigure of device {}: {}", idx.value(), st.ToString());
+    Feed(done, b, act);
+  }
+
+  // The MIG device UUID for a mig slice (creating the compute instance if it is missing).
+  Result<std::string> MigUuid(const SliceRecord& s) {
+    int profile = 0, start = 0;
+    if (std::sscanf(s.mig.c_str(), "profile=%d start=%d", &profile, &start) != 2 || s.devices.empty()) {
+      return Internal(fmt::format("slice {}: no MIG placement", s.id.value()));
+    }
+    DeviceIndex idx(static_cast<std::uint32_t>(s.devices[0]));
+    GPUSLICE_ASSIGN_OR_RETURN(auto devs, backend_->ListDevices());
+    for (const auto& d : devs) {
+      if (d.index != idx) continue;
+      for (const auto& gi : d.gpu_instances) {
+        if (gi.profile_id != profile || gi.start != start) continue;
+        if (!gi.compute_instances.empty()) return gi.compute_instances[0].uuid;
+        const MigProfile* prof = d.model ? d.model->FindProfileById(profile) : nullptr;
+        GPUSLICE_ASSIGN_OR_RETURN(auto ci, backend_->CreateComputeInstance(
+                                               idx, gi.id, FullCiProfile(prof ? prof->compute_slices : 1)));
+        return ci.uuid;
+      }
+      GPUSLICE_ASSIGN_OR_RETURN(auto gi, backend_->CreateGpuInstance(idx, profile, start));
+      const MigProfile* prof = d.model ? d.model->FindProfileById(profile) : nullptr;
+      GPUSLICE_ASSIGN_OR_RETURN(auto ci, backend_->CreateComputeInstance(
+                                             idx, gi.id, FullCiProfile(prof ? prof->compute_slices : 1)));
+      return ci.uuid;
+    }
+    return NotFound(fmt::format("device {}: gone", idx.value()));
+  }
+
+  // The slice's part of the job environment.
+  Result<std::vector<std::pair<std::string, std::string>>> SliceEnv(const JobRecord& j,
+                                                                    const SliceRecord& s,
+                                                                    std::string* note) {
+    std::vector<std::pair<std::string, std::string>> env;
+    std::string visible;
+    if (s.kind == "mig") {
+      GPUSLICE_ASSIGN_OR_RETURN(visible, MigUuid(s));
+    } else {
+      for (const auto& u : s.uuids) visible += (visible.empty() ? "" : ",") + u;
+    }
+    env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
+    env.emplace_back("GPUSLICE_JOB_ID", std::to_string(j.id.value()));
+    env.emplace_back("GPUSLICE_SLICE_ID", std::to_string(s.id.value()));
+    env.emplace_back("GPUSLICE_SLICE_KIND", s.kind);
+    env.emplace_back("GPUSLICE_QUEUE", j.queue);
+    env.emplace_back("GPUSLICE_GPU_MILLI", std::to_string(s.milli));
+    if (opt_.simulated) env.emplace_back("GPUSLICE_SIMULATED", "1");
+    if (s.kind == "mps" && !s.devices.empty()) {
+      DeviceIndex idx(static_cast<std::uint32_t>(s.devices[0]));
+      devices::MpsConfig mc;
+      mc.pipe_dir = (fs::path(opt_.state_dir) / "mps" / std::to_string(s.devices[0]) / "pipe").string();
+      mc.log_dir = (fs::path(opt_.state_dir) / "mps" / std::to_string(s.devices[0]) / "log").string();
+      fs::create_directories(mc.pipe_dir);
+      fs::create_directories(mc.log_dir);
+      GPUSLICE_RETURN_IF_ERROR(backend_->StartMps(idx, mc));
+      env.emplace_back("CUDA_MPS_PIPE_DIRECTORY", mc.pipe_dir);
+      env.emplace_back("CUDA_MPS_LOG_DIRECTORY", mc.log_dir);
+      if (s.mps_thread_percent > 0) {
+        env.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(s.mps_thread_percent));
+      }
+      if (s.memory_cap > 0) {
+        env.emplace_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                         fmt::format("0={}M", std::max<Bytes>(1, s.memory_cap / kMiB)));
+      }
+    }
+    if (s.kind == "shared" && s.memory_cap > 0) {
+      auto mc = memcap::SliceEnvironment(SliceKey(s.id), s.memory_cap);
+      bool preloaded = false;
+      for (auto& [k, v] : mc) {
+        if (k == "LD_PRELOAD") {
+          preloaded = true;
+          for (const auto& [uk, uv] : j.env) {
+            if (uk == "LD_PRELOAD" && !uv.empty()) v += ":" + uv;
+          }
+        }
+        env.emplace_back(k, v);
+      }
+      *note = preloaded ? fmt::format("memory cap {} enforced by libgpuslice-cuda",
+                                      FormatBytes(s.memory_cap))
+                        : fmt::format("memory cap {} NOT enforced: libgpuslice-cuda.so not found",
+                                      FormatBytes(s.memory_cap));
+    }
+    return env;
+  }
+
+  // Starts every chosen job whose devices are free of processes being stopped.
+  void LaunchReady() {
+    std::vector<JobId> ids(to_launch_.begin(), to_launch_.end());
+    for (JobId id : ids) {
+      auto jt = jobs_.find(id);
+      if (jt == jobs_.end() || jt->second.state != JobState::kStarting) {
+        to_launch_.erase(id);
+        continue;
+      }
+      JobRecord& j = jt->second;
+      auto st = slices_.find(j.slice);
+      if (st == slices_.end()) {
+        to_launch_.erase(id);
+        continue;
+      }
+      const SliceRecord& s = st->second;
+      if (Blocked(id, s)) continue;
+      to_launch_.erase(id);
+      Launch(j, s);
+    }
+  }
+
+  bool Blocked(JobId id, const SliceRecord& s) const {
+    if (procs_.contains(id)) return true;  // its previous (preempted) processes still run
+    for (const auto& [pid_job, p] : procs_) {
+      if (!p.stopping) continue;
+      for (int d : p.devices) {
+        if (std::find(s.devices.begin(), s.devices.end(), d) != s.devices.end()) return true;
+      }
+    }
+    return false;
+  }
+
+  void Launch(JobRecord& j, const SliceRecord& s) {
+    store::WriteBatch batch;
+    Actions act;
+    std::string note;
+    auto senv = SliceEnv(j, s, &note);
+    Status st = senv.status();
+    exec::LaunchSpec spec;
+    if (st.ok()) {
+      spec.job = j.id;
+      spec.argv = j.argv;
+      spec.cwd = j.cwd;
+      std::map<std::string, std::string> env(j.env.begin(), j.env.end());
+      if (!env.contains("PATH")) env["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+      for (const auto& [k, v] : *senv) env[k] = v;
+      spec.env.assign(env.begin(), env.end());
+      spec.uid = j.uid;
+      spec.gid = j.gid;
+      spec.user = j.user;
+      spec.log_path = j.log_path;
+      spec.cgroup_parent = opt_.cgroup_parent;
+      {
+        std::ofstream log(j.log_path, std::ios::app);
+        log << fmt::format("gpuslice: job {} starting on slice {} ({}; CUDA_VISIBLE_DEVICES={}){}\n",
+                           j.id.value(), s.id.value(), s.kind,
+                           env["CUDA_VISIBLE_DEVICES"],
+                           opt_.simulated ? " -- SIMULATED devices (no NVIDIA driver)" : "");
+        if (!note.empty()) log << "gpuslice: " << note << "\n";
+      }
+      auto h = launcher_->Start(spec, [&](const exec::ProcessHandle& ph) {
+        j.pid = ph.pid;
+        j.pid_start_ticks = ph.start_ticks;
+        j.state = JobState::kRunning;
+        j.start_time = Now();
+        store::WriteBatch b;
+        b.jobs.push_back(j);
+        AddEvent(b, j.id, "start", fmt::format("job {} started: pid {}, slice {} ({}){}", j.id.value(),
+                                               ph.pid, s.id.value(), s.kind,
+                                               note.empty() ? "" : "; " + note));
+        return store_->Commit(b);
+      });
+      if (h.ok()) {
+        Proc p;
+        p.handle = *h;
+        p.slice = s.id;
+        p.devices = s.devices;
+        procs_[j.id] = std::move(p);
+        return;
+      }
+      st = h.status();
+    }
+    // Could not start: the job fails and its slice goes back.
+    spdlog::warn("job {}: start failed: {}", j.id.value(), st.ToString());
+    j.pid = 0;
+    j.state = JobState::kFailed;
+    j.reason = "could not start: " + st.ToString();
+    j.end_time = Now();
+    ReleaseSlice(j, batch);
+    batch.jobs.push_back(j);
+    AddEvent(batch, j.id, "fail", fmt::format("job {}: {}", j.id.value(), j.reason));
+    AppendLog(j.id, "gpuslice: " + j.reason);
+    Feed(sched::Finish{Now(), j.id}, batch, act);
+    (void)CommitAndAct(batch, act);
+  }
+
+  // Polls every live job; ends those whose processes are all gone; escalates to SIGKILL.
+  void Reap(Micros now, store::WriteBatch& b, Actions& act) {
+    std::vector<JobId> gone;
+    for (auto& [id, p] : procs_) {
+      auto e = launcher_->Poll(p.handle);
+      if (!e) {
+        if (p.term_sent > 0 && !p.killed && now - p.term_sent >= opt_.grace) {
+          (void)launcher_->Signal(p.handle, SIGKILL);
+          p.killed = true;
+          AddEvent(b, id, "kill", fmt::format("job {}: grace period over: SIGKILL", id.value()));
+        }
+        continue;
+      }
+      if (!p.leader_exit) p.leader_exit = e;
+      if (!e->group_gone) {
+        if (!p.stopping && !p.cleanup) {
+          // The main process ended by itself; its leftovers are ended like a stop.
+          p.cleanup = true;
+          (void)launcher_->Signal(p.handle, SIGTERM);
+          p.term_sent = now;
+        } else if (p.term_sent > 0 && !p.killed && now - p.term_sent >= opt_.grace) {
+          (void)launcher_->Signal(p.handle, SIGKILL);
+          p.killed = true;
+        }
+        continue;
+      }
+      gone.push_back(id);
+    }
+    for (JobId id : gone) {
+      Proc p = std::move(procs_.at(id));
+      procs_.erase(id);
+      JobRecord& j = jobs_.at(id);
+      j.exit_code = p.leader_exit->exit_code;
+      j.exit_signal = p.leader_exit->signal;
+      if (p.stopping) {
+        // The scheduler freed the slice when it decided; the store frees it now.
+        if (j.state == JobState::kStopping) {
+          j.state = p.final_state;
+          if (p.final_state != JobState::kPending) j.end_time = now;
+        }
+        ReleaseSliceById(p.slice, b);
+        b.jobs.push_back(j);
+        AddEvent(b, id, "end", fmt::format("job {} {}: {}", id.value(),
+                                           store::JobStateName(p.final_state), p.final_reason));
+        continue;
+      }
+      if (p.handle.adopted && !j.exit_code && !j.exit_signal) {
+        j.state = JobState::kSucceeded;
+        j.reason = "re-adopted job ended (exit status unknown)";
+      } else if (j.exit_code && *j.exit_code == 0) {
+        j.state = JobState::kSucceeded;
+        j.reason.clear();
+      } else {
+        j.state = JobState::kFailed;
+        j.reason = j.exit_signal ? fmt::format("killed by signal {}", *j.exit_signal)
+                                 : fmt::format("exit code {}", j.exit_code.value_or(-1));
+      }
+      j.end_time = now;
+      ReleaseSlice(j, b);
+      b.jobs.push_back(j);
+      AddEvent(b, id, "exit", fmt::format("job {} {}{}", id.value(), store::JobStateName(j.state),
+                                          j.reason.empty() ? "" : ": " + j.reason));
+      Feed(sched::Finish{now, id}, b, act);
+    }
+  }
+
+  void ReleaseSliceById(SliceId sid, store::WriteBatch& b) {
+    auto s = slices_.find(sid);
+    if (s == slices_.end()) return;
+    s->second.active = false;
+    s->second.released = Now();
+    b.slices.push_back(s->second);
+    if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(sid));
+    slices_.erase(s);
+    slice_util_.erase(sid);
+  }
+
+  // Scripted activity for the fake backend (tests, demos): turns the script into fake
+  // processes carrying the jobs' real pids, so attribution runs the same code as on NVML.
+  void ApplyScript(Micros now) {
+    if (fake_ == nullptr || opt_.simulate_script.empty()) return;
+    std::ifstream in(opt_.simulate_script);
+    Json script = Json::parse(in, nullptr, false);
+    if (script.is_discarded() || !script.is_object()) return;
+    std::map<int, devices::FakeStep> steps;
+    for (const auto& [idx, info] : device_info_) {
+      devices::FakeStep idle;
+      idle.at = now;
+      steps[idx] = idle;
+    }
+    if (script.contains("devices") && script["devices"].is_object()) {
+      for (const auto& [k, v] : script["devices"].items()) {
+        int idx = std::atoi(k.c_str());
+        if (steps.contains(idx) && v.is_number()) steps[idx].gpu_util = static_cast<int>(v.get<double>() * 10);
+      }
+    }
+    if (script.contains("jobs") && script["jobs"].is_object()) {
+      for (const auto& [k, v] : script["jobs"].items()) {
+        JobId id(std::strtoull(k.c_str(), nullptr, 10));
+        auto p = procs_.find(id);
+        if (p == procs_.end()) continue;
+        devices::FakeProcess fp;
+        fp.pid = p->second.handle.pid;
+        fp.sm_util = static_cast<int>(v.value("sm", 0.0) * 10);
+        if (v.contains("memory") && v["memory"].is_string()) {
+          fp.memory = ParseBytes(v["memory"].get<std::string>()).value_or(0);
+        }
+        for (int d : p->second.devices) {
+          if (!steps.contains(d)) continue;
+          steps[d].processes.push_back(fp);
+          steps[d].gpu_util = std::max(steps[d].gpu_util, fp.sm_util);
+        }
+      }
+    }
+    for (auto& [idx, step] : steps) fake_->SetState(DeviceIndex(static_cast<std::uint32_t>(idx)), step);
+  }
+
+  void SampleDevices(Micros now, store::WriteBatch& b, Actions& act) {
+    ApplyScript(now);
+    std::map<int, JobId> by_pgid;
+    for (const auto& [id, p] : procs_) by_pgid[p.handle.pid] = id;
+    struct Acc {
+      int sm = 0;
+      int mem = 0;
+      Bytes used = 0;
+      int procs = 0;
+    };
+    std::map<SliceId, Acc> acc;
+    for (const auto& [idx, info] : device_info_) {
+      auto s = backend_->Sample(DeviceIndex(static_cast<std::uint32_t>(idx)));
+      if (!s.ok()) continue;
+      latest_[idx] = *s;
+      Downsample(now, fmt::format("device/{}", idx), s->gpu_util.value_or(0),
+                 s->memory_used.value_or(0), b);
+      for (const auto& pr : s->processes) {
+        auto pg = exec::ProcessGroupOf(pr.pid);
+        auto it = by_pgid.find(pg.value_or(pr.pid));
+        if (it == by_pgid.end()) it = by_pgid.find(pr.pid);
+        if (it == by_pgid.end()) continue;
+        auto& a = acc[procs_.at(it->second).slice];
+        a.sm = std::max(a.sm, pr.sm_util.value_or(0) / 10);
+        a.mem = std::max(a.mem, pr.mem_util.value_or(0) / 10);
+        a.used += pr.memory_used.value_or(0);
+        a.procs += 1;
+      }
+    }
+    // A slice alone on its device also owns the device-level figures (NVML may not list
+    // per-process utilisation).
+    for (const auto& [ref, d] : sched_->devices()) {
+      if (d.slices.size() != 1 || d.mode == sched::DeviceMode::kMig) continue;
+      auto s = latest_.find(static_cast<int>(ref.index.value()));
+      if (s == latest_.end()) continue;
+      auto& a = acc[d.slices[0]];
+      a.sm = std::max(a.sm, s->second.gpu_util.value_or(0) / 10);
+      a.mem = std::max(a.mem, s->second.mem_util.value_or(0) / 10);
+    }
+    sched::Sample ev{now, {}};
+    for (const auto& [sid, v] : sched_->slices()) {
+      Acc a = acc.contains(sid) ? acc[sid] : Acc{};
+      ev.slices.push_back({sid, a.sm, a.mem, a.procs});
+      slice_util_[sid] = {a.sm, a.used};
+      Downsample(now, fmt::format("slice/{}", sid.value()), a.sm * 10, a.used, b);
+    }
+    Feed(ev, b, act);
+  }
+
+  void Downsample(Micros now, const std::string& subject, int permille, Bytes used,
+                  store::WriteBatch& b) {
+    auto& d = down_[subject];
+    if (d.count == 0) d.start = now;
+    d.util += permille;
+    d.used += used;
+    d.count += 1;
+    if (now - d.start >= opt_.downsample_window) {
+      b.samples.push_back({now, subject, static_cast<int>(d.util / d.count), d.used / d.count});
+      d = {};
+    }
+  }
+
+  struct Down {
+    Micros start = 0;
+    std::int64_t util = 0;
+    Bytes used = 0;
+    int count = 0;
+  };
+
+  sched::Config config_;
+  DaemonOptions opt_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<devices::DeviceBackend> backend_;
+  std::unique_ptr<exec::Launcher> launcher_;
+  WallClock clock_;
+  devices::FakeBackend* fake_ = nullptr;
+
+  mutable std::shared_mutex mu_;
+  std::uint64_t seed_ = 0;
+  std::unique_ptr<sched::Scheduler> sched_;
+  std::uint64_t next_job_ = 1;
+  std::map<JobId, JobRecord> jobs_;
+  std::map<SliceId, SliceRecord> slices_;           // active
+  std::map<JobId, MilliGpu> all_slices_share_;      // for reclaimed GPU-hours
+  std::map<JobId, Proc> procs_;
+  std::set<JobId> to_launch_;
+  std::map<int, devices::DeviceInfo> device_info_;
+  std::map<int, devices::DeviceSample> latest_;
+  std::map<SliceId, std::pair<int, Bytes>> slice_util_;  // sm percent, memory used
+  std::map<std::string, Down> down_;
+  Micros last_sample_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+Daemon::Daemon(sched::Config config, DaemonOptions options, std::unique_ptr<store::Store> store,
+               std::unique_ptr<devices::DeviceBackend> backend,
+               std::unique_ptr<exec::Launcher> launcher, WallClock clock)
+    : impl_(std::make_unique<Impl>(std::move(config), options, std::move(store),
+                                   std::move(backend), std::move(launcher), std::move(clock))),
+      options_(options) {}
+
+Daemon::~Daemon() = default;
+
+Status Daemon::Start() { return impl_->Start(); }
+void Daemon::Step() { impl_->Step(); }
+Result<Json> Daemon::Submit(const Caller& c, const Json& body) { return impl_->Submit(c, body); }
+Result<Json> Daemon::ListJobs(const std::map<std::string, std::string>& q) const {
+  return impl_->ListJobs(q);
+}
+Result<Json> Daemon::GetJob(JobId id) const { return impl_->GetJob(id); }
+Result<Json> Daemon::Cancel(const Caller& c, JobId id) { return impl_->Cancel(c, id); }
+Json Daemon::Devices() const { return impl_->Devices(); }
+Json Daemon::Queues() const { return impl_->Queues(); }
+Json Daemon::Slices() const { return impl_->Slices(); }
+Result<Json> Daemon::Events(std::int64_t after, JobId job, int limit) const {
+  return impl_->Events(after, job, limit);
+}
+std::string Daemon::Metrics() const { return impl_->Metrics(); }
+Result<std::string> Daemon::LogPath(JobId id) const { return impl_->LogPath(id); }
+bool Daemon::JobEnded(JobId id) const { return impl_->JobEnded(id); }
+Status Daemon::Authorize(const Caller& c, JobId id) const { return impl_->Authorize(c, id); }
+Status Daemon::CheckConsistency() const { return impl_->CheckConsistency(); }
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,104 @@
+#pragma once
+// Daemon: the single-host control loop behind `gpuslice serve`. It owns the Scheduler (pure),
+// the Store (durable truth), the DeviceBackend and the Launcher, and applies the scheduler's
+// decisions to real processes.
+//
+// Durability and recovery. Every event fed to the Scheduler that can change its state is
+// journaled in the same store transaction as its effects (job/slice records, user-visible
+// events); the API answers only after that commit. At start the Scheduler is rebuilt by
+// replaying the journal, then reconciled with the world: a job with a stored pid whose process
+// (pid + start time) still lives is re-adopted; one whose processes are gone is marked lost; a
+// job chosen to start whose pid was never stored is started now (the launcher's go-ahead pipe
+// guarantees it never ran); a job being stopped is stopped again. Slices are freed only when
+// their processes are gone.
+//
+// Thread-safety: every public method is thread-safe (one mutex; reads share it).
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "devices/backend.h"
+#include "exec/launcher.h"
+#include "sched/scheduler.h"
+#include "store/store.h"
+
+namespace gpuslice::daemon {
+
+struct DaemonOptions {
+  std::string state_dir;               // logs/ and mps/ live here (the store is opened apart)
+  bool simulated = false;              // devices are the fake backend, not real GPUs
+  Micros grace = 10 * kSecond;         // SIGTERM -> SIGKILL
+  Micros sample_interval = kSecond;    // device sampling -> Sample events
+  Micros downsample_window = kMinute;  // stored utilisation points are averages over this
+  // Fake backend only: a JSON file scripting utilisation per job / device, re-read at every
+  // sample: {"jobs": {"<id>": {"sm": 80, "memory": "2GiB"}}, "devices": {"<index>": 50}}.
+  std::string simulate_script;
+  std::string cgroup_parent;           // cgroup v2 dir for per-job cgroups; "" : none
+  NodeId node = NodeId(1);
+};
+
+// An authenticated API caller.
+struct Caller {
+  std::int64_t uid = -1;
+  std::int64_t gid = -1;
+};
+
+using Json = nlohmann::json;
+using WallClock = std::function<Micros()>;
+
+class Daemon {
+ public:
+  Daemon(sched::Config config, DaemonOptions options, std::unique_ptr<store::Store> store,
+         std::unique_ptr<devices::DeviceBackend> backend,
+         std::unique_ptr<exec::Launcher> launcher, WallClock clock);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Recovery + device discovery. Call once before anything else.
+  Status Start();
+  // One turn of the control loop: reap and escalate, sample devices, Tick, deferred starts.
+  void Step();
+
+  // ---- API (bodies as JSON; errors name the field and value) ----
+  Result<Json> Submit(const Caller& caller, const Json& body);
+  Result<Json> ListJobs(const std::map<std::string, std::string>& query) const;
+  Result<Json> GetJob(JobId id) const;
+  Result<Json> Cancel(const Caller& caller, JobId id);
+  Json Devices() const;
+  Json Queues() const;
+  Json Slices() const;
+  Result<Json> Events(std::int64_t after, JobId job, int limit) const;
+  std::string Metrics() const;
+  // Log file of a job and whether the job has ended (logs --follow stops then).
+  Result<std::string> LogPath(JobId id) const;
+  bool JobEnded(JobId id) const;
+  // OK when `caller` may act on (cancel, read the log of) job `id`: its owner, root, or a
+  // member of the configured admin group.
+  Status Authorize(const Caller& caller, JobId id) const;
+  bool simulated() const { return options_.simulated; }
+
+  // Cross-checks the Scheduler, the in-memory records and the store (tests call it):
+  // every active slice belongs to a live (not ended) job; the Scheduler's slices are active
+  // in the store; no ended job has processes.
+  Status CheckConsistency() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+  DaemonOptions options_;
+};
+
+// "uid 1000" -> "alice" (or "uid:1000" when unknown).
+std::string UserName(std::int64_t uid);
+
+}  // namespace gpuslice::daemon

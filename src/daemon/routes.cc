@@ -1,0 +1,188 @@
+#include "daemon/routes.h"
+
+#include <charconv>
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "api/protocol.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+api::HttpResponse JsonResponse(int status, const Json& body) {
+  api::HttpResponse r;
+  r.status = status;
+  r.body = body.dump();
+  r.body += "\n";
+  return r;
+}
+
+api::HttpResponse Error(const Status& st, bool simulated) {
+  Json body = api::ErrorJson(st);
+  body["simulated"] = simulated;
+  return JsonResponse(api::HttpStatusFor(st.code()), body);
+}
+
+api::HttpResponse FromResult(const Result<Json>& r, bool simulated, int ok_status = 200) {
+  if (!r.ok()) return Error(r.status(), simulated);
+  return JsonResponse(ok_status, *r);
+}
+
+// "/v1/jobs/12/cancel" -> ["v1", "jobs", "12", "cancel"]
+std::vector<std::string> Split(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    size_t j = path.find('/', i);
+    if (j == std::string::npos) j = path.size();
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j + 1;
+  }
+  return parts;
+}
+
+Result<JobId> ParseJobId(const std::string& text) {
+  std::uint64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v == 0) {
+    return InvalidArgument(fmt::format("job id '{}': expected a positive integer", text));
+  }
+  return JobId(v);
+}
+
+Result<std::int64_t> IntQuery(const api::HttpRequest& req, const char* name, std::int64_t dflt) {
+  auto it = req.query.find(name);
+  if (it == req.query.end() || it->second.empty()) return dflt;
+  std::int64_t v = 0;
+  auto [p, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (ec != std::errc() || p != it->second.data() + it->second.size() || v < 0) {
+    return InvalidArgument(fmt::format("query '{}': value '{}' is not a non-negative integer",
+                                       name, it->second));
+  }
+  return v;
+}
+
+api::HttpResponse Logs(Daemon& d, const api::HttpRequest& req, JobId id, const Caller& caller) {
+  Status auth = d.Authorize(caller, id);
+  if (!auth.ok()) return Error(auth, d.simulated());
+  auto path = d.LogPath(id);
+  if (!path.ok()) return Error(path.status(), d.simulated());
+  auto offset = IntQuery(req, "offset", 0);
+  if (!offset.ok()) return Error(offset.status(), d.simulated());
+  bool follow = req.query.contains("follow") && req.query.at("follow") != "0" &&
+                req.query.at("follow") != "false";
+  api::HttpResponse r;
+  r.content_type = "text/plain; charset=utf-8";
+  if (!follow) {
+    std::ifstream in(*path, std::ios::binary);
+    if (in) {
+      in.seekg(*offset);
+      r.body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    return r;
+  }
+  std::string file = *path;
+  std::int64_t start = *offset;
+  r.stream = [&d, id, file, start](const api::StreamWriter& write) {
+    std::int64_t pos = start;
+    char buf[65536];
+    while (true) {
+      bool ended = d.JobEnded(id);  // read before the file: no output is missed at the end
+      std::ifstream in(file, std::ios::binary);
+      bool wrote = false;
+      if (in) {
+        in.seekg(pos);
+        while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+          auto n = in.gcount();
+          pos += n;
+          wrote = true;
+          if (!write(std::string_view(buf, static_cast<size_t>(n)))) return;
+        }
+      }
+      if (ended) return;
+      if (!wrote && !write(std::string_view())) return;  // client still there?
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  };
+  return r;
+}
+
+}  // namespace
+
+api::Handler MakeApiHandler(Daemon& d) {
+  return [&d](const api::HttpRequest& req) -> api::HttpResponse {
+    const bool sim = d.simulated();
+    if (!req.peer.authenticated) {
+      Json body = {{"error", {{"code", "UNAUTHENTICATED"},
+                              {"message", "missing or wrong bearer token (see --token-file)"}}},
+                   {"simulated", sim}};
+      return JsonResponse(401, body);
+    }
+    Caller caller{req.peer.uid, req.peer.gid};
+    auto parts = Split(req.path);
+    auto method_not_allowed = [&] {
+      return Error(InvalidArgument(fmt::format("method {} is not allowed on {}", req.method,
+                                               req.path)), sim);
+    };
+    if (req.path == "/metrics") {
+      if (req.method != "GET") return method_not_allowed();
+      api::HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4";
+      r.body = d.Metrics();
+      return r;
+    }
+    if (parts.size() < 2 || parts[0] != "v1") {
+      return Error(NotFound(fmt::format("path '{}': not an API resource (see docs/api.md)",
+                                        req.path)), sim);
+    }
+    const std::string& res = parts[1];
+    if (parts.size() == 2) {
+      if (res == "jobs" && req.method == "POST") {
+        Json body = Json::parse(req.body, nullptr, false);
+        if (body.is_discarded()) {
+          return Error(InvalidArgument("body: not valid JSON"), sim);
+        }
+        return FromResult(d.Submit(caller, body), sim, 201);
+      }
+      if (req.method != "GET") return method_not_allowed();
+      if (res == "jobs") return FromResult(d.ListJobs(req.query), sim);
+      if (res == "devices") return JsonResponse(200, d.Devices());
+      if (res == "queues") return JsonResponse(200, d.Queues());
+      if (res == "slices") return JsonResponse(200, d.Slices());
+      if (res == "health") return JsonResponse(200, Json{{"ok", true}, {"simulated", sim}});
+      if (res == "events") {
+        auto after = IntQuery(req, "after", 0);
+        auto limit = IntQuery(req, "limit", 1000);
+        auto job = IntQuery(req, "job", 0);
+        for (const auto* r : {&after, &limit, &job}) {
+          if (!r->ok()) return Error(r->status(), sim);
+        }
+        return FromResult(d.Events(*after, JobId(static_cast<std::uint64_t>(*job)),
+                                   static_cast<int>(std::min<std::int64_t>(*limit, 10000))),
+                          sim);
+      }
+    } else if (res == "jobs" && parts.size() <= 4) {
+      auto id = ParseJobId(parts[2]);
+      if (!id.ok()) return Error(id.status(), sim);
+      if (parts.size() == 3) {
+        if (req.method != "GET") return method_not_allowed();
+        return FromResult(d.GetJob(*id), sim);
+      }
+      if (parts[3] == "cancel") {
+        if (req.method != "POST") return method_not_allowed();
+        return FromResult(d.Cancel(caller, *id), sim);
+      }
+      if (parts[3] == "logs") {
+        if (req.method != "GET") return method_not_allowed();
+        return Logs(d, req, *id, caller);
+      }
+    }
+    return Error(NotFound(fmt::format("path '{}': not an API resource (see docs/api.md)",
+                                      req.path)), sim);
+  };
+}
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,28 @@
+#pragma once
+// `gpuslice serve`: opens the store, the device backend and the API sockets, recovers, and
+// runs the control loop until SIGINT/SIGTERM. Not thread-safe; call once from main.
+
+#include <string>
+
+#include "core/units.h"
+
+namespace gpuslice::daemon {
+
+struct ServeOptions {
+  std::string config_path;        // "" : built-in defaults
+  std::string state_dir = "/var/lib/gpuslice";
+  std::string socket_path = "/run/gpuslice/gpuslice.sock";
+  std::string tcp;                // "127.0.0.1:8080"; "" : no TCP
+  std::string token_file;
+  std::string simulate;           // "8xH100-80GB": fake backend, never NVML
+  std::string fallback_simulate;  // NVML when a driver is present, else simulate this
+  std::string simulate_script;    // fake only: scripted utilisation (see DaemonOptions)
+  Micros grace = 10 * kSecond;
+  Micros tick = 100 * kMillisecond;
+  Micros sample_interval = kSecond;
+};
+
+// Returns a process exit code (apps/gpuslice/registry.h conventions).
+int RunServe(const ServeOptions& options);
+
+}  // namespace gpuslice::daemon

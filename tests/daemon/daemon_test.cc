@@ -1,0 +1,160 @@
+// Daemon core in-process, with the in-memory store, the fake launcher and the fake backend:
+// lifecycle, a bad request, and recovery (a second daemon on the same store re-adopts live
+// jobs, marks vanished ones lost and starts nothing twice).
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "daemon/daemon.h"
+#include "devices/fake.h"
+#include "exec/fake_launcher.h"
+#include "store/store.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+// Forwarders so two Daemons (before and after a "crash") share one store and one launcher.
+class SharedStore : public store::Store {
+ public:
+  explicit SharedStore(store::Store* s) : s_(s) {}
+  Status Commit(const store::WriteBatch& b) override { return s_->Commit(b); }
+  Result<std::optional<store::JobRecord>> GetJob(JobId id) override { return s_->GetJob(id); }
+  Result<std::vector<store::JobRecord>> ListJobs() override { return s_->ListJobs(); }
+  Result<std::vector<store::SliceRecord>> ListSlices(bool a) override { return s_->ListSlices(a); }
+  Result<std::vector<store::EventRecord>> ListEvents(std::int64_t after, JobId job, int limit) override {
+    return s_->ListEvents(after, job, limit);
+  }
+  Result<std::vector<store::SampleRecord>> ListSamples(std::string_view s, Micros t) override {
+    return s_->ListSamples(s, t);
+  }
+  Result<std::vector<std::string>> ReadJournal() override { return s_->ReadJournal(); }
+  Result<std::optional<std::string>> GetMeta(std::string_view k) override { return s_->GetMeta(k); }
+  Status PutMeta(std::string_view k, std::string_view v) override { return s_->PutMeta(k, v); }
+
+ private:
+  store::Store* s_;
+};
+
+class SharedLauncher : public exec::Launcher {
+ public:
+  explicit SharedLauncher(exec::FakeLauncher* l) : l_(l) {}
+  Result<exec::ProcessHandle> Start(const exec::LaunchSpec& spec,
+                                    const std::function<Status(const exec::ProcessHandle&)>& c) override {
+    return l_->Start(spec, c);
+  }
+  Status Signal(const exec::ProcessHandle& h, int sig) override { return l_->Signal(h, sig); }
+  std::optional<exec::ExitInfo> Poll(const exec::ProcessHandle& h) override { return l_->Poll(h); }
+  bool StillAlive(const exec::ProcessHandle& h) override { return l_->StillAlive(h); }
+
+ private:
+  exec::FakeLauncher* l_;
+};
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("daemon_test_" + std::to_string(getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<Daemon> NewDaemon() {
+    DaemonOptions o;
+    o.state_dir = dir_.string();
+    o.simulated = true;
+    o.grace = kSecond;
+    auto backend = devices::FakeBackend::Create("4xH100-80GB", [this] { return now_; });
+    auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o,
+                                      std::make_unique<SharedStore>(store_.get()),
+                                      std::move(backend).value(),
+                                      std::make_unique<SharedLauncher>(&launcher_),
+                                      [this] { return now_; });
+    EXPECT_TRUE(d->Start().ok());
+    return d;
+  }
+
+  std::uint64_t Submit(Daemon& d, Json body) {
+    body["argv"] = {"sleep", "100"};
+    auto r = d.Submit(me_, body);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? (*r)["job"]["id"].get<std::uint64_t>() : 0;
+  }
+  std::string State(Daemon& d, std::uint64_t id) {
+    return (*d.GetJob(JobId(id)))["job"]["state"].get<std::string>();
+  }
+  int Pid(Daemon& d, std::uint64_t id) { return (*d.GetJob(JobId(id)))["job"]["pid"].get<int>(); }
+
+  std::filesystem::path dir_;
+  Micros now_ = 1'000 * kSecond;
+  std::unique_ptr<store::Store> store_ = store::NewMemoryStore();
+  exec::FakeLauncher launcher_;
+  Caller me_{static_cast<std::int64_t>(geteuid()), static_cast<std::int64_t>(getegid())};
+};
+
+TEST_F(DaemonTest, JobRunsExitsAndFreesItsSlice) {
+  auto d = NewDaemon();
+  auto id = Submit(*d, {{"queue", "training"}, {"gpus", 2}});
+  EXPECT_EQ(State(*d, id), "running");
+  ASSERT_EQ(launcher_.launches().size(), 1u);
+  EXPECT_EQ(d->Slices()["slices"].size(), 1u);
+  launcher_.Exit(Pid(*d, id), 0);
+  now_ += kSecond;
+  d->Step();
+  EXPECT_EQ(State(*d, id), "succeeded");
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+}
+
+TEST_F(DaemonTest, CancelTermsThenKillsAfterGrace) {
+  auto d = NewDaemon();
+  launcher_.set_ignore_sigterm(true);
+  auto id = Submit(*d, {{"queue", "interactive"}});
+  auto r = d->Cancel(me_, JobId(id));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(State(*d, id), "stopping");
+  EXPECT_EQ(d->Slices()["slices"].size(), 1u) << "held until the processes are gone";
+  now_ += 2 * kSecond;
+  d->Step();  // grace over: SIGKILL
+  d->Step();  // reaped
+  EXPECT_EQ(State(*d, id), "cancelled");
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  auto sigs = launcher_.signals();
+  ASSERT_EQ(sigs.size(), 2u);
+  EXPECT_EQ(sigs[0].second, SIGTERM);
+  EXPECT_EQ(sigs[1].second, SIGKILL);
+}
+
+TEST_F(DaemonTest, BadRequestChangesNothing) {
+  auto d = NewDaemon();
+  auto r = d->Submit(me_, {{"argv", {"x"}}, {"fraction", "2.5"}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*d->ListJobs({}))["jobs"].empty());
+  EXPECT_TRUE(store_->ReadJournal()->size() == 4u) << "only the 4 DeviceAdded entries";
+}
+
+TEST_F(DaemonTest, RestartReadoptsLiveJobsMarksGoneOnesLostAndStartsNothingTwice) {
+  std::uint64_t live, gone, waiting;
+  {
+    auto d = NewDaemon();
+    live = Submit(*d, {{"queue", "training"}, {"gpus", 2}});
+    gone = Submit(*d, {{"queue", "training"}, {"gpus", 2}});
+    waiting = Submit(*d, {{"queue", "training"}, {"gpus", 1}});  // no device left
+    EXPECT_EQ(State(*d, waiting), "pending");
+    launcher_.Exit(Pid(*d, gone), 0);  // ends while the daemon is "down"
+  }  // the daemon vanishes without a word (as with kill -9)
+  now_ += 5 * kSecond;
+  auto d = NewDaemon();
+  EXPECT_EQ(State(*d, live), "running");
+  EXPECT_EQ(State(*d, gone), "lost");
+  // The lost job's devices went back; the waiting job took them.
+  EXPECT_EQ(State(*d, waiting), "running");
+  EXPECT_EQ(launcher_.launches().size(), 3u) << "live job not started again";
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+  EXPECT_EQ(d->Slices()["slices"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon

@@ -1,0 +1,206 @@
+#include "tests/daemon/harness.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace gpuslice::testing_e2e {
+
+namespace fs = std::filesystem;
+
+std::string Binary() { return std::string(GPUSLICE_BUILD_DIR) + "/apps/gpuslice/gpuslice"; }
+
+bool IsTerminal(const std::string& s) {
+  return s != "pending" && s != "starting" && s != "running" && s != "stopping";
+}
+
+DaemonHarness::DaemonHarness(const std::string& name, const std::string& config_toml,
+                             std::vector<std::string> extra)
+    : extra_(std::move(extra)) {
+  dir_ = (fs::temp_directory_path() / ("gse2e_" + name + "_" + std::to_string(getpid()))).string();
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  // Other users (the permission tests' "nobody") must reach the socket and their job's cwd.
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  socket_ = dir_ + "/gpuslice.sock";
+  for (auto& e : extra_) {
+    if (e == kScript) e = dir_ + "/script.json";
+  }
+  std::ofstream(dir_ + "/gpuslice.toml") << config_toml;
+}
+
+DaemonHarness::~DaemonHarness() {
+  if (pid_ > 0) Terminate();
+  // Kill whatever jobs are left (each in its own process group; their pids are in the logs).
+  auto c = Client();
+  auto jobs = c.Get("/v1/jobs");
+  (void)jobs;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+}
+
+void DaemonHarness::Start() {
+  std::vector<std::string> args = {Binary(), "serve", "--simulate", "8xH100-80GB",
+                                   "--state-dir", dir_ + "/state", "--socket", socket_,
+                                   "--config", dir_ + "/gpuslice.toml", "--grace", "1s",
+                                   "--tick", "50ms", "--sample-interval", "200ms"};
+  args.insert(args.end(), extra_.begin(), extra_.end());
+  pid_ = fork();
+  ASSERT_GE(pid_, 0);
+  if (pid_ == 0) {
+    int fd = open((dir_ + "/serve.log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 400; ++i) {
+    auto c = Client();
+    if (c.Get("/v1/health").ok()) return;
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      FAIL() << "gpuslice serve exited: " << ServeLog();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  FAIL() << "gpuslice serve did not answer: " << ServeLog();
+}
+
+void DaemonHarness::Kill9() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+void DaemonHarness::Terminate() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+std::string DaemonHarness::ServeLog() const {
+  std::ifstream in(dir_ + "/serve.log");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void DaemonHarness::WriteScript(const json& script) const {
+  std::string tmp = dir_ + "/script.json.tmp";
+  std::ofstream(tmp) << script.dump();
+  fs::rename(tmp, dir_ + "/script.json");
+}
+
+int DaemonHarness::Cli(const std::vector<std::string>& args, std::string* out, int as_uid) const {
+  std::string outfile = dir_ + "/cli." + std::to_string(rand()) + ".out";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(outfile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    if (as_uid >= 0) {
+      if (setgroups(0, nullptr) != 0 || setgid(static_cast<gid_t>(as_uid)) != 0 ||
+          setuid(static_cast<uid_t>(as_uid)) != 0) {
+        _exit(99);
+      }
+    }
+    if (chdir(dir_.c_str()) != 0) _exit(98);
+    std::vector<std::string> full = {Binary()};
+    full.insert(full.end(), args.begin(), args.end());
+    full.push_back("--socket");
+    full.push_back(socket_);
+    // "--" ends options for submit: put --socket before it.
+    auto dd = std::find(full.begin(), full.end(), "--");
+    if (dd != full.end()) {
+      full.pop_back();
+      full.pop_back();
+      dd = std::find(full.begin(), full.end(), "--");
+      full.insert(dd, {"--socket", socket_});
+    }
+    std::vector<char*> argv;
+    for (auto& a : full) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream in(outfile);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (out) *out = ss.str();
+  fs::remove(outfile);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::uint64_t DaemonHarness::Submit(const std::vector<std::string>& argv, json extra) {
+  extra["argv"] = argv;
+  if (!extra.contains("cwd")) extra["cwd"] = dir_;
+  if (!extra.contains("env")) extra["env"] = {{"PATH", "/usr/bin:/bin"}};
+  auto c = Client();
+  auto r = c.Post("/v1/jobs", extra);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return 0;
+  return (*r)["job"]["id"].get<std::uint64_t>();
+}
+
+json DaemonHarness::Job(std::uint64_t id) {
+  auto c = Client();
+  auto r = c.Get("/v1/jobs/" + std::to_string(id));
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? *r : json::object();
+}
+
+json DaemonHarness::WaitJob(std::uint64_t id, const std::function<bool(const json&)>& pred,
+                            std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  json j;
+  auto c = Client();
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = c.Get("/v1/jobs/" + std::to_string(id));
+    if (r.ok()) {
+      j = *r;
+      if (pred(j["job"])) return j;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ADD_FAILURE() << "job " << id << " did not reach the expected state; last: " << j.dump();
+  return j;
+}
+
+std::string DaemonHarness::Log(std::uint64_t id) {
+  auto c = Client();
+  auto r = c.GetText("/v1/jobs/" + std::to_string(id) + "/logs");
+  return r.ok() ? *r : "";
+}
+
+bool DaemonHarness::WaitLog(std::uint64_t id, const std::string& text,
+                            std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (Log(id).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+}  // namespace gpuslice::testing_e2e
