@@ -56,7 +56,10 @@ Result<std::vector<const DeviceModel*>> ParseSimulateSpec(std::string_view spec)
       return InvalidArgument(fmt::format("simulate: count in '{}' must be 1..64", part));
     }
     auto model = FindModel(model_name);
-    if (!model.ok()) return model.status().WithContext(fmt::format("simulate: '{}'", part));
+    if (!model.ok()) {
+      // A bad spec is bad input (exit "usage"), whatever code the catalogue chose.
+      return InvalidArgument(fmt::format("simulate: '{}': {}", part, model.status().message()));
+    }
     for (int i = 0; i < count; ++i) out.push_back(*model);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;

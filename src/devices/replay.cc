@@ -29,7 +29,9 @@ ReplayBackend::ReplayBackend(Recording recording, Clock clock) : rec_(std::move(
   if (clock) {
     clock_ = std::move(clock);
   } else {
-    const Micros offset = WallMicros() - start_;
+    // Real-time playback leads by a quarter interval, so a reader sampling at the recorded
+    // interval sees each recorded window once, despite the recorder's own timing jitter.
+    const Micros offset = WallMicros() - start_ - rec_.interval / 4;
     clock_ = [offset] { return WallMicros() - offset; };
   }
 }

@@ -22,6 +22,7 @@ TEST(SimulateSpec, RejectsUnknownModelsAndCounts) {
   auto bad = ParseSimulateSpec("2xNoSuchGPU");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("2xNoSuchGPU"), std::string::npos) << bad.status().ToString();
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_FALSE(ParseSimulateSpec("0xH100-80GB").ok());
   EXPECT_FALSE(ParseSimulateSpec("").ok());
 }
