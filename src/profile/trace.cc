@@ -110,6 +110,33 @@ Cat ParseCat(std::string_view c) {
 
 using Json = nlohmann::json;
 
+// Object keys the reader cares about, decided once per key instead of comparing strings for
+// every value (the parser's hot path).
+enum class Key : std::uint8_t {
+  kOther, kPh, kCat, kName, kTs, kDur, kTid, kArgs, kCorrelation, kTotalReserved, kDeviceType,
+  kTraceEvents, kDeviceProperties, kDistributedInfo, kTotalGlobalMem, kComputeMajor, kRank,
+  kWorldSize
+};
+
+Key ParseKey(std::string_view k) {
+  switch (k.size()) {
+    case 2: return k == "ph" ? Key::kPh : k == "ts" ? Key::kTs : Key::kOther;
+    case 3: return k == "cat" ? Key::kCat : k == "dur" ? Key::kDur : k == "tid" ? Key::kTid : Key::kOther;
+    case 4: return k == "name" ? Key::kName : k == "args" ? Key::kArgs : k == "rank" ? Key::kRank : Key::kOther;
+    default: break;
+  }
+  if (k == "correlation") return Key::kCorrelation;
+  if (k == "Total Reserved") return Key::kTotalReserved;
+  if (k == "Device Type") return Key::kDeviceType;
+  if (k == "traceEvents") return Key::kTraceEvents;
+  if (k == "deviceProperties") return Key::kDeviceProperties;
+  if (k == "distributedInfo") return Key::kDistributedInfo;
+  if (k == "totalGlobalMem") return Key::kTotalGlobalMem;
+  if (k == "computeMajor") return Key::kComputeMajor;
+  if (k == "world_size") return Key::kWorldSize;
+  return Key::kOther;
+}
+
 class KinetoSax {
  public:
   explicit KinetoSax(ParsedTrace* out) : out_(out) {}
@@ -127,12 +154,14 @@ class KinetoSax {
 
   bool string(Json::string_t& s) {
     if (InEvent()) {
-      const std::string& k = keys_[depth_];
-      if (k == "ph") ev_.ph = s.empty() ? '?' : s[0];
-      else if (k == "cat") ev_.cat = ParseCat(s);
-      else if (k == "name") ev_.name.assign(s);
-      else if (k == "tid") ev_.tid = InternTid(s);
-    } else if (InDeviceProps() && k0() == 0 && keys_[depth_] == "name") {
+      switch (keys_[depth_]) {
+        case Key::kPh: ev_.ph = s.empty() ? '?' : s[0]; break;
+        case Key::kCat: ev_.cat = ParseCat(s); break;
+        case Key::kName: ev_.name.assign(s); break;
+        case Key::kTid: ev_.tid = InternTid(s); break;
+        default: break;
+      }
+    } else if (InDeviceProps() && k0() == 0 && keys_[depth_] == Key::kName) {
       out_->device_name = s;
     }
     return true;
@@ -142,7 +171,7 @@ class KinetoSax {
     Push(false);
     if (depth_ == 1) root_is_object_ = true;
     if (InEventObject()) ev_.Reset();
-    if (depth_ == 3 && keys_[1] == "deviceProperties") ++device_count_;
+    if (depth_ == 3 && keys_[1] == Key::kDeviceProperties) ++device_count_;
     return true;
   }
   bool end_object() {
@@ -153,7 +182,7 @@ class KinetoSax {
   bool start_array(std::size_t) {
     Push(true);
     if (depth_ == 1) events_depth_ = 2;  // a bare array of events
-    else if (depth_ == 2 && root_is_object_ && keys_[1] == "traceEvents") {
+    else if (depth_ == 2 && root_is_object_ && keys_[1] == Key::kTraceEvents) {
       events_depth_ = 3;
       saw_events_ = true;
     }
@@ -161,7 +190,7 @@ class KinetoSax {
   }
   bool end_array() { Pop(); return true; }
   bool key(Json::string_t& k) {
-    if (depth_ < kMaxDepth) keys_[depth_] = k;
+    if (depth_ < kMaxDepth) keys_[depth_] = ParseKey(k);
     return true;
   }
   bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) {
@@ -193,15 +222,15 @@ class KinetoSax {
 
   void Push(bool) {
     ++depth_;
-    if (depth_ < kMaxDepth) keys_[depth_].clear();
+    if (depth_ < kMaxDepth) keys_[depth_] = Key::kOther;
   }
   void Pop() { --depth_; }
   bool InEventObject() const { return events_depth_ > 0 && depth_ == events_depth_; }
   bool InEvent() const { return events_depth_ > 0 && depth_ == events_depth_; }
   bool InArgs() const {
-    return events_depth_ > 0 && depth_ == events_depth_ + 1 && keys_[events_depth_] == "args";
+    return events_depth_ > 0 && depth_ == events_depth_ + 1 && keys_[events_depth_] == Key::kArgs;
   }
-  bool InDeviceProps() const { return depth_ == 3 && keys_[1] == "deviceProperties"; }
+  bool InDeviceProps() const { return depth_ == 3 && keys_[1] == Key::kDeviceProperties; }
   int k0() const { return device_count_ - 1; }
 
   static Nanos ToNanos(double us, std::int64_t ius, bool integral) {
@@ -209,24 +238,27 @@ class KinetoSax {
   }
 
   bool Number(double d, std::int64_t i, bool integral) {
+    const std::int64_t whole = integral ? i : static_cast<std::int64_t>(d);
     if (InEvent()) {
-      const std::string& k = keys_[depth_];
-      if (k == "ts") { ev_.ts = ToNanos(d, i, integral); ev_.has_ts = true; }
-      else if (k == "dur") { ev_.dur = ToNanos(d, i, integral); ev_.has_dur = true; }
-      else if (k == "tid") ev_.tid = integral ? i : static_cast<std::int64_t>(d);
+      switch (keys_[depth_]) {
+        case Key::kTs: ev_.ts = ToNanos(d, i, integral); ev_.has_ts = true; break;
+        case Key::kDur: ev_.dur = ToNanos(d, i, integral); ev_.has_dur = true; break;
+        case Key::kTid: ev_.tid = whole; break;
+        default: break;
+      }
     } else if (InArgs()) {
-      const std::string& k = keys_[depth_];
-      if (k == "correlation") ev_.correlation = integral ? i : static_cast<std::int64_t>(d);
-      else if (k == "Total Reserved") ev_.total_reserved = integral ? i : static_cast<std::int64_t>(d);
-      else if (k == "Device Type") ev_.device_type = i;
+      switch (keys_[depth_]) {
+        case Key::kCorrelation: ev_.correlation = whole; break;
+        case Key::kTotalReserved: ev_.total_reserved = whole; break;
+        case Key::kDeviceType: ev_.device_type = whole; break;
+        default: break;
+      }
     } else if (InDeviceProps() && k0() == 0) {
-      const std::string& k = keys_[depth_];
-      if (k == "totalGlobalMem") out_->device_memory = i;
-      else if (k == "computeMajor") out_->compute_major = static_cast<int>(i);
-    } else if (depth_ == 2 && root_is_object_ && keys_[1] == "distributedInfo") {
-      const std::string& k = keys_[2];
-      if (k == "rank") out_->rank = static_cast<int>(i);
-      else if (k == "world_size") out_->world_size = static_cast<int>(i);
+      if (keys_[depth_] == Key::kTotalGlobalMem) out_->device_memory = whole;
+      else if (keys_[depth_] == Key::kComputeMajor) out_->compute_major = static_cast<int>(whole);
+    } else if (depth_ == 2 && root_is_object_ && keys_[1] == Key::kDistributedInfo) {
+      if (keys_[2] == Key::kRank) out_->rank = static_cast<int>(whole);
+      else if (keys_[2] == Key::kWorldSize) out_->world_size = static_cast<int>(whole);
     }
     return true;
   }
@@ -301,7 +333,7 @@ class KinetoSax {
 
   ParsedTrace* out_;
   int depth_ = 0;
-  std::array<std::string, kMaxDepth> keys_;
+  std::array<Key, kMaxDepth> keys_{};
   int events_depth_ = 0;
   bool root_is_object_ = false;
   bool saw_events_ = false;
