@@ -630,12 +630,25 @@ class Scheduler::Impl {
   }
 
   // Other policies (fgd, gpuslice, ...): Filter/Score over every host, via placement.h.
+  // Only hosts the indexes say could take the request are shown to the policy: the others would
+  // fail Fits() anyway, so the choice (scores, lowest-index and seeded random tie-breaks, which
+  // only count fitting hosts) is the same as over every host, in NodeId order.
   std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy) {
     scratch_gpus_.clear();
     scratch_nodes_.clear();
     scratch_refs_.clear();
-    for (const auto& [nid, devs] : nodes_) {
-      for (DeviceIndex di : devs) {
+    scratch_hosts_.clear();
+    for (const auto& [count, nid] : index_.free_by_node())
+      if (r.kind != SliceKind::kWhole || count >= r.gpus) scratch_hosts_.push_back(nid);
+    if (r.kind != SliceKind::kWhole) {
+      const auto& idx = r.kind == SliceKind::kMps ? index_.mps() : index_.shared();
+      for (auto it = idx.lower_bound({r.milli, DeviceRef{}}); it != idx.end(); ++it)
+        scratch_hosts_.push_back(it->second.node);
+    }
+    std::sort(scratch_hosts_.begin(), scratch_hosts_.end());
+    scratch_hosts_.erase(std::unique(scratch_hosts_.begin(), scratch_hosts_.end()), scratch_hosts_.end());
+    for (NodeId nid : scratch_hosts_) {
+      for (DeviceIndex di : nodes_.at(nid)) {
         const DeviceView& d = devices_.at({nid, di});
         bool ok = r.kind == SliceKind::kWhole
                       ? (Schedulable(d) && d.mode == DeviceMode::kFree && ModelOk(r, d))
@@ -650,7 +663,8 @@ class Scheduler::Impl {
     }
     std::size_t pos = 0;
     std::uint32_t index = 0;
-    for (const auto& [nid, devs] : nodes_) {
+    for (NodeId nid : scratch_hosts_) {
+      const std::set<DeviceIndex>& devs = nodes_.at(nid);
       NodeView v;
       v.index = index++;
       v.model = devices_.at({nid, *devs.begin()}).model;
@@ -844,8 +858,9 @@ class Scheduler::Impl {
     if (only) {
       attempt(resolved_.at(*only));
     } else {
-      // Equivalent to walking pending_ in order and skipping jobs of failed shapes, but visits
-      // only the head job of each live shape: a merge of the per-shape queues.
+      // Jobs are tried in global queue order, skipping shapes that already failed in this
+      // pass, by merging the per-shape queues: only the head job of each live shape is
+      // visited, so a pass costs O(shapes + starts), not O(waiting jobs).
       std::set<std::pair<PendingKey, int>> heads;
       for (int shape : live_shapes_) heads.emplace(shape_queue_[shape].begin()->first, shape);
       while (!heads.empty()) {
@@ -1101,6 +1116,7 @@ class Scheduler::Impl {
   std::vector<GpuView> scratch_gpus_;
   std::vector<NodeView> scratch_nodes_;
   std::vector<DeviceRef> scratch_refs_;
+  std::vector<NodeId> scratch_hosts_;
 };
 
 Status Scheduler::Impl::CheckInvariants() const {
