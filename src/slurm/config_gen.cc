@@ -226,7 +226,7 @@ Result<GeneratedConfig> GenerateSlurmConfig(const sched::Config& policy, const C
                      type.empty() ? "" : " Type=" + type, files);
     if (need_sharing)
       g += fmt::format("# {} {} per GPU, spread evenly over the same device files.\n", sharing_per_gpu,
-                       sharing_name);
+                       sharing_shard ? "shards" : "mps units");
     if (need_sharing)
       g += fmt::format("NodeName={} Name={} Count={} File={}\n", n.nodes, sharing_name,
                        sharing_per_gpu * n.gpus_per_node, files);
@@ -304,8 +304,8 @@ Result<GeneratedConfig> GenerateSlurmConfig(const sched::Config& policy, const C
                        "# not by Slurm.\n",
                        q.idle.util_threshold_percent, FormatDuration(q.idle.window),
                        q.idle.action == sched::ReclaimAction::kReclaim
-                           ? fmt::format("then warned and after {} {}", FormatDuration(q.idle.grace),
-                                         q.preemptible ? "requeued" : "cancelled")
+                           ? fmt::format("warned, then {} {} later", q.preemptible ? "requeued" : "cancelled",
+                                         FormatDuration(q.idle.grace))
                            : "reported only");
     std::string line = fmt::format("PartitionName={} Nodes={}", q.name, Join(nodes, ","));
     if (q.name == policy.default_queue) line += " Default=YES";

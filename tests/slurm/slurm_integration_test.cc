@@ -17,6 +17,7 @@
 #include "sched/config.h"
 #include "slurm/agent.h"
 #include "slurm/client.h"
+#include "slurm/process.h"
 #include "tests/slurm/slurm_cluster.h"
 
 namespace gpuslice::slurm {
@@ -391,6 +392,42 @@ TEST_F(SlurmTest, AgentCancelsOnlyTheIdleInteractiveJobAfterItsWarning) {
   }
   EXPECT_TRUE(seen_busy);
   Cancel({busy, training});
+}
+
+// The CLI end to end: a bad policy file, then submit and ps through the gpuslice binary.
+TEST_F(SlurmTest, CliConfigSubmitAndPs) {
+  const std::string bin = std::string(GPUSLICE_BUILD_DIR) + "/apps/gpuslice/gpuslice";
+  std::string bad = cluster().root() + "/bad.toml";
+  std::ofstream(bad) << "[queues.interactive]\ntime_limit = \"8x\"\n";
+  auto r = RunCommand({.argv = {bin, "slurm", "config", "--policy", bad, "--nodes", "gpu[1-2]"}, .env = {},
+                       .stdin_text = "", .timeout = 20 * kSecond});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("bad.toml: queues.interactive.time_limit = '8x'"));
+
+  std::string policy = cluster().root() + "/policy.toml";
+  std::ofstream(policy) << kPolicy;
+  r = RunCommand({.argv = {bin, "slurm", "submit", "--policy", policy, "--queue", "interactive", "--fraction", "0.5",
+                           "--output", cluster().jobs_dir() + "/%j.out", "--", "sh", "-c", "echo SHARDS=$SLURM_SHARDS_ON_NODE"},
+                  .env = cluster().command_env(), .stdin_text = "", .timeout = 20 * kSecond});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->exit_code, 0) << r->err;
+  std::string id = r->out.substr(0, r->out.find('\n'));
+  ASSERT_THAT(id, ::testing::MatchesRegex("[0-9]+"));
+  EXPECT_EQ(WaitForOutput(id, "SHARDS"), "2");
+
+  r = RunCommand({.argv = {bin, "slurm", "ps", "--all", "--partition", "interactive"}, .env = cluster().command_env(),
+                  .stdin_text = "", .timeout = 20 * kSecond});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_THAT(r->out, HasSubstr("JOBID"));
+  EXPECT_THAT(r->out, ::testing::ContainsRegex(id + " +interactive +root"));
+
+  r = RunCommand({.argv = {bin, "slurm", "submit", "--policy", policy, "--queue", "nosuch", "--", "true"},
+                  .env = cluster().command_env(), .stdin_text = "", .timeout = 20 * kSecond});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_THAT(r->err, HasSubstr("queue 'nosuch' is not in the policy"));
 }
 
 // Last: the job submitted when the cluster started has been running for over a minute by now.

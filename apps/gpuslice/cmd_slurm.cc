@@ -1,0 +1,149 @@
+// `gpuslice slurm ...`: cluster mode on Slurm (src/slurm). Thin shell: flags -> slurm/cli.h.
+#include <iostream>
+#include <memory>
+
+#include "registry.h"
+#include "slurm/cli.h"
+
+namespace {
+
+int ExitFor(const gpuslice::Status& s) {
+  using gpuslice::StatusCode;
+  namespace cli = gpuslice::cli;
+  if (!s.ok()) std::cerr << "gpuslice slurm: " << s.ToString() << "\n";
+  switch (s.code()) {
+    case StatusCode::kOk: return cli::kExitOk;
+    case StatusCode::kInvalidArgument: return cli::kExitUsage;
+    case StatusCode::kNotFound: return cli::kExitNotFound;
+    case StatusCode::kPermissionDenied: return cli::kExitDenied;
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded: return cli::kExitUnavailable;
+    default: return cli::kExitFailure;
+  }
+}
+
+void AddSlurmFlags(CLI::App* sub, gpuslice::slurm::SlurmContext& ctx, std::shared_ptr<std::string> timeout) {
+  sub->add_option("--slurm-conf", ctx.slurm_conf, "slurm.conf to use (sets SLURM_CONF for the Slurm commands)");
+  sub->add_option("--slurm-timeout", *timeout, "deadline for each Slurm command")->capture_default_str();
+}
+
+gpuslice::Status ApplyTimeout(gpuslice::slurm::SlurmContext& ctx, const std::string& timeout) {
+  auto t = gpuslice::ParseDuration(timeout);
+  if (!t.ok() || *t <= 0) return gpuslice::InvalidArgument("--slurm-timeout = '" + timeout + "': expected e.g. 10s");
+  ctx.timeout = *t;
+  return gpuslice::Status::Ok();
+}
+
+}  // namespace
+
+GPUSLICE_COMMAND(slurm) {
+  namespace gs = gpuslice::slurm;
+  auto* slurm = app.add_subcommand("slurm", "Cluster mode: gpuslice queues on a Slurm cluster");
+  slurm->require_subcommand(1);
+
+  // --- slurm config ----------------------------------------------------------------------
+  auto cf = std::make_shared<gs::ConfigFlags>();
+  cf->spec.gpu_nodes.gpus_per_node = 8;
+  cf->spec.mig_nodes.gpus_per_node = 8;
+  auto mig_layout = std::make_shared<std::string>();
+  auto* config = slurm->add_subcommand("config", "Generate slurm.conf node/partition lines and gres.conf for the policy");
+  config->footer(
+      "Examples:\n"
+      "  gpuslice slurm config --policy /etc/gpuslice/gpuslice.toml --nodes 'gpu[1-4]' --gpus-per-node 8 --model H100-80GB\n"
+      "  gpuslice slurm config --nodes 'gpu[1-4]' --mig-nodes 'gpu[5-6]' --mig-model H100-80GB \\\n"
+      "      --mig-layout 3g.40gb,2g.20gb,2g.20gb --out-dir /etc/slurm/gpuslice");
+  config->add_option("--policy", cf->policy, "gpuslice queue policy (TOML); default: the built-in queues");
+  config->add_option("--nodes", cf->spec.gpu_nodes.nodes, "hostlist of whole-GPU nodes, e.g. gpu[1-4]");
+  config->add_option("--gpus-per-node", cf->spec.gpu_nodes.gpus_per_node, "GPUs per node")->capture_default_str();
+  config->add_option("--model", cf->spec.gpu_nodes.model, "GPU model from the catalogue, e.g. H100-80GB");
+  config->add_option("--gres-type", cf->spec.gpu_nodes.gres_type, "GRES type name (default: from --model)");
+  config->add_option("--device-files", cf->spec.gpu_nodes.device_files, "gres.conf File= (default /dev/nvidia[0-N])");
+  config->add_option("--node-params", cf->spec.gpu_nodes.node_params, "appended to the NodeName line, e.g. 'CPUs=64 RealMemory=512000'");
+  config->add_option("--shards-per-gpu", cf->spec.shards_per_gpu, "shards per GPU (shared slice granularity)")->capture_default_str();
+  config->add_option("--sharing", cf->sharing, "sharing GRES: shard or mps (never both, see docs/slurm.md)")->capture_default_str();
+  config->add_option("--mig-nodes", cf->spec.mig_nodes.nodes, "hostlist of nodes whose GPUs are in MIG mode");
+  config->add_option("--mig-gpus-per-node", cf->spec.mig_nodes.gpus_per_node, "GPUs per MIG node")->capture_default_str();
+  config->add_option("--mig-model", cf->spec.mig_nodes.model, "GPU model of the MIG nodes (checks the layout)");
+  config->add_option("--mig-layout", *mig_layout, "MIG instances on each GPU, e.g. 3g.40gb,2g.20gb,2g.20gb");
+  config->add_option("--mig-node-params", cf->spec.mig_nodes.node_params, "appended to the MIG NodeName line");
+  config->add_option("--out-dir", cf->out_dir, "write slurm.conf.gpuslice and gres.conf here instead of stdout");
+  config->callback([cf, mig_layout, exit_code] {
+    cf->spec.mig_nodes.mig_layout.clear();
+    std::string cur;
+    for (char c : *mig_layout + ",") {
+      if (c == ',') {
+        if (!cur.empty()) cf->spec.mig_nodes.mig_layout.push_back(cur);
+        cur.clear();
+      } else if (c != ' ') {
+        cur += c;
+      }
+    }
+    *exit_code = ExitFor(gs::RunSlurmConfig(*cf, std::cout, std::cerr));
+  });
+
+  // --- slurm submit ----------------------------------------------------------------------
+  auto sf = std::make_shared<gs::SubmitFlags>();
+  auto submit_timeout = std::make_shared<std::string>("10s");
+  auto* submit = slurm->add_subcommand("submit", "Submit a job with sbatch, routed by queue (partition, GRES, time)");
+  submit->footer(
+      "Examples:\n"
+      "  gpuslice slurm submit --queue interactive --fraction 0.25 -- jupyter lab --no-browser\n"
+      "  gpuslice slurm submit --queue training --gpus 4 --time 12h -- python train.py\n"
+      "  gpuslice slurm submit --queue inference --memory 20GiB -- python serve.py\n"
+      "Prints the Slurm job id.");
+  submit->add_option("--policy", sf->policy, "gpuslice queue policy (TOML); default: the built-in queues");
+  submit->add_option("-q,--queue", sf->queue, "queue (= Slurm partition); default: the policy's default queue");
+  submit->add_option("--gpus", sf->gpus, "whole GPUs");
+  submit->add_option("--fraction", sf->fraction, "share of one GPU: 0.25 or 250m (shards)");
+  submit->add_option("--memory", sf->memory, "MIG: the smallest instance with this much memory, e.g. 20GiB");
+  submit->add_option("--time", sf->time, "time limit, e.g. 2h (at most the queue's)");
+  submit->add_option("--name", sf->name, "job name");
+  submit->add_option("--output", sf->output, "output file (Slurm patterns such as %j allowed)");
+  submit->add_flag("--dry-run", sf->dry_run, "print the sbatch command and script instead of submitting");
+  submit->add_option("command", sf->command, "command to run (after --)")->required();
+  AddSlurmFlags(submit, sf->slurm, submit_timeout);
+  submit->callback([sf, submit_timeout, exit_code] {
+    gpuslice::Status st = ApplyTimeout(sf->slurm, *submit_timeout);
+    *exit_code = ExitFor(st.ok() ? gs::RunSlurmSubmit(*sf, std::cout) : st);
+  });
+
+  // --- slurm ps --------------------------------------------------------------------------
+  auto pf = std::make_shared<gs::PsFlags>();
+  auto ps_timeout = std::make_shared<std::string>("10s");
+  auto* ps = slurm->add_subcommand("ps", "List Slurm jobs with their GPU utilisation (from the agents' /metrics)");
+  ps->footer(
+      "Examples:\n"
+      "  gpuslice slurm ps\n"
+      "  gpuslice slurm ps --partition interactive --metrics http://gpu1:9400/metrics --metrics http://gpu2:9400/metrics");
+  ps->add_option("-p,--partition", pf->partitions, "only these partitions");
+  ps->add_flag("-a,--all", pf->all, "include finished jobs slurmctld still remembers");
+  ps->add_option("--metrics", pf->metrics_urls, "an agent's /metrics URL (repeatable)");
+  AddSlurmFlags(ps, pf->slurm, ps_timeout);
+  ps->callback([pf, ps_timeout, exit_code] {
+    gpuslice::Status st = ApplyTimeout(pf->slurm, *ps_timeout);
+    *exit_code = ExitFor(st.ok() ? gs::RunSlurmPs(*pf, std::cout) : st);
+  });
+
+  // --- slurm agent -----------------------------------------------------------------------
+  auto af = std::make_shared<gs::AgentFlags>();
+  auto agent_timeout = std::make_shared<std::string>("10s");
+  auto* agent = slurm->add_subcommand("agent", "Node agent: per-job GPU utilisation on /metrics, idle reclaim");
+  agent->footer(
+      "Examples:\n"
+      "  gpuslice slurm agent --policy /etc/gpuslice/gpuslice.toml --listen 0.0.0.0:9400\n"
+      "  gpuslice slurm agent --backend fake --simulate 2xH100-80GB --simulate-script gpus.sim --interval 1s\n"
+      "Simulate script lines: '<device> <pid> <sm-util-percent> [<memory>]'. Stops on SIGINT/SIGTERM.");
+  agent->add_option("--policy", af->policy, "gpuslice queue policy (TOML); default: the built-in queues");
+  agent->add_option("--backend", af->backend, "device backend: nvml or fake")->capture_default_str();
+  agent->add_option("--simulate", af->simulate, "fake backend devices, e.g. 2xH100-80GB")->capture_default_str();
+  agent->add_option("--simulate-script", af->simulate_script, "fake backend: GPU processes file, re-read on change");
+  agent->add_option("--listen", af->listen, "HOST:PORT for /metrics (port 0: any)")->capture_default_str();
+  agent->add_option("--nodes", af->nodes, "Slurm node names this agent serves (default: all)")->delimiter(',');
+  agent->add_option("--interval", af->interval, "sampling round")->capture_default_str();
+  agent->add_option("--hostname", af->hostname, "Hostname label on metrics (default: gethostname)");
+  AddSlurmFlags(agent, af->slurm, agent_timeout);
+  agent->callback([af, agent_timeout, exit_code] {
+    gpuslice::Status st = ApplyTimeout(af->slurm, *agent_timeout);
+    *exit_code = ExitFor(st.ok() ? gs::RunSlurmAgent(*af, std::cerr) : st);
+  });
+}
