@@ -43,11 +43,18 @@ DaemonHarness::DaemonHarness(const std::string& name, const std::string& config_
 }
 
 DaemonHarness::~DaemonHarness() {
-  if (pid_ > 0) Terminate();
-  // Kill whatever jobs are left (each in its own process group; their pids are in the logs).
-  auto c = Client();
-  auto jobs = c.Get("/v1/jobs");
-  (void)jobs;
+  // Jobs outlive the daemon by design (they are re-adopted); the test's jobs must not.
+  if (pid_ > 0) {
+    auto c = Client();
+    auto jobs = c.Get("/v1/jobs?state=active");
+    if (jobs.ok()) {
+      for (const auto& j : (*jobs)["jobs"]) {
+        int pid = j["pid"].get<int>();
+        if (pid > 0) kill(-pid, SIGKILL);
+      }
+    }
+    Terminate();
+  }
   std::error_code ec;
   fs::remove_all(dir_, ec);
 }
@@ -126,15 +133,9 @@ int DaemonHarness::Cli(const std::vector<std::string>& args, std::string* out, i
     if (chdir(dir_.c_str()) != 0) _exit(98);
     std::vector<std::string> full = {Binary()};
     full.insert(full.end(), args.begin(), args.end());
-    full.push_back("--socket");
-    full.push_back(socket_);
-    // "--" ends options for submit: put --socket before it.
-    auto dd = std::find(full.begin(), full.end(), "--");
-    if (dd != full.end()) {
-      full.pop_back();
-      full.pop_back();
-      dd = std::find(full.begin(), full.end(), "--");
-      full.insert(dd, {"--socket", socket_});
+    if (std::find(args.begin(), args.end(), "--socket") == args.end()) {
+      // Before a "--" (which ends submit's options), else at the end.
+      full.insert(std::find(full.begin(), full.end(), "--"), {"--socket", socket_});
     }
     std::vector<char*> argv;
     for (auto& a : full) argv.push_back(a.data());

@@ -61,7 +61,9 @@ void CheckInvariants(DaemonHarness& h, const std::set<std::uint64_t>& acked, int
     EXPECT_LE(m, 1000) << "cycle " << cycle << ": device " << d << " over-committed";
   }
   for (const auto& [id, j] : by_id) {
-    if (j["state"] == "running") EXPECT_GT(j["pid"].get<int>(), 0) << "running job " << id;
+    if (j["state"] == "running") {
+      EXPECT_GT(j["pid"].get<int>(), 0) << "running job " << id;
+    }
   }
   auto counts = StartCounts(h.dir() + "/starts");
   for (const auto& [id, n] : counts) {
