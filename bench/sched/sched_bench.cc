@@ -5,9 +5,11 @@
 // one random running job and submits a new one, so the cluster stays busy and the pending
 // queue is re-examined on every finish. ReconfigureMig is answered at once.
 //
-// Figure: StartSlice decisions per CPU-second (thread CPU time) on one core (target >= 100,000).
-// Baseline, measured in the same run: the same workload with placement through the generic
-// Filter/Score path over every host ("gpuslice" policy if registered, else "fgd").
+// Figure: StartSlice decisions per CPU-second (thread CPU time) on one core.
+// Baseline, measured in the same run: the naive approach, one Filter/Score Place() call over
+// all 1,250 hosts per decision with the best-fit plugin (on a static snapshot of a busy
+// cluster, so it is a lower bound on its cost). Also shown: the frag-aware "gpuslice" policy
+// through the scheduler's generic path (hosts pre-filtered by the indexes).
 // Usage: sched_bench [steps] [--no-baseline]   (default 200000 steps)
 #include <ctime>
 #include <cstdio>
@@ -154,6 +156,38 @@ Result Run(const std::string& policy, std::uint64_t steps, std::uint64_t seed) {
   return res;
 }
 
+// Naive baseline: Place() over every host for each decision.
+double NaiveScanDecisionsPerSecond(std::uint64_t decisions) {
+  std::mt19937_64 rng(7);
+  std::vector<std::vector<GpuView>> gpus(1250, std::vector<GpuView>(8));
+  std::vector<NodeView> nodes(1250);
+  for (std::uint32_t n = 0; n < 1250; ++n) {
+    for (GpuView& g : gpus[n]) {
+      int r = static_cast<int>(rng() % 10);  // busy: 60% full, 30% partly used, 10% free
+      g.free_milli = r < 6 ? 0 : r < 9 ? 100 * static_cast<MilliGpu>(1 + rng() % 9) : kOneGpu;
+      g.free_memory = 80 * kGiB * g.free_milli / kOneGpu;
+    }
+    nodes[n].index = n;
+    nodes[n].model = "H100-80GB";
+    nodes[n].cpu_milli_free = nodes[n].cpu_milli_total = 1 << 30;
+    nodes[n].memory_free = nodes[n].memory_total = Bytes{1} << 50;
+    nodes[n].gpus = gpus[n];
+  }
+  auto policy = MakePolicy("best-fit");
+  std::uint64_t placed = 0;
+  double t0 = CpuSeconds();
+  for (std::uint64_t i = 0; i < decisions; ++i) {
+    PlacementRequest req;
+    int p = static_cast<int>(rng() % 10);
+    req.num_gpus = p < 6 ? 1 : p < 8 ? 2 : 1;
+    req.milli_per_gpu = p < 6 ? 100 * static_cast<MilliGpu>(1 + rng() % 5) : kOneGpu;
+    placed += Place(**policy, req, nodes, PlacementContext{}).has_value();
+  }
+  double secs = CpuSeconds() - t0;
+  if (placed == 0) std::printf("(baseline placed nothing)\n");
+  return static_cast<double>(decisions) / secs;
+}
+
 void Print(const std::string& name, const Result& r) {
   std::printf("%-28s %9.0f decisions/s  %9.0f events/s  (%llu starts in %.2fs; %zu running, "
               "%zu pending, ~%.0f%% of GPU share allocated)\n",
@@ -172,13 +206,17 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(steps));
   Result fast = Run("best-fit", steps, 1);
   Print("best-fit (indexed)", fast);
-  std::vector<std::string> names = PolicyNames();
-  std::string generic = std::find(names.begin(), names.end(), "gpuslice") != names.end() ? "gpuslice" : "fgd";
   bool baseline = !(argc > 2 && std::string(argv[2]) == "--no-baseline");
-  if (baseline && std::find(names.begin(), names.end(), generic) != names.end()) {
-    Result slow = Run(generic, std::max<std::uint64_t>(steps / 50, 1000), 1);
-    Print(generic + " (scan all hosts)", slow);
-    std::printf("ratio indexed/scan: %.1fx\n", (fast.starts / fast.seconds) / (slow.starts / slow.seconds));
+  if (baseline) {
+    double naive = NaiveScanDecisionsPerSecond(std::max<std::uint64_t>(steps / 100, 500));
+    std::printf("%-28s %9.0f decisions/s  (Place() over all 1250 hosts per decision)\n",
+                "best-fit (naive scan)", naive);
+    std::printf("ratio indexed/naive scan: %.1fx\n", (fast.starts / fast.seconds) / naive);
+    std::vector<std::string> names = PolicyNames();
+    if (std::find(names.begin(), names.end(), "gpuslice") != names.end()) {
+      Result frag = Run("gpuslice", std::max<std::uint64_t>(steps / 10, 1000), 1);
+      Print("gpuslice (generic path)", frag);
+    }
   }
   std::printf("target: >= 100000 decisions/s -> %s\n", fast.starts / fast.seconds >= 100000 ? "met" : "NOT met");
   return 0;
