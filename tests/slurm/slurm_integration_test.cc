@@ -46,6 +46,12 @@ kinds = ["mig"]
 default_memory = "20GiB"
 idle = { enabled = false }
 
+# Like interactive, but its jobs are restartable: idle ones are requeued, not cancelled.
+[queues.notebooks]
+kinds = ["shared"]
+preemptible = true
+idle = { enabled = true, threshold = 5, window = "2s", grace = "2s", action = "reclaim" }
+
 [queues.debug]
 kinds = ["whole", "shared"]
 time_limit = "1m"
@@ -265,7 +271,7 @@ TEST_F(SlurmTest, UnknownQueueAndUnknownPartitionAreClearErrors) {
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().code(), StatusCode::kNotFound);
   EXPECT_THAT(id.status().message(), HasSubstr("queue 'nosuch' is not in the policy (queues: debug, inference, "
-                                               "interactive, training)"));
+                                               "interactive, notebooks, training)"));
 
   // A queue the policy has but Slurm was never configured with.
   auto policy = sched::ParseConfig(std::string(kPolicy) + "\n[queues.gone]\nkinds = [\"whole\"]\n", "p.toml");
@@ -307,14 +313,16 @@ TEST_F(SlurmTest, SlurmDownIsAClearErrorNotAHang) {
   EXPECT_EQ(id.status().code(), StatusCode::kUnavailable) << id.status().ToString();
 }
 
-TEST_F(SlurmTest, AgentCancelsOnlyTheIdleInteractiveJobAfterItsWarning) {
+TEST_F(SlurmTest, AgentReclaimsOnlyIdleJobsOfReclaimingQueuesAfterTheirWarning) {
   const std::vector<std::string> cmd = {"sh", "-c", "echo PID=$$; exec sleep 300"};
   std::string idle = Submit(Request("interactive", cmd));
   std::string busy = Submit(Request("interactive", cmd));
   SlurmSubmitRequest tr = Request("training", cmd);  // idle too, but its queue never reclaims
   std::string training = Submit(tr);
-  ASSERT_FALSE(idle.empty() || busy.empty() || training.empty());
-  for (const auto& id : {idle, busy, training}) Running(id);
+  std::string notebook = Submit(Request("notebooks", cmd));  // idle, in a requeueing queue
+  ASSERT_FALSE(idle.empty() || busy.empty() || training.empty() || notebook.empty());
+  for (const auto& id : {idle, busy, training, notebook}) Running(id);
+  std::string notebook_pid = WaitForOutput(notebook, "PID");
   std::string idle_pid = WaitForOutput(idle, "PID");
   std::string busy_pid = WaitForOutput(busy, "PID");
   std::string training_pid = WaitForOutput(training, "PID");
@@ -324,7 +332,8 @@ TEST_F(SlurmTest, AgentCancelsOnlyTheIdleInteractiveJobAfterItsWarning) {
   std::ofstream(script) << "# device pid sm% memory\n"
                         << "0 " << idle_pid << " 0 1GiB\n"
                         << "1 " << busy_pid << " 80 2GiB\n"
-                        << "1 " << training_pid << " 0 1GiB\n";
+                        << "1 " << training_pid << " 0 1GiB\n"
+                        << "0 " << notebook_pid << " 0 1GiB\n";
   auto backend = devices::FakeBackend::Create("2xH100-80GB");
   ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   std::vector<std::string> log;
@@ -345,6 +354,11 @@ TEST_F(SlurmTest, AgentCancelsOnlyTheIdleInteractiveJobAfterItsWarning) {
   std::thread loop([&] { agent.Run(); });
 
   auto cancelled = cluster().WaitForJobState(idle, "CANCELLED", 40 * kSecond);
+  std::string notebook_restarts;
+  for (int i = 0; i < 100 && notebook_restarts != "1"; ++i) {
+    if (auto job = ShowJob(notebook, cluster().context()); job.ok()) notebook_restarts = (*job)["Restarts"];
+    if (notebook_restarts != "1") std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   // Read the metrics while the busy job still runs.
   ListOptions lo;
   lo.slurm = cluster().context();
@@ -361,6 +375,11 @@ TEST_F(SlurmTest, AgentCancelsOnlyTheIdleInteractiveJobAfterItsWarning) {
   ASSERT_NE(warn, std::string::npos) << out;
   EXPECT_THAT(out.substr(warn), HasSubstr("it will be cancelled at"));
   EXPECT_THAT(out.substr(warn), HasSubstr("idle for"));  // the reclaim line comes after the warning
+
+  // The preemptible queue's idle job was requeued (its output is appended to, so the warning
+  // survives the restart).
+  EXPECT_EQ(notebook_restarts, "1");
+  EXPECT_THAT(OutputOf(notebook), HasSubstr("it will be requeued at"));
 
   for (const auto& id : {busy, training}) {
     auto job = ShowJob(id, cluster().context());
@@ -391,7 +410,7 @@ TEST_F(SlurmTest, AgentCancelsOnlyTheIdleInteractiveJobAfterItsWarning) {
     }
   }
   EXPECT_TRUE(seen_busy);
-  Cancel({busy, training});
+  Cancel({busy, training, notebook});
 }
 
 // The CLI end to end: a bad policy file, then submit and ps through the gpuslice binary.
