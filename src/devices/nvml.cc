@@ -467,7 +467,27 @@ Result<DeviceSample> NvmlBackend::Sample(DeviceIndex index) {
 
   // Processes, then per-process utilisation since the last read (entries only for processes
   // that were busy; several entries per pid are averaged).
+  std::vector<MigDevice> migs;
+  if (mig) {
+    auto m = MigDevices(dev);
+    if (m.ok()) migs = std::move(m).value();
+  }
   auto procs = RunningProcesses(dev);
+  if (mig && !procs.ok()) {
+    // The parent's aggregate list needs privileges in MIG mode; each MIG device's own list
+    // does not (measurement.md §1.4). Tag each process with the instance that listed it.
+    std::vector<RawProcess> all;
+    for (const auto& m : migs) {
+      auto per = RunningProcesses(m.handle);
+      if (!per.ok()) continue;
+      for (auto rp : *per) {
+        rp.gi = m.gi;
+        rp.ci = m.ci;
+        all.push_back(rp);
+      }
+    }
+    procs = std::move(all);
+  }
   if (!procs.ok() && procs.status().code() == StatusCode::kUnavailable) return procs.status();
   std::map<unsigned, std::pair<long, int>> sm, mm;  // pid -> (sum %, n)
   Status per_process = Status::Ok();
@@ -497,11 +517,6 @@ Result<DeviceSample> NvmlBackend::Sample(DeviceIndex index) {
     if (r != kSuccess && r != kErrorNotFound && r != kErrorInsufficientSize) {
       per_process = Error("nvmlDeviceGetProcessUtilization", r);
     }
-  }
-  std::vector<MigDevice> migs;
-  if (mig) {
-    auto m = MigDevices(dev);
-    if (m.ok()) migs = std::move(m).value();
   }
   if (procs.ok()) {
     for (const auto& rp : *procs) {
