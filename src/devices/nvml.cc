@@ -41,6 +41,7 @@ struct NvmlBackend::Api {
   DeviceGetGpuInstancesFn gpu_instances = nullptr;
   DeviceGetGpuInstanceByIdFn gi_by_id = nullptr;
   DeviceCreateGpuInstanceWithPlacementFn create_gi = nullptr;
+  DeviceGetGpuInstancePossiblePlacementsFn placements = nullptr;
   GpuInstanceGetInfoFn gi_info = nullptr;
   GpuInstanceDestroyFn destroy_gi = nullptr;
   GpuInstanceGetComputeInstanceProfileInfoFn ci_profile_info = nullptr;
@@ -144,6 +145,8 @@ Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const BackendOptions& opt
   a.gi_by_id = Resolve<DeviceGetGpuInstanceByIdFn>(lib, {"nvmlDeviceGetGpuInstanceById"});
   a.create_gi =
       Resolve<DeviceCreateGpuInstanceWithPlacementFn>(lib, {"nvmlDeviceCreateGpuInstanceWithPlacement"});
+  a.placements = Resolve<DeviceGetGpuInstancePossiblePlacementsFn>(
+      lib, {"nvmlDeviceGetGpuInstancePossiblePlacements_v2", "nvmlDeviceGetGpuInstancePossiblePlacements"});
   a.gi_info = Resolve<GpuInstanceGetInfoFn>(lib, {"nvmlGpuInstanceGetInfo"});
   a.destroy_gi = Resolve<GpuInstanceDestroyFn>(lib, {"nvmlGpuInstanceDestroy"});
   a.ci_profile_info = Resolve<GpuInstanceGetComputeInstanceProfileInfoFn>(
@@ -678,7 +681,28 @@ Result<devices::GpuInstanceInfo> NvmlBackend::CreateGpuInstance(DeviceIndex inde
   for (const auto& gi : existing) {
     if (gi.profile_id == profile_id && gi.start == start) return gi;  // retry after a crash
   }
+  // The placement's size is in memory slices, which is not the profile's (compute) slice
+  // count for e.g. 1g.20gb: take it from the driver's legal placements for this start.
   GpuInstancePlacement placement{static_cast<unsigned>(start), pinfo.slice_count};
+  bool legal = api_->placements == nullptr;
+  if (api_->placements) {
+    std::vector<GpuInstancePlacement> legal_placements(16);
+    unsigned n = static_cast<unsigned>(legal_placements.size());
+    if (api_->placements(dev, pinfo.id, legal_placements.data(), &n) == kSuccess) {
+      for (unsigned i = 0; i < n && i < legal_placements.size(); ++i) {
+        if (legal_placements[i].start == placement.start) {
+          placement.size = legal_placements[i].size;
+          legal = true;
+        }
+      }
+    } else {
+      legal = true;  // let the create call judge
+    }
+  }
+  if (!legal) {
+    return InvalidArgument(fmt::format("device {}: GPU-instance profile {} cannot start at memory slice {}",
+                                       index.value(), profile_id, start));
+  }
   GpuInstance gi = nullptr;
   if (Return r = api_->create_gi(dev, pinfo.id, &placement, &gi); r != kSuccess) {
     return Error(fmt::format("device {}: create GPU instance profile {} at {}", index.value(), profile_id, start), r);

@@ -157,6 +157,8 @@ using DeviceGetGpuInstancesFn = Return (*)(Device, unsigned int, GpuInstance*, u
 using DeviceGetGpuInstanceByIdFn = Return (*)(Device, unsigned int, GpuInstance*);
 using DeviceCreateGpuInstanceWithPlacementFn = Return (*)(Device, unsigned int, const GpuInstancePlacement*,
                                                           GpuInstance*);
+using DeviceGetGpuInstancePossiblePlacementsFn = Return (*)(Device, unsigned int, GpuInstancePlacement*,
+                                                            unsigned int*);
 using GpuInstanceGetInfoFn = Return (*)(GpuInstance, GpuInstanceInfo*);
 using GpuInstanceDestroyFn = Return (*)(GpuInstance);
 using GpuInstanceGetComputeInstanceProfileInfoFn = Return (*)(GpuInstance, unsigned int, unsigned int,
