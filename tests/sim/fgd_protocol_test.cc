@@ -129,7 +129,7 @@ TEST(FgdProtocol, FailedPodsAreDroppedAndCountedAsArrived) {
 
 TEST(Placer, CacheChangesNoDecision) {
   const FgdInputs in = DefaultInputs();
-  for (const char* name : {"fgd", "gpu-packing", "gpuslice"}) {
+  for (const char* name : {"fgd", "gpuslice"}) {
     auto policy = sched::MakePolicy(name);
     ASSERT_TRUE(policy.ok());
     Cluster cached(in.nodes), fresh(in.nodes);
@@ -137,7 +137,7 @@ TEST(Placer, CacheChangesNoDecision) {
     Placer a(**policy, ctx, TieBreak::kArtifactOrder), b(**policy, ctx, TieBreak::kArtifactOrder);
     const std::vector<int> order = ArrivalOrder(in.pods, 42, 1.0, cached.capacity_milli());
     std::map<std::tuple<std::int64_t, Bytes, int, MilliGpu>, int> classes;
-    for (std::size_t k = 0; k < 700; ++k) {
+    for (std::size_t k = 0; k < 300; ++k) {
       const sched::PlacementRequest req = ToRequest(in.pods[order[k]]);
       const int klass = classes.emplace(std::make_tuple(req.cpu_milli, req.host_memory, req.num_gpus, req.milli_per_gpu),
                                         static_cast<int>(classes.size())).first->second;

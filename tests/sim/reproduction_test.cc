@@ -6,7 +6,8 @@
 // same file) bounds it: 3 s / sqrt(n) covers 99.7% of it. So |ours - published| must be within
 // 0.5 + 3 s / sqrt(3). Go's math/rand cannot be replayed, so seeds are comparable only in mean.
 // The policies checked are the ones whose published spread is small enough for that bound to
-// stay near 0.5 (fgd s = 0.08-0.11, best-fit s = 0.13-0.14, dot-product s = 0.19-0.20).
+// stay near 0.5 (fgd s = 0.08-0.11, best-fit s = 0.13-0.14); the rest, and every trace with ten
+// seeds, is scripts/evaluate (docs/evaluation.md). Two policies keep the test fast under ASan.
 #include <cmath>
 #include <numeric>
 
@@ -44,7 +45,7 @@ TEST(Reproduction, DefaultTraceMatchesPublishedMeans) {
   auto published = PublishedResults::Read(kData + "/fgd-kss-expected-results/analysis_allo_discrete.csv");
   ASSERT_TRUE(published.ok()) << published.status().ToString();
   constexpr int kSeeds = 3;
-  for (const char* name : {"fgd", "best-fit-fgd", "dot-product"}) {
+  for (const char* name : {"fgd", "best-fit-fgd"}) {
     auto policy = sched::MakePolicy(name);
     ASSERT_TRUE(policy.ok());
     std::vector<FgdRun> runs;

@@ -1,16 +1,17 @@
 // gpuslice's default placement policy: fragmentation gradient descent (FGD) that keeps large
-// nodes whole.
+// nodes whole and fills GPUs more tightly.
 //
 // Primary: the FGD score — the drop of the node's fragmentation against the expected workload,
 // on FGD's coarse integer scale int(sigmoid(drop / 1000) * 100). The coarse scale matters: small
 // differences in fragmentation (mostly the share of CPU-only shapes) are noise for what comes
-// next, and scoring them finely was measurably worse (docs/evaluation.md).
-// Secondary, only among placements FGD scores equal:
+// next, and ranking nodes by them was measurably worse (docs/evaluation.md).
+// Within a node, a share goes on the GPU with the best FGD score; among equals, on the one whose
+// exact fragmentation grows least, then the least free one (best fit) — FGD takes the first index.
+// Across nodes, only among placements FGD scores equal:
 //   1. a node already in use beats an empty node (an empty node is the only place a request as
 //      large as the node can go, and those are too rare to be among FGD's typical shapes);
 //   2. then the node with fewer GPUs (same reason, one size down).
 // Remaining ties are left to the framework's tie-break. Nothing here depends on a trace.
-// GPU choice within a node: the GPU with the best FGD score, first index on ties (as FGD).
 
 #include <memory>
 
@@ -25,13 +26,44 @@ constexpr double kUsedNodeBonus = 0.1;
 constexpr double kSmallNodeBonus = 0.01;
 constexpr double kMaxGpusPerNode = 64;
 
+// Equal drops computed in different orders may differ in the last bits.
+constexpr double kDropEpsilon = 1e-9;
+
+// A share's GPU: best FGD score, then the smallest exact fragmentation growth, then best fit.
+std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
+                                      std::span<const WorkloadShape> shapes) {
+  const double before = NodeFragmentation(node, shapes);
+  std::optional<NodeChoice> choice;
+  double best_drop = 0;
+  MilliGpu best_free = 0;
+  for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
+    const GpuView& g = node.gpus[i];
+    if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
+    const int one[1] = {i};
+    const double drop = FragmentationDrop(req, node, one, before, shapes);
+    const double score = FgdQuantisedScore(drop);
+    bool better = !choice || score > choice->score;
+    if (!better && score == choice->score) {
+      better = drop > best_drop + kDropEpsilon ||
+               (drop > best_drop - kDropEpsilon && g.free_milli < best_free);
+    }
+    if (better) {
+      choice = NodeChoice{score, {i}};
+      best_drop = drop;
+      best_free = g.free_milli;
+    }
+  }
+  return choice;
+}
+
 class GpusliceFragPolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "gpuslice"; }
 
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
-    std::optional<NodeChoice> choice = FgdChoice(req, node, ctx.workload);
+    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, ctx.workload)
+                                                    : FgdChoice(req, node, ctx.workload);
     if (!choice) return std::nullopt;
     const bool empty = FreeMilli(node) == static_cast<MilliGpu>(node.gpus.size()) * kOneGpu;
     choice->score += (empty ? 0 : kUsedNodeBonus) +
