@@ -32,7 +32,33 @@ unsigned long long NowUs() {
                                              .count());
 }
 
-int IndexOf(nv::Device d) { return reinterpret_cast<FakeDevice*>(d)->index; }
+int IndexOf(nv::Device d);
+
+// Device 1 is in MIG mode: a tiny model of GPU and compute instances (ids from 1 / 0).
+struct FakeGi {
+  bool used = false;
+  unsigned id = 0, profile_id = 0, start = 0, size = 0;
+  bool has_ci = false;
+  unsigned ci_profile = 0;
+};
+FakeGi g_gis[8];
+struct MigHandle {
+  int gi_slot;
+};
+MigHandle g_mig_handles[8] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
+// Profile enum -> (id, compute slices, memory slices, max instances, MB); enum 1 unsupported.
+struct Prof {
+  unsigned id, slices, mem_slices, count;
+  unsigned long long mb;
+};
+const Prof kProfiles[3] = {{19, 1, 1, 7, 9856}, {0, 0, 0, 0, 0}, {9, 3, 4, 2, 40192}};
+
+bool IsMigHandle(nv::Device d) {
+  auto* p = reinterpret_cast<MigHandle*>(d);
+  return p >= g_mig_handles && p < g_mig_handles + 8;
+}
+
+int IndexOf(nv::Device d) { return IsMigHandle(d) ? 1 : reinterpret_cast<FakeDevice*>(d)->index; }
 
 struct Proc {
   unsigned pid;
@@ -101,6 +127,11 @@ __attribute__((visibility("default"))) nv::Return nvmlDeviceGetName(nv::Device, 
   return nv::kSuccess;
 }
 __attribute__((visibility("default"))) nv::Return nvmlDeviceGetUUID(nv::Device d, char* buf, unsigned len) {
+  if (IsMigHandle(d)) {
+    const FakeGi& g = g_gis[reinterpret_cast<MigHandle*>(d)->gi_slot];
+    std::snprintf(buf, len, "MIG-fa4e0001-%04x-4000-8000-000000000000", g.id);
+    return nv::kSuccess;
+  }
   std::snprintf(buf, len, "GPU-fa4e0000-0000-4000-8000-00000000000%d", IndexOf(d));
   return nv::kSuccess;
 }
@@ -174,9 +205,164 @@ __attribute__((visibility("default"))) nv::Return nvmlDeviceGetPowerUsage(nv::De
 __attribute__((visibility("default"))) nv::Return nvmlDeviceGetTemperature(nv::Device, int, unsigned*) {
   return nv::kErrorNotSupported;  // e.g. a sensor the driver cannot read: must not become 0
 }
-__attribute__((visibility("default"))) nv::Return nvmlDeviceGetMigMode(nv::Device, unsigned* cur, unsigned* pend) {
-  *cur = nv::kMigDisable;
-  *pend = nv::kMigDisable;
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetMigMode(nv::Device d, unsigned* cur, unsigned* pend) {
+  *cur = IndexOf(d) == 1 ? nv::kMigEnable : nv::kMigDisable;
+  *pend = *cur;
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceSetMigMode(nv::Device d, unsigned mode, nv::Return* act) {
+  *act = nv::kSuccess;
+  return (IndexOf(d) == 1) == (mode == nv::kMigEnable) ? nv::kSuccess : nv::kErrorNotSupported;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetGpuInstanceProfileInfo(nv::Device d, unsigned p,
+                                                                                      nv::GpuInstanceProfileInfo* info) {
+  if (p >= 3) return nv::kErrorInvalidArgument;
+  if (IndexOf(d) != 1 || kProfiles[p].count == 0) return nv::kErrorNotSupported;
+  *info = {};
+  info->id = kProfiles[p].id;
+  info->slice_count = kProfiles[p].slices;
+  info->instance_count = kProfiles[p].count;
+  info->memory_size_mb = kProfiles[p].mb;
+  return nv::kSuccess;
+}
+const Prof* ProfById(unsigned id) {
+  for (const auto& p : kProfiles) {
+    if (p.count > 0 && p.id == id) return &p;
+  }
+  return nullptr;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+    nv::Device, unsigned id, nv::GpuInstancePlacement* out, unsigned* count) {
+  const Prof* p = ProfById(id);
+  if (p == nullptr) return nv::kErrorInvalidArgument;
+  unsigned n = 0;
+  for (unsigned start = 0; start + p->mem_slices <= 8; start += p->mem_slices) {
+    if (p->id == 19 && start == 7) break;  // 7 x 1g on an 8-slice layout
+    if (out != nullptr && n < *count) out[n] = {start, p->mem_slices};
+    ++n;
+  }
+  *count = n;
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceCreateGpuInstanceWithPlacement(
+    nv::Device d, unsigned id, const nv::GpuInstancePlacement* pl, nv::GpuInstance* out) {
+  const Prof* p = ProfById(id);
+  if (IndexOf(d) != 1 || p == nullptr || pl->size != p->mem_slices) return nv::kErrorInvalidArgument;
+  int free_slot = -1;
+  for (int i = 0; i < 8; ++i) {
+    const FakeGi& g = g_gis[i];
+    if (g.used && pl->start < g.start + g.size && g.start < pl->start + pl->size) return nv::kErrorInsufficientResources;
+    if (!g.used && free_slot < 0) free_slot = i;
+  }
+  FakeGi& g = g_gis[free_slot];
+  g = {true, static_cast<unsigned>(free_slot + 1), id, pl->start, pl->size, false, 0};
+  *out = reinterpret_cast<nv::GpuInstance>(&g);
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetGpuInstances(nv::Device, unsigned id, nv::GpuInstance* out,
+                                                                            unsigned* count) {
+  unsigned n = 0;
+  for (auto& g : g_gis) {
+    if (g.used && g.profile_id == id && n < *count) out[n++] = reinterpret_cast<nv::GpuInstance>(&g);
+  }
+  *count = n;
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetGpuInstanceById(nv::Device, unsigned id, nv::GpuInstance* out) {
+  for (auto& g : g_gis) {
+    if (g.used && g.id == id) {
+      *out = reinterpret_cast<nv::GpuInstance>(&g);
+      return nv::kSuccess;
+    }
+  }
+  return nv::kErrorNotFound;
+}
+__attribute__((visibility("default"))) nv::Return nvmlGpuInstanceGetInfo(nv::GpuInstance gi, nv::GpuInstanceInfo* info) {
+  const FakeGi& g = *reinterpret_cast<FakeGi*>(gi);
+  *info = {reinterpret_cast<nv::Device>(&g_devices[1]), g.id, g.profile_id, {g.start, g.size}};
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlGpuInstanceDestroy(nv::GpuInstance gi) {
+  FakeGi& g = *reinterpret_cast<FakeGi*>(gi);
+  if (g.has_ci) return nv::kErrorInUse;  // the driver wants CIs gone first
+  g = {};
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nv::GpuInstance gi, unsigned p, unsigned, nv::ComputeInstanceProfileInfo* info) {
+  const Prof* gp = ProfById(reinterpret_cast<FakeGi*>(gi)->profile_id);
+  if (p > 4) return nv::kErrorInvalidArgument;
+  const unsigned slices[] = {1, 2, 3, 4, 7};
+  if (slices[p] != gp->slices) return nv::kErrorNotSupported;  // full-size CIs only
+  *info = {};
+  info->id = p;
+  info->slice_count = slices[p];
+  info->instance_count = 1;
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlGpuInstanceCreateComputeInstance(nv::GpuInstance gi, unsigned p,
+                                                                                       nv::ComputeInstance* out) {
+  FakeGi& g = *reinterpret_cast<FakeGi*>(gi);
+  if (g.has_ci) return nv::kErrorInsufficientResources;
+  g.has_ci = true;
+  g.ci_profile = p;
+  *out = reinterpret_cast<nv::ComputeInstance>(&g);  // one CI per GI: the GI stands for it
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlGpuInstanceGetComputeInstances(nv::GpuInstance gi, unsigned p,
+                                                                                     nv::ComputeInstance* out,
+                                                                                     unsigned* count) {
+  FakeGi& g = *reinterpret_cast<FakeGi*>(gi);
+  const bool match = g.has_ci && g.ci_profile == p && *count > 0;
+  if (match) out[0] = reinterpret_cast<nv::ComputeInstance>(&g);
+  *count = match ? 1 : 0;
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlGpuInstanceGetComputeInstanceById(nv::GpuInstance gi, unsigned id,
+                                                                                        nv::ComputeInstance* out) {
+  FakeGi& g = *reinterpret_cast<FakeGi*>(gi);
+  if (!g.has_ci || id != 0) return nv::kErrorNotFound;
+  *out = reinterpret_cast<nv::ComputeInstance>(&g);
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlComputeInstanceGetInfo_v2(nv::ComputeInstance ci,
+                                                                               nv::ComputeInstanceInfo* info) {
+  FakeGi& g = *reinterpret_cast<FakeGi*>(ci);
+  *info = {reinterpret_cast<nv::Device>(&g_devices[1]), reinterpret_cast<nv::GpuInstance>(&g), 0, g.ci_profile,
+           {0, g.size}};
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlComputeInstanceDestroy(nv::ComputeInstance ci) {
+  reinterpret_cast<FakeGi*>(ci)->has_ci = false;
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetMaxMigDeviceCount(nv::Device d, unsigned* n) {
+  *n = IndexOf(d) == 1 ? 7 : 0;
+  return nv::kSuccess;
+}
+// MIG devices exist for GIs with a CI, in slot order (holes are normal in NVML too).
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetMigDeviceHandleByIndex(nv::Device, unsigned i,
+                                                                                      nv::Device* out) {
+  if (i >= 7 || !g_gis[i].used || !g_gis[i].has_ci) return nv::kErrorNotFound;
+  *out = reinterpret_cast<nv::Device>(&g_mig_handles[i]);
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetGpuInstanceId(nv::Device d, unsigned* id) {
+  if (!IsMigHandle(d)) return nv::kErrorInvalidArgument;
+  *id = g_gis[reinterpret_cast<MigHandle*>(d)->gi_slot].id;
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetComputeInstanceId(nv::Device d, unsigned* id) {
+  if (!IsMigHandle(d)) return nv::kErrorInvalidArgument;
+  *id = 0;
+  return nv::kSuccess;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetMemoryInfo(nv::Device d, nv::Memory* m) {
+  if (!IsMigHandle(d)) return nv::kErrorNotSupported;
+  const FakeGi& g = g_gis[reinterpret_cast<MigHandle*>(d)->gi_slot];
+  m->total = ProfById(g.profile_id)->mb << 20;
+  m->used = 0;
+  m->free = m->total;
   return nv::kSuccess;
 }
 

@@ -114,5 +114,49 @@ TEST(NvmlStandIn, FallsBackToV2AndMeasuresSinceTheLastRead) {
   ::dlclose(lib);
 }
 
+TEST(NvmlStandIn, MigInstancesAreCreatedIdempotentlyListedAndDestroyed) {
+  auto opened = OpenStandIn(FAKE_NVML_V2_PATH);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  NvmlBackend& b = **opened;
+  auto gi = b.CreateGpuInstance(DeviceIndex(1), 9, 4);
+  ASSERT_TRUE(gi.ok()) << gi.status().ToString();
+  EXPECT_EQ(gi->start, 4);
+  EXPECT_EQ(gi->size, 4);
+  EXPECT_EQ(gi->memory_total.value(), 40192 * kMiB);
+  auto again = b.CreateGpuInstance(DeviceIndex(1), 9, 4);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->id, gi->id) << "retry returns the existing instance";
+  EXPECT_EQ(b.CreateGpuInstance(DeviceIndex(1), 9, 2).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.CreateGpuInstance(DeviceIndex(1), 42, 0).status().code(), StatusCode::kInvalidArgument);
+
+  auto ci = b.CreateComputeInstance(DeviceIndex(1), gi->id, 2);
+  ASSERT_TRUE(ci.ok()) << ci.status().ToString();
+  EXPECT_TRUE(ci->uuid.starts_with("MIG-")) << ci->uuid;
+  auto ci_again = b.CreateComputeInstance(DeviceIndex(1), gi->id, 2);
+  ASSERT_TRUE(ci_again.ok());
+  EXPECT_EQ(ci_again->uuid, ci->uuid);
+
+  auto devs = b.ListDevices();
+  ASSERT_TRUE(devs.ok());
+  EXPECT_EQ((*devs)[1].mig_current, MigMode::kEnabled);
+  ASSERT_EQ((*devs)[1].gpu_instances.size(), 1u);
+  EXPECT_EQ((*devs)[1].gpu_instances[0].profile_id, 9);
+  ASSERT_EQ((*devs)[1].gpu_instances[0].compute_instances.size(), 1u);
+  EXPECT_EQ((*devs)[1].gpu_instances[0].compute_instances[0].uuid, ci->uuid);
+
+  auto s = b.Sample(DeviceIndex(1));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->gpu_util.unsupported());
+  ASSERT_EQ(s->mig.size(), 1u);
+  EXPECT_EQ(s->mig[0].uuid, ci->uuid);
+  EXPECT_EQ(s->mig[0].memory_total.value(), 40192 * kMiB);
+  EXPECT_TRUE(s->mig[0].util.unsupported());
+
+  EXPECT_TRUE(b.SetMigMode(DeviceIndex(1), true).ok()) << "already enabled: no-op";
+  EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), gi->id).ok()) << "destroys its CI first";
+  EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), gi->id).ok()) << "already gone";
+  EXPECT_TRUE(b.ListDevices()->at(1).gpu_instances.empty());
+}
+
 }  // namespace
 }  // namespace gpuslice::devices
