@@ -85,13 +85,16 @@ std::vector<Finding> Diagnose(const Evidence& e) {
       f.severity = Severity::kModerate;
       f.title = "GPU under-used";
       f.evidence = fmt::format("GPU busy {} of step time (< 50%)", Pct(busy));
-      f.actions = {"larger batch per GPU", "look at the GPU-idle time below: host-bound idle means the Python side is slow",
+      f.actions = {"larger batch per GPU",
+                   "host-bound GPU idle means the CPU side (Python, pre-processing, logging) is the limit: profile it (py-spy)",
                    "CUDA Graphs / torch.compile if many kernels are small"};
     }
     if (e.idle_host_bound_share) {
       f.evidence += fmt::format("; GPU idle while the CPU had not launched the next work: {}", Pct(*e.idle_host_bound_share));
       f.expected_gain = *e.idle_host_bound_share;
-      f.gain_basis = "host-bound GPU idle time, which graph capture / bigger kernels remove (upper bound)";
+      f.gain_basis = short_kernels
+                         ? "host-bound GPU idle time, which graph capture / bigger kernels remove (upper bound)"
+                         : "host-bound GPU idle time, if the CPU side stops being the limit (upper bound)";
     } else {
       f.gain_basis = "not estimated: a recording cannot tell launch gaps from other idle time; take a trace";
     }

@@ -294,6 +294,7 @@ Result<Recording> Record(const RecordOptions& o, GpuSampler* gpu) {
   const std::int64_t hz = sysconf(_SC_CLK_TCK);
   const std::int64_t interval_ticks = o.interval * hz / kSecond;
   std::map<int, ProcStat> prev;
+  std::map<int, int> main_seen;  // main pid -> samples it was the main process in
   std::optional<std::int64_t> prev_net;
   Micros prev_t = rec.start;
   if (gpu != nullptr) (void)gpu->Read();  // open the first utilisation window
@@ -326,7 +327,7 @@ Result<Recording> Record(const RecordOptions& o, GpuSampler* gpu) {
     std::map<int, ProcStat> now;
     std::int64_t read_delta = 0;
     const int main_pid = MainProcess(pid);
-    if (!ended) rec.main_pid = main_pid;
+    if (!ended) ++main_seen[main_pid];
     for (int p : ProcessTree(pid)) {
       auto st = ReadProcStat(p);
       if (!st.ok()) continue;
@@ -359,6 +360,11 @@ Result<Recording> Record(const RecordOptions& o, GpuSampler* gpu) {
     if (o.max_duration > 0 && s.t - rec.start >= o.max_duration) break;
   }
   rec.end = RealtimeMicros();
+  rec.main_pid = pid;
+  int best = 0;
+  for (auto [p, n] : main_seen) {
+    if (n > best) { best = n; rec.main_pid = p; }
+  }
   if (!o.step_file.empty()) {
     GPUSLICE_ASSIGN_OR_RETURN(rec.steps, ReadStepFile(o.step_file));
   }

@@ -104,7 +104,7 @@ struct Recording {
   Micros start = 0;
   Micros end = 0;
   int pid = 0;
-  int main_pid = 0;              // the main process last seen (see MainProcess)
+  int main_pid = 0;              // the main process in most samples (see MainProcess)
   std::optional<int> exit_code;  // for a program we ran
   std::string gpu_description;
   std::string gpu_error;         // first GPU read error, if any

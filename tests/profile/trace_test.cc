@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include <unistd.h>
@@ -24,12 +25,16 @@ namespace {
 
 std::string Data(const char* name) { return std::string(GPUSLICE_DATA_DIR) + "/pytorch-profiler/" + name; }
 
-TraceAnalysis Analyse(const std::string& path) {
+// Each bundled trace is parsed once per test run (tens of MB of JSON: slow under ASan).
+const TraceAnalysis& Analyse(const std::string& path) {
+  static std::map<std::string, TraceAnalysis> cache;
+  auto it = cache.find(path);
+  if (it != cache.end()) return it->second;
   auto parsed = ParseTraceFile(path);
   EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
   auto a = AnalyseTrace(*parsed);
   EXPECT_TRUE(a.ok()) << a.status().ToString();
-  return std::move(a).value();
+  return cache.emplace(path, std::move(a).value()).first->second;
 }
 
 double MedianOf(std::vector<double> v) {
@@ -74,7 +79,7 @@ void ExpectConservation(const TraceAnalysis& a) {
 //   nccl_data:              steps=3 step_ms_median=222.442 busy_median=22.63% nccl_median=5.60%
 // (they also match the table in /work/shared/traces/pytorch-profiler/SOURCE.md.)
 TEST(TraceAnalysis, ResNetNumWorkers0MatchesIndependentFigures) {
-  TraceAnalysis a = Analyse(Data("resnet50_num_workers_0.pt.trace.json.gz"));
+  const TraceAnalysis& a = Analyse(Data("resnet50_num_workers_0.pt.trace.json.gz"));
   ASSERT_EQ(a.steps.size(), 6u);
   EXPECT_EQ(a.steps.front().number, 5);
   EXPECT_EQ(a.steps.back().number, 10);
@@ -97,7 +102,7 @@ TEST(TraceAnalysis, ResNetNumWorkers0MatchesIndependentFigures) {
 }
 
 TEST(TraceAnalysis, ResNetNumWorkers4MatchesIndependentFigures) {
-  TraceAnalysis a = Analyse(Data("resnet50_num_workers_4.pt.trace.json.gz"));
+  const TraceAnalysis& a = Analyse(Data("resnet50_num_workers_4.pt.trace.json.gz"));
   ASSERT_EQ(a.steps.size(), 6u);
   std::vector<double> ms;
   for (const auto& s : a.steps) ms.push_back(double(s.duration()) / 1e6);
@@ -108,7 +113,7 @@ TEST(TraceAnalysis, ResNetNumWorkers4MatchesIndependentFigures) {
 }
 
 TEST(TraceAnalysis, NcclTraceMatchesIndependentFigures) {
-  TraceAnalysis a = Analyse(Data("nccl_data.json.gz"));
+  const TraceAnalysis& a = Analyse(Data("nccl_data.json.gz"));
   ASSERT_EQ(a.steps.size(), 3u);
   EXPECT_EQ(a.rank, 0);
   EXPECT_EQ(a.world_size, 2);
