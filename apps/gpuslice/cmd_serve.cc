@@ -27,6 +27,12 @@ GPUSLICE_COMMAND(serve) {
                   "Use NVML when a driver is present, else simulate these devices");
   sub->add_option("--simulate-script", o->simulate_script,
                   "JSON file scripting simulated utilisation per job (tests, demos)");
+  auto* sync = new std::string("process");
+  sub->add_option("--sync", *sync,
+                  "Commit durability: 'process' (survives any daemon crash) or 'machine' "
+                  "(also power loss; one fsync per state change)")
+      ->check(CLI::IsMember({"process", "machine"}))
+      ->capture_default_str();
   sub->add_option("--grace", *grace, "SIGTERM to SIGKILL grace period")->capture_default_str();
   sub->add_option("--tick", *tick, "Control loop period")->capture_default_str();
   sub->add_option("--sample-interval", *sample, "Device sampling period")->capture_default_str();
@@ -43,6 +49,7 @@ GPUSLICE_COMMAND(serve) {
       }
       *out = *d;
     }
+    o->sync_machine = *sync == "machine";
     *exit_code = gpuslice::daemon::RunServe(*o);
   });
 }

@@ -279,8 +279,13 @@ class Daemon::Impl {
              fmt::format("job {} submitted by {} to queue '{}'", j.id.value(), j.user, j.queue));
     sched::Submit ev{now, j.id, j.user, j.queue, Request(j)};
     Feed(ev, batch, act);
-    GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
+    // One commit for "accepted" and "started": the first launch's pid commit carries this
+    // batch (its process may exec only after that commit), so a submission that starts at
+    // once costs one durable write, not two.
+    pending_ = &batch;
     LaunchReady();
+    pending_ = nullptr;
+    GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
     const JobRecord& out = jobs_.at(j.id);
     if (out.state == JobState::kRejected) {
       return Status(StatusCode::kResourceExhausted,
@@ -885,8 +890,27 @@ class Daemon::Impl {
   // Commits; then performs the side effects. A failed commit is fatal for the process: the
   // in-memory scheduler is ahead of the store, and only a restart (replaying the store)
   // makes them agree again.
+  // Moves a batch waiting for the next commit (see Submit) in front of `b`, keeping the
+  // journal in the order the scheduler saw the events.
+  void MergePending(store::WriteBatch& b) {
+    if (pending_ == nullptr || pending_ == &b) return;
+    store::WriteBatch p = std::move(*pending_);
+    *pending_ = store::WriteBatch{};
+    auto front = [](auto& into, auto& from) {
+      from.insert(from.end(), std::make_move_iterator(into.begin()),
+                  std::make_move_iterator(into.end()));
+      into = std::move(from);
+    };
+    front(b.jobs, p.jobs);
+    front(b.slices, p.slices);
+    front(b.events, p.events);
+    front(b.samples, p.samples);
+    front(b.journal, p.journal);
+  }
+
   Status CommitAndAct(store::WriteBatch& batch, Actions& act) {
     while (true) {
+      MergePending(batch);
       Status st = store_->Commit(batch);
       if (!st.ok()) {
         spdlog::critical("store commit failed: {}; exiting so a restart recovers", st.ToString());
@@ -1120,7 +1144,15 @@ class Daemon::Impl {
         AddEvent(b, j.id, "start", fmt::format("job {} started: pid {}, slice {} ({}){}", j.id.value(),
                                                ph.pid, s.id.value(), s.kind,
                                                note.empty() ? "" : "; " + note));
-        return store_->Commit(b);
+        MergePending(b);
+        Status st = store_->Commit(b);
+        if (!st.ok()) {
+          // Same rule as CommitAndAct: the store is the truth; restart from it.
+          spdlog::critical("store commit failed: {}; exiting so a restart recovers", st.ToString());
+          std::fflush(nullptr);
+          std::_Exit(70);
+        }
+        return st;
       });
       if (h.ok()) {
         Proc p;
@@ -1349,6 +1381,7 @@ class Daemon::Impl {
   std::map<JobId, MilliGpu> all_slices_share_;      // for reclaimed GPU-hours
   std::map<JobId, Proc> procs_;
   std::set<JobId> to_launch_;
+  store::WriteBatch* pending_ = nullptr;  // Submit's batch, committed with the first start
   std::map<int, devices::DeviceInfo> device_info_;
   std::map<int, devices::DeviceSample> latest_;
   std::map<SliceId, std::pair<int, Bytes>> slice_util_;  // sm percent, memory used

@@ -17,6 +17,7 @@ struct ServeOptions {
   std::string simulate;           // "8xH100-80GB": fake backend, never NVML
   std::string fallback_simulate;  // NVML when a driver is present, else simulate this
   std::string simulate_script;    // fake only: scripted utilisation (see DaemonOptions)
+  bool sync_machine = false;      // --sync machine: fsync every commit (power-loss safe)
   Micros grace = 10 * kSecond;
   Micros tick = 100 * kMillisecond;
   Micros sample_interval = kSecond;

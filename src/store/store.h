@@ -4,8 +4,9 @@
 // scheduler is rebuilt exactly). Two implementations: SQLite in WAL mode (sqlite_store.h) and
 // in memory (memory_store.h); one contract suite (tests/store/contract_test.cc) runs on both.
 //
-// Writes go through Commit(WriteBatch): all-or-nothing, and durable when it returns OK, so the
-// API acknowledges nothing that a crash could lose. Implementations are thread-safe.
+// Writes go through Commit(WriteBatch): all-or-nothing, and durable when it returns OK (against
+// a crash of the daemon always; against power loss with Sync::kMachine), so the API
+// acknowledges nothing that a crash could lose. Implementations are thread-safe.
 
 #include <cstdint>
 #include <memory>
@@ -144,8 +145,16 @@ class Store {
   virtual Status PutMeta(std::string_view key, std::string_view value) = 0;
 };
 
+// How hard Commit pushes a batch to disk (SQLite WAL either way).
+enum class Sync {
+  kProcess,  // synchronous=NORMAL: survives a crash or kill -9 of the daemon at any instant;
+             // the last commits may be lost if the machine loses power. No fsync per commit.
+  kMachine,  // synchronous=FULL: also survives power loss; one fsync per commit.
+};
+
 // Opens <state_dir>/gpuslice.db (creating the directory and schema as needed).
-Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir);
+Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir,
+                                               Sync sync = Sync::kMachine);
 std::unique_ptr<Store> NewMemoryStore();
 
 }  // namespace gpuslice::store
