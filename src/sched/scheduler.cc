@@ -996,18 +996,25 @@ class Scheduler::Impl {
   void OnReconfigureDone(const ReconfigureDone& e) {
     auto it = devices_.find(e.device);
     if (it == devices_.end() || !it->second.reconfiguring) return;
+    // A reported layout that is illegal for the model (or drops an instance in use) is treated
+    // as a failure: the books keep what they knew.
+    const DeviceModel* m = it->second.catalogue;
+    bool legal = m && ValidateLayout(*m, e.layout).ok();
+    for (const MigPlacement& used : InUse(it->second))
+      legal = legal && std::find(e.layout.begin(), e.layout.end(), used) != e.layout.end();
+    bool ok = e.ok && legal;
     Mutate(e.device, [&](DeviceView& d) {
       d.reconfiguring = false;
       d.draining = false;
       d.target_layout.clear();
-      if (e.ok) {
+      if (ok) {
         SetMode(d, DeviceMode::kMig);
         d.layout = e.layout;
-      } else if (d.mode == DeviceMode::kMig) {
+      } else if (d.mode == DeviceMode::kMig && legal) {
         d.layout = e.layout;  // what the device reports it has now
       }
     });
-    if (!e.ok) mig_broken_.insert(e.device);  // don't loop on a device that refuses
+    if (!ok) mig_broken_.insert(e.device);  // don't loop on a device that refuses
     Schedule(std::nullopt);
   }
 

@@ -454,6 +454,17 @@ TEST_F(SchedTest, MigFailedReconfigurationIsNotRetriedOnThatGpu) {
   EXPECT_THAT(h().scheduler().Pending(), SizeIs(1));
 }
 
+TEST_F(SchedTest, MigIllegalReportedLayoutCountsAsAFailure) {
+  h().AddHost("1xA100-40GB mig");
+  auto rc = Only<ReconfigureMig>(h().Submit("inference mem=4GiB"));
+  ASSERT_THAT(rc, SizeIs(1));
+  MigLayout bad{{rc[0].layout.at(0).profile_id, 1000}};  // no profile starts at slice 1000
+  auto ds = h().Feed(ReconfigureDone{0, rc[0].device, true, bad, ""});
+  EXPECT_THAT(Only<StartSlice>(ds), SizeIs(0));
+  EXPECT_TRUE(h().scheduler().devices().begin()->second.layout.empty());
+  EXPECT_THAT(h().scheduler().Pending(), SizeIs(1));
+}
+
 TEST_F(SchedTest, MigDrainWaitsForRunningSlicesUnderTheWaitPolicy) {
   h().AddHost("1xA100-40GB");
   ASSERT_THAT(Only<StartSlice>(h().Submit("interactive gpu=250m")), SizeIs(1));
