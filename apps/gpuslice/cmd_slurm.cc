@@ -1,4 +1,5 @@
 // `gpuslice slurm ...`: cluster mode on Slurm (src/slurm). Thin shell: flags -> slurm/cli.h.
+#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -22,16 +23,23 @@ int ExitFor(const gpuslice::Status& s) {
   }
 }
 
-void AddSlurmFlags(CLI::App* sub, gpuslice::slurm::SlurmContext& ctx, std::shared_ptr<std::string> timeout) {
-  sub->add_option("--slurm-conf", ctx.slurm_conf, "slurm.conf to use (sets SLURM_CONF for the Slurm commands)");
+// Adds --slurm-conf and --slurm-timeout to `sub`; its callback fills flags->slurm from them and
+// runs `run`.
+template <typename Flags>
+void RunWithSlurm(CLI::App* sub, std::shared_ptr<Flags> flags, int* exit_code,
+                  std::function<gpuslice::Status(const Flags&)> run) {
+  auto timeout = std::make_shared<std::string>("10s");
+  sub->add_option("--slurm-conf", flags->slurm.slurm_conf, "slurm.conf to use (sets SLURM_CONF for the Slurm commands)");
   sub->add_option("--slurm-timeout", *timeout, "deadline for each Slurm command")->capture_default_str();
-}
-
-gpuslice::Status ApplyTimeout(gpuslice::slurm::SlurmContext& ctx, const std::string& timeout) {
-  auto t = gpuslice::ParseDuration(timeout);
-  if (!t.ok() || *t <= 0) return gpuslice::InvalidArgument("--slurm-timeout = '" + timeout + "': expected e.g. 10s");
-  ctx.timeout = *t;
-  return gpuslice::Status::Ok();
+  sub->callback([flags, timeout, exit_code, run] {
+    auto t = gpuslice::ParseDuration(*timeout);
+    if (!t.ok() || *t <= 0) {
+      *exit_code = ExitFor(gpuslice::InvalidArgument("--slurm-timeout = '" + *timeout + "': expected e.g. 10s"));
+      return;
+    }
+    flags->slurm.timeout = *t;
+    *exit_code = ExitFor(run(*flags));
+  });
 }
 
 }  // namespace
@@ -83,7 +91,6 @@ GPUSLICE_COMMAND(slurm) {
 
   // --- slurm submit ----------------------------------------------------------------------
   auto sf = std::make_shared<gs::SubmitFlags>();
-  auto submit_timeout = std::make_shared<std::string>("10s");
   auto* submit = slurm->add_subcommand("submit", "Submit a job with sbatch, routed by queue (partition, GRES, time)");
   submit->footer(
       "Examples:\n"
@@ -101,15 +108,10 @@ GPUSLICE_COMMAND(slurm) {
   submit->add_option("--output", sf->output, "output file (Slurm patterns such as %j allowed)");
   submit->add_flag("--dry-run", sf->dry_run, "print the sbatch command and script instead of submitting");
   submit->add_option("command", sf->command, "command to run (after --)")->required();
-  AddSlurmFlags(submit, sf->slurm, submit_timeout);
-  submit->callback([sf, submit_timeout, exit_code] {
-    gpuslice::Status st = ApplyTimeout(sf->slurm, *submit_timeout);
-    *exit_code = ExitFor(st.ok() ? gs::RunSlurmSubmit(*sf, std::cout) : st);
-  });
+  RunWithSlurm<gs::SubmitFlags>(submit, sf, exit_code, [](const gs::SubmitFlags& f) { return gs::RunSlurmSubmit(f, std::cout); });
 
   // --- slurm ps --------------------------------------------------------------------------
   auto pf = std::make_shared<gs::PsFlags>();
-  auto ps_timeout = std::make_shared<std::string>("10s");
   auto* ps = slurm->add_subcommand("ps", "List Slurm jobs with their GPU utilisation (from the agents' /metrics)");
   ps->footer(
       "Examples:\n"
@@ -118,15 +120,10 @@ GPUSLICE_COMMAND(slurm) {
   ps->add_option("-p,--partition", pf->partitions, "only these partitions");
   ps->add_flag("-a,--all", pf->all, "include finished jobs slurmctld still remembers");
   ps->add_option("--metrics", pf->metrics_urls, "an agent's /metrics URL (repeatable)");
-  AddSlurmFlags(ps, pf->slurm, ps_timeout);
-  ps->callback([pf, ps_timeout, exit_code] {
-    gpuslice::Status st = ApplyTimeout(pf->slurm, *ps_timeout);
-    *exit_code = ExitFor(st.ok() ? gs::RunSlurmPs(*pf, std::cout) : st);
-  });
+  RunWithSlurm<gs::PsFlags>(ps, pf, exit_code, [](const gs::PsFlags& f) { return gs::RunSlurmPs(f, std::cout); });
 
   // --- slurm agent -----------------------------------------------------------------------
   auto af = std::make_shared<gs::AgentFlags>();
-  auto agent_timeout = std::make_shared<std::string>("10s");
   auto* agent = slurm->add_subcommand("agent", "Node agent: per-job GPU utilisation on /metrics, idle reclaim");
   agent->footer(
       "Examples:\n"
@@ -141,9 +138,5 @@ GPUSLICE_COMMAND(slurm) {
   agent->add_option("--nodes", af->nodes, "Slurm node names this agent serves (default: all)")->delimiter(',');
   agent->add_option("--interval", af->interval, "sampling round")->capture_default_str();
   agent->add_option("--hostname", af->hostname, "Hostname label on metrics (default: gethostname)");
-  AddSlurmFlags(agent, af->slurm, agent_timeout);
-  agent->callback([af, agent_timeout, exit_code] {
-    gpuslice::Status st = ApplyTimeout(af->slurm, *agent_timeout);
-    *exit_code = ExitFor(st.ok() ? gs::RunSlurmAgent(*af, std::cerr) : st);
-  });
+  RunWithSlurm<gs::AgentFlags>(agent, af, exit_code, [](const gs::AgentFlags& f) { return gs::RunSlurmAgent(f, std::cerr); });
 }
