@@ -62,8 +62,8 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
   const std::string nodes_path =
       o.nodes.empty() ? (trace.parent_path() / "openb_node_list_gpu_node.csv").string() : o.nodes;
   ReadOptions ro{o.skip_bad_rows};
-  GPUSLICE_ASSIGN_OR_RETURN(NodeList nodes, ReadOpenbNodes(nodes_path, ro));
   GPUSLICE_ASSIGN_OR_RETURN(PodList pods, ReadOpenbPods(o.trace, ro));
+  GPUSLICE_ASSIGN_OR_RETURN(NodeList nodes, ReadOpenbNodes(nodes_path, ro));
   for (const auto* sk : {&nodes.skipped, &pods.skipped}) {
     if (sk->count == 0) continue;
     err << fmt::format("warning: skipped {} bad row(s) ({}); first: {}\n", sk->count,
@@ -95,7 +95,7 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
   }
   const std::size_t inflated = ArrivalOrder(in.pods, o.seeds.front(), o.inflation, capacity).size();
   out << fmt::format("FGD protocol on {}: {} nodes ({} GPUs), {} pods -> {} after inflation to {:.0f}% "
-                     "(seed {}), {} typical shapes, seeds {}..{} ({} runs per policy)\n",
+                     "(seed {}), {} typical shapes, seeds {}..{} ({} run(s) per policy)\n",
                      result.workload, gpu_nodes, capacity / kOneGpu, in.pods.size(), inflated,
                      o.inflation * 100, o.seeds.front(), in.shapes.size(), o.seeds.front(),
                      o.seeds.back(), o.seeds.size());

@@ -99,7 +99,7 @@ std::string SvgLinePlot(const PlotSpec& spec, const std::vector<Series>& series)
   for (double y = std::ceil(y0 / ystep) * ystep; y <= y1; y += ystep) {
     svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
                        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:g}</text>\n",
-                       kLeft, py(y), kLeft + pw, py(y), kLeft - 6, py(y) + 4, y);
+                       kLeft, py(y), kLeft + pw, py(y), kLeft - 6, py(y) + 4, std::abs(y) < 1e-9 ? 0.0 : y);
   }
   const double xstep = spec.log_x ? 1 : TickStep(x1 - x0);
   for (double x = std::ceil(x0 / xstep) * xstep; x <= x1 + 1e-9; x += xstep) {
