@@ -217,7 +217,16 @@ Evidence EvidenceFromRecording(const Recording& rec) {
     e.main_iowait_share = static_cast<double>(iowait) / static_cast<double>(main_n);
     e.main_running_share = static_cast<double>(running) / static_cast<double>(main_n);
   }
+  // Workers while stepping (start-up helpers such as pyenv's are not data-loader workers).
   e.workers = rec.max_workers;
+  if (e.steps > 0) {
+    Micros lo = rec.steps.front().start, hi = rec.steps.back().end.value_or(rec.end);
+    int w = 0;
+    for (const Sample& s : rec.samples) {
+      if (s.t >= lo && s.t <= hi) w = std::max(w, s.workers);
+    }
+    e.workers = w;
+  }
   if (!e.memory_total) e.memory_peak.reset();
   return e;
 }

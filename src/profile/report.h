@@ -20,7 +20,8 @@ namespace gpuslice::profile {
 // Several ranks: phase times are summed over ranks (so shares are averages weighted by step
 // time), kernel figures likewise; memory is the highest peak of any rank.
 Evidence EvidenceFromTraces(const std::vector<TraceAnalysis>& ranks);
-// Step markers give the data-loading share; GPU busy is the mean NVML utilisation.
+// Step markers give the data-loading share; GPU busy is the mean NVML utilisation; workers
+// are counted while stepping when there are markers.
 Evidence EvidenceFromRecording(const Recording& rec);
 
 std::string TraceReportText(const std::vector<TraceAnalysis>& ranks, const std::vector<Finding>& findings);

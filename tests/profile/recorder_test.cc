@@ -90,6 +90,7 @@ TEST(Recorder, InputBoundLoaderIsDiagnosedInputBound) {
   EXPECT_EQ(r.findings[0].id, "input-bound");
   EXPECT_EQ(r.findings[0].severity, Severity::kHigh);
   EXPECT_THAT(Ids(r.findings), testing::Not(testing::Contains("gpu-bound")));
+  EXPECT_EQ(r.evidence.workers, 0);  // a generator in the main process: no loader workers
   // While stepping the main process mostly sleeps (waiting on its loader).
   int sleeping = 0, in_steps = 0;
   for (const auto& s : r.rec.samples) {
