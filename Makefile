@@ -4,7 +4,7 @@ BUILD_ASAN ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan run test test-fast test-asan bench clean
+.PHONY: all deps build build-asan run sim test test-asan bench clean
 
 all: build
 
@@ -28,6 +28,10 @@ run: build
 	scripts/run
 
 # Every test, in the normal build.
+# The simulator: the FGD paper's protocol on the bundled openb trace, every policy, seeds 42-51.
+sim: build
+	$(BUILD)/apps/gpuslice/gpuslice sim fgd
+
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 

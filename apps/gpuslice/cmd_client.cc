@@ -3,8 +3,11 @@
 #include <cstdio>
 #include <memory>
 
+#include <iostream>
+
 #include "api/cli.h"
 #include "registry.h"
+#include "slurm/cli.h"
 
 namespace {
 
@@ -36,6 +39,20 @@ std::shared_ptr<api::ClientFlags> AddClientFlags(CLI::App* sub) {
   return f;
 }
 
+// --slurm / --policy / --slurm-conf: route to cluster mode (src/slurm) instead of the daemon.
+struct SlurmRoute {
+  bool enabled = false;
+  std::string policy;
+  std::string slurm_conf;
+};
+std::shared_ptr<SlurmRoute> AddSlurmFlags(CLI::App* sub) {
+  auto r = std::make_shared<SlurmRoute>();
+  sub->add_flag("--slurm", r->enabled, "Cluster mode: go through Slurm (sbatch/squeue), not the daemon");
+  sub->add_option("--policy", r->policy, "With --slurm: gpuslice queue policy (TOML); default built-in");
+  sub->add_option("--slurm-conf", r->slurm_conf, "With --slurm: slurm.conf to use");
+  return r;
+}
+
 }  // namespace
 
 GPUSLICE_COMMAND(submit) {
@@ -52,14 +69,29 @@ GPUSLICE_COMMAND(submit) {
   sub->add_option("--kind", s->kind, "Slice kind: whole | mig | mps | shared (queue default)");
   sub->add_option("--model", s->model, "Device model, e.g. H100-80GB");
   sub->add_option("command", s->command, "The command, after --")->required();
+  auto route = AddSlurmFlags(sub);
   sub->footer(
       "Examples:\n"
       "  gpuslice submit -- python notebook_server.py                # interactive, 0.25 GPU\n"
       "  gpuslice submit --fraction 0.5 --mem 20GiB --time 4h -- python dev.py\n"
       "  gpuslice submit --queue training --gpus 4 -- torchrun train.py\n"
-      "  gpuslice submit --queue inference --mem 10GiB -- python serve.py   # MIG sized to 10GiB");
+      "  gpuslice submit --queue inference --mem 10GiB -- python serve.py   # MIG sized to 10GiB\n"
+      "  gpuslice submit --slurm --queue training --gpus 2 -- python train.py  # via sbatch");
   sub->callback([=] {
     if (g->count() > 0) s->gpus = *gpus;
+    if (route->enabled) {
+      gpuslice::slurm::SubmitFlags sf;
+      sf.policy = route->policy;
+      sf.slurm.slurm_conf = route->slurm_conf;
+      sf.queue = s->queue;
+      sf.gpus = s->gpus.value_or(0);
+      sf.fraction = s->fraction;
+      sf.memory = s->mem;
+      sf.time = s->time;
+      sf.command = s->command;
+      *exit_code = ExitFor(gpuslice::slurm::RunSlurmSubmit(sf, std::cout));
+      return;
+    }
     *exit_code = ExitFor(api::Submit(*c, *s));
   });
 }
@@ -73,8 +105,22 @@ GPUSLICE_COMMAND(ps) {
   sub->add_flag("--all,-a", *all, "Include ended jobs");
   sub->add_option("--user,-u", *user, "Only this user's jobs");
   sub->add_option("--state", *state, "Only jobs in this state (pending, running, ...)");
-  sub->footer("Examples:\n  gpuslice ps\n  gpuslice ps --all --user alice\n  gpuslice ps --json");
-  sub->callback([=] { *exit_code = ExitFor(api::Ps(*c, *all, *user, *state)); });
+  auto route = AddSlurmFlags(sub);
+  auto metrics = std::make_shared<std::vector<std::string>>();
+  sub->add_option("--metrics", *metrics, "With --slurm: an agent's /metrics URL (repeatable)");
+  sub->footer("Examples:\n  gpuslice ps\n  gpuslice ps --all --user alice\n  gpuslice ps --json\n"
+              "  gpuslice ps --slurm --metrics http://gpu1:9400/metrics");
+  sub->callback([=] {
+    if (route->enabled) {
+      gpuslice::slurm::PsFlags pf;
+      pf.all = *all;
+      pf.metrics_urls = *metrics;
+      pf.slurm.slurm_conf = route->slurm_conf;
+      *exit_code = ExitFor(gpuslice::slurm::RunSlurmPs(pf, std::cout));
+      return;
+    }
+    *exit_code = ExitFor(api::Ps(*c, *all, *user, *state));
+  });
 }
 
 GPUSLICE_COMMAND(show) {

@@ -42,6 +42,34 @@ void RunWithSlurm(CLI::App* sub, std::shared_ptr<Flags> flags, int* exit_code,
   });
 }
 
+// The node agent's flags and callback; shared by `gpuslice slurm agent` and `gpuslice agent
+// --slurm` (the spelling issue 7 and docs/slurm.md use).
+void AddAgentCommand(CLI::App* parent, const char* name, const std::string& spelled, int* exit_code,
+                     bool needs_slurm_flag) {
+  namespace gs = gpuslice::slurm;
+  auto af = std::make_shared<gs::AgentFlags>();
+  auto* agent = parent->add_subcommand(name, "Node agent: per-job GPU utilisation on /metrics, idle reclaim");
+  agent->footer(
+      "Examples:\n"
+      "  " + spelled + " --policy /etc/gpuslice/gpuslice.toml --listen 0.0.0.0:9400\n"
+      "  " + spelled + " --backend fake --simulate 2xH100-80GB --simulate-script gpus.sim --interval 1s\n"
+      "Simulate script lines: '<device> <pid> <sm-util-percent> [<memory>]'. Stops on SIGINT/SIGTERM.");
+  if (needs_slurm_flag) {
+    // Only the Slurm agent exists; the flag keeps room for a future standalone mode.
+    static bool slurm_mode = false;  // outlives parsing; the command is registered once
+    agent->add_flag("--slurm", slurm_mode, "run as the Slurm node agent (required)")->required();
+  }
+  agent->add_option("--policy", af->policy, "gpuslice queue policy (TOML); default: the built-in queues");
+  agent->add_option("--backend", af->backend, "device backend: nvml or fake")->capture_default_str();
+  agent->add_option("--simulate", af->simulate, "fake backend devices, e.g. 2xH100-80GB")->capture_default_str();
+  agent->add_option("--simulate-script", af->simulate_script, "fake backend: GPU processes file, re-read on change");
+  agent->add_option("--listen", af->listen, "HOST:PORT for /metrics (port 0: any)")->capture_default_str();
+  agent->add_option("--nodes", af->nodes, "Slurm node names this agent serves (default: all)")->delimiter(',');
+  agent->add_option("--interval", af->interval, "sampling round")->capture_default_str();
+  agent->add_option("--hostname", af->hostname, "Hostname label on metrics (default: gethostname)");
+  RunWithSlurm<gs::AgentFlags>(agent, af, exit_code, [](const gs::AgentFlags& f) { return gs::RunSlurmAgent(f, std::cerr); });
+}
+
 }  // namespace
 
 GPUSLICE_COMMAND(slurm) {
@@ -122,21 +150,10 @@ GPUSLICE_COMMAND(slurm) {
   ps->add_option("--metrics", pf->metrics_urls, "an agent's /metrics URL (repeatable)");
   RunWithSlurm<gs::PsFlags>(ps, pf, exit_code, [](const gs::PsFlags& f) { return gs::RunSlurmPs(f, std::cout); });
 
-  // --- slurm agent -----------------------------------------------------------------------
-  auto af = std::make_shared<gs::AgentFlags>();
-  auto* agent = slurm->add_subcommand("agent", "Node agent: per-job GPU utilisation on /metrics, idle reclaim");
-  agent->footer(
-      "Examples:\n"
-      "  gpuslice slurm agent --policy /etc/gpuslice/gpuslice.toml --listen 0.0.0.0:9400\n"
-      "  gpuslice slurm agent --backend fake --simulate 2xH100-80GB --simulate-script gpus.sim --interval 1s\n"
-      "Simulate script lines: '<device> <pid> <sm-util-percent> [<memory>]'. Stops on SIGINT/SIGTERM.");
-  agent->add_option("--policy", af->policy, "gpuslice queue policy (TOML); default: the built-in queues");
-  agent->add_option("--backend", af->backend, "device backend: nvml or fake")->capture_default_str();
-  agent->add_option("--simulate", af->simulate, "fake backend devices, e.g. 2xH100-80GB")->capture_default_str();
-  agent->add_option("--simulate-script", af->simulate_script, "fake backend: GPU processes file, re-read on change");
-  agent->add_option("--listen", af->listen, "HOST:PORT for /metrics (port 0: any)")->capture_default_str();
-  agent->add_option("--nodes", af->nodes, "Slurm node names this agent serves (default: all)")->delimiter(',');
-  agent->add_option("--interval", af->interval, "sampling round")->capture_default_str();
-  agent->add_option("--hostname", af->hostname, "Hostname label on metrics (default: gethostname)");
-  RunWithSlurm<gs::AgentFlags>(agent, af, exit_code, [](const gs::AgentFlags& f) { return gs::RunSlurmAgent(f, std::cerr); });
+  // --- slurm agent (also `gpuslice agent --slurm`, below) ----------------------------------
+  AddAgentCommand(slurm, "agent", "gpuslice slurm agent", exit_code, /*needs_slurm_flag=*/false);
+}
+
+GPUSLICE_COMMAND(agent) {
+  AddAgentCommand(&app, "agent", "gpuslice agent --slurm", exit_code, /*needs_slurm_flag=*/true);
 }
