@@ -13,6 +13,7 @@ GPUSLICE_COMMAND(profile) {
       "  gpuslice profile --out prof --interval 50ms -- python train.py\n"
       "  gpuslice profile --pid 4242 --duration 60s           attach to a running job\n"
       "  gpuslice profile --trace rank0.json.gz,rank1.json.gz  analyse torch.profiler traces\n"
+      "  gpuslice profile --job 42                            what `gpuslice serve` recorded for job 42\n"
       "  gpuslice profile --simulate 1xH100-80GB --simulate-util 30% -- python train.py\n"
       "Mark steps in Python with gpuslice_steps (on PYTHONPATH under profile): \n"
       "  for batch in gpuslice_steps.steps(loader): ...\n"
@@ -23,7 +24,8 @@ GPUSLICE_COMMAND(profile) {
   auto util = std::make_shared<std::string>();
   sub->add_option("--trace", opts->traces, "Kineto trace(s) (.json or .json.gz), one per rank")->delimiter(',');
   sub->add_option("--pid", opts->pid, "attach to this running process");
-  sub->add_option("--job", opts->job, "use what the daemon recorded for this job (not available yet)");
+  sub->add_option("--job", opts->job, "use what the daemon recorded for this job (GPU figures only)");
+  sub->add_option("--socket", opts->socket, "daemon socket for --job (default $GPUSLICE_SOCKET or /run/gpuslice/gpuslice.sock)");
   sub->add_option("--out", opts->out_dir, "write report.json and timeline.svg (and steps.jsonl) here");
   sub->add_option("--interval", *interval, "sampling interval (default 100ms = 10 Hz)");
   sub->add_option("--duration", *duration, "stop recording after this long (default: when the program ends)");

@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -541,7 +544,9 @@ class Daemon::Impl {
       if (j.state != JobState::kReclaimed) continue;
       auto s = all_slices_share_.find(j.id);
       double share = s != all_slices_share_.end() ? static_cast<double>(s->second) / kOneGpu : 0;
-      Micros until = j.deadline > 0 ? std::min(now, j.deadline) : now;
+      // The share was returned for the rest of the job's time limit (documented above), not
+      // only until now: reading it right after a reclaim must not show ~0.
+      Micros until = j.deadline > 0 ? j.deadline : now;
       hours += share * static_cast<double>(std::max<Micros>(0, until - j.end_time)) / kHour;
     }
     out += fmt::format("gpuslice_reclaimed_gpu_hours_total {:.6f}\n", hours);
@@ -1340,7 +1345,14 @@ class Daemon::Impl {
       ev.slices.push_back({sid, a.sm, a.mem, a.procs});
       slice_util_[sid] = {a.sm, a.used};
       Downsample(now, fmt::format("slice/{}", sid.value()), a.sm * 10, a.used, b);
+      if (auto sr = slices_.find(sid); sr != slices_.end()) {
+        auto& q = recent_[sr->second.job];
+        q.push_back({now, a.sm * 10, a.used});
+        if (q.size() > kRecentPoints) q.pop_front();
+      }
     }
+    // Bounded memory: the oldest jobs' raw series go first (their stored averages remain).
+    while (recent_.size() > kRecentJobs) recent_.erase(recent_.begin());
     Feed(ev, b, act);
   }
 
@@ -1356,6 +1368,83 @@ class Daemon::Impl {
       d = {};
     }
   }
+
+  struct Point {
+    Micros t = 0;
+    int util_permille = 0;
+    Bytes used = 0;
+  };
+  static constexpr size_t kRecentPoints = 3600;  // an hour at the default 1 s sample interval
+  static constexpr size_t kRecentJobs = 64;
+
+  // (Daemon::Samples; with the members it reads.)
+ public:
+  Result<Json> Samples(JobId id) const {
+    std::shared_lock lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+    const JobRecord& j = it->second;
+    // Every slice the job has held (a preempted job may have had several); the store has
+    // ended ones too.
+    GPUSLICE_ASSIGN_OR_RETURN(auto all, store_->ListSlices(false));
+    std::vector<SliceRecord> mine;
+    for (const auto& s : all) {
+      if (s.job == id) mine.push_back(s);
+    }
+    Json slices = Json::array();
+    Bytes total = 0;
+    std::string model;
+    for (const auto& s : mine) {
+      Bytes cap = s.memory_cap;
+      if (cap <= 0) {
+        for (int d : s.devices) {
+          auto di = device_info_.find(d);
+          if (di != device_info_.end()) cap += di->second.memory_total.value_or(0);
+        }
+      }
+      total = cap;  // the latest slice's
+      for (int d : s.devices) {
+        auto di = device_info_.find(d);
+        if (di != device_info_.end() && model.empty()) model = di->second.name;
+      }
+      slices.push_back({{"id", s.id.value()}, {"kind", s.kind}, {"devices", s.devices},
+                        {"memory_total", cap}});
+    }
+    auto rec = recent_.find(id);
+    Micros first_raw = rec != recent_.end() && !rec->second.empty()
+                           ? rec->second.front().t
+                           : std::numeric_limits<Micros>::max();
+    std::vector<std::tuple<Micros, int, Bytes, bool>> pts;
+    for (const auto& s : mine) {
+      GPUSLICE_ASSIGN_OR_RETURN(auto stored,
+                                store_->ListSamples(fmt::format("slice/{}", s.id.value()),
+                                                    j.submit_time));
+      for (const auto& p : stored) {
+        if (p.time < first_raw) pts.emplace_back(p.time, p.util_permille, p.memory_used, false);
+      }
+    }
+    if (rec != recent_.end()) {
+      for (const auto& p : rec->second) pts.emplace_back(p.t, p.util_permille, p.used, true);
+    }
+    std::sort(pts.begin(), pts.end());
+    Json samples = Json::array();
+    for (const auto& [t, u, used, raw] : pts) {
+      samples.push_back({{"t", t}, {"util_permille", u}, {"memory_used", used},
+                         {"downsampled", !raw}});
+    }
+    return Json{{"job", JobJson(j)},
+                {"simulated", opt_.simulated},
+                {"device_model", model},
+                {"memory_total", total},
+                {"slices", slices},
+                {"sample_interval_us", opt_.sample_interval},
+                {"downsample_window_us", opt_.downsample_window},
+                {"samples", samples}};
+  }
+
+
+ private:
+  std::map<JobId, std::deque<Point>> recent_;  // raw per-sample points, for profile --job
 
   struct Down {
     Micros start = 0;
@@ -1418,6 +1507,7 @@ std::string Daemon::Metrics() const { return impl_->Metrics(); }
 Result<std::string> Daemon::LogPath(JobId id) const { return impl_->LogPath(id); }
 bool Daemon::JobEnded(JobId id) const { return impl_->JobEnded(id); }
 Status Daemon::Authorize(const Caller& c, JobId id) const { return impl_->Authorize(c, id); }
+Result<Json> Daemon::Samples(JobId id) const { return impl_->Samples(id); }
 Status Daemon::CheckConsistency() const { return impl_->CheckConsistency(); }
 
 }  // namespace gpuslice::daemon

@@ -82,6 +82,10 @@ class Daemon {
   // Log file of a job and whether the job has ended (logs --follow stops then).
   Result<std::string> LogPath(JobId id) const;
   bool JobEnded(JobId id) const;
+  // The job's GPU utilisation and memory over time (for `gpuslice profile --job`): the raw
+  // per-sample points the daemon still holds in memory (the last kRecentPoints per job, lost
+  // at restart) preceded by the store's downsampled averages of the job's slices.
+  Result<Json> Samples(JobId id) const;
   // OK when `caller` may act on (cancel, read the log of) job `id`: its owner, root, or a
   // member of the configured admin group.
   Status Authorize(const Caller& caller, JobId id) const;

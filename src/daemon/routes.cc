@@ -175,6 +175,11 @@ api::Handler MakeApiHandler(Daemon& d) {
         if (req.method != "POST") return method_not_allowed();
         return FromResult(d.Cancel(caller, *id), sim);
       }
+      if (parts[3] == "samples") {
+        // Anyone may read, as with /metrics, which already shows every slice's utilisation.
+        if (req.method != "GET") return method_not_allowed();
+        return FromResult(d.Samples(*id), sim);
+      }
       if (parts[3] == "logs") {
         if (req.method != "GET") return method_not_allowed();
         return Logs(d, req, *id, caller);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "api/client.h"
 #include "devices/backend.h"
 #include "devices/fake.h"
 
@@ -510,6 +512,86 @@ std::string RecordingTimelineSvg(const Recording& rec) {
   return svg.Finish();
 }
 
+Result<Recording> RecordingFromJobSamples(const Json& body) {
+  // Exceptions stop at this parsing edge: any type mismatch is a clear error.
+  try {
+    const Json& job = body.at("job");
+    Recording rec;
+    rec.pid = job.value("pid", 0);
+    rec.main_pid = rec.pid;
+    std::string model = body.value("device_model", "");
+    const Json& slices = body.at("slices");
+    std::string where;
+    for (const Json& s : slices) {
+      if (!where.empty()) where += ", ";
+      where += fmt::format("slice {} ({})", s.at("id").get<std::int64_t>(), s.at("kind").get<std::string>());
+    }
+    rec.gpu_description = fmt::format("job {} {}{}{}", job.at("id").get<std::int64_t>(),
+                                      where.empty() ? "(never placed)" : "on " + where,
+                                      model.empty() ? "" : ", " + model,
+                                      body.value("simulated", false) ? " -- SIMULATED devices" : "");
+    Bytes total = body.value("memory_total", Bytes{0});
+    for (const Json& p : body.at("samples")) {
+      Sample smp;
+      smp.t = p.at("t").get<Micros>();
+      smp.gpu_util_permille = p.at("util_permille").get<int>();
+      smp.gpu_memory_used = p.at("memory_used").get<Bytes>();
+      if (total > 0) smp.gpu_memory_total = total;
+      rec.samples.push_back(smp);
+    }
+    if (!rec.samples.empty()) {
+      rec.start = rec.samples.front().t;
+      rec.end = rec.samples.back().t;
+    }
+    return rec;
+  } catch (const Json::exception& ex) {
+    return Internal(fmt::format("daemon's job samples: unexpected answer ({})", ex.what()));
+  }
+}
+
+std::string JobReportText(const Json& body, const Recording& rec, const Evidence& e,
+                          const std::vector<Finding>& findings) {
+  const Json& job = body.at("job");
+  std::string o = fmt::format("gpuslice profile: job {} ({}, queue {}, {}) as the daemon recorded it: {} samples over {:.1f} s\n",
+                              job.value("id", 0), job.value("user", std::string("?")), job.value("queue", std::string("?")),
+                              job.value("state", std::string("?")), rec.samples.size(),
+                              static_cast<double>(rec.end - rec.start) / 1e6);
+  if (rec.samples.empty()) {
+    o += "  no samples recorded yet (the daemon samples every second; try again once the job has run a while)\n";
+  } else {
+    o += fmt::format("  GPU: {}: mean utilisation {}", rec.gpu_description, e.gpu_busy_share ? Pct(*e.gpu_busy_share) : "n/a");
+    if (e.memory_peak && e.memory_total) o += fmt::format(", peak memory {} of {}", FormatBytes(*e.memory_peak), FormatBytes(*e.memory_total));
+    o += "\n";
+  }
+  o += "  GPU figures only: the daemon records no per-process CPU, I/O or step markers (run under `gpuslice profile -- CMD` for those)\n";
+  o += FindingsText(findings);
+  return o;
+}
+
+namespace {
+
+// --job: fetch the daemon's record and turn it into the same evidence as a recording.
+Status ProfileJob(const ProfileOptions& o, std::string* text, Json* report, std::string* svg) {
+  std::uint64_t id = 0;
+  auto [p, ec] = std::from_chars(o.job.data(), o.job.data() + o.job.size(), id);
+  if (ec != std::errc() || p != o.job.data() + o.job.size() || id == 0) {
+    return InvalidArgument(fmt::format("--job '{}': expected a positive job id", o.job));
+  }
+  api::ApiClient client(o.socket.empty() ? api::DefaultSocket() : o.socket);
+  GPUSLICE_ASSIGN_OR_RETURN(Json body, client.Get(fmt::format("/v1/jobs/{}/samples", id)));
+  GPUSLICE_ASSIGN_OR_RETURN(Recording rec, RecordingFromJobSamples(body));
+  Evidence e = EvidenceFromRecording(rec);
+  std::vector<Finding> findings = Diagnose(e);
+  *text = JobReportText(body, rec, e, findings);
+  *report = RecordingReportJson(rec, e, findings);
+  (*report)["kind"] = "job";
+  (*report)["job"] = body.at("job");
+  *svg = RecordingTimelineSvg(rec);
+  return Status::Ok();
+}
+
+}  // namespace
+
 std::string FindPythonHelperDir() {
   std::vector<std::filesystem::path> candidates;
   if (const char* env = std::getenv("GPUSLICE_PYTHON_DIR")) candidates.emplace_back(env);
@@ -530,10 +612,6 @@ Status RunProfile(const ProfileOptions& o, std::ostream& out) {
   if (modes != 1) {
     return InvalidArgument("profile: give exactly one of --trace FILE[,FILE...], --pid PID, --job ID or -- CMD...");
   }
-  if (!o.job.empty()) {
-    return Unsupported(fmt::format("--job {}: reading what the daemon recorded is not available yet; run the "
-                                   "program under `gpuslice profile -- CMD` or attach with --pid", o.job));
-  }
   if (!o.out_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.out_dir, ec);
@@ -541,7 +619,9 @@ Status RunProfile(const ProfileOptions& o, std::ostream& out) {
   }
   Json report;
   std::string svg, text;
-  if (!o.traces.empty()) {
+  if (!o.job.empty()) {
+    GPUSLICE_RETURN_IF_ERROR(ProfileJob(o, &text, &report, &svg));
+  } else if (!o.traces.empty()) {
     std::vector<TraceAnalysis> ranks;
     for (const std::string& path : o.traces) {
       GPUSLICE_ASSIGN_OR_RETURN(ParsedTrace parsed, ParseTraceFile(path));

@@ -40,7 +40,8 @@ struct ProfileOptions {
   std::vector<std::string> traces;   // --trace: analyse these (one per rank)
   std::vector<std::string> command;  // -- CMD...: run and record
   int pid = 0;                       // --pid: attach and record
-  std::string job;                   // --job: what the daemon recorded (not available yet)
+  std::string job;                   // --job: what the daemon recorded for this job
+  std::string socket;                // --socket for --job ("" : $GPUSLICE_SOCKET or default)
   std::string out_dir;               // --out: report.json + timeline.svg (+ steps.jsonl)
   Micros interval = 100 * kMillisecond;
   Micros duration = 0;               // --duration: stop recording after this long (0: never)
@@ -51,12 +52,20 @@ struct ProfileOptions {
   bool json_to_stdout = false;       // --json: print the JSON report instead of text
 };
 
+// `gpuslice profile --job`: the daemon's answer to GET /v1/jobs/ID/samples (docs/api.md) as a
+// Recording with GPU figures only (utilisation, memory used and the slice's memory; no /proc
+// data, no step markers). Malformed answers are an error naming the field.
+Result<Recording> RecordingFromJobSamples(const nlohmann::json& body);
+std::string JobReportText(const nlohmann::json& body, const Recording& rec, const Evidence& e,
+                          const std::vector<Finding>& findings);
+
 // Where gpuslice_steps.py lives: $GPUSLICE_PYTHON_DIR, else <exe dir>/../share/gpuslice/python
 // (installed), else the source tree's python/ (build tree). Empty when none has it.
 std::string FindPythonHelperDir();
 
 // Does everything the command does; writes the report to `out`. Errors: bad input
-// (InvalidArgument), missing device/driver (Unavailable), --job (Unsupported for now).
+// (InvalidArgument), missing device/driver (Unavailable), --job: no such job (NotFound), no
+// daemon (Unavailable).
 Status RunProfile(const ProfileOptions& options, std::ostream& out);
 
 }  // namespace gpuslice::profile

@@ -263,6 +263,60 @@ TEST(DaemonE2E, IdleReclaimTakesOnlyTheIdleJob) {
       << "the reclaimed share counts";
 }
 
+TEST(DaemonE2E, ProfileJobDiagnosesWhatTheDaemonRecorded) {
+  DaemonHarness h("profile", kConfig, {"--simulate-script", DaemonHarness::kScript});
+  // Job 1 is under-used with its memory nearly full; job 2 keeps its GPU busy.
+  h.WriteScript({{"jobs", {{"1", {{"sm", 30}, {"memory", "76GiB"}}},
+                           {"2", {{"sm", 90}, {"memory", "10GiB"}}}}}});
+  h.Start();
+  auto low = h.Submit({"sleep", "60"}, {{"queue", "training"}});
+  auto busy = h.Submit({"sleep", "60"}, {{"queue", "training"}});
+  ASSERT_EQ(low, 1u);
+  ASSERT_EQ(busy, 2u);
+  h.WaitJob(low, Running);
+  h.WaitJob(busy, Running);
+  auto c = h.Client();
+  size_t seen = 0;
+  for (int i = 0; i < 150 && seen < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto a = c.Get("/v1/jobs/1/samples");
+    auto b = c.Get("/v1/jobs/2/samples");
+    ASSERT_TRUE(a.ok() && b.ok());
+    seen = std::min((*a)["samples"].size(), (*b)["samples"].size());
+  }
+  ASSERT_GE(seen, 3u) << "the daemon samples every 200 ms here";
+  auto a = c.Get("/v1/jobs/1/samples");
+  ASSERT_TRUE(a.ok());
+  for (const auto& p : (*a)["samples"]) {
+    EXPECT_EQ(p["util_permille"], 300) << a->dump();
+    EXPECT_EQ(p["memory_used"], 76ll << 30) << a->dump();
+  }
+
+  std::string out;
+  ASSERT_EQ(h.Cli({"profile", "--job", std::to_string(low)}, &out), 0) << out;
+  EXPECT_NE(out.find("job 1 (") , std::string::npos) << out;
+  EXPECT_NE(out.find("mean utilisation 30.0%"), std::string::npos) << out;
+  EXPECT_NE(out.find("peak memory 76GiB"), std::string::npos) << out;
+  EXPECT_NE(out.find("GPU under-used"), std::string::npos) << out;
+  EXPECT_NE(out.find("Device memory nearly full"), std::string::npos) << out;
+  EXPECT_EQ(out.find("GPU-bound"), std::string::npos) << out;
+
+  ASSERT_EQ(h.Cli({"profile", "--job", std::to_string(busy), "--json"}, &out), 0) << out;
+  json report = json::parse(out, nullptr, false);
+  ASSERT_FALSE(report.is_discarded()) << out;
+  EXPECT_EQ(report["kind"], "job");
+  EXPECT_NEAR(report["gpu_busy_share"].get<double>(), 0.9, 1e-9) << out;
+  std::set<std::string> ids;
+  for (const auto& f : report["findings"]) ids.insert(f["id"].get<std::string>());
+  EXPECT_TRUE(ids.contains("gpu-bound")) << out;
+  EXPECT_FALSE(ids.contains("low-utilisation")) << out;
+  EXPECT_FALSE(ids.contains("memory")) << out;
+
+  EXPECT_EQ(h.Cli({"profile", "--job", "99"}, &out), 3) << out;  // kExitNotFound
+  EXPECT_NE(out.find("job 99"), std::string::npos) << out;
+  EXPECT_EQ(h.Cli({"profile", "--job", "x1"}, &out), 2) << out;  // kExitUsage
+}
+
 TEST(DaemonE2E, LogsFollowStreamsUntilTheJobEnds) {
   DaemonHarness h("follow", kConfig);
   h.Start();

@@ -110,13 +110,16 @@ TEST(RunProfile, RecordingModeWithSimulatedGpu) {
   std::filesystem::remove(prog);
 }
 
-TEST(RunProfile, JobIsNotAvailableYetAndModesAreExclusive) {
+TEST(RunProfile, JobNeedsTheDaemonAndModesAreExclusive) {
   ProfileOptions job;
   job.job = "42";
+  job.socket = TempDir("no-daemon.sock");
   std::ostringstream out;
   Status st = RunProfile(job, out);
-  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
-  EXPECT_THAT(st.message(), testing::HasSubstr("--job 42: reading what the daemon recorded is not available yet"));
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable);
+  EXPECT_THAT(st.message(), testing::HasSubstr("cannot reach the gpuslice daemon"));
+  job.job = "4x";
+  EXPECT_EQ(RunProfile(job, out).code(), StatusCode::kInvalidArgument);
   ProfileOptions none;
   EXPECT_EQ(RunProfile(none, out).code(), StatusCode::kInvalidArgument);
   ProfileOptions both;
@@ -128,6 +131,40 @@ TEST(RunProfile, JobIsNotAvailableYetAndModesAreExclusive) {
   Status b = RunProfile(bad, out);
   EXPECT_EQ(b.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(b.message(), testing::HasSubstr("/nonexistent.json.gz: cannot open"));
+}
+
+// What the daemon answers on GET /v1/jobs/ID/samples becomes a GPU-only recording with the
+// same diagnosis as a recording (the e2e test in tests/daemon goes through the real daemon).
+TEST(JobSamples, BecomeAGpuOnlyRecordingAndAreDiagnosed) {
+  nlohmann::json body = {
+      {"job", {{"id", 7}, {"user", "alice"}, {"queue", "training"}, {"state", "running"}, {"pid", 1234}}},
+      {"simulated", true}, {"device_model", "NVIDIA H100 80GB HBM3"}, {"memory_total", 80ll << 30},
+      {"slices", {{{"id", 3}, {"kind", "whole"}, {"devices", {0}}, {"memory_total", 80ll << 30}}}},
+      {"samples", nlohmann::json::array()}};
+  // 20% then 40% busy: mean 30%; memory peaks at 76 of 80 GiB (95%).
+  for (int i = 0; i < 4; ++i) {
+    body["samples"].push_back({{"t", 1'000'000 * i}, {"util_permille", i < 2 ? 200 : 400},
+                               {"memory_used", (i == 3 ? 76ll : 10ll) << 30}, {"downsampled", false}});
+  }
+  auto rec = RecordingFromJobSamples(body);
+  ASSERT_TRUE(rec.ok()) << rec.status().ToString();
+  ASSERT_EQ(rec->samples.size(), 4u);
+  EXPECT_EQ(rec->end - rec->start, 3'000'000);
+  Evidence e = EvidenceFromRecording(*rec);
+  ASSERT_TRUE(e.gpu_busy_share.has_value());
+  EXPECT_NEAR(*e.gpu_busy_share, 0.3, 1e-9);
+  std::vector<Finding> f = Diagnose(e);
+  std::string text = JobReportText(body, *rec, e, f);
+  EXPECT_THAT(text, testing::HasSubstr("job 7 (alice, queue training, running)"));
+  EXPECT_THAT(text, testing::HasSubstr("mean utilisation 30.0%, peak memory 76GiB of 80GiB"));
+  EXPECT_THAT(text, testing::HasSubstr("GPU under-used"));
+  EXPECT_THAT(text, testing::HasSubstr("Device memory nearly full"));
+  EXPECT_THAT(text, testing::Not(testing::HasSubstr("main process:")));
+
+  body["samples"][0].erase("util_permille");
+  auto bad = RecordingFromJobSamples(body);
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), testing::HasSubstr("util_permille"));
 }
 
 }  // namespace
