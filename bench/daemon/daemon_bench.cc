@@ -1,5 +1,5 @@
 // Daemon benchmark on a simulated 64-GPU host (8 x 8xH100-80GB worth of devices on one node),
-// through the real Unix socket, real SQLite store (WAL, synchronous=FULL) and real fork/exec:
+// through the real Unix socket, real SQLite store (WAL; --sync process and machine) and real fork/exec:
 //   1. submit -> start latency: POST /v1/jobs answers once the job's process exists and its
 //      pid is durable, so the POST round trip is the submit-to-start latency. p50 / p99.
 //      Target: p99 < 10 ms.
