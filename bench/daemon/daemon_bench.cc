@@ -74,6 +74,7 @@ Figures RunHost(gs::store::Sync sync, bool reads) {
   fs::path dir = fs::temp_directory_path() / ("daemon_bench_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  gs::store::KeepSqlitePageCacheFromChildren();  // as gpuslice serve does
   auto store = gs::store::OpenSqliteStore((dir / "state").string(), sync);
   auto backend = gs::devices::FakeBackend::Create("64xH100-80GB", gs::devices::SystemClock());
   if (!store.ok() || !backend.ok()) {
