@@ -3,10 +3,14 @@
 #include "registry.h"
 
 GPUSLICE_COMMAND(serve) {
-  auto* o = new gpuslice::daemon::ServeOptions();  // lives for the process
-  auto* grace = new std::string("10s");
-  auto* tick = new std::string("100ms");
-  auto* sample = new std::string("1s");
+  // Flag storage lives for the process (the command is registered once); statics, not leaked
+  // heap objects, so LeakSanitizer stays quiet in every gpuslice invocation.
+  static gpuslice::daemon::ServeOptions options;
+  static std::string grace_text("10s"), tick_text("100ms"), sample_text("1s"), sync_text("process");
+  auto* o = &options;
+  auto* grace = &grace_text;
+  auto* tick = &tick_text;
+  auto* sample = &sample_text;
   auto* sub = app.add_subcommand("serve", "Run the gpuslice daemon on this host");
   sub->footer(
       "Examples:\n"
@@ -27,7 +31,7 @@ GPUSLICE_COMMAND(serve) {
                   "Use NVML when a driver is present, else simulate these devices");
   sub->add_option("--simulate-script", o->simulate_script,
                   "JSON file scripting simulated utilisation per job (tests, demos)");
-  auto* sync = new std::string("process");
+  auto* sync = &sync_text;
   sub->add_option("--sync", *sync,
                   "Commit durability: 'process' (survives any daemon crash) or 'machine' "
                   "(also power loss; one fsync per state change)")
