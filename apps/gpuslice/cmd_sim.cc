@@ -11,7 +11,6 @@
 #include "sim/fgd_command.h"
 #include "sim/output.h"
 #include "sim/replay_command.h"
-#include "sim/replay_command.h"
 
 namespace {
 const std::string kDataDir = GPUSLICE_DATA_DIR;
@@ -38,7 +37,7 @@ std::vector<std::string> SplitList(std::string_view text) {
 }  // namespace
 
 GPUSLICE_COMMAND(sim) {
-  auto* sim = app.add_subcommand("sim", "Replay traces through the placement policies (simulated clock)");
+  auto* sim = app.add_subcommand("sim", "Replay traces through the scheduler and placement policies (simulated clock)");
   sim->require_subcommand(1);
 
   // --- sim fgd ---------------------------------------------------------------------------
@@ -108,30 +107,42 @@ GPUSLICE_COMMAND(sim) {
     std::string nodes;
     std::string cluster;
     std::string policies = "gpuslice";
+    std::string config;
+    std::uint64_t seed = 1;
     std::string out;
     bool skip_bad_rows = false;
   };
   auto r = std::make_shared<ReplayFlags>();
-  auto* replay = sim->add_subcommand("replay", "Online replay: arrivals, departures, queueing delay, allocation over time");
+  auto* replay = sim->add_subcommand(
+      "replay", "Online replay through the scheduler: queues, limits, idle reclaim, MIG, queueing delay, allocation");
   replay->footer(
-      "Trace: a generic CSV (submit,duration,gpus[,queue,memory,cpu,model,id,utilisation]; docs/sim.md)\n"
-      "or an openb pod list (creation_time/deletion_time).\n"
+      "Trace: a generic CSV (submit,duration,gpus[,queue,user,memory,cpu,model,id,utilisation]; docs/sim.md)\n"
+      "or an openb pod list (creation_time/deletion_time; rows go to the default queue).\n"
+      "Without --config every queue of the trace places with --policy and has no limits; with --config the\n"
+      "file's queues, limits and idle policies apply (and --policy, if given, replaces every queue's placement).\n"
       "Examples:\n"
       "  gpuslice sim replay --trace jobs.csv --cluster 100x8 --policy gpuslice,best-fit-fgd --out /tmp/r\n"
+      "  gpuslice sim replay --trace jobs.csv --cluster 16x8:A100-80GB --config /etc/gpuslice/gpuslice.toml\n"
       "  gpuslice sim replay --trace data/alibaba-gpu-v2023/openb_pod_list_default.csv \\\n"
       "      --nodes data/alibaba-gpu-v2023/openb_node_list_gpu_node.csv --policy fgd,gpuslice");
   replay->add_option("--trace", r->trace, "job trace CSV")->required();
   replay->add_option("--nodes", r->nodes, "openb node list CSV for the cluster");
   replay->add_option("--cluster", r->cluster, "synthetic cluster NODESxGPUS[:MODEL[:CPUS[:MEMORY]]] (default 1213x8)");
-  replay->add_option("--policy", r->policies, "comma-separated placement policies")->capture_default_str();
+  auto* policy_opt =
+      replay->add_option("--policy", r->policies, "comma-separated placement policies (one run each)")->capture_default_str();
+  replay->add_option("--config", r->config, "scheduler config TOML (gpuslice.toml): its queues, limits, idle policies");
+  replay->add_option("--seed", r->seed, "scheduler seed (random tie-breaks)")->capture_default_str();
   replay->add_option("--out", r->out, "directory for CSV of every metric and SVG plots");
   replay->add_flag("--skip-bad-rows", r->skip_bad_rows, "count and report bad trace rows instead of failing");
-  replay->callback([r, exit_code] {
+  replay->callback([r, policy_opt, exit_code] {
     gpuslice::sim::ReplayCommandOptions o;
     o.trace = r->trace;
     o.nodes = r->nodes;
     o.cluster = r->cluster;
-    o.policies = SplitList(r->policies);
+    // With a config, the queues keep their own placement unless --policy is given.
+    if (r->config.empty() || policy_opt->count() > 0) o.policies = SplitList(r->policies);
+    o.config = r->config;
+    o.seed = r->seed;
     o.out_dir = r->out;
     o.skip_bad_rows = r->skip_bad_rows;
     o.progress = gpuslice::sim::StderrIsTerminal();

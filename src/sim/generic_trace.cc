@@ -32,11 +32,16 @@ Result<ReplayJob> ParseJob(const CsvTable& t, std::int64_t row) {
     j.id = std::string(id);
   }
   if (j.id.empty()) j.id = "job-" + std::to_string(row);
+  j.where = fmt::format("{}:{}", t.path(), t.line());
   GPUSLICE_ASSIGN_OR_RETURN(j.submit, Seconds(t, "submit"));
   GPUSLICE_ASSIGN_OR_RETURN(j.duration, Seconds(t, "duration"));
   if (t.Has("queue")) {
     GPUSLICE_ASSIGN_OR_RETURN(std::string_view q, t.Field("queue"));
-    if (!q.empty()) j.queue = std::string(q);
+    j.queue = std::string(q);  // empty: the config's default queue
+  }
+  if (t.Has("user")) {
+    GPUSLICE_ASSIGN_OR_RETURN(std::string_view u, t.Field("user"));
+    j.user = std::string(u);
   }
   GPUSLICE_ASSIGN_OR_RETURN(std::string_view gpus, t.Field("gpus"));
   if (gpus == "0") {
@@ -119,7 +124,8 @@ Result<JobList> JobsFromOpenbPods(const PodList& pods, const ReadOptions& option
     j.id = p.name;
     j.submit = p.creation_s * kSecond;
     j.duration = (p.deletion_s - p.creation_s) * kSecond;
-    j.queue = p.qos.empty() ? "default" : p.qos;
+    j.where = fmt::format("pod '{}'", p.name);
+    // openb's qos (LS, BE, ...) is a Kubernetes class, not a gpuslice queue: the default queue.
     j.request = ToRequest(p);
     list.jobs.push_back(std::move(j));
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Job traces for the online replay:
 //  - the generic CSV for one's own history (format in docs/sim.md): a header row, then one job per
-//    line with columns submit, duration, gpus (required) and queue, memory, cpu, model, id,
+//    line with columns submit, duration, gpus (required) and queue, user, memory, cpu, model, id,
 //    utilisation (optional);
 //  - openb pod lists (creation_time / deletion_time as submit / end).
 // Values; thread-compatible.

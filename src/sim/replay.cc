@@ -3,170 +3,62 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <deque>
 #include <map>
 #include <queue>
 #include <set>
 #include <string>
-#include <unordered_map>
+#include <tuple>
 
+#include <fmt/format.h>
+
+#include "core/catalogue.h"
 #include "sched/placement/fgd_frag.h"
-#include "sim/placer.h"
+#include "sched/scheduler.h"
+#include "sim/placement_replay.h"
 
 namespace gpuslice::sim {
 namespace {
 
-std::string RequestKey(const sched::PlacementRequest& r) {
-  std::string k = std::to_string(r.cpu_milli) + "/" + std::to_string(r.host_memory) + "/" +
-                  std::to_string(r.num_gpus) + "/" + std::to_string(r.milli_per_gpu) + "/" +
-                  std::to_string(r.gpu_memory_per_gpu);
-  for (const std::string& m : r.allowed_models) k += "/" + m;
-  return k;
+constexpr std::string_view kDefaultQueue = "default";
+constexpr std::string_view kDefaultUser = "sim";
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+
+// The utilisation percent a job reports on every sample (unknown: busy).
+int ReportedPercent(const ReplayJob& j) {
+  return j.utilisation < 0 ? 100 : static_cast<int>(std::lround(j.utilisation * 100));
 }
 
-// Nodes in one state: the same model, capacities, free CPU and memory, and sorted GPU shares.
-struct State {
-  std::string model;
-  std::int64_t cpu_total = 0, cpu_free = 0;
-  Bytes mem_total = 0, mem_free = 0;
-  std::vector<sched::GpuView> gpus;  // sorted by free share, ascending
-  std::set<std::uint32_t> nodes;
-  struct Entry {
-    bool known = false;
-    bool refused = false;
-    double score = 0;
-    std::vector<int> gpus;  // canonical indices
-  };
-  std::vector<Entry> cache;  // per request class; a state never changes, so entries stay valid
-  sched::NodeView View() const {
-    sched::NodeView v;
-    v.model = model;
-    v.cpu_milli_free = cpu_free;
-    v.cpu_milli_total = cpu_total;
-    v.memory_free = mem_free;
-    v.memory_total = mem_total;
-    v.gpus = gpus;
-    return v;
-  }
-};
+// Whether a sample of `percent` SM and memory utilisation with one process counts as activity.
+// Mirrors the Scheduler's rule (sched/scheduler.cc OnSample); used only to decide which slices
+// need idle timers, while the Scheduler itself decides from the samples it is fed.
+bool CountsAsActive(const sched::IdlePolicy& idle, int percent) {
+  const int thr = idle.util_threshold_percent;
+  const bool busy = percent >= thr && percent > 0;
+  return (idle.activity.sm_utilisation && busy) || (idle.activity.memory_traffic && busy) ||
+         idle.activity.process_presence;
+}
 
-class StateIndex {
- public:
-  explicit StateIndex(const Cluster& c) : node_state_(c.size()), perm_(c.size()) {
-    for (std::size_t i = 0; i < c.size(); ++i) Update(c, static_cast<std::uint32_t>(i));
-  }
+}  // namespace
 
-  // Re-files node i after it changed.
-  void Update(const Cluster& c, std::uint32_t i) {
-    const SimNode& n = c.node(i);
-    std::vector<int>& perm = perm_[i];
-    perm.resize(n.gpus.size());
-    for (std::size_t g = 0; g < perm.size(); ++g) perm[g] = static_cast<int>(g);
-    std::stable_sort(perm.begin(), perm.end(),
-                     [&](int a, int b) { return n.gpus[a].free_milli < n.gpus[b].free_milli; });
-    std::string key = n.model + "|" + std::to_string(n.cpu_total) + "|" + std::to_string(n.cpu_free) + "|" +
-                      std::to_string(n.memory_total) + "|" + std::to_string(n.memory_free);
-    for (int g : perm) key += "|" + std::to_string(n.gpus[g].free_milli) + (n.gpus[g].usable ? "" : "u");
-    auto [it, added] = ids_.emplace(std::move(key), static_cast<int>(states_.size()));
-    if (added) {
-      State s;
-      s.model = n.model;
-      s.cpu_total = n.cpu_total;
-      s.cpu_free = n.cpu_free;
-      s.mem_total = n.memory_total;
-      s.mem_free = n.memory_free;
-      for (int g : perm) s.gpus.push_back(n.gpus[g]);
-      states_.push_back(std::move(s));
-    }
-    const int old = node_state_[i] - 1;
-    const int now = it->second;
-    if (old == now) return;
-    if (old >= 0) {
-      states_[old].nodes.erase(i);
-      if (states_[old].nodes.empty()) Deactivate(old);
-    }
-    if (states_[now].nodes.empty()) Activate(now);
-    states_[now].nodes.insert(i);
-    node_state_[i] = now + 1;
-  }
-
-  // Best node for `req` (class `klass`) over active states; ties: lowest node index.
-  std::optional<Chosen> Place(const sched::PlacementPolicy& policy, const sched::PlacementContext& ctx,
-                              const sched::PlacementRequest& req, int klass, std::uint64_t& scored) {
-    int best = -1;
-    double best_score = 0;
-    std::uint32_t best_node = 0;
-    for (int s : active_) {
-      State& st = states_[s];
-      if (static_cast<std::size_t>(klass) >= st.cache.size()) st.cache.resize(klass + 1);
-      State::Entry& e = st.cache[klass];
-      if (!e.known) {
-        e.known = true;
-        e.refused = !FitsState(st, req);
-        if (!e.refused) {
-          auto choice = policy.Score(req, st.View(), ctx);
-          ++scored;
-          e.refused = !choice.has_value();
-          if (choice) {
-            e.score = choice->score;
-            e.gpus = std::move(choice->gpu_indices);
-          }
-        }
-      }
-      if (e.refused) continue;
-      const std::uint32_t node = *st.nodes.begin();
-      if (best < 0 || e.score > best_score || (e.score == best_score && node < best_node)) {
-        best = s;
-        best_score = e.score;
-        best_node = node;
-      }
-    }
-    if (best < 0) return std::nullopt;
-    Chosen c;
-    c.node = best_node;
-    for (int g : states_[best].cache[klass].gpus) c.gpus.push_back(perm_[best_node][g]);
-    std::sort(c.gpus.begin(), c.gpus.end());
-    return c;
-  }
-
-  std::size_t states() const { return states_.size(); }
-
- private:
-  static bool FitsState(const State& s, const sched::PlacementRequest& req) {
-    if (s.cpu_free < req.cpu_milli || s.mem_free < req.host_memory) return false;
-    if (req.num_gpus == 0) return true;
-    if (!sched::ModelAllowed(req.allowed_models, s.model)) return false;
-    int enough = 0;
-    for (const sched::GpuView& g : s.gpus) enough += g.usable && g.free_milli >= req.milli_per_gpu ? 1 : 0;
-    return enough >= req.num_gpus;
-  }
-  void Activate(int s) {
-    pos_[s] = active_.size();
-    active_.push_back(s);
-  }
-  void Deactivate(int s) {
-    const std::size_t p = pos_[s];
-    pos_[active_.back()] = p;
-    active_[p] = active_.back();
-    active_.pop_back();
-    pos_.erase(s);
-  }
-
-  std::unordered_map<std::string, int> ids_;
-  std::vector<State> states_;
-  std::vector<int> node_state_;          // state id + 1 (0: none)
-  std::vector<std::vector<int>> perm_;   // canonical GPU -> node GPU
-  std::vector<int> active_;
-  std::unordered_map<int, std::size_t> pos_;
-};
-
-double Percentile(const std::vector<Micros>& sorted, double q) {
+double DelayPercentile(const std::vector<Micros>& sorted, double q) {
   if (sorted.empty()) return 0;
   const std::size_t rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
   return static_cast<double>(sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1]) / kSecond;
 }
 
-}  // namespace
+void SummariseDelays(ReplayResult& r) {
+  std::sort(r.delays.begin(), r.delays.end());
+  r.delay_p50_s = DelayPercentile(r.delays, 0.50);
+  r.delay_p95_s = DelayPercentile(r.delays, 0.95);
+  r.delay_p99_s = DelayPercentile(r.delays, 0.99);
+  double sum = 0;
+  for (Micros d : r.delays) sum += static_cast<double>(d);
+  r.delay_mean_s = r.delays.empty() ? 0 : sum / static_cast<double>(r.delays.size()) / kSecond;
+}
 
 std::vector<sched::WorkloadShape> ReplayShapes(const std::vector<ReplayJob>& jobs) {
   std::map<std::string, std::pair<const sched::PlacementRequest*, std::int64_t>> counts;
@@ -188,165 +80,378 @@ std::vector<sched::WorkloadShape> ReplayShapes(const std::vector<ReplayJob>& job
   return out;
 }
 
-ReplayResult RunReplay(Cluster cluster, std::vector<ReplayJob> jobs, const sched::PlacementPolicy& policy,
-                       std::span<const sched::WorkloadShape> shapes, const ReplayOptions& options,
-                       const std::function<void(double)>& progress) {
-  const auto t0 = std::chrono::steady_clock::now();
-  std::stable_sort(jobs.begin(), jobs.end(), [](const ReplayJob& a, const ReplayJob& b) { return a.submit < b.submit; });
-  ReplayResult r;
-  r.policy = std::string(policy.name());
-  r.jobs = static_cast<std::int64_t>(jobs.size());
-  if (jobs.empty()) return r;
+Result<sched::Config> ReplayConfig(std::string_view policy, const std::vector<ReplayJob>& jobs) {
+  std::set<std::string> names{std::string(kDefaultQueue)};
+  for (const ReplayJob& j : jobs)
+    if (!j.queue.empty()) names.insert(j.queue);
+  sched::Config c;
+  c.default_queue = std::string(kDefaultQueue);
+  for (const std::string& name : names) {  // std::set: sorted by name, as Config wants
+    sched::QueueConfig q;
+    q.name = name;
+    q.allowed_kinds = {sched::SliceKind::kWhole, sched::SliceKind::kShared};
+    q.default_kind = sched::SliceKind::kWhole;
+    q.placement = std::string(policy);
+    c.queues.push_back(std::move(q));
+  }
+  GPUSLICE_RETURN_IF_ERROR(sched::ValidateConfig(c));
+  return c;
+}
 
-  // Request classes, and whether each could ever fit (on some empty node).
-  std::vector<int> klass(jobs.size());
-  std::vector<char> ever_fits;
-  {
-    std::unordered_map<std::string, int> ids;
-    Cluster empty = cluster;
-    for (std::size_t j = 0; j < jobs.size(); ++j) {
-      auto [it, added] = ids.emplace(RequestKey(jobs[j].request), static_cast<int>(ids.size()));
-      if (added) {
-        bool fits = false;
-        for (std::size_t i = 0; i < empty.size() && !fits; ++i) fits = empty.Fits(jobs[j].request, i);
-        ever_fits.push_back(fits ? 1 : 0);
+sched::JobRequest ToJobRequest(const ReplayJob& job, const sched::QueueConfig& q) {
+  using sched::SliceKind;
+  const sched::PlacementRequest& p = job.request;
+  sched::JobRequest r;
+  SliceKind kind = q.default_kind;
+  if (p.num_gpus > 1 && kind != SliceKind::kWhole && q.Allows(SliceKind::kWhole)) kind = SliceKind::kWhole;
+  if (p.milli_per_gpu < kOneGpu && kind == SliceKind::kWhole) {
+    for (SliceKind k : {SliceKind::kShared, SliceKind::kMps, SliceKind::kMig}) {
+      if (q.Allows(k)) {
+        kind = k;
+        break;
       }
-      klass[j] = it->second;
     }
   }
+  r.kind = kind;
+  r.gpus = std::max(1, p.num_gpus);
+  if (kind != SliceKind::kWhole) {  // a whole slice takes whole devices: a fraction holds one
+    r.milli = std::min<MilliGpu>(p.milli_per_gpu, kOneGpu);
+    r.memory = p.gpu_memory_per_gpu;
+  }
+  if (p.allowed_models.size() == 1) {
+    if (auto m = FindModel(p.allowed_models.front()); m.ok()) r.model = (*m)->name;
+  }
+  return r;
+}
 
-  std::mt19937_64 rng(1);
-  sched::PlacementContext ctx{shapes, &rng};
-  const bool pure = ScoreIsPure(policy.name());
-  StateIndex index(cluster);
-  Placer placer(policy, ctx, TieBreak::kRandom, &rng);
-  auto place = [&](int j) -> std::optional<Chosen> {
-    if (pure) return index.Place(policy, ctx, jobs[j].request, klass[j], r.scored);
-    return placer.Place(cluster, jobs[j].request, -1);
-  };
-
-  struct Running {
-    Micros end;
-    int job;
-    bool operator>(const Running& o) const { return end != o.end ? end > o.end : job > o.job; }
-  };
-  std::priority_queue<Running, std::vector<Running>, std::greater<>> running;
-  std::vector<std::vector<int>> job_gpus(jobs.size());
-  std::vector<std::uint32_t> job_node(jobs.size());
-  std::vector<std::deque<int>> waiting(ever_fits.size());
-  std::set<std::pair<std::size_t, int>> waiting_classes;  // (index of the class's oldest job, class)
-  std::int64_t pending = 0;
-
-  Micros horizon = 0;
-  for (const ReplayJob& j : jobs) horizon = std::max(horizon, j.submit + j.duration);
-  const Micros start = jobs.front().submit;
-  const Micros step = std::max<Micros>(1, (horizon - start) / std::max(1, options.samples));
-  Micros next_sample = start;
-  Micros last_time = start;
-  double alloc_integral = 0;  // milli-GPU x us
-  const double capacity = static_cast<double>(cluster.capacity_milli());
-
-  auto start_job = [&](int j, const Chosen& c, Micros now) {
-    cluster.Apply(jobs[j].request, c.node, c.gpus, +1);
-    if (pure) index.Update(cluster, c.node);
-    job_gpus[j] = c.gpus;
-    job_node[j] = c.node;
-    running.push(Running{now + jobs[j].duration, j});
-    r.delays.push_back(now - jobs[j].submit);
-    ++r.started;
-    const double held = static_cast<double>(jobs[j].request.milli_per_gpu * jobs[j].request.num_gpus) / kOneGpu *
-                        static_cast<double>(jobs[j].duration) / kHour;
-    r.gpu_hours_held += held;
-    if (jobs[j].utilisation >= 0) {
-      r.gpu_hours_held_known += held;
-      r.gpu_hours_used += held * jobs[j].utilisation;
+Status CheckQueues(std::vector<ReplayJob>& jobs, const sched::Config& config, bool skip_bad_rows,
+                   SkippedRows& skipped) {
+  std::vector<std::string> names;
+  for (const sched::QueueConfig& q : config.queues) names.push_back(q.name);
+  std::vector<ReplayJob> kept;
+  kept.reserve(jobs.size());
+  for (ReplayJob& j : jobs) {
+    if (j.queue.empty() || config.FindQueue(j.queue)) {
+      kept.push_back(std::move(j));
+      continue;
     }
-  };
-  auto advance = [&](Micros now) {
-    while (next_sample <= now && next_sample <= horizon) {
-      double frag = 0;
-      for (std::size_t i = 0; i < cluster.size(); ++i) frag += sched::NodeFragmentation(cluster.View(i), shapes);
-      r.series.push_back(ReplaySample{next_sample, 100 * static_cast<double>(cluster.allocated_milli()) / capacity,
-                                      100 * frag / capacity, pending, static_cast<std::int64_t>(running.size())});
-      next_sample += step;
-    }
-    alloc_integral += static_cast<double>(cluster.allocated_milli()) * static_cast<double>(now - last_time);
-    last_time = now;
-  };
-  // After capacity was freed: each waiting class, oldest first, starts jobs until one does not fit.
-  auto retry = [&](Micros now) {
-    std::vector<std::pair<std::size_t, int>> order(waiting_classes.begin(), waiting_classes.end());
-    for (auto [head, k] : order) {
-      std::deque<int>& q = waiting[k];
-      bool moved = false;
-      while (!q.empty()) {
-        std::optional<Chosen> c = place(q.front());
-        if (!c) break;
-        start_job(q.front(), *c, now);
-        q.pop_front();
-        --pending;
-        moved = true;
-      }
-      if (moved) {
-        waiting_classes.erase({head, k});
-        if (!q.empty()) waiting_classes.insert({static_cast<std::size_t>(q.front()), k});
-      }
-    }
-  };
+    Status st = InvalidArgument(fmt::format("{}: column 'queue': value '{}' is not a queue of the config (queues: {})",
+                                            j.where.empty() ? "job '" + j.id + "'" : j.where, j.queue,
+                                            fmt::join(names, ", ")));
+    if (!skip_bad_rows) return st;
+    skipped.Add(st);
+  }
+  jobs = std::move(kept);
+  return Status::Ok();
+}
 
-  std::size_t next = 0;
-  std::size_t done_events = 0;
-  const double total_events = 2.0 * static_cast<double>(jobs.size());
-  while (next < jobs.size() || !running.empty()) {
-    const Micros t_arr = next < jobs.size() ? jobs[next].submit : INT64_MAX;
-    const Micros t_dep = running.empty() ? INT64_MAX : running.top().end;
-    if (t_dep <= t_arr) {
-      const Micros now = t_dep;
-      advance(now);
-      while (!running.empty() && running.top().end == now) {
-        const int j = running.top().job;
-        running.pop();
-        cluster.Apply(jobs[j].request, job_node[j], job_gpus[j], -1);
-        if (pure) index.Update(cluster, job_node[j]);
-        ++done_events;
-      }
-      if (pending > 0) retry(now);
-    } else {
-      const Micros now = t_arr;
-      advance(now);
-      const int j = static_cast<int>(next++);
-      ++done_events;
-      const int k = klass[j];
-      if (!ever_fits[k]) {
-        ++r.rejected;
-      } else if (waiting[k].empty()) {
-        std::optional<Chosen> c = place(j);
-        if (c) {
-          start_job(j, *c, now);
-        } else {
-          waiting[k].push_back(j);
-          waiting_classes.insert({static_cast<std::size_t>(j), k});
-          ++pending;
-        }
+namespace {
+
+// One replay: the Scheduler, the simulated clock's event queue, and the books kept from the
+// decisions (what runs where, for metrics).
+class Replay {
+ public:
+  Replay(const Cluster& cluster, std::vector<ReplayJob> jobs, const sched::Config& config,
+         std::span<const sched::WorkloadShape> shapes, const ReplayOptions& options)
+      : cluster_(cluster), jobs_(std::move(jobs)), shapes_(shapes), options_(options),
+        sched_(config, options.seed), run_(jobs_.size()), queue_of_(jobs_.size(), nullptr) {
+    std::stable_sort(jobs_.begin(), jobs_.end(),
+                     [](const ReplayJob& a, const ReplayJob& b) { return a.submit < b.submit; });
+    first_gpu_.push_back(0);
+    for (std::size_t i = 0; i < cluster_.size(); ++i)
+      first_gpu_.push_back(first_gpu_.back() + cluster_.node(i).gpus.size());
+    used_.assign(first_gpu_.back(), 0);
+    const sched::Config& c = sched_.config();
+    for (std::size_t j = 0; j < jobs_.size(); ++j)
+      queue_of_[j] = c.FindQueue(jobs_[j].queue.empty() ? c.default_queue : jobs_[j].queue);
+  }
+
+  ReplayResult Run(const std::function<void(double)>& progress) {
+    r_.jobs = static_cast<std::int64_t>(jobs_.size());
+    if (jobs_.empty()) return std::move(r_);
+    const Micros start = jobs_.front().submit;
+    for (const ReplayJob& j : jobs_) horizon_ = std::max(horizon_, j.submit + j.duration);
+    step_ = std::max<Micros>(1, (horizon_ - start) / std::max(1, options_.samples));
+    next_sample_ = last_time_ = start;
+    capacity_ = static_cast<double>(cluster_.capacity_milli());
+    AnnounceDevices(start);
+
+    std::size_t next = 0;
+    const double total = 2.0 * static_cast<double>(jobs_.size());
+    std::uint64_t steps = 0;
+    while (next < jobs_.size() || !events_.empty()) {
+      const Micros t_arr = next < jobs_.size() ? jobs_[next].submit : INT64_MAX;
+      const Micros t_ev = events_.empty() ? INT64_MAX : events_.top().time;
+      if (t_ev <= t_arr) {
+        Advance(t_ev);
+        Step(t_ev);
       } else {
-        waiting[k].push_back(j);
-        ++pending;
+        Advance(t_arr);
+        Arrive(static_cast<std::uint32_t>(next++), t_arr);
+      }
+      if (progress && (++steps & 4095) == 0)
+        progress(std::min(1.0, static_cast<double>(next + finished_events_) / total));
+    }
+    r_.never_started = submitted_ - r_.rejected - running_ - done_;
+    SummariseDelays(r_);
+    const double span = static_cast<double>(last_time_ - start);
+    r_.mean_alloc_pct = span > 0 ? 100 * alloc_integral_ / span / capacity_ : 0;
+    if (progress) progress(1.0);
+    return std::move(r_);
+  }
+
+ private:
+  // Simulated-clock events; at one instant: finishes, MIG acknowledgements, then timers.
+  enum class Kind : std::uint8_t { kFinish = 0, kMigDone = 1, kTimer = 2 };
+  struct Ev {
+    Micros time;
+    Kind kind;
+    std::uint64_t seq;  // insertion order: the stable tie-break
+    std::uint32_t job;  // kMigDone: index into mig_done_
+    SliceId slice;
+    bool operator>(const Ev& o) const {
+      return std::tie(time, kind, seq) > std::tie(o.time, o.kind, o.seq);
+    }
+  };
+  struct JobRun {
+    SliceId slice;                  // while running
+    Micros start = 0;               // of the current slice
+    MilliGpu milli = 0;             // per device
+    std::uint32_t node = 0;         // cluster index
+    std::vector<DeviceIndex> devices;
+    bool started = false;           // at least once
+  };
+
+  void Push(Micros t, Kind k, std::uint32_t job, SliceId slice) {
+    events_.push(Ev{t, k, seq_++, job, slice});
+  }
+
+  void AnnounceDevices(Micros now) {
+    for (std::size_t i = 0; i < cluster_.size(); ++i) {
+      const SimNode& n = cluster_.node(i);
+      for (std::size_t g = 0; g < n.gpus.size(); ++g) {
+        sched::DeviceAdded d;
+        d.now = now;
+        d.device = {NodeId(static_cast<std::uint32_t>(i + 1)), DeviceIndex(static_cast<std::uint32_t>(g))};
+        d.uuid = fmt::format("GPU-sim-{}-{}", i + 1, g);
+        d.model = n.model;
+        d.mig_capable = true;  // the Scheduler keeps it only if the catalogue model supports MIG
+        Feed(d, now);
       }
     }
-    if (progress && (done_events & 4095) == 0) progress(static_cast<double>(done_events) / total_events);
   }
-  r.never_started = pending;
-  std::sort(r.delays.begin(), r.delays.end());
-  r.delay_p50_s = Percentile(r.delays, 0.50);
-  r.delay_p95_s = Percentile(r.delays, 0.95);
-  r.delay_p99_s = Percentile(r.delays, 0.99);
-  double sum = 0;
-  for (Micros d : r.delays) sum += static_cast<double>(d);
-  r.delay_mean_s = r.delays.empty() ? 0 : sum / static_cast<double>(r.delays.size()) / kSecond;
-  const double span = static_cast<double>(last_time - start);
-  r.mean_alloc_pct = span > 0 ? 100 * alloc_integral / span / capacity : 0;
+
+  void Feed(const sched::Event& e, Micros now) {
+    std::vector<sched::Decision> out = sched_.Handle(e);
+    ++r_.events;
+    r_.decisions += out.size();
+    if (options_.check_invariants && r_.invariant_error.empty()) {
+      if (Status st = sched_.CheckInvariants(); !st.ok())
+        r_.invariant_error = fmt::format("after {} at {}: {}", sched::EventName(e), now, st.message());
+    }
+    for (const sched::Decision& d : out) Apply(d, now);
+  }
+
+  void Apply(const sched::Decision& d, Micros now) {
+    std::visit(Overloaded{
+                   [&](const sched::StartSlice& x) { Start(x, now); },
+                   [&](const sched::Warn&) { ++r_.warnings; },
+                   [&](const sched::Reclaim& x) {
+                     ++r_.reclaimed;
+                     End(Index(x.job), now, true);
+                   },
+                   [&](const sched::Stop& x) {
+                     if (x.reason == sched::StopReason::kTimeLimit) ++r_.time_limited;
+                     End(Index(x.job), now, true);
+                   },
+                   [&](const sched::Preempt& x) {
+                     ++r_.preempted;
+                     End(Index(x.job), now, !x.requeue);
+                   },
+                   [&](const sched::Drain&) {},
+                   [&](const sched::ReconfigureMig& x) {
+                     ++r_.reconfigurations;
+                     mig_done_.push_back(sched::ReconfigureDone{0, x.device, true, x.layout, {}});
+                     Push(now + options_.mig_reconfigure_delay, Kind::kMigDone,
+                          static_cast<std::uint32_t>(mig_done_.size() - 1), SliceId());
+                   },
+                   [&](const sched::Reject&) { ++r_.rejected; },
+               },
+               d);
+  }
+
+  static std::uint32_t Index(JobId id) { return static_cast<std::uint32_t>(id.value() - 1); }
+
+  void Start(const sched::StartSlice& x, Micros now) {
+    const std::uint32_t j = Index(x.job);
+    JobRun& jr = run_[j];
+    jr.slice = x.slice;
+    jr.start = now;
+    jr.milli = x.milli;
+    jr.node = x.node.value() - 1;
+    jr.devices = x.devices;
+    for (DeviceIndex di : x.devices) used_[first_gpu_[jr.node] + di.value()] += x.milli;
+    allocated_ += x.milli * static_cast<MilliGpu>(x.devices.size());
+    ++running_;
+    if (x.kind == sched::SliceKind::kMig) ++r_.mig_slices;
+    if (!jr.started) {
+      jr.started = true;
+      ++r_.started;
+      r_.delays.push_back(now - jobs_[j].submit);
+    }
+    const Micros end = now + jobs_[j].duration;
+    Push(end, Kind::kFinish, j, x.slice);
+    // Timers: only where the Scheduler could act before the job ends by itself.
+    const sched::QueueConfig& q = *queue_of_[j];
+    auto timer = [&](Micros t) {
+      if (t < end) Push(t, Kind::kTimer, j, x.slice);
+    };
+    if (x.deadline > 0) {
+      if (q.warn_before > 0) timer(x.deadline - q.warn_before);
+      timer(x.deadline);
+    }
+    if (q.idle.enabled) {
+      if (CountsAsActive(q.idle, ReportedPercent(jobs_[j]))) {
+        busy_.emplace(x.slice, j);
+      } else {
+        timer(now + q.idle.window);
+        if (q.idle.action == sched::ReclaimAction::kReclaim) timer(now + q.idle.window + q.idle.grace);
+      }
+    }
+  }
+
+  // The job's slice is gone (finished, stopped, reclaimed or preempted): release it in the books.
+  void End(std::uint32_t j, Micros now, bool done) {
+    JobRun& jr = run_[j];
+    const MilliGpu held = jr.milli * static_cast<MilliGpu>(jr.devices.size());
+    const double hours = static_cast<double>(held) / kOneGpu * static_cast<double>(now - jr.start) / kHour;
+    r_.gpu_hours_held += hours;
+    if (jobs_[j].utilisation >= 0) {
+      r_.gpu_hours_held_known += hours;
+      r_.gpu_hours_used += hours * jobs_[j].utilisation;
+    }
+    for (DeviceIndex di : jr.devices) used_[first_gpu_[jr.node] + di.value()] -= jr.milli;
+    allocated_ -= held;
+    busy_.erase(jr.slice);
+    jr.slice = SliceId();
+    jr.devices.clear();
+    --running_;
+    if (done) ++done_;
+  }
+
+  void Arrive(std::uint32_t j, Micros now) {
+    const ReplayJob& job = jobs_[j];
+    if (job.request.num_gpus == 0) {
+      ++r_.cpu_only;
+      return;
+    }
+    ++submitted_;
+    sched::Submit s;
+    s.now = now;
+    s.job = JobId(j + 1);
+    s.user = job.user.empty() ? std::string(kDefaultUser) : job.user;
+    s.queue = job.queue;
+    if (queue_of_[j]) s.request = ToJobRequest(job, *queue_of_[j]);
+    Feed(s, now);  // an unknown queue (caller skipped CheckQueues) is the Scheduler's Reject
+  }
+
+  // Everything due at `now` in the event queue.
+  void Step(Micros now) {
+    bool tick = false;
+    while (!events_.empty() && events_.top().time == now) {
+      const Ev e = events_.top();
+      events_.pop();
+      switch (e.kind) {
+        case Kind::kFinish:
+          ++finished_events_;
+          if (run_[e.job].slice != e.slice) break;  // ended earlier
+          End(e.job, now, true);
+          ++r_.finished;
+          Feed(sched::Finish{now, JobId(e.job + 1)}, now);
+          break;
+        case Kind::kMigDone: {
+          sched::ReconfigureDone done = mig_done_[e.job];
+          done.now = now;
+          Feed(done, now);
+          break;
+        }
+        case Kind::kTimer:
+          if (run_[e.job].slice == e.slice) tick = true;
+          break;
+      }
+      // Timers come last at an instant: tick once for all of them.
+      if (tick && (events_.empty() || events_.top().time != now)) {
+        sched::Sample sample{now, {}};
+        sample.slices.reserve(busy_.size());
+        for (const auto& [slice, j] : busy_) {
+          const int pct = ReportedPercent(jobs_[j]);
+          sample.slices.push_back(sched::SliceSample{slice, pct, pct, 1});
+        }
+        if (!sample.slices.empty()) Feed(sample, now);
+        Feed(sched::Tick{now}, now);
+        tick = false;
+      }
+    }
+  }
+
+  // Time passes up to `now`: the allocation integral and the sampled series.
+  void Advance(Micros now) {
+    while (next_sample_ <= now && next_sample_ <= horizon_) {
+      double frag = 0;
+      std::vector<sched::GpuView> gpus;
+      for (std::size_t i = 0; i < cluster_.size(); ++i) {
+        const SimNode& n = cluster_.node(i);
+        gpus.assign(n.gpus.size(), sched::GpuView{});
+        for (std::size_t g = 0; g < gpus.size(); ++g) gpus[g].free_milli = kOneGpu - used_[first_gpu_[i] + g];
+        sched::NodeView v;
+        v.index = static_cast<std::uint32_t>(i);
+        v.model = n.model;
+        v.cpu_milli_free = v.cpu_milli_total = n.cpu_total;  // CPU is not simulated
+        v.memory_free = v.memory_total = n.memory_total;
+        v.gpus = gpus;
+        frag += sched::NodeFragmentation(v, shapes_);
+      }
+      r_.series.push_back(ReplaySample{next_sample_, 100 * static_cast<double>(allocated_) / capacity_,
+                                       100 * frag / capacity_, submitted_ - r_.rejected - running_ - done_,
+                                       running_});
+      next_sample_ += step_;
+    }
+    alloc_integral_ += static_cast<double>(allocated_) * static_cast<double>(now - last_time_);
+    last_time_ = now;
+  }
+
+  const Cluster& cluster_;
+  std::vector<ReplayJob> jobs_;
+  std::span<const sched::WorkloadShape> shapes_;
+  ReplayOptions options_;
+  sched::Scheduler sched_;
+  std::vector<JobRun> run_;
+  std::vector<const sched::QueueConfig*> queue_of_;  // into sched_.config(); nullptr: unknown queue
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<>> events_;
+  std::uint64_t seq_ = 0;
+  std::vector<sched::ReconfigureDone> mig_done_;
+  std::map<SliceId, std::uint32_t> busy_;  // running slices in idle-policed queues that report activity
+  std::vector<std::size_t> first_gpu_;     // cluster node -> its first GPU in used_
+  std::vector<MilliGpu> used_;             // per GPU, allocated share (from the decisions)
+  MilliGpu allocated_ = 0;
+  double capacity_ = 0;
+  std::int64_t submitted_ = 0, running_ = 0, done_ = 0;
+  std::uint64_t finished_events_ = 0;
+  Micros horizon_ = 0, step_ = 1, next_sample_ = 0, last_time_ = 0;
+  double alloc_integral_ = 0;
+  ReplayResult r_;
+};
+
+}  // namespace
+
+ReplayResult RunReplay(const Cluster& cluster, std::vector<ReplayJob> jobs, const sched::Config& config,
+                       std::string name, std::span<const sched::WorkloadShape> shapes,
+                       const ReplayOptions& options, const std::function<void(double)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Replay replay(cluster, std::move(jobs), config, shapes, options);
+  ReplayResult r = replay.Run(progress);
+  r.policy = std::move(name);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (progress) progress(1.0);
   return r;
 }
 

@@ -1,40 +1,58 @@
 #pragma once
-// Online replay: jobs arrive at their submit time, run for their duration and depart; a job that
-// does not fit waits. Queue discipline: first-come first-served per request class with backfill
-// across classes (a job waits only behind earlier jobs of the same shape, since those would take
-// any room that opens first); a job that could never fit, even on an empty node, is rejected at
-// once. Placement uses one placement plugin over the simulated cluster; the clock jumps from
-// event to event (departures before arrivals at the same instant).
+// Online replay through the scheduling library: the same sched::Scheduler the daemon runs is fed
+// events on a simulated clock that jumps from event to event, and its decisions are applied in
+// simulated time. So queues (kinds, defaults, priorities, per-user caps), time limits, idle
+// reclaim and MIG layouts behave as they would in the daemon with the same config.
 //
-// Speed: nodes in identical states (model, capacities, free CPU, memory and sorted GPU shares)
-// are interchangeable for a pure policy (placer.h), so the loop scores each distinct state once
-// per request class and keeps that score for as long as the state exists; choosing among n nodes
-// costs O(distinct states), not O(n). Within a state, the lowest node index is used; GPU indices
-// are the policy's choice on the node's GPUs sorted by free share (same shares, same choice).
-// Not thread-safe.
+// How each piece is simulated:
+//  - the cluster: one DeviceAdded per GPU at the first submit time (node i = NodeId(i + 1)); a
+//    model the catalogue knows brings its memory and MIG profiles, an unknown one (openb's "G2")
+//    is a GPU of untracked memory without MIG;
+//  - a trace row -> Submit at its submit time, in its queue (empty: the config's default queue),
+//    by its user (empty: "sim"); the request is mapped to the queue's kinds (ToJobRequest);
+//  - StartSlice -> the job runs for its trace duration, then Finish is fed; Stop (time limit),
+//    Reclaim (idle) and Preempt end it earlier (a requeued job later restarts from scratch);
+//  - ReconfigureMig -> ReconfigureDone{ok, the asked layout} after options.mig_reconfigure_delay;
+//  - activity: a job with known utilisation u reports SM and memory utilisation round(100 u) %
+//    and one process on every sample; unknown utilisation counts as busy. Ticks (with a Sample
+//    of the busy slices just before) are fed only when a timer can fire: a time-limit warning or
+//    deadline, or the idle window / grace end of a slice whose samples would not count as
+//    activity. So a replay without limits or idle policies feeds no Tick at all.
+// Events at one instant: finishes, then MIG acknowledgements, then ticks, then arrivals.
+// Deterministic: same jobs, cluster, config and seed give the same result, bit for bit
+// (except `seconds`). Not thread-safe.
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "sched/config.h"
 #include "sched/placement/placement.h"
+#include "sched/types.h"
 #include "sim/cluster.h"
+#include "sim/csv.h"
 
 namespace gpuslice::sim {
 
 struct ReplayJob {
   std::string id;
+  std::string where;         // "FILE:LINE" or "pod 'name'", for errors; may be empty
   Micros submit = 0;
   Micros duration = 0;
-  std::string queue = "default";
+  std::string queue;         // empty: the config's default queue
+  std::string user;          // empty: "sim"
   sched::PlacementRequest request;
-  double utilisation = -1;  // 0..1 of the held GPU share when known; -1 unknown
+  double utilisation = -1;   // 0..1 of the held GPU share when known; -1 unknown
 };
 
 struct ReplayOptions {
-  int samples = 200;  // points of the allocation / fragmentation time series
+  int samples = 200;                      // points of the allocation / fragmentation time series
+  std::uint64_t seed = 1;                 // the Scheduler's seed (random tie-breaks of policies)
+  Micros mig_reconfigure_delay = 2 * kSecond;  // ReconfigureMig -> ReconfigureDone, simulated
+  bool check_invariants = false;          // tests: Scheduler::CheckInvariants() after every event
 };
 
 struct ReplaySample {
@@ -46,30 +64,65 @@ struct ReplaySample {
 };
 
 struct ReplayResult {
-  std::string policy;
-  std::int64_t jobs = 0;
-  std::int64_t started = 0;
-  std::int64_t rejected = 0;       // could never fit
-  std::int64_t never_started = 0;  // still waiting at the end of the trace
-  std::vector<Micros> delays;      // queueing delay of each started job, sorted
+  std::string policy;              // the run's name (placement policy, or "config")
+  std::int64_t jobs = 0;           // rows in the trace
+  std::int64_t cpu_only = 0;       // rows asking for no GPU: not submitted (the scheduler has no CPUs)
+  std::int64_t started = 0;        // jobs that started at least once
+  std::int64_t rejected = 0;       // Reject decisions (could never run as asked)
+  std::int64_t never_started = 0;  // still waiting when nothing else could happen
+  std::int64_t finished = 0;       // ran to their trace duration
+  std::int64_t reclaimed = 0;      // ended by idle reclaim
+  std::int64_t time_limited = 0;   // stopped at their time limit
+  std::int64_t preempted = 0;      // preempted to drain a GPU for MIG (requeued)
+  std::int64_t warnings = 0;       // Warn decisions (idle or time limit)
+  std::int64_t reconfigurations = 0;  // MIG layouts applied
+  std::int64_t mig_slices = 0;     // slices started on a MIG instance
+  std::vector<Micros> delays;      // queueing delay of each started job (first start), sorted
   double delay_p50_s = 0, delay_p95_s = 0, delay_p99_s = 0, delay_mean_s = 0;
   double mean_alloc_pct = 0;       // time-weighted over [first submit, last event]
-  double gpu_hours_held = 0;
+  double gpu_hours_held = 0;       // share x time each slice was held
   double gpu_hours_used = 0;       // over jobs with known utilisation
   double gpu_hours_held_known = 0; // held by those jobs
   std::vector<ReplaySample> series;
+  std::uint64_t events = 0;        // events fed to the Scheduler
+  std::uint64_t decisions = 0;     // decisions it returned
   double seconds = 0;
-  std::uint64_t scored = 0;
+  std::uint64_t scored = 0;        // placement-only baseline: Score() calls
+  std::string invariant_error;     // options.check_invariants: the first violation, if any
 };
 
-// Replays `jobs` (any order; sorted by submit time inside) on `cluster` with `policy`.
-// `shapes`: the expected workload for fragmentation-aware policies (e.g. TypicalShapes of the
-// trace). `progress` (may be empty) gets the fraction done.
-ReplayResult RunReplay(Cluster cluster, std::vector<ReplayJob> jobs, const sched::PlacementPolicy& policy,
-                       std::span<const sched::WorkloadShape> shapes, const ReplayOptions& options = {},
-                       const std::function<void(double)>& progress = {});
+// A default configuration for a trace without a config file: one queue per queue name in
+// `jobs` (and "default", the default queue), each allowing whole (default) and shared slices, placing
+// with `policy`, without limits, caps or idle policy — i.e. today's placement plus queueing.
+Result<sched::Config> ReplayConfig(std::string_view policy, const std::vector<ReplayJob>& jobs);
+
+// The Scheduler request for a trace row in `queue`: the queue's default kind, except that
+// several whole GPUs take a whole slice where the queue allows one, and a fraction of a GPU in a
+// whole-default queue takes the first allowed of shared, mps, mig (none: it holds one whole
+// GPU). Share and GPU memory as given (a mig request sized by memory; none: the queue's default).
+// A single allowed model the catalogue knows becomes the request's model; other model lists
+// (openb's "V100M16|V100M32", unknown names) are dropped.
+sched::JobRequest ToJobRequest(const ReplayJob& job, const sched::QueueConfig& queue);
+
+// Jobs whose queue is not in `config`: an error naming the row and the value, or (skip_bad_rows)
+// removed and counted in `skipped` (with the first errors kept).
+Status CheckQueues(std::vector<ReplayJob>& jobs, const sched::Config& config, bool skip_bad_rows,
+                   SkippedRows& skipped);
+
+// Replays `jobs` (any order; stably sorted by submit time inside) on `cluster` through a
+// sched::Scheduler built from `config` (must be valid; every job's queue must exist in it, see
+// CheckQueues). `shapes`: the workload for the fragmentation measure (ReplayShapes).
+// `progress` (may be empty) gets the fraction done.
+ReplayResult RunReplay(const Cluster& cluster, std::vector<ReplayJob> jobs, const sched::Config& config,
+                       std::string name, std::span<const sched::WorkloadShape> shapes,
+                       const ReplayOptions& options = {}, const std::function<void(double)>& progress = {});
 
 // The workload shapes of replay jobs (by request; CPU, count, share, models), all of them.
 std::vector<sched::WorkloadShape> ReplayShapes(const std::vector<ReplayJob>& jobs);
+
+// Nearest-rank percentile of sorted delays, in seconds (0 when empty).
+double DelayPercentile(const std::vector<Micros>& sorted, double q);
+// Sorts r.delays and fills the delay percentiles and mean from them.
+void SummariseDelays(ReplayResult& r);
 
 }  // namespace gpuslice::sim

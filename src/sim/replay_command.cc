@@ -67,53 +67,90 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
     cluster.emplace(std::move(c));
   }
   GPUSLICE_ASSIGN_OR_RETURN(JobList list, ReadJobTrace(o.trace, ro));
+  // The runs: with --config, its queues as they are (or with every queue's placement replaced by
+  // each --policy); without, a default config per policy.
+  std::vector<std::pair<std::string, sched::Config>> runs;
+  if (!o.config.empty()) {
+    GPUSLICE_ASSIGN_OR_RETURN(sched::Config base, sched::LoadConfigFile(o.config));
+    if (o.policies.empty()) runs.emplace_back("config", base);
+    for (const std::string& name : o.policies) {
+      sched::Config c = base;
+      for (sched::QueueConfig& q : c.queues) q.placement = name;
+      Status st = sched::ValidateConfig(c);
+      if (!st.ok()) return st.WithContext(fmt::format("--policy {}", name));
+      runs.emplace_back(name, std::move(c));
+    }
+  } else {
+    if (o.policies.empty()) return InvalidArgument("--policy: at least one placement policy is needed");
+    for (const std::string& name : o.policies) {
+      auto c = ReplayConfig(name, list.jobs);
+      if (!c.ok()) return c.status().WithContext(fmt::format("--policy {}", name));
+      runs.emplace_back(name, std::move(c).value());
+    }
+  }
+  // Every run's config has the same queues (only placement differs).
+  GPUSLICE_RETURN_IF_ERROR(CheckQueues(list.jobs, runs.front().second, o.skip_bad_rows, list.skipped));
   if (list.skipped.count > 0) {
     err << fmt::format("warning: skipped {} bad row(s) of {}; first: {}\n", list.skipped.count, o.trace,
                        list.skipped.first_errors.front());
   }
-  std::vector<std::unique_ptr<sched::PlacementPolicy>> policies;
-  for (const std::string& name : o.policies) {
-    GPUSLICE_ASSIGN_OR_RETURN(auto p, sched::MakePolicy(name));
-    policies.push_back(std::move(p));
-  }
+  if (list.jobs.empty()) return InvalidArgument(fmt::format("{}: no jobs left to replay", o.trace));
   const std::vector<sched::WorkloadShape> shapes = ReplayShapes(list.jobs);
-  out << fmt::format("online replay of {}: {} jobs on {} nodes ({} GPUs){}\n", o.trace, list.jobs.size(),
-                     cluster->size(), cluster->capacity_milli() / kOneGpu,
+  out << fmt::format("online replay of {} through the scheduler{}: {} jobs on {} nodes ({} GPUs){}\n", o.trace,
+                     o.config.empty() ? "" : " with " + o.config, list.jobs.size(), cluster->size(),
+                     cluster->capacity_milli() / kOneGpu,
                      list.skipped.count ? fmt::format(", {} bad rows skipped", list.skipped.count) : "");
   std::vector<ReplayResult> results;
   Progress bar(err, o.progress, "sim replay");
-  for (std::size_t p = 0; p < policies.size(); ++p) {
-    results.push_back(RunReplay(*cluster, list.jobs, *policies[p], shapes, {}, [&](double f) {
-      bar.Update((static_cast<double>(p) + f) / static_cast<double>(policies.size()));
+  ReplayOptions ropt;
+  ropt.seed = o.seed;
+  for (std::size_t p = 0; p < runs.size(); ++p) {
+    results.push_back(RunReplay(*cluster, list.jobs, runs[p].second, runs[p].first, shapes, ropt, [&](double f) {
+      bar.Update((static_cast<double>(p) + f) / static_cast<double>(runs.size()));
     }));
   }
   bar.Done();
-  out << fmt::format("\n{:<15} {:>8} {:>8} {:>8} {:>9} {:>10} {:>10} {:>10} {:>9} {:>11} {:>11} {:>7}\n", "policy",
-                     "started", "rejected", "waiting", "delay p50", "delay p95", "delay p99", "mean wait",
-                     "alloc %", "GPU-h held", "GPU-h used", "s");
+  out << fmt::format("\n{:<15} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>11} {:>11} {:>7}\n",
+                     "policy", "started", "rejected", "waiting", "reclaimed", "t-limited", "delay p50", "delay p95",
+                     "delay p99", "mean wait", "alloc %", "frag %", "GPU-h held", "GPU-h used", "s");
   for (const ReplayResult& r : results) {
-    out << fmt::format("{:<15} {:>8} {:>8} {:>8} {:>8.0f}s {:>9.0f}s {:>9.0f}s {:>9.0f}s {:>9.2f} {:>11.1f} {:>11} {:>7.2f}\n",
-                       r.policy, r.started, r.rejected, r.never_started, r.delay_p50_s, r.delay_p95_s,
-                       r.delay_p99_s, r.delay_mean_s, r.mean_alloc_pct, r.gpu_hours_held,
-                       r.gpu_hours_held_known > 0 ? fmt::format("{:.1f}", r.gpu_hours_used) : std::string("-"),
-                       r.seconds);
+    double frag = 0;
+    for (const ReplaySample& s : r.series) frag += s.frag_pct;
+    frag = r.series.empty() ? 0 : frag / static_cast<double>(r.series.size());
+    out << fmt::format(
+        "{:<15} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8.0f}s {:>8.0f}s {:>8.0f}s {:>8.0f}s {:>9.2f} {:>8.2f} {:>11.1f} {:>11} "
+        "{:>7.2f}\n",
+        r.policy, r.started, r.rejected, r.never_started, r.reclaimed, r.time_limited, r.delay_p50_s, r.delay_p95_s,
+        r.delay_p99_s, r.delay_mean_s, r.mean_alloc_pct, frag, r.gpu_hours_held,
+        r.gpu_hours_held_known > 0 ? fmt::format("{:.1f}", r.gpu_hours_used) : std::string("-"), r.seconds);
   }
-  out << "(delay: queueing delay of started jobs; alloc %: time-weighted GPU allocation; GPU-h used: held x "
+  out << "(reclaimed: idle reclaim; t-limited: stopped at the time limit; delay: queueing delay of started jobs; "
+         "alloc %: time-weighted GPU allocation; frag %: mean FGD fragmentation of the samples; GPU-h used: held x "
          "utilisation, over jobs whose utilisation the trace gives)\n";
+  for (const ReplayResult& r : results) {
+    if (r.cpu_only > 0 || r.preempted > 0 || r.reconfigurations > 0 || r.warnings > 0)
+      out << fmt::format("{}: {} CPU-only rows not submitted, {} warnings, {} preempted, {} MIG reconfigurations, "
+                         "{} MIG slices; {} scheduler events, {} decisions\n",
+                         r.policy, r.cpu_only, r.warnings, r.preempted, r.reconfigurations, r.mig_slices, r.events,
+                         r.decisions);
+  }
 
   if (!o.out_dir.empty()) {
     const std::filesystem::path dir(o.out_dir);
     std::string summary =
-        "policy,jobs,started,rejected,waiting_at_end,delay_p50_s,delay_p95_s,delay_p99_s,delay_mean_s,mean_alloc_pct,"
-        "gpu_hours_held,gpu_hours_used,gpu_hours_held_known_util,seconds\n";
+        "policy,jobs,started,rejected,waiting_at_end,finished,reclaimed_idle,time_limited,preempted,warnings,"
+        "mig_reconfigurations,mig_slices,cpu_only,delay_p50_s,delay_p95_s,delay_p99_s,delay_mean_s,mean_alloc_pct,"
+        "gpu_hours_held,gpu_hours_used,gpu_hours_held_known_util,events,decisions,seconds\n";
     std::string series = "policy,time_s,alloc_pct,frag_pct,pending,running\n";
     std::string cdf = "policy,quantile,delay_s\n";
     std::vector<Series> alloc_plot, cdf_plot;
     for (const ReplayResult& r : results) {
-      summary += fmt::format("{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.policy,
-                             r.jobs, r.started, r.rejected, r.never_started, r.delay_p50_s, r.delay_p95_s,
-                             r.delay_p99_s, r.delay_mean_s, r.mean_alloc_pct, r.gpu_hours_held, r.gpu_hours_used,
-                             r.gpu_hours_held_known, r.seconds);
+      summary += fmt::format(
+          "{},{},{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{},{},{:.4f}\n",
+          r.policy, r.jobs, r.started, r.rejected, r.never_started, r.finished, r.reclaimed, r.time_limited,
+          r.preempted, r.warnings, r.reconfigurations, r.mig_slices, r.cpu_only, r.delay_p50_s, r.delay_p95_s,
+          r.delay_p99_s, r.delay_mean_s, r.mean_alloc_pct, r.gpu_hours_held, r.gpu_hours_used, r.gpu_hours_held_known,
+          r.events, r.decisions, r.seconds);
       Series a{r.policy, {}}, c{r.policy, {}};
       for (const ReplaySample& s : r.series) {
         const double t = static_cast<double>(s.time) / kSecond;

@@ -1,6 +1,8 @@
 #pragma once
 // `gpuslice sim replay`: online replay of a job trace (generic CSV or openb pod list) on a
-// cluster (openb node list or a uniform synthetic one), one run per policy; a summary table and,
+// cluster (openb node list or a uniform synthetic one) through sched::Scheduler, with the
+// admin's config (--config) or a default one per placement policy; one run per policy (or one
+// with the config as it is); a summary table and,
 // with an output directory, CSV of every metric plus SVG plots (allocation over time, queueing
 // delay CDF). Not thread-safe (writes to the given streams).
 
@@ -18,7 +20,9 @@ struct ReplayCommandOptions {
   std::string trace;
   std::string nodes;     // openb node list CSV; "" = use `cluster`
   std::string cluster;   // "NODESxGPUS[:MODEL[:CPUS[:MEMORY]]]", e.g. "1250x8:H100-80GB:128:1TiB"
-  std::vector<std::string> policies;
+  std::vector<std::string> policies;  // empty with a config: its queues' own placement
+  std::string config;                 // scheduler config TOML; "": ReplayConfig per policy
+  std::uint64_t seed = 1;
   std::string out_dir;
   bool skip_bad_rows = false;
   bool progress = false;

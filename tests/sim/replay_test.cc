@@ -46,7 +46,8 @@ TEST(GenericTrace, ReadsEveryColumnKind) {
   EXPECT_EQ(b.request.gpu_memory_per_gpu, 10 * kGiB);
   EXPECT_LT(b.utilisation, 0);  // unknown
   EXPECT_EQ(list->jobs[2].submit, 90 * kSecond);
-  EXPECT_EQ(list->jobs[2].queue, "default");
+  EXPECT_EQ(list->jobs[2].queue, "");  // the config's default queue
+  EXPECT_EQ(list->jobs[2].where, path + ":4");
   EXPECT_EQ(list->jobs[2].request.milli_per_gpu, 500);
 }
 
@@ -79,15 +80,16 @@ ReplayJob Job(std::string id, double submit_s, double duration_s, int num, Milli
 }
 
 TEST(Replay, QueuesWhatDoesNotFitAndRejectsWhatNeverCan) {
-  // One node of 2 GPUs. A holds both for 10 s; B (1 GPU) and C (half a GPU) wait until t=10;
+  // Through the Scheduler with the default replay config (one queue, no limits). One node of 2 GPUs. A holds both for 10 s; B (1 GPU) and C (half a GPU) wait until t=10;
   // D (4 GPUs) can never fit.
   Cluster cluster = Cluster::Uniform(1, 2, "GPU", 64000, 64 * kGiB);
   std::vector<ReplayJob> jobs = {Job("A", 0, 10, 2, 1000), Job("B", 1, 5, 1, 1000), Job("C", 2, 5, 1, 500),
                                  Job("D", 3, 5, 4, 1000)};
-  auto policy = sched::MakePolicy("best-fit-fgd");
-  ASSERT_TRUE(policy.ok());
+  auto config = ReplayConfig("best-fit-fgd", jobs);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   const auto shapes = ReplayShapes(jobs);
-  ReplayResult r = RunReplay(cluster, jobs, **policy, shapes);
+  ReplayResult r = RunReplay(cluster, jobs, *config, "best-fit-fgd", shapes, {.check_invariants = true});
+  EXPECT_EQ(r.invariant_error, "");
   EXPECT_EQ(r.jobs, 4);
   EXPECT_EQ(r.started, 3);
   EXPECT_EQ(r.rejected, 1);
@@ -105,17 +107,20 @@ TEST(Replay, QueuesWhatDoesNotFitAndRejectsWhatNeverCan) {
   EXPECT_NEAR(r.mean_alloc_pct, 100.0 * (2 * 10 + 1.5 * 5) / (2 * 15), 1e-9);
 }
 
-TEST(Replay, SameShapeWaitsInOrderOtherShapesBackfill) {
+// The Scheduler's queue discipline: pending jobs are tried in (priority, submit) order after a
+// release, so the older D starts before E.
+TEST(Replay, OlderJobStartsFirstAfterARelease) {
   // Two 1-GPU nodes. A (1 GPU, 10 s) and B (1 GPU, 100 s) fill them; C (2 GPUs on one node) can
   // never fit -> rejected; D (1 GPU) waits for A; E (half GPU) also waits; at t=10 D starts
   // (older); E needs B's node or D's... both full -> E waits for D's end (t=15).
   Cluster cluster = Cluster::Uniform(2, 1, "GPU", 64000, 64 * kGiB);
   std::vector<ReplayJob> jobs = {Job("A", 0, 10, 1, 1000), Job("B", 0, 100, 1, 1000), Job("C", 1, 1, 2, 1000),
                                  Job("D", 2, 5, 1, 1000), Job("E", 3, 5, 1, 500)};
-  auto policy = sched::MakePolicy("gpuslice");
-  ASSERT_TRUE(policy.ok());
+  auto config = ReplayConfig("gpuslice", jobs);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
   const auto shapes = ReplayShapes(jobs);
-  ReplayResult r = RunReplay(cluster, jobs, **policy, shapes);
+  ReplayResult r = RunReplay(cluster, jobs, *config, "gpuslice", shapes, {.check_invariants = true});
+  EXPECT_EQ(r.invariant_error, "");
   EXPECT_EQ(r.rejected, 1);
   EXPECT_EQ(r.started, 4);
   ASSERT_EQ(r.delays.size(), 4u);
