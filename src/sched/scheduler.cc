@@ -647,9 +647,16 @@ class Scheduler::Impl {
     }
     std::sort(scratch_hosts_.begin(), scratch_hosts_.end());
     scratch_hosts_.erase(std::unique(scratch_hosts_.begin(), scratch_hosts_.end()), scratch_hosts_.end());
+    // devices_ is ordered by (node, index): a host's devices are one run, found with one
+    // lookup (the same devices in the same order as nodes_ lists them). Reserved for every
+    // device so the spans below stay valid while the vector fills.
+    scratch_gpus_.reserve(devices_.size());
     for (NodeId nid : scratch_hosts_) {
-      for (DeviceIndex di : nodes_.at(nid)) {
-        const DeviceView& d = devices_.at({nid, di});
+      auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)});
+      const std::size_t pos = scratch_gpus_.size();
+      const std::string_view model = it->second.model;
+      for (; it != devices_.end() && it->first.node == nid; ++it) {
+        const DeviceView& d = it->second;
         bool ok = r.kind == SliceKind::kWhole
                       ? (Schedulable(d) && d.mode == DeviceMode::kFree && ModelOk(r, d))
                       : SharedFits(r, d);
@@ -658,20 +665,14 @@ class Scheduler::Impl {
         g.free_milli = ok ? kOneGpu - d.used_milli : 0;
         g.free_memory = ok ? std::max<Bytes>(d.memory - d.used_memory, 0) : 0;
         scratch_gpus_.push_back(g);
-        scratch_refs_.push_back({nid, di});
+        scratch_refs_.push_back(it->first);
       }
-    }
-    std::size_t pos = 0;
-    std::uint32_t index = 0;
-    for (NodeId nid : scratch_hosts_) {
-      const std::set<DeviceIndex>& devs = nodes_.at(nid);
       NodeView v;
-      v.index = index++;
-      v.model = devices_.at({nid, *devs.begin()}).model;
+      v.index = static_cast<std::uint32_t>(scratch_nodes_.size());
+      v.model = model;
       v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
       v.memory_free = v.memory_total = Bytes{1} << 50;
-      v.gpus = std::span<const GpuView>(scratch_gpus_.data() + pos, devs.size());
-      pos += devs.size();
+      v.gpus = std::span<const GpuView>(scratch_gpus_.data() + pos, scratch_gpus_.size() - pos);
       scratch_nodes_.push_back(v);
     }
     PlacementRequest req;
