@@ -150,6 +150,46 @@ TEST(ReplayThroughScheduler, InferenceQueuePlacesOnMigInstances) {
   EXPECT_EQ(none.mig_slices, 0);
 }
 
+TEST(ReplayThroughScheduler, TraceRowsMapToTheQueuesKinds) {
+  const sched::Config builtin = sched::DefaultConfig();
+  const sched::QueueConfig& inference = *builtin.FindQueue("inference");
+  const sched::QueueConfig& training = *builtin.FindQueue("training");
+  const sched::QueueConfig& interactive = *builtin.FindQueue("interactive");
+  struct Case {
+    const sched::QueueConfig* queue;
+    int gpus;
+    MilliGpu milli;
+    sched::SliceKind kind;
+    int want_gpus;
+    MilliGpu want_milli;
+  };
+  const Case cases[] = {
+      {&inference, 1, 1000, sched::SliceKind::kMig, 1, 1000},   // the queue's default kind
+      {&inference, 2, 1000, sched::SliceKind::kWhole, 2, 0},    // several GPUs: whole, allowed there
+      {&training, 1, 250, sched::SliceKind::kWhole, 1, 0},      // whole-only: a fraction holds one GPU
+      {&training, 4, 1000, sched::SliceKind::kWhole, 4, 0},
+      {&interactive, 1, 500, sched::SliceKind::kShared, 1, 500},
+      {&interactive, 2, 1000, sched::SliceKind::kShared, 2, 1000},  // not allowed: the Scheduler rejects
+  };
+  for (const Case& c : cases) {
+    ReplayJob j = Job(c.queue->name, "u", 0, 1, c.milli, -1, c.gpus);
+    j.request.allowed_models = {"NVIDIA H100 80GB HBM3"};
+    sched::JobRequest r = ToJobRequest(j, *c.queue);
+    SCOPED_TRACE(c.queue->name + " " + std::to_string(c.gpus) + "x" + std::to_string(c.milli));
+    ASSERT_TRUE(r.kind.has_value());
+    EXPECT_EQ(*r.kind, c.kind);
+    EXPECT_EQ(r.gpus, c.want_gpus);
+    EXPECT_EQ(r.milli, c.want_milli);
+    EXPECT_EQ(r.model, "H100-80GB");  // a catalogue alias becomes the canonical name
+  }
+  // A model list (openb's gpu_spec) or an unknown model is dropped: any model.
+  ReplayJob j = Job("training", "u", 0, 1, 1000);
+  j.request.allowed_models = {"V100M16", "V100M32"};
+  EXPECT_EQ(ToJobRequest(j, training).model, "");
+  j.request.allowed_models = {"G2"};
+  EXPECT_EQ(ToJobRequest(j, training).model, "");
+}
+
 std::vector<ReplayJob> MixedTrace(int n) {
   std::vector<ReplayJob> jobs;
   for (int i = 0; i < n; ++i) {
