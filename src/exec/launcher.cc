@@ -2,18 +2,20 @@
 
 #include <fcntl.h>
 #include <grp.h>
-#include <pwd.h>
 #include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -22,49 +24,34 @@
 namespace gpuslice::exec {
 namespace {
 
-// Writes a message to fd with only async-signal-safe calls (used in the forked child).
-void ChildSay(int fd, const char* a, const char* b) {
-  auto put = [fd](const char* s) {
-    size_t n = std::strlen(s);
-    while (n > 0) {
-      ssize_t w = write(fd, s, n);
-      if (w <= 0) return;
-      s += w;
-      n -= static_cast<size_t>(w);
-    }
-  };
-  put("gpuslice: ");
-  put(a);
-  put(b);
-  put(": ");
-  put(strerror(errno));  // not strictly async-signal-safe; the child is single-threaded here
-  put("\n");
-}
-
-// Everything the child needs, built before fork so the child does not allocate.
+// Everything the job needs, serialized for the exec stub (wire format in stub.cc).
 struct Prepared {
-  std::vector<std::string> argv_store, env_store;
-  std::vector<char*> argv, envp;
-  std::vector<gid_t> groups;
-  std::string cwd;
+  std::string message;
   bool switch_user = false;
   uid_t uid = 0;
   gid_t gid = 0;
 };
 
+void Field(std::string& out, std::string_view s) {
+  out.append(s);
+  out.push_back('\0');
+}
+
 Result<Prepared> Prepare(const LaunchSpec& spec) {
   if (spec.argv.empty() || spec.argv[0].empty()) {
     return InvalidArgument("command: empty (give a program after --)");
   }
+  for (const auto& a : spec.argv) {
+    if (a.find('\0') != std::string::npos) return InvalidArgument("command: an argument contains a NUL byte");
+  }
+  for (const auto& [k, v] : spec.env) {
+    if (k.empty() || k.find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
+        v.find('\0') != std::string::npos) {
+      return InvalidArgument(fmt::format("env: '{}' is not a valid variable name or value", k));
+    }
+  }
   Prepared p;
-  p.argv_store = spec.argv;
-  for (const auto& [k, v] : spec.env) p.env_store.push_back(k + "=" + v);
-  for (auto& s : p.argv_store) p.argv.push_back(s.data());
-  p.argv.push_back(nullptr);
-  for (auto& s : p.env_store) p.envp.push_back(s.data());
-  p.envp.push_back(nullptr);
-  p.cwd = spec.cwd.empty() ? "/" : spec.cwd;
-
+  std::vector<gid_t> groups;
   const bool as_other = spec.uid >= 0 && static_cast<uid_t>(spec.uid) != geteuid();
   if (as_other) {
     if (!CanSwitchUsers()) {
@@ -76,18 +63,44 @@ Result<Prepared> Prepare(const LaunchSpec& spec) {
     p.uid = static_cast<uid_t>(spec.uid);
     p.gid = static_cast<gid_t>(spec.gid >= 0 ? spec.gid : spec.uid);
     int n = 64;
-    p.groups.resize(static_cast<size_t>(n));
+    groups.resize(static_cast<size_t>(n));
     if (!spec.user.empty()) {
-      if (getgrouplist(spec.user.c_str(), p.gid, p.groups.data(), &n) < 0) {
-        p.groups.resize(static_cast<size_t>(n));
-        getgrouplist(spec.user.c_str(), p.gid, p.groups.data(), &n);
+      if (getgrouplist(spec.user.c_str(), p.gid, groups.data(), &n) < 0) {
+        groups.resize(static_cast<size_t>(n));
+        getgrouplist(spec.user.c_str(), p.gid, groups.data(), &n);
       }
-      p.groups.resize(static_cast<size_t>(n));
+      groups.resize(static_cast<size_t>(n));
     } else {
-      p.groups = {p.gid};
+      groups = {p.gid};
     }
   }
+  std::string& m = p.message;
+  Field(m, "GSX1");
+  Field(m, p.switch_user ? std::to_string(p.uid) : "-");
+  Field(m, p.switch_user ? std::to_string(p.gid) : "-");
+  Field(m, std::to_string(groups.size()));
+  for (gid_t g : groups) Field(m, std::to_string(g));
+  Field(m, spec.cwd.empty() ? "/" : spec.cwd);
+  Field(m, std::to_string(spec.argv.size()));
+  for (const auto& a : spec.argv) Field(m, a);
+  Field(m, std::to_string(spec.env.size()));
+  for (const auto& [k, v] : spec.env) Field(m, k + "=" + v);
   return p;
+}
+
+// Writes all of `data` to a socket; false if the peer is gone.
+bool SendAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t w = send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(w));
+  }
+  return true;
+}
+
+bool IsExecutable(const std::filesystem::path& p) {
+  return access(p.c_str(), X_OK) == 0 && std::filesystem::is_regular_file(p);
 }
 
 // Puts the child in its own cgroup v2 (best effort; the process group is what we rely on).
@@ -100,9 +113,16 @@ void JoinCgroup(const LaunchSpec& spec, pid_t pid) {
 
 class ProcessLauncher final : public Launcher {
  public:
+  explicit ProcessLauncher(std::string stub) : stub_(std::move(stub)) {}
+
   Result<ProcessHandle> Start(const LaunchSpec& spec,
                               const std::function<Status(const ProcessHandle&)>& commit) override {
     GPUSLICE_ASSIGN_OR_RETURN(Prepared p, Prepare(spec));
+    if (stub_.empty()) {
+      return Unavailable(
+          "gpuslice-exec: not found next to this program, in ../libexec/gpuslice/ or the build "
+          "tree; it starts every job (reinstall gpuslice)");
+    }
     int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
     if (log_fd < 0) {
       return Internal(fmt::format("log '{}': {}", spec.log_path, std::strerror(errno)));
@@ -110,35 +130,33 @@ class ProcessLauncher final : public Launcher {
     if (p.switch_user && fchown(log_fd, p.uid, p.gid) != 0) {
       // The daemon still reads it; the user just cannot read it directly. Not fatal.
     }
-    int go[2];
-    if (pipe2(go, O_CLOEXEC) != 0) {
+    int go[2];  // go[0]: the stub's fd 3; go[1]: ours
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) != 0) {
       close(log_fd);
-      return Internal(fmt::format("pipe: {}", std::strerror(errno)));
+      return Internal(fmt::format("socketpair: {}", std::strerror(errno)));
     }
-    pid_t pid = fork();
-    if (pid < 0) {
-      close(log_fd);
-      close(go[0]);
-      close(go[1]);
-      return Internal(fmt::format("fork: {}", std::strerror(errno)));
-    }
-    if (pid == 0) RunChild(p, log_fd, go[0], go[1]);  // never returns
-
-    setpgid(pid, pid);  // also done by the child: whichever runs first wins the race
+    pid_t pid = 0;
+    int err = Spawn(spec.job, log_fd, go[0], &pid);
     close(go[0]);
     close(log_fd);
+    if (err != 0) {
+      close(go[1]);
+      return Internal(fmt::format("start {}: {}", stub_, std::strerror(err)));
+    }
     JoinCgroup(spec, pid);
     ProcessHandle h{pid, ProcessStartTicks(pid).value_or(0), false};
-    Status st = commit(h);
+    // The job's description goes out while the pid is being committed; the stub holds it
+    // until the go-ahead.
+    const bool sent = SendAll(go[1], p.message);
+    Status st = sent ? commit(h) : Internal(fmt::format("job {}: its starter exited early", spec.job.value()));
     if (!st.ok()) {
-      close(go[1]);  // EOF: the child exits without running the job
+      close(go[1]);  // EOF without the go-ahead: the stub exits without running the job
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
       return st;
     }
-    char g = 'G';
-    if (write(go[1], &g, 1) != 1) {
-      // Child already gone (killed externally): Poll will report it.
+    if (!SendAll(go[1], "G")) {
+      // The stub is already gone (killed externally): Poll will report it.
     }
     close(go[1]);
     return h;
@@ -184,55 +202,55 @@ class ProcessLauncher final : public Launcher {
   }
 
  private:
-  [[noreturn]] static void RunChild(const Prepared& p, int log_fd, int go_r, int go_w) {
-    close(go_w);
-    setpgid(0, 0);
-    // Wait for the daemon's go-ahead; EOF means it died before recording our pid.
-    char g = 0;
-    ssize_t n;
-    do {
-      n = read(go_r, &g, 1);
-    } while (n < 0 && errno == EINTR);
-    if (n != 1 || g != 'G') _exit(126);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(log_fd, 1);
-    dup2(log_fd, 2);
-    syscall(SYS_close_range, 3u, ~0u, 0u);
-    signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (p.switch_user) {
-      if (setgroups(p.groups.size(), p.groups.data()) != 0) {
-        ChildSay(2, "setgroups", "");
-        _exit(127);
-      }
-      if (setgid(p.gid) != 0) {
-        ChildSay(2, "setgid", "");
-        _exit(127);
-      }
-      if (setuid(p.uid) != 0) {
-        ChildSay(2, "setuid", "");
-        _exit(127);
-      }
-    }
-    if (chdir(p.cwd.c_str()) != 0) {
-      ChildSay(2, "chdir ", p.cwd.c_str());
-      _exit(127);
-    }
-    execvpe(p.argv[0], p.argv.data(), p.envp.data());
-    ChildSay(2, "exec ", p.argv[0]);
-    _exit(127);
+  // posix_spawn (clone with CLONE_VM | CLONE_VFORK in glibc): no copy of the daemon's page
+  // tables and no copy-on-write sharing afterwards. Returns 0 or an errno.
+  int Spawn(JobId job, int log_fd, int go_fd, pid_t* pid) const {
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
+    posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
+    posix_spawn_file_actions_adddup2(&fa, go_fd, 3);  // also clears close-on-exec when go_fd == 3
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
+    std::string name = "gpuslice-exec";
+    std::string tag = fmt::format("job-{}", job.value());  // what `ps` shows until the job execs
+    char* argv[] = {name.data(), tag.data(), nullptr};
+    char* envp[] = {nullptr};
+    int err = posix_spawn(pid, stub_.c_str(), &fa, &attr, argv, envp);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    return err;
   }
 
+  const std::string stub_;
   std::mutex mu_;
   std::map<int, ExitInfo> reaped_;  // leaders reaped whose group still has members
 };
 
 }  // namespace
 
-std::unique_ptr<Launcher> NewProcessLauncher() { return std::make_unique<ProcessLauncher>(); }
+std::string FindExecStub() {
+  std::error_code ec;
+  std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path dir = exe.parent_path();
+    for (const auto& candidate : {dir / "gpuslice-exec", dir / ".." / "libexec" / "gpuslice" / "gpuslice-exec"}) {
+      if (IsExecutable(candidate)) return std::filesystem::weakly_canonical(candidate, ec).string();
+    }
+  }
+#ifdef GPUSLICE_EXEC_STUB_BUILD
+  if (IsExecutable(GPUSLICE_EXEC_STUB_BUILD)) return GPUSLICE_EXEC_STUB_BUILD;
+#endif
+  return "";
+}
+
+std::unique_ptr<Launcher> NewProcessLauncher(std::string stub) {
+  if (stub.empty()) stub = FindExecStub();
+  return std::make_unique<ProcessLauncher>(std::move(stub));
+}
 
 bool CanSwitchUsers() { return geteuid() == 0; }
 

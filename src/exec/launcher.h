@@ -2,10 +2,12 @@
 // Launcher: starts a job's processes and signals them. Real implementation: fork/exec
 // (NewProcessLauncher); fake: records launches and lets tests end them (fake_launcher.h).
 //
-// Start protocol (why nothing starts twice after a crash): the child is created blocked on a
-// pipe; Start calls `commit(handle)` — the daemon makes the pid durable there — and only then
-// lets the child exec. If the daemon dies before that, the child reads EOF and exits without
-// running the job. So a job either has a stored pid, or it never ran.
+// Start protocol (why nothing starts twice after a crash): the child is spawned (vfork-style,
+// cheap for a large daemon) as the tiny gpuslice-exec stub (stub.cc), which blocks on a socket;
+// Start calls `commit(handle)` — the daemon makes the pid durable there — and only then sends
+// the go-ahead, on which the stub drops to the user and execs the job. If the daemon dies
+// before that, the stub reads EOF and exits 126 without running the job. So a job either has a
+// stored pid, or it never ran.
 //
 // Thread-safe: calls may come from any thread.
 
@@ -67,7 +69,13 @@ class Launcher {
   virtual bool StillAlive(const ProcessHandle& h) = 0;
 };
 
-std::unique_ptr<Launcher> NewProcessLauncher();
+// `stub`: path of gpuslice-exec; "" finds it (FindExecStub). When there is none, Start fails
+// with Unavailable naming it.
+std::unique_ptr<Launcher> NewProcessLauncher(std::string stub = "");
+
+// gpuslice-exec next to the running program, in ../libexec/gpuslice/, or in the build tree;
+// "" if none is there.
+std::string FindExecStub();
 
 // True when this process may run jobs as other users (effective uid 0).
 bool CanSwitchUsers();

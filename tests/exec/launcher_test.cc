@@ -1,6 +1,10 @@
 // Launcher contract (real fork/exec and fake), plus what only real processes can show:
 // environment, log, process group, user switch, and "commit failed => never ran".
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -201,6 +205,105 @@ TEST(ProcessLauncher, EmptyCommandIsInvalid) {
   auto h = l->Start(s, [](const ProcessHandle&) { return Status::Ok(); });
   ASSERT_FALSE(h.ok());
   EXPECT_EQ(h.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ProcessLauncher, ProgramIsFoundOnTheJobsPathNotTheDaemons) {
+  auto dir = TempDir("path");
+  fs::create_directories(dir / "bin");
+  {
+    std::ofstream f(dir / "bin" / "my-tool");
+    f << "#!/bin/sh\necho my-tool ran\n";
+  }
+  fs::permissions(dir / "bin" / "my-tool", fs::perms::owner_all);
+  auto l = NewProcessLauncher();
+  auto spec = Spec(dir, {"my-tool"});
+  spec.env = {{"PATH", (dir / "bin").string() + ":/usr/bin:/bin"}};
+  auto h = l->Start(spec, [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  auto e = WaitGone(*l, *h);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 0) << Slurp(dir / "job.log");
+  EXPECT_EQ(Slurp(dir / "job.log"), "my-tool ran\n");
+  fs::remove_all(dir);
+}
+
+// The daemon ignores SIGPIPE and its threads block signals; none of that reaches a job, and no
+// descriptor of the daemon leaks into it.
+TEST(ProcessLauncher, JobStartsWithDefaultSignalsAndOnlyStdio) {
+  auto dir = TempDir("signals");
+  struct sigaction old_pipe {}, old_int {}, ign {};
+  ign.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ign, &old_pipe);
+  sigaction(SIGINT, &ign, &old_int);
+  sigset_t block, old_mask;
+  sigemptyset(&block);
+  sigaddset(&block, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+  int leaked = open("/dev/null", O_RDONLY);  // not close-on-exec on purpose
+  auto l = NewProcessLauncher();
+  auto h = l->Start(Spec(dir, {"sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status; ls /proc/self/fd"}),
+                    [](const ProcessHandle&) { return Status::Ok(); });
+  close(leaked);
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  sigaction(SIGPIPE, &old_pipe, nullptr);
+  sigaction(SIGINT, &old_int, nullptr);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  auto e = WaitGone(*l, *h);
+  ASSERT_TRUE(e.has_value());
+  std::string log = Slurp(dir / "job.log");
+  EXPECT_NE(log.find("SigBlk:\t0000000000000000"), std::string::npos) << log;
+  EXPECT_NE(log.find("SigIgn:\t0000000000000000"), std::string::npos) << log;
+  // ls sees 0, 1, 2 and the directory it is listing (3); nothing more.
+  EXPECT_NE(log.find("0\n1\n2\n3\n"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\n4\n"), std::string::npos) << log;
+  fs::remove_all(dir);
+}
+
+// The stub alone: without the go-ahead byte it runs nothing, however much of the job it got.
+TEST(ExecStub, TornMessageOrNoGoAheadRunsNothing) {
+  const std::string stub = FindExecStub();
+  ASSERT_FALSE(stub.empty()) << "gpuslice-exec is built with the exec library";
+  auto dir = TempDir("stub");
+  const std::string marker = (dir / "ran").string();
+  std::string full;
+  for (std::string f : {"GSX1", "-", "-", "0", "/", "2", "touch", marker.c_str(), "1", "PATH=/usr/bin:/bin"}) {
+    full += f;
+    full.push_back('\0');
+  }
+  auto run = [&](const std::string& message) {
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(sv[1]);  // else the stub would hold its own EOF open
+      dup2(sv[0], 3);
+      execl(stub.c_str(), "gpuslice-exec", "test", static_cast<char*>(nullptr));
+      _exit(99);
+    }
+    close(sv[0]);
+    EXPECT_EQ(write(sv[1], message.data(), message.size()), static_cast<ssize_t>(message.size()));
+    close(sv[1]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(run(full), 126) << "no go-ahead";
+  EXPECT_EQ(run(full.substr(0, full.size() / 2) + "G"), 126) << "torn message";
+  EXPECT_EQ(run("GSX2" + full.substr(4) + "G"), 126) << "unknown format";
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_EQ(run(full + "G"), 0);
+  EXPECT_TRUE(fs::exists(marker)) << "with the go-ahead the job runs";
+  fs::remove_all(dir);
+}
+
+TEST(ProcessLauncher, MissingStubIsAClearError) {
+  auto dir = TempDir("nostub");
+  auto l = NewProcessLauncher("/nonexistent/gpuslice-exec");
+  auto h = l->Start(Spec(dir, {"true"}), [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("/nonexistent/gpuslice-exec"), std::string::npos)
+      << h.status().ToString();
+  fs::remove_all(dir);
 }
 
 }  // namespace
