@@ -535,6 +535,7 @@ class Scheduler::Impl {
         if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
       });
     }
+    Untime(s.slice);
     slices_.erase(sit);
     j.slice = SliceId();
     if (requeue) {
@@ -809,6 +810,7 @@ class Scheduler::Impl {
     // The slice is recorded before the devices change: the indexes read it (MIG in-use set).
     rw.slice = slices_.emplace(s.slice, std::move(s)).first;
     SliceView& rec = rw.slice->second;
+    Retime(rec);
     for (DeviceIndex di : c.devices) {
       DeviceView& target = di == c.devices.front() ? first : devices_.at({c.node, di});
       rw.devices.push_back(&target);
@@ -1034,55 +1036,99 @@ class Scheduler::Impl {
         sv.last_active = now_;
         sv.idle = IdleState::kActive;
         sv.idle_deadline = 0;
+        Retime(sv);
       }
     }
   }
 
+  // Visits only the slices whose next timer is due (timers_), in SliceId order: a slice whose
+  // time has not come passes through TickSlice without a decision or a change (NextTimer), so
+  // the decisions are those of a scan over every slice, at O(due log n) instead of O(slices).
   void OnTick() {
+    std::vector<SliceId> due;
+    for (auto it = timers_.begin(); it != timers_.end() && it->first <= now_; ++it) due.push_back(it->second);
+    std::sort(due.begin(), due.end());
     std::vector<std::pair<JobId, std::string>> ended;
-    for (auto& [sid, s] : slices_) {
-      const Resolved& r = resolved_.at(s.job);
-      const JobView& j = *r.view;
-      const QueueConfig& q = *r.queue;
-      if (s.deadline > 0) {
-        if (now_ >= s.deadline) {
-          out_.push_back(Stop{s.job, sid, StopReason::kTimeLimit});
-          ++stats_.stopped;
-          ended.emplace_back(s.job, "time-limit");
-          continue;
-        }
-        if (q.warn_before > 0 && !s.limit_warned && now_ >= s.deadline - q.warn_before) {
-          s.limit_warned = true;
-          out_.push_back(Warn{s.job, sid, WarnReason::kTimeLimit, s.deadline,
-                              fmt::format("job {} of {} reaches its time limit in {}", s.job.value(),
-                                          j.user, FormatDuration(s.deadline - now_))});
-        }
-      }
-      if (!q.idle.enabled) continue;
-      if (s.idle == IdleState::kActive && now_ - s.last_active >= q.idle.window) {
-        Micros idle_for = now_ - s.last_active;
-        if (q.idle.action == ReclaimAction::kReport) {
-          s.idle = IdleState::kReported;
-          s.idle_deadline = now_;
-          out_.push_back(Warn{s.job, sid, WarnReason::kIdle, now_,
-                              fmt::format("slice idle for {} (reported, not reclaimed)",
-                                          FormatDuration(idle_for))});
-        } else {
-          s.idle = IdleState::kWarned;
-          s.idle_deadline = now_ + q.idle.grace;
-          out_.push_back(Warn{s.job, sid, WarnReason::kIdle, s.idle_deadline,
-                              fmt::format("slice idle for {}; reclaimed in {} unless used",
-                                          FormatDuration(idle_for), FormatDuration(q.idle.grace))});
-        }
-      }
-      if (s.idle == IdleState::kWarned && now_ >= s.idle_deadline) {
-        out_.push_back(Reclaim{s.job, sid, fmt::format("idle for {}", FormatDuration(now_ - s.last_active))});
-        ++stats_.reclaimed;
-        ended.emplace_back(s.job, "idle");
-      }
+    for (SliceId sid : due) {
+      SliceView& s = slices_.at(sid);
+      if (!TickSlice(sid, s, ended)) Retime(s);
     }
     for (const auto& [job, reason] : ended) EndRunning(job, reason);
     if (!ended.empty()) Schedule(std::nullopt);
+  }
+
+  // One slice's timers at now_; true if it ends (listed in `ended`).
+  bool TickSlice(SliceId sid, SliceView& s, std::vector<std::pair<JobId, std::string>>& ended) {
+    const Resolved& r = resolved_.at(s.job);
+    const JobView& j = *r.view;
+    const QueueConfig& q = *r.queue;
+    if (s.deadline > 0) {
+      if (now_ >= s.deadline) {
+        out_.push_back(Stop{s.job, sid, StopReason::kTimeLimit});
+        ++stats_.stopped;
+        ended.emplace_back(s.job, "time-limit");
+        return true;
+      }
+      if (q.warn_before > 0 && !s.limit_warned && now_ >= s.deadline - q.warn_before) {
+        s.limit_warned = true;
+        out_.push_back(Warn{s.job, sid, WarnReason::kTimeLimit, s.deadline,
+                            fmt::format("job {} of {} reaches its time limit in {}", s.job.value(),
+                                        j.user, FormatDuration(s.deadline - now_))});
+      }
+    }
+    if (!q.idle.enabled) return false;
+    if (s.idle == IdleState::kActive && now_ - s.last_active >= q.idle.window) {
+      Micros idle_for = now_ - s.last_active;
+      if (q.idle.action == ReclaimAction::kReport) {
+        s.idle = IdleState::kReported;
+        s.idle_deadline = now_;
+        out_.push_back(Warn{s.job, sid, WarnReason::kIdle, now_,
+                            fmt::format("slice idle for {} (reported, not reclaimed)",
+                                        FormatDuration(idle_for))});
+      } else {
+        s.idle = IdleState::kWarned;
+        s.idle_deadline = now_ + q.idle.grace;
+        out_.push_back(Warn{s.job, sid, WarnReason::kIdle, s.idle_deadline,
+                            fmt::format("slice idle for {}; reclaimed in {} unless used",
+                                        FormatDuration(idle_for), FormatDuration(q.idle.grace))});
+      }
+    }
+    if (s.idle == IdleState::kWarned && now_ >= s.idle_deadline) {
+      out_.push_back(Reclaim{s.job, sid, fmt::format("idle for {}", FormatDuration(now_ - s.last_active))});
+      ++stats_.reclaimed;
+      ended.emplace_back(s.job, "idle");
+      return true;
+    }
+    return false;
+  }
+
+  // When the slice's next timer could fire: a time-limit warning or stop, the end of its idle
+  // window (active) or grace (warned); LLONG_MAX: none. Before it, TickSlice does nothing.
+  static Micros NextTimer(const SliceView& s, const QueueConfig& q) {
+    Micros t = LLONG_MAX;
+    if (s.deadline > 0) {
+      t = s.deadline;
+      if (q.warn_before > 0 && !s.limit_warned) t = std::min(t, s.deadline - q.warn_before);
+    }
+    if (q.idle.enabled) {
+      if (s.idle == IdleState::kActive) t = std::min(t, s.last_active + q.idle.window);
+      else if (s.idle == IdleState::kWarned) t = std::min(t, s.idle_deadline);
+    }
+    return t;
+  }
+  // Re-files a slice in timers_ after its timer fields changed (or it started).
+  void Retime(const SliceView& s) {
+    Untime(s.slice);
+    Micros t = NextTimer(s, *resolved_.at(s.job).queue);
+    if (t == LLONG_MAX) return;
+    timers_.emplace(t, s.slice);
+    timer_of_.emplace(s.slice, t);
+  }
+  void Untime(SliceId id) {
+    auto it = timer_of_.find(id);
+    if (it == timer_of_.end()) return;
+    timers_.erase({it->second, id});
+    timer_of_.erase(it);
   }
 
   // ---------------------------------------------------------------- state
@@ -1109,6 +1155,8 @@ class Scheduler::Impl {
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;
   std::set<DeviceRef> mig_broken_;
+  std::set<std::pair<Micros, SliceId>> timers_;    // (next timer, slice); see NextTimer()
+  std::unordered_map<SliceId, Micros> timer_of_;   // the key of each slice in timers_
   std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
   int mig_in_flight_ = 0;  // devices draining or reconfiguring
   std::string violation_;
@@ -1188,6 +1236,16 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (in_flight != mig_in_flight_)
     return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_in_flight_));
   if (in_flight > 1) return Internal(fmt::format("{} devices changing MIG layout at once", in_flight));
+  std::size_t timed = 0;
+  for (const auto& [sid, s] : slices_) {
+    Micros want = NextTimer(s, *resolved_.at(s.job).queue);
+    auto t = timer_of_.find(sid);
+    if (want != LLONG_MAX) ++timed;
+    if ((want == LLONG_MAX) != (t == timer_of_.end()) || (want != LLONG_MAX && (t->second != want || !timers_.contains({want, sid}))))
+      return Internal(fmt::format("slice {}: timer index disagrees with its record", sid.value()));
+  }
+  if (timed != timer_of_.size() || timed != timers_.size())
+    return Internal("timer index holds slices that are not running");
   for (const auto& [sid, s] : slices_) {
     auto j = jobs_.find(s.job);
     if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.slice != sid)
