@@ -7,7 +7,10 @@
 // `sim replay` ran before (RunPlacementReplay, policy `baseline`, default "gpuslice").
 // A fourth argument sets the offered load (default 0.9); above 1 the pending queue grows all run
 // long, which is what stresses the Scheduler's pending passes.
-// Usage: sim_replay_bench [jobs] [policy] [baseline policy | none] [offered load]
+// A fifth argument "limits" gives the queue the built-in interactive queue's limits: an 8 h time
+// limit warned 15 min before, and idle reclaim after 30 min below 5% + 10 min grace (each job's
+// utilisation is uniform in 0..1, so ~5% of the jobs are idle): this exercises the ticks.
+// Usage: sim_replay_bench [jobs] [policy] [baseline policy | none] [offered load] [limits]
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -77,12 +80,21 @@ int main(int argc, char** argv) {
   const std::string name = argc > 2 ? argv[2] : "best-fit";
   const std::string baseline = argc > 3 ? argv[3] : "gpuslice";
   const double load = argc > 4 ? std::atof(argv[4]) : 0.9;
+  const bool limits = argc > 5 && std::string(argv[5]) == "limits";
   constexpr int kNodes = 12'500, kGpus = 8;
   std::vector<sim::ReplayJob> jobs = Jobs(n, kNodes * kGpus, load, 42);
   auto config = sim::ReplayConfig(name, jobs);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", config.status().message().c_str());
     return 2;
+  }
+  if (limits) {
+    for (sched::QueueConfig& q : config->queues) {
+      q.time_limit = 8 * kHour;
+      q.warn_before = 15 * kMinute;
+      q.idle = sched::IdlePolicy{.enabled = true, .util_threshold_percent = 5, .window = 30 * kMinute,
+                                 .grace = 10 * kMinute, .activity = {}, .action = sched::ReclaimAction::kReclaim};
+    }
   }
   const auto shapes = sim::ReplayShapes(jobs);
   const sim::Cluster cluster = sim::Cluster::Uniform(kNodes, kGpus, "GPU", 128000, 1024 * kGiB);
@@ -91,12 +103,13 @@ int main(int argc, char** argv) {
   sim::ReplayResult r = sim::RunReplay(cluster, std::move(jobs), *config, name, shapes);
   const double cpu = CpuSeconds() - cpu0;
   const long rss = PeakRssKiB();
-  fmt::print("online replay through sched::Scheduler, {} jobs on {} GPUs ({} nodes x {}), placement {}, offered load {}\n",
-             n, kNodes * kGpus, kNodes, kGpus, name, load);
+  fmt::print("online replay through sched::Scheduler, {} jobs on {} GPUs ({} nodes x {}), placement {}, offered load {}{}\n",
+             n, kNodes * kGpus, kNodes, kGpus, name, load, limits ? ", time limit + idle reclaim" : "");
   fmt::print("  CPU {:.2f} s, wall {:.2f} s (target < 60 s: {}), peak RSS {:.0f} MiB (target < 4096 MiB: {})\n",
              cpu, r.seconds, cpu < 60 ? "met" : "MISSED", rss / 1024.0, rss < 4L * 1024 * 1024 ? "met" : "MISSED");
   fmt::print("  scheduler: {} events, {} decisions, {:.0f} decisions/s, {:.0f} events/s\n", r.events, r.decisions,
              static_cast<double>(r.decisions) / r.seconds, static_cast<double>(r.events) / r.seconds);
+  fmt::print("  reclaimed (idle) {}, time-limited {}, warnings {}\n", r.reclaimed, r.time_limited, r.warnings);
   fmt::print("  started {} rejected {} waiting {}; delay p50 {:.0f} s p95 {:.0f} s p99 {:.0f} s; mean alloc {:.2f}%\n",
              r.started, r.rejected, r.never_started, r.delay_p50_s, r.delay_p95_s, r.delay_p99_s, r.mean_alloc_pct);
   if (baseline != "none") {

@@ -312,7 +312,8 @@ class Replay {
     }
     if (q.idle.enabled) {
       if (CountsAsActive(q.idle, ReportedPercent(jobs_[j]))) {
-        busy_.emplace(x.slice, j);
+        busy_due_.emplace(now + q.idle.window, x.slice);
+        busy_.emplace(x.slice, BusySlice{j, now + q.idle.window, q.idle.window});
       } else {
         timer(now + q.idle.window);
         if (q.idle.action == sched::ReclaimAction::kReclaim) timer(now + q.idle.window + q.idle.grace);
@@ -332,7 +333,10 @@ class Replay {
     }
     for (DeviceIndex di : jr.devices) used_[first_gpu_[jr.node] + di.value()] -= jr.milli;
     allocated_ -= held;
-    busy_.erase(jr.slice);
+    if (auto it = busy_.find(jr.slice); it != busy_.end()) {
+      busy_due_.erase({it->second.due, jr.slice});
+      busy_.erase(it);
+    }
     jr.slice = SliceId();
     jr.devices.clear();
     --running_;
@@ -381,11 +385,18 @@ class Replay {
       }
       // Timers come last at an instant: tick once for all of them.
       if (tick && (events_.empty() || events_.top().time != now)) {
+        // Only busy slices whose idle window would end by now need a sample (a fresh one keeps
+        // them active); each is then due again one window later. A busy slice is so sampled at
+        // least once per window, which is all the idle state machine can tell apart.
         sched::Sample sample{now, {}};
-        sample.slices.reserve(busy_.size());
-        for (const auto& [slice, j] : busy_) {
-          const int pct = ReportedPercent(jobs_[j]);
+        while (!busy_due_.empty() && busy_due_.begin()->first <= now) {
+          const SliceId slice = busy_due_.begin()->second;
+          busy_due_.erase(busy_due_.begin());
+          BusySlice& b = busy_.at(slice);
+          const int pct = ReportedPercent(jobs_[b.job]);
           sample.slices.push_back(sched::SliceSample{slice, pct, pct, 1});
+          b.due = now + b.window;
+          busy_due_.emplace(b.due, slice);
         }
         if (!sample.slices.empty()) Feed(sample, now);
         Feed(sched::Tick{now}, now);
@@ -430,7 +441,15 @@ class Replay {
   std::priority_queue<Ev, std::vector<Ev>, std::greater<>> events_;
   std::uint64_t seq_ = 0;
   std::vector<sched::ReconfigureDone> mig_done_;
-  std::map<SliceId, std::uint32_t> busy_;  // running slices in idle-policed queues that report activity
+  // Running slices in idle-policed queues whose samples count as activity, with when their idle
+  // window would end without a new sample.
+  struct BusySlice {
+    std::uint32_t job;
+    Micros due;
+    Micros window;
+  };
+  std::map<SliceId, BusySlice> busy_;
+  std::set<std::pair<Micros, SliceId>> busy_due_;
   std::vector<std::size_t> first_gpu_;     // cluster node -> its first GPU in used_
   std::vector<MilliGpu> used_;             // per GPU, allocated share (from the decisions)
   MilliGpu allocated_ = 0;
