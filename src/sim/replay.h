@@ -14,10 +14,11 @@
 //    Reclaim (idle) and Preempt end it earlier (a requeued job later restarts from scratch);
 //  - ReconfigureMig -> ReconfigureDone{ok, the asked layout} after options.mig_reconfigure_delay;
 //  - activity: a job with known utilisation u reports SM and memory utilisation round(100 u) %
-//    and one process on every sample; unknown utilisation counts as busy. Ticks (with a Sample
-//    of the busy slices just before) are fed only when a timer can fire: a time-limit warning or
-//    deadline, or the idle window / grace end of a slice whose samples would not count as
-//    activity. So a replay without limits or idle policies feeds no Tick at all.
+//    and one process on every sample; unknown utilisation counts as busy. Ticks are fed only
+//    when a timer can fire: a time-limit warning or deadline, or the idle window / grace end of
+//    a slice whose samples would not count as activity; just before one, a Sample of the busy
+//    slices whose idle window would otherwise end (so each busy slice is sampled once per
+//    window). A replay without limits or idle policies feeds no Tick at all.
 // Events at one instant: finishes, then MIG acknowledgements, then ticks, then arrivals.
 // Deterministic: same jobs, cluster, config and seed give the same result, bit for bit
 // (except `seconds`). Not thread-safe.
