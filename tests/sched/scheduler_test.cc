@@ -293,6 +293,31 @@ TEST_F(SchedTest, TimeLimitWarnsThenStops) {
   EXPECT_EQ(h().scheduler().jobs().at(s[0].job).end_reason, "time-limit");
 }
 
+TEST_F(SchedTest, OneTickActsOnEveryDueSliceInSliceOrder) {
+  // Slice 1 (2 h limit) and slice 2 (1 h limit); slice 3 has none. One tick at 3 h finds both
+  // limits passed: the stops come in slice order, not in the order the limits passed, and only
+  // due slices are touched (a tick visits due timers only; a scan would give the same).
+  h().AddHost("2xH100-80GB");
+  auto a = Only<StartSlice>(h().Submit("interactive gpu=250m limit=2h"));
+  auto b = Only<StartSlice>(h().Submit("interactive gpu=250m limit=1h"));
+  auto c = Only<StartSlice>(h().Submit("training gpus=1"));
+  ASSERT_THAT(a, SizeIs(1));
+  ASSERT_THAT(b, SizeIs(1));
+  ASSERT_THAT(c, SizeIs(1));
+  h().Feed(Sample{0, {SliceSample{a[0].slice, 90, 50, 1}, SliceSample{b[0].slice, 90, 50, 1},
+                      SliceSample{c[0].slice, 90, 50, 1}}});
+  auto ds = h().Feed(Tick{3 * kHour});
+  auto stops = Only<Stop>(ds);
+  ASSERT_THAT(stops, SizeIs(2));
+  EXPECT_EQ(stops[0].slice, a[0].slice);
+  EXPECT_EQ(stops[1].slice, b[0].slice);
+  // The training slice, idle for 3 h, is reported once in the same tick, after them.
+  auto w = Only<Warn>(ds);
+  ASSERT_THAT(w, SizeIs(1));
+  EXPECT_EQ(w[0].slice, c[0].slice);
+  EXPECT_THAT(Only<Warn>(h().Feed(Tick{4 * kHour})), SizeIs(0));
+}
+
 // ---------------------------------------------------------------- idle reclaim
 
 TEST_F(SchedTest, IdleSliceIsWarnedThenReclaimedAndActivityResets) {
