@@ -721,8 +721,8 @@ class Daemon::Impl {
       return InvalidArgument("field 'argv': a non-empty list of strings is required (the command)");
     }
     for (const auto& a : body["argv"]) {
-      if (!a.is_string()) {
-        return InvalidArgument(fmt::format("field 'argv': element {} is not a string", a.dump()));
+      if (!a.is_string() || a.get<std::string>().find('\0') != std::string::npos) {
+        return InvalidArgument(fmt::format("field 'argv': element {} is not a string without NUL bytes", a.dump()));
       }
       j->argv.push_back(a.get<std::string>());
     }
@@ -736,7 +736,8 @@ class Daemon::Impl {
     if (body.contains("env")) {
       if (!body["env"].is_object()) return InvalidArgument("field 'env': expected an object of strings");
       for (const auto& [k, v] : body["env"].items()) {
-        if (!v.is_string() || k.empty() || k.find('=') != std::string::npos) {
+        if (!v.is_string() || k.empty() || k.find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
+            v.get<std::string>().find('\0') != std::string::npos) {
           return InvalidArgument(fmt::format("field 'env': entry '{}' is not NAME: \"value\"", k));
         }
         j->env.emplace_back(k, v.get<std::string>());

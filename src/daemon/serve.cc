@@ -84,7 +84,6 @@ int RunServe(const ServeOptions& o) {
   }
 
   // Store.
-  store::KeepSqlitePageCacheFromChildren();
   auto store = store::OpenSqliteStore(
       o.state_dir, o.sync_machine ? store::Sync::kMachine : store::Sync::kProcess);
   if (!store.ok()) return Fail(kExitFailure, store.status());

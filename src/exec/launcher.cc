@@ -10,12 +10,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -111,9 +115,43 @@ void JoinCgroup(const LaunchSpec& spec, pid_t pid) {
   std::ofstream(dir + "/cgroup.procs") << pid << "\n";
 }
 
+// Sends the first bytes of `data` with `fd` attached (SCM_RIGHTS), then the rest.
+bool SendWithFd(int sock, int fd, std::string_view data) {
+  char control[CMSG_SPACE(sizeof(int))] = {};
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  msghdr mh{};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&mh);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  ssize_t w;
+  do {
+    w = sendmsg(sock, &mh, MSG_NOSIGNAL);
+  } while (w < 0 && errno == EINTR);
+  if (w <= 0) return false;
+  return SendAll(sock, data.substr(static_cast<size_t>(w)));
+}
+
 class ProcessLauncher final : public Launcher {
  public:
-  explicit ProcessLauncher(std::string stub) : stub_(std::move(stub)) {}
+  ProcessLauncher(std::string stub, int ready) : stub_(std::move(stub)), want_(ready) {
+    if (want_ > 0 && !stub_.empty()) refill_ = std::thread([this] { RefillLoop(); });
+  }
+
+  ~ProcessLauncher() override {
+    {
+      std::lock_guard lock(pool_mu_);
+      stopping_ = true;
+    }
+    pool_cv_.notify_all();
+    if (refill_.joinable()) refill_.join();
+    for (const Stub& s : pool_) Discard(s);  // EOF: each exits at once, having run nothing
+  }
 
   Result<ProcessHandle> Start(const LaunchSpec& spec,
                               const std::function<Status(const ProcessHandle&)>& commit) override {
@@ -130,35 +168,35 @@ class ProcessLauncher final : public Launcher {
     if (p.switch_user && fchown(log_fd, p.uid, p.gid) != 0) {
       // The daemon still reads it; the user just cannot read it directly. Not fatal.
     }
-    int go[2];  // go[0]: the stub's fd 3; go[1]: ours
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, go) != 0) {
-      close(log_fd);
-      return Internal(fmt::format("socketpair: {}", std::strerror(errno)));
-    }
-    pid_t pid = 0;
-    int err = Spawn(spec.job, log_fd, go[0], &pid);
-    close(go[0]);
-    close(log_fd);
-    if (err != 0) {
-      close(go[1]);
-      return Internal(fmt::format("start {}: {}", stub_, std::strerror(err)));
-    }
-    JoinCgroup(spec, pid);
-    ProcessHandle h{pid, ProcessStartTicks(pid).value_or(0), false};
-    // The job's description goes out while the pid is being committed; the stub holds it
+    // A stub spawned ahead of time if one is ready (the spawn is most of the start's cost), else
+    // a fresh one. The job's description and log go out before the commit; the stub holds them
     // until the go-ahead.
-    const bool sent = SendAll(go[1], p.message);
-    Status st = sent ? commit(h) : Internal(fmt::format("job {}: its starter exited early", spec.job.value()));
+    Result<Stub> stub = TakeReady();
+    if (stub.ok() && !SendWithFd(stub->sock, log_fd, p.message)) {
+      Discard(*stub);  // died while waiting (killed from outside)
+      stub = Internal("stub gone");
+    }
+    if (!stub.ok()) {
+      stub = SpawnStub();
+      if (stub.ok() && !SendWithFd(stub->sock, log_fd, p.message)) {
+        Discard(*stub);
+        stub = Internal(fmt::format("job {}: {} exited before taking the job", spec.job.value(), stub_));
+      }
+    }
+    close(log_fd);
+    if (!stub.ok()) return stub.status();
+    JoinCgroup(spec, stub->pid);
+    ProcessHandle h{stub->pid, stub->start_ticks, false};
+    Status st = commit(h);
     if (!st.ok()) {
-      close(go[1]);  // EOF without the go-ahead: the stub exits without running the job
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
+      kill(stub->pid, SIGKILL);
+      Discard(*stub);  // EOF without the go-ahead: it would not have run the job anyway
       return st;
     }
-    if (!SendAll(go[1], "G")) {
+    if (!SendAll(stub->sock, "G")) {
       // The stub is already gone (killed externally): Poll will report it.
     }
-    close(go[1]);
+    close(stub->sock);
     return h;
   }
 
@@ -202,30 +240,87 @@ class ProcessLauncher final : public Launcher {
   }
 
  private:
+  // A spawned stub waiting for its job on `sock`.
+  struct Stub {
+    pid_t pid = 0;
+    std::uint64_t start_ticks = 0;
+    int sock = -1;
+  };
+
   // posix_spawn (clone with CLONE_VM | CLONE_VFORK in glibc): no copy of the daemon's page
-  // tables and no copy-on-write sharing afterwards. Returns 0 or an errno.
-  int Spawn(JobId job, int log_fd, int go_fd, pid_t* pid) const {
+  // tables and no copy-on-write sharing afterwards. stdin/stdout/stderr are /dev/null until the
+  // stub gets the job's log; it leads its own process group from the start.
+  Result<Stub> SpawnStub() const {
+    int sv[2];  // sv[0]: the stub's fd 3; sv[1]: ours
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+      return Internal(fmt::format("socketpair: {}", std::strerror(errno)));
+    }
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&attr);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, log_fd, 1);
-    posix_spawn_file_actions_adddup2(&fa, log_fd, 2);
-    posix_spawn_file_actions_adddup2(&fa, go_fd, 3);  // also clears close-on-exec when go_fd == 3
+    for (int fd : {0, 1, 2}) posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, sv[0], 3);  // also clears close-on-exec when sv[0] == 3
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
     posix_spawnattr_setpgroup(&attr, 0);
-    std::string name = "gpuslice-exec";
-    std::string tag = fmt::format("job-{}", job.value());  // what `ps` shows until the job execs
+    std::string name = "gpuslice-exec", tag = "waiting-for-a-job";  // what `ps` shows
     char* argv[] = {name.data(), tag.data(), nullptr};
     char* envp[] = {nullptr};
-    int err = posix_spawn(pid, stub_.c_str(), &fa, &attr, argv, envp);
+    Stub s;
+    int err = posix_spawn(&s.pid, stub_.c_str(), &fa, &attr, argv, envp);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
-    return err;
+    close(sv[0]);
+    if (err != 0) {
+      close(sv[1]);
+      return Internal(fmt::format("start {}: {}", stub_, std::strerror(err)));
+    }
+    s.sock = sv[1];
+    s.start_ticks = ProcessStartTicks(s.pid).value_or(0);
+    return s;
+  }
+
+  static void Discard(const Stub& s) {
+    close(s.sock);
+    waitpid(s.pid, nullptr, 0);
+  }
+
+  Result<Stub> TakeReady() {
+    std::lock_guard lock(pool_mu_);
+    if (pool_.empty()) return NotFound("no stub ready");
+    Stub s = pool_.front();
+    pool_.pop_front();
+    pool_cv_.notify_all();
+    return s;
+  }
+
+  // Keeps `want_` stubs ready. A failing spawn is retried after a second; Start then spawns
+  // its own and reports the error.
+  void RefillLoop() {
+    std::unique_lock lock(pool_mu_);
+    while (!stopping_) {
+      if (static_cast<int>(pool_.size()) >= want_) {
+        pool_cv_.wait(lock);
+        continue;
+      }
+      lock.unlock();
+      Result<Stub> s = SpawnStub();
+      lock.lock();
+      if (s.ok()) {
+        pool_.push_back(*s);
+      } else {
+        pool_cv_.wait_for(lock, std::chrono::seconds(1));
+      }
+    }
   }
 
   const std::string stub_;
+  const int want_;
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::deque<Stub> pool_;
+  bool stopping_ = false;
+  std::thread refill_;
   std::mutex mu_;
   std::map<int, ExitInfo> reaped_;  // leaders reaped whose group still has members
 };
@@ -247,9 +342,9 @@ std::string FindExecStub() {
   return "";
 }
 
-std::unique_ptr<Launcher> NewProcessLauncher(std::string stub) {
+std::unique_ptr<Launcher> NewProcessLauncher(std::string stub, int ready) {
   if (stub.empty()) stub = FindExecStub();
-  return std::make_unique<ProcessLauncher>(std::move(stub));
+  return std::make_unique<ProcessLauncher>(std::move(stub), ready);
 }
 
 bool CanSwitchUsers() { return geteuid() == 0; }

@@ -2,10 +2,11 @@
 // Launcher: starts a job's processes and signals them. Real implementation: fork/exec
 // (NewProcessLauncher); fake: records launches and lets tests end them (fake_launcher.h).
 //
-// Start protocol (why nothing starts twice after a crash): the child is spawned (vfork-style,
-// cheap for a large daemon) as the tiny gpuslice-exec stub (stub.cc), which blocks on a socket;
-// Start calls `commit(handle)` — the daemon makes the pid durable there — and only then sends
-// the go-ahead, on which the stub drops to the user and execs the job. If the daemon dies
+// Start protocol (why nothing starts twice after a crash): the job's process is the tiny
+// gpuslice-exec stub (stub.cc), spawned vfork-style (usually ahead of time) and blocked on a
+// socket. Start sends it the job and its log, calls `commit(handle)` — the daemon makes the pid
+// durable there — and only then sends the go-ahead, on which the stub drops to the user and
+// execs the job. If the daemon dies
 // before that, the stub reads EOF and exits 126 without running the job. So a job either has a
 // stored pid, or it never ran.
 //
@@ -70,8 +71,11 @@ class Launcher {
 };
 
 // `stub`: path of gpuslice-exec; "" finds it (FindExecStub). When there is none, Start fails
-// with Unavailable naming it.
-std::unique_ptr<Launcher> NewProcessLauncher(std::string stub = "");
+// with Unavailable naming it. `ready`: stubs kept spawned ahead of time, idle (a few hundred
+// KiB each) until a job takes one, so a start costs a message and the commit, not a spawn; a
+// background thread replaces each one taken. 0: spawn at each start.
+inline constexpr int kDefaultReadyStubs = 8;
+std::unique_ptr<Launcher> NewProcessLauncher(std::string stub = "", int ready = kDefaultReadyStubs);
 
 // gpuslice-exec next to the running program, in ../libexec/gpuslice/, or in the build tree;
 // "" if none is there.

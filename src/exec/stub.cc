@@ -3,14 +3,16 @@
 // The daemon spawns it with vfork semantics (posix_spawn), so the daemon's memory is never
 // shared copy-on-write with a child while the daemon commits the job's pid: that sharing made
 // every SQLite write of the commit take page faults and cost submit->start latency. The stub:
-//   1. reads the job (credentials, cwd, argv, environment) from fd 3, a socket whose other end
-//      the daemon holds, while the daemon makes the pid durable;
+//   1. reads the job (credentials, cwd, argv, environment, and its log as an attached
+//      descriptor) from fd 3, a socket whose other end the daemon holds, while the daemon makes
+//      the pid durable;
 //   2. waits for the go-ahead byte 'G' followed by EOF. EOF without it (the daemon died or the
 //      commit failed) means the job must not run: exit 126, having run nothing;
 //   3. drops to the user (supplementary groups, gid, uid), enters cwd, resets signals and
 //      execs the job with exactly the environment the daemon sent.
-// stdin (/dev/null), stdout/stderr (the job log) and the process group are set up by
-// posix_spawn before this program starts.
+// The job's log arrives with the message (SCM_RIGHTS) and becomes stdout and stderr; stdin
+// (/dev/null) and the process group are set up by posix_spawn. The daemon spawns stubs ahead of
+// time, so one may wait idle for a while before it gets a job.
 //
 // Statically linked, with an empty environment of its own: nothing the submitter controls
 // (LD_PRELOAD for the memory cap, GLIBC_TUNABLES, ...) applies to this root-owned step.
@@ -23,6 +25,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -91,7 +94,9 @@ struct Message {
   }
 };
 
-bool ReadAll(int fd, Message* m) {
+// Reads to EOF; the first descriptor attached (SCM_RIGHTS) is the job's log, any other is
+// closed.
+bool ReadAll(int fd, Message* m, int* log_fd) {
   size_t cap = 16384;
   m->data = static_cast<char*>(malloc(cap));
   if (m->data == nullptr) return false;
@@ -102,9 +107,30 @@ bool ReadAll(int fd, Message* m) {
       if (bigger == nullptr) return false;
       m->data = bigger;
     }
-    ssize_t r = read(fd, m->data + m->size, cap - m->size);
+    char control[CMSG_SPACE(4 * sizeof(int))];
+    iovec iov = {m->data + m->size, cap - m->size};
+    msghdr mh;
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    ssize_t r = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return false;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < n; ++i) {
+        int got;
+        memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (*log_fd < 0) {
+          *log_fd = got;
+        } else {
+          close(got);
+        }
+      }
+    }
     if (r == 0) return true;
     m->size += static_cast<size_t>(r);
   }
@@ -114,8 +140,12 @@ bool ReadAll(int fd, Message* m) {
 
 int main() {
   Message m;
-  // The go-ahead is the last byte; anything else (EOF early, a torn message) runs nothing.
-  if (!ReadAll(kGoFd, &m) || m.size == 0 || m.data[m.size - 1] != 'G') _exit(kNoGoAhead);
+  int log_fd = -1;
+  // The go-ahead is the last byte; anything else (EOF early, a torn message, no log) runs
+  // nothing.
+  if (!ReadAll(kGoFd, &m, &log_fd) || log_fd < 0 || m.size == 0 || m.data[m.size - 1] != 'G') {
+    _exit(kNoGoAhead);
+  }
   m.data[m.size - 1] = '\0';
   m.size -= 1;
   close(kGoFd);
@@ -140,6 +170,7 @@ int main() {
     _exit(kNoGoAhead);
   }
 
+  if (dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0) _exit(kNoGoAhead);
   syscall(SYS_close_range, 3u, ~0u, 0u);
   // Every disposition back to default, including the real-time signals glibc's sigaction()
   // refuses to touch (32, 33): the raw system call with the kernel's struct layout.

@@ -3,7 +3,6 @@
 // WAL mode. synchronous=NORMAL (Sync::kProcess) already makes a committed batch survive any
 // crash of the daemon (the WAL write is done before COMMIT returns); synchronous=FULL
 // (Sync::kMachine) adds an fsync per commit so it also survives power loss.
-#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -303,27 +302,6 @@ class SqliteStore final : public Store {
 };
 
 }  // namespace
-
-// SQLite's page cache in memory the daemon's children do not inherit (MADV_DONTFORK). The
-// launcher's child waits, forked but not yet exec'd, while the daemon commits its pid; pages
-// shared with it make every page SQLite writes meanwhile a copy-on-write fault with a TLB
-// shoot-down. Process-wide and only possible before SQLite initialises; best effort.
-void KeepSqlitePageCacheFromChildren() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    int hdr = 0;
-    if (sqlite3_config(SQLITE_CONFIG_PCACHE_HDRSZ, &hdr) != SQLITE_OK) return;
-    const int slot = 4096 + hdr;  // default page size
-    const int slots = 2048;       // 8 MiB of pages; SQLite falls back to malloc beyond
-    const size_t len = static_cast<size_t>(slot) * slots;
-    void* mem = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) return;
-    if (madvise(mem, len, MADV_DONTFORK) != 0 ||
-        sqlite3_config(SQLITE_CONFIG_PAGECACHE, mem, slot, slots) != SQLITE_OK) {
-      munmap(mem, len);
-    }
-  });
-}
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir, Sync sync) {
   std::error_code ec;

@@ -152,13 +152,6 @@ enum class Sync {
   kMachine,  // synchronous=FULL: also survives power loss; one fsync per commit.
 };
 
-// For the daemon, before it opens its store: SQLite's page cache moves to memory that forked
-// children do not inherit (MADV_DONTFORK), so the pid commit made while a launched child waits
-// between fork and exec does not copy-on-write fault on every page it writes. After this, a
-// forked child must not use SQLite without exec'ing first. Process-wide, once, best effort
-// (no effect once SQLite is initialised).
-void KeepSqlitePageCacheFromChildren();
-
 // Opens <state_dir>/gpuslice.db (creating the directory and schema as needed).
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir,
                                                Sync sync = Sync::kMachine);

@@ -135,6 +135,20 @@ TEST_F(DaemonTest, BadRequestChangesNothing) {
   EXPECT_TRUE(store_->ReadJournal()->size() == 4u) << "only the 4 DeviceAdded entries";
 }
 
+// A NUL byte cannot reach exec(): refused at submit, not failed at start.
+TEST_F(DaemonTest, NulBytesInCommandOrEnvironmentAreRefusedAtSubmit) {
+  auto d = NewDaemon();
+  const std::string nul("a\0b", 3);
+  auto r = d->Submit(me_, {{"argv", {"echo", nul}}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("field 'argv'"), std::string::npos) << r.status().ToString();
+  r = d->Submit(me_, {{"argv", {"true"}}, {"env", {{"X", nul}}}});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("field 'env': entry 'X'"), std::string::npos) << r.status().ToString();
+  EXPECT_TRUE((*d->ListJobs({}))["jobs"].empty());
+  EXPECT_TRUE(launcher_.launches().empty());
+}
+
 TEST_F(DaemonTest, RestartReadoptsLiveJobsMarksGoneOnesLostAndStartsNothingTwice) {
   std::uint64_t live, gone, waiting;
   {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -259,18 +260,23 @@ TEST(ProcessLauncher, JobStartsWithDefaultSignalsAndOnlyStdio) {
   fs::remove_all(dir);
 }
 
-// The stub alone: without the go-ahead byte it runs nothing, however much of the job it got.
-TEST(ExecStub, TornMessageOrNoGoAheadRunsNothing) {
+// The stub alone: without the go-ahead byte, or without the log attached, it runs nothing,
+// however much of the job it got.
+TEST(ExecStub, TornMessageNoLogOrNoGoAheadRunsNothing) {
   const std::string stub = FindExecStub();
   ASSERT_FALSE(stub.empty()) << "gpuslice-exec is built with the exec library";
   auto dir = TempDir("stub");
   const std::string marker = (dir / "ran").string();
+  const std::string script = "echo hi; touch " + marker;
   std::string full;
-  for (std::string f : {"GSX1", "-", "-", "0", "/", "2", "touch", marker.c_str(), "1", "PATH=/usr/bin:/bin"}) {
+  for (const char* f : {"GSX1", "-", "-", "0", "/", "3", "sh", "-c", script.c_str(), "1",
+                               "PATH=/usr/bin:/bin"}) {
     full += f;
     full.push_back('\0');
   }
-  auto run = [&](const std::string& message) {
+  const int log = open((dir / "log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ASSERT_GE(log, 0);
+  auto run = [&](const std::string& message, bool attach_log) {
     int sv[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     pid_t pid = fork();
@@ -281,18 +287,86 @@ TEST(ExecStub, TornMessageOrNoGoAheadRunsNothing) {
       _exit(99);
     }
     close(sv[0]);
-    EXPECT_EQ(write(sv[1], message.data(), message.size()), static_cast<ssize_t>(message.size()));
+    char control[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{const_cast<char*>(message.data()), message.size()};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (attach_log) {
+      mh.msg_control = control;
+      mh.msg_controllen = sizeof(control);
+      cmsghdr* c = CMSG_FIRSTHDR(&mh);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &log, sizeof(int));
+    }
+    EXPECT_EQ(sendmsg(sv[1], &mh, 0), static_cast<ssize_t>(message.size()));
     close(sv[1]);
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
-  EXPECT_EQ(run(full), 126) << "no go-ahead";
-  EXPECT_EQ(run(full.substr(0, full.size() / 2) + "G"), 126) << "torn message";
-  EXPECT_EQ(run("GSX2" + full.substr(4) + "G"), 126) << "unknown format";
+  EXPECT_EQ(run(full, true), 126) << "no go-ahead";
+  EXPECT_EQ(run(full.substr(0, full.size() / 2) + "G", true), 126) << "torn message";
+  EXPECT_EQ(run("GSX2" + full.substr(4) + "G", true), 126) << "unknown format";
+  EXPECT_EQ(run(full + "G", false), 126) << "no log";
   EXPECT_FALSE(fs::exists(marker));
-  EXPECT_EQ(run(full + "G"), 0);
+  EXPECT_EQ(Slurp(dir / "log"), "");
+  EXPECT_EQ(run(full + "G", true), 0);
   EXPECT_TRUE(fs::exists(marker)) << "with the go-ahead the job runs";
+  EXPECT_EQ(Slurp(dir / "log"), "hi\n") << "its output goes to the attached log";
+  close(log);
+  fs::remove_all(dir);
+}
+
+// Stubs wait ready, as their own process group leaders; each start takes one, and one that was
+// killed while waiting is replaced transparently.
+TEST(ProcessLauncher, ReadyStubsAreUsedAndAKilledOneIsSkipped) {
+  auto dir = TempDir("ready");
+  auto l = NewProcessLauncher("", 2);
+  auto ready = [] {
+    std::vector<int> pids;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream cmd(e.path() / "cmdline");
+      std::string argv0, argv1;
+      std::getline(cmd, argv0, '\0');
+      std::getline(cmd, argv1, '\0');
+      if (argv0 == "gpuslice-exec" && argv1 == "waiting-for-a-job" &&
+          getpgid(std::stoi(name)) == std::stoi(name)) {
+        // Ours: a child of this test process.
+        std::ifstream st(e.path() / "stat");
+        std::string stat((std::istreambuf_iterator<char>(st)), {});
+        auto rp = stat.rfind(')');
+        int ppid = std::stoi(stat.substr(rp + 4));
+        if (ppid == getpid()) pids.push_back(std::stoi(name));
+      }
+    }
+    return pids;
+  };
+  std::vector<int> pids;
+  for (int i = 0; i < 500 && pids.size() < 2; ++i) {
+    pids = ready();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(pids.size(), 2u);
+  // Kill one waiting stub: the next start must not fail because of it.
+  kill(pids[0], SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 3; ++i) {
+    auto spec = Spec(dir, {"sh", "-c", "echo run " + std::to_string(i)});
+    auto h = l->Start(spec, [](const ProcessHandle&) { return Status::Ok(); });
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    auto e = WaitGone(*l, *h);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->exit_code, 0);
+  }
+  const std::string log = Slurp(dir / "job.log");
+  EXPECT_NE(log.find("run 0\nrun 1\nrun 2\n"), std::string::npos) << log;
+  l.reset();  // the remaining ready stubs get EOF and exit; nothing is left behind
+  EXPECT_TRUE(ready().empty());
   fs::remove_all(dir);
 }
 
