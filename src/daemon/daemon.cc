@@ -446,7 +446,7 @@ class Daemon::Impl {
         o["memory_used"] = u->second.second;
       }
       if (auto v = sched_->slices().find(id); v != sched_->slices().end()) {
-        o["idle_seconds"] = static_cast<double>(std::max<Micros>(0, now - v->second.last_active)) / kSecond;
+        o["idle_seconds"] = static_cast<double>(std::max<Micros>(0, now - LastActive(v->second))) / kSecond;
         o["idle_state"] = v->second.idle == sched::IdleState::kActive ? "active"
                           : v->second.idle == sched::IdleState::kWarned ? "warned" : "reported";
       } else {
@@ -511,7 +511,7 @@ class Daemon::Impl {
       out += fmt::format("gpuslice_slice_memory_used_bytes{{{}}} {}\n", labels,
                          u != slice_util_.end() ? u->second.second : 0);
       out += fmt::format("gpuslice_slice_idle_seconds{{{}}} {:.1f}\n", labels,
-                         static_cast<double>(std::max<Micros>(0, now - v.last_active)) / kSecond);
+                         static_cast<double>(std::max<Micros>(0, now - LastActive(v))) / kSecond);
     }
     head("gpuslice_queue_pending_jobs", "gauge", "Jobs waiting for a slice.");
     head("gpuslice_queue_oldest_wait_seconds", "gauge", "Wait of the oldest pending job.");
@@ -1341,9 +1341,25 @@ class Daemon::Impl {
       a.mem = std::max(a.mem, s->second.mem_util.value_or(0) / 10);
     }
     sched::Sample ev{now, {}};
+    bool due = false;
     for (const auto& [sid, v] : sched_->slices()) {
       Acc a = acc.contains(sid) ? acc[sid] : Acc{};
-      ev.slices.push_back({sid, a.sm, a.mem, a.procs});
+      const sched::SliceSample ss{sid, a.sm, a.mem, a.procs};
+      // Only activity changes the scheduler (an inactive sample moves nothing), and each
+      // activity sample is journaled: feeding every one would journal an entry a second for
+      // as long as anything runs. So an active slice is fed once per ActivityQuantum, or at
+      // once while it is warned or idle; when one is due, every active slice goes with it.
+      // The scheduler's last_active then lags by less than the quantum (a tenth of the idle
+      // window, at most a minute): a warning may come that much early, never a reclaim while
+      // the job is active during the grace period. Views use the full-resolution time.
+      const sched::QueueConfig* queue = QueueOf(v.job);
+      if (queue != nullptr && sched::SampleShowsActivity(queue->idle, ss)) {
+        seen_active_[sid] = now;
+        if (v.idle != sched::IdleState::kActive || now - v.last_active >= ActivityQuantum(queue->idle)) {
+          due = true;
+        }
+        ev.slices.push_back(ss);
+      }
       slice_util_[sid] = {a.sm, a.used};
       Downsample(now, fmt::format("slice/{}", sid.value()), a.sm * 10, a.used, b);
       if (auto sr = slices_.find(sid); sr != slices_.end()) {
@@ -1354,7 +1370,25 @@ class Daemon::Impl {
     }
     // Bounded memory: the oldest jobs' raw series go first (their stored averages remain).
     while (recent_.size() > kRecentJobs) recent_.erase(recent_.begin());
-    Feed(ev, b, act);
+    std::erase_if(seen_active_, [&](const auto& e) { return !sched_->slices().contains(e.first); });
+    if (due) Feed(ev, b, act);
+  }
+
+  const sched::QueueConfig* QueueOf(JobId job) const {
+    auto j = sched_->jobs().find(job);
+    return j == sched_->jobs().end() ? nullptr : sched_->config().FindQueue(j->second.queue);
+  }
+
+  Micros ActivityQuantum(const sched::IdlePolicy& idle) const {
+    if (!idle.enabled) return kMinute;
+    return std::clamp<Micros>(idle.window / 10, std::min(opt_.sample_interval, kMinute), kMinute);
+  }
+
+  // When a slice was last seen active: the daemon's own sample (every round), else the
+  // scheduler's (after a restart, until the first sample).
+  Micros LastActive(const sched::SliceView& v) const {
+    auto it = seen_active_.find(v.slice);
+    return it == seen_active_.end() ? v.last_active : std::max(v.last_active, it->second);
   }
 
   void Downsample(Micros now, const std::string& subject, int permille, Bytes used,
@@ -1474,6 +1508,7 @@ class Daemon::Impl {
   store::WriteBatch* pending_ = nullptr;  // Submit's batch, committed with the first start
   std::map<int, devices::DeviceInfo> device_info_;
   std::map<int, devices::DeviceSample> latest_;
+  std::map<SliceId, Micros> seen_active_;  // last sample showing activity, every round
   std::map<SliceId, std::pair<int, Bytes>> slice_util_;  // sm percent, memory used
   std::map<std::string, Down> down_;
   Micros last_sample_ = 0;

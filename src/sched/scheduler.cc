@@ -1027,12 +1027,7 @@ class Scheduler::Impl {
       auto it = slices_.find(s.slice);
       if (it == slices_.end()) continue;
       SliceView& sv = it->second;
-      const IdlePolicy& idle = resolved_.at(sv.job).queue->idle;
-      int thr = idle.util_threshold_percent;
-      bool active = (idle.activity.sm_utilisation && s.sm_percent >= thr && s.sm_percent > 0) ||
-                    (idle.activity.memory_traffic && s.memory_percent >= thr && s.memory_percent > 0) ||
-                    (idle.activity.process_presence && s.processes > 0);
-      if (active) {
+      if (SampleShowsActivity(resolved_.at(sv.job).queue->idle, s)) {
         sv.last_active = now_;
         sv.idle = IdleState::kActive;
         sv.idle_deadline = 0;
@@ -1279,6 +1274,13 @@ Status Scheduler::Impl::CheckInvariants() const {
       return Internal(fmt::format("shape {}: live-shape set is wrong", i));
   }
   return Status::Ok();
+}
+
+bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s) {
+  const int thr = idle.util_threshold_percent;
+  return (idle.activity.sm_utilisation && s.sm_percent >= thr && s.sm_percent > 0) ||
+         (idle.activity.memory_traffic && s.memory_percent >= thr && s.memory_percent > 0) ||
+         (idle.activity.process_presence && s.processes > 0);
 }
 
 Scheduler::Scheduler(Config config, std::uint64_t seed)

@@ -90,6 +90,10 @@ struct SchedulerStats {
   std::uint64_t placement_attempts = 0;
 };
 
+// Whether one slice's sample counts as activity under a queue's idle policy (the rule the
+// Scheduler applies to every Sample; the daemon and the simulator ask it too).
+bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s);
+
 class Scheduler {
  public:
   // `config` must be valid (ValidateConfig); `seed` feeds random tie-breaks of policies.

@@ -32,14 +32,11 @@ int ReportedPercent(const ReplayJob& j) {
   return j.utilisation < 0 ? 100 : static_cast<int>(std::lround(j.utilisation * 100));
 }
 
-// Whether a sample of `percent` SM and memory utilisation with one process counts as activity.
-// Mirrors the Scheduler's rule (sched/scheduler.cc OnSample); used only to decide which slices
-// need idle timers, while the Scheduler itself decides from the samples it is fed.
+// Whether a sample of `percent` SM and memory utilisation with one process counts as activity
+// (the Scheduler's own rule); used only to decide which slices need idle timers, while the
+// Scheduler itself decides from the samples it is fed.
 bool CountsAsActive(const sched::IdlePolicy& idle, int percent) {
-  const int thr = idle.util_threshold_percent;
-  const bool busy = percent >= thr && percent > 0;
-  return (idle.activity.sm_utilisation && busy) || (idle.activity.memory_traffic && busy) ||
-         idle.activity.process_presence;
+  return sched::SampleShowsActivity(idle, sched::SliceSample{SliceId(), percent, percent, 1});
 }
 
 }  // namespace
