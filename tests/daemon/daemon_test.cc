@@ -160,7 +160,8 @@ TEST_F(DaemonTest, ActivityIsJournaledOncePerQuantumAndIdleReclaimStillWorks) {
   const int ten_minutes = samples() - before;
   EXPECT_GE(ten_minutes, 9) << "about one a minute";
   EXPECT_LE(ten_minutes, 12) << "not one a second (600)";
-  for (const auto& sl : d->Slices()["slices"]) {
+  const Json slices = d->Slices();
+  for (const auto& sl : slices["slices"]) {
     if (sl["job"].get<std::uint64_t>() == busy) {
       EXPECT_LE(sl["idle_seconds"].get<double>(), 1.0) << sl.dump();
     }
