@@ -379,6 +379,7 @@ class Daemon::Impl {
       Json o{{"index", ref.index.value()}, {"uuid", d.uuid}, {"model", d.model},
              {"memory", d.memory}, {"mode", sched::DeviceModeName(d.mode)},
              {"draining", d.draining}, {"used_milli", d.used_milli},
+             {"reserved_for", d.reserved_for.valid() ? Json(d.reserved_for.value()) : Json()},
              {"used_memory", d.used_memory}, {"clients", d.clients}};
       Json sl = Json::array();
       for (SliceId s : d.slices) sl.push_back(s.value());
@@ -422,6 +423,7 @@ class Daemon::Impl {
       arr.push_back({{"name", q.name}, {"default_kind", sched::SliceKindName(q.default_kind)},
                      {"allowed_kinds", kinds}, {"priority", q.priority},
                      {"time_limit_us", q.time_limit}, {"max_duration_us", q.max_duration},
+                     {"reserve_after_us", q.reserve_after},
                      {"idle_reclaim", q.idle.enabled && q.idle.action == sched::ReclaimAction::kReclaim},
                      {"idle_window_us", q.idle.window}, {"idle_grace_us", q.idle.grace},
                      {"pending", pending}, {"running", running},

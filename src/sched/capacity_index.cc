@@ -31,7 +31,7 @@ const std::vector<int>& CapacityIndex::PlaceableBeside(const DeviceFacts& f) con
 
 CapacityIndex::Entries CapacityIndex::EntriesOf(const DeviceView& d, const DeviceFacts& f) const {
   Entries e;
-  if (d.mode != DeviceMode::kMig || d.draining || d.reconfiguring || !f.model) return e;
+  if (d.mode != DeviceMode::kMig || Excluded(d) || !f.model) return e;
   std::vector<int> free_profiles;
   for (const MigPlacement& inst : d.layout) {
     if (std::find(f.in_use.begin(), f.in_use.end(), inst) != f.in_use.end()) continue;
@@ -46,7 +46,7 @@ CapacityIndex::Entries CapacityIndex::EntriesOf(const DeviceView& d, const Devic
 }
 
 void CapacityIndex::Add(const DeviceView& d, const DeviceFacts& f) {
-  if (d.draining || d.reconfiguring) return;
+  if (Excluded(d)) return;
   switch (d.mode) {
     case DeviceMode::kFree: {
       auto& set = free_[d.ref.node];
@@ -77,7 +77,7 @@ void CapacityIndex::Add(const DeviceView& d, const DeviceFacts& f) {
 }
 
 void CapacityIndex::Remove(const DeviceView& d, const DeviceFacts& f) {
-  if (d.draining || d.reconfiguring) return;
+  if (Excluded(d)) return;
   switch (d.mode) {
     case DeviceMode::kFree: {
       auto it = free_.find(d.ref.node);

@@ -52,6 +52,8 @@ class CapacityIndex {
   void ShareMemo(const CapacityIndex& o) { placeable_memo_ = o.placeable_memo_; }
 
  private:
+  // Devices no new slice may take: changing MIG layout, or reserved for a waiting job.
+  static bool Excluded(const DeviceView& d) { return d.draining || d.reconfiguring || d.reserved_for.valid(); }
   struct Entries {
     std::vector<std::tuple<int, int, DeviceRef, int>> free_instances;  // (model, profile, dev, start)
     std::vector<std::tuple<int, int, DeviceRef>> relayout;             // (model, profile, dev)

@@ -217,6 +217,7 @@ Status ReadQueue(TableReader& r, QueueConfig& q) {
   GPUSLICE_RETURN_IF_ERROR(r.Int("user_max_jobs", 0, 1000000, q.user_max_jobs));
   GPUSLICE_RETURN_IF_ERROR(r.String("placement", q.placement));
   GPUSLICE_RETURN_IF_ERROR(r.Bool("preemptible", q.preemptible));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("reserve_after", DurationParser(), true, q.reserve_after));
   Status st;
   if (const toml::table* idle = r.SubTable("idle", st)) {
     TableReader ir(*idle, r.file(), r.Key("idle"));
@@ -225,7 +226,7 @@ Status ReadQueue(TableReader& r, QueueConfig& q) {
   GPUSLICE_RETURN_IF_ERROR(st);
   return r.CheckUnknown(
       "kinds, default_kind, default_gpu, default_memory, default_gpus, priority, time_limit, "
-      "max_duration, warn_before, user_max_gpu, user_max_jobs, placement, preemptible, idle");
+      "max_duration, warn_before, user_max_gpu, user_max_jobs, placement, preemptible, reserve_after, idle");
 }
 
 }  // namespace
@@ -295,6 +296,7 @@ Config DefaultConfig() {
   training.priority = 0;
   training.max_duration = 7 * 24 * kHour;
   training.warn_before = kHour;
+  training.reserve_after = 30 * kMinute;
   training.idle = IdlePolicy{.enabled = true,
                              .util_threshold_percent = 10,
                              .window = kHour,
@@ -342,7 +344,7 @@ Status ValidateConfig(const Config& config) {
     for (auto [name, v] : {std::pair{"time_limit", q.time_limit}, {"max_duration", q.max_duration},
                            {"warn_before", q.warn_before}, {"idle.window", q.idle.window},
                            {"idle.grace", q.idle.grace}, {"default_memory", q.default_memory},
-                           {"user_max_gpu", q.user_max_milli}}) {
+                           {"user_max_gpu", q.user_max_milli}, {"reserve_after", q.reserve_after}}) {
       if (v < 0) return InvalidArgument(fmt::format("{}.{} = {}: must not be negative", key, name, v));
     }
     if (q.user_max_jobs < 0)

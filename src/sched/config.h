@@ -71,6 +71,7 @@ struct QueueConfig {
   int user_max_jobs = 0;                 // per-user cap on running jobs in this queue; 0: none
   std::string placement = "best-fit";    // a name from sched::PolicyNames()
   bool preemptible = false;              // its slices may be preempted to drain a GPU for MIG
+  Micros reserve_after = 0;              // whole-GPU job waiting this long: devices are kept for it; 0: never
   friend bool operator==(const QueueConfig&, const QueueConfig&) = default;
 
   bool Allows(SliceKind kind) const;

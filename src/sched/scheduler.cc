@@ -128,6 +128,7 @@ class Scheduler::Impl {
       // ValidateConfig guarantees known names; an unknown one here is a caller bug.
       assert(p.ok());
       if (p.ok()) policies_[q.name] = std::move(p).value();
+      any_reserve_ = any_reserve_ || q.reserve_after > 0;
     }
   }
 
@@ -176,7 +177,9 @@ class Scheduler::Impl {
     return d.catalogue && d.catalogue->mps_max_clients > 0 ? d.catalogue->mps_max_clients : 48;
   }
 
-  static bool Schedulable(const DeviceView& d) { return !d.draining && !d.reconfiguring; }
+  static bool Schedulable(const DeviceView& d) {
+    return !d.draining && !d.reconfiguring && !d.reserved_for.valid();
+  }
 
   // MIG instances with a slice, sorted by start: kept per device (the indexes read it on every
   // change of a MIG device); InUseFromSlices() recomputes it for CheckInvariants.
@@ -284,6 +287,7 @@ class Scheduler::Impl {
       ++stats_.stopped;
       EndRunning(sv.job, "device-lost");
     }
+    if (it->second.reserved_for.valid()) ReleaseReservation();  // chosen again later, elsewhere
     DeviceView& d = it->second;
     index_.Remove(d, Facts(d));
     if (d.draining || d.reconfiguring) --mig_in_flight_;
@@ -477,6 +481,7 @@ class Scheduler::Impl {
 
   void RejectPending(JobId id, const Status& st) {
     const Resolved& r = resolved_.at(id);
+    ReleaseReservationOf(id);
     RemovePending(r);
     resolved_.erase(id);
     EndJob(jobs_.at(id), "rejected");
@@ -489,9 +494,12 @@ class Scheduler::Impl {
     if (it == jobs_.end() || it->second.state == JobState::kEnded) return;
     if (it->second.state == JobState::kPending) {
       const Resolved& r = resolved_.at(e.job);
+      const bool held = reservation_ && reservation_->job == e.job;
+      ReleaseReservationOf(e.job);
       RemovePending(r);
       resolved_.erase(e.job);
       EndJob(it->second, "cancelled");
+      if (held) Schedule(std::nullopt);  // the kept devices are free for others again
       return;
     }
     out_.push_back(Stop{e.job, it->second.slice, StopReason::kCancelled});
@@ -763,6 +771,7 @@ class Scheduler::Impl {
     JobId id = r.job;
     JobView& j = *r.view;
     Resolved& rw = resolved_.at(id);
+    ReleaseReservationOf(id);  // before the devices change: they become schedulable again
     RemovePending(r);
     DeviceView& first = devices_.at({c.node, c.devices.front()});
     SliceView s;
@@ -876,6 +885,10 @@ class Scheduler::Impl {
         if (next != q.end()) heads.emplace(next->first, shape);
       }
     }
+    if (!only) {
+      ServeReservation();
+      MaybeReserve();
+    }
     if (mig_failed && config_.mig.enabled && mig_in_flight_ == 0) {
       std::vector<const Resolved*> unmet;
       for (const auto& [k, r] : pending_mig_) {
@@ -884,6 +897,99 @@ class Scheduler::Impl {
       }
       if (!unmet.empty()) PlanMig(unmet);
     }
+  }
+
+  // ---------------------------------------------------------------- reservations
+  // Without them a job needing several whole GPUs can wait forever while single-GPU jobs take
+  // each device as it frees up. Once a whole-GPU job has waited its queue's reserve_after, the
+  // devices it will get are chosen and kept empty (no new slice may take them) until they are
+  // all free; then it starts there. One reservation at a time, for the first job in queue
+  // order that qualifies. The host is the one whose devices should free up soonest by what
+  // is known: fewest slices without a time limit, then the earliest latest deadline, then the
+  // fewest slices, then the lowest node; on it the devices in the same order, then by index.
+  struct Reservation {
+    JobId job;
+    NodeId node;
+    std::vector<DeviceIndex> devices;
+  };
+
+  void MaybeReserve() {
+    if (reservation_ || !any_reserve_) return;
+    for (const auto& [k, r] : pending_) {
+      if (r->kind != SliceKind::kWhole || r->queue->reserve_after <= 0) continue;
+      if (now_ - r->submit < r->queue->reserve_after || CapBlocks(*r)) continue;
+      if (auto c = ReservationFor(*r)) {
+        reservation_ = Reservation{r->job, c->node, c->devices};
+        for (DeviceIndex di : c->devices) {
+          Mutate({c->node, di}, [&](DeviceView& d) { d.reserved_for = r->job; });
+        }
+        ServeReservation();  // already free: starts at once
+        return;
+      }
+    }
+  }
+
+  std::optional<Choice> ReservationFor(const Resolved& r) const {
+    using Cost = std::tuple<int, Micros, int>;  // (slices without a limit, latest deadline, slices)
+    auto cost_of = [&](const DeviceView& d) {
+      Cost c{0, 0, static_cast<int>(d.slices.size())};
+      for (SliceId sid : d.slices) {
+        const SliceView& sv = slices_.at(sid);
+        if (sv.deadline == 0) ++std::get<0>(c);
+        std::get<1>(c) = std::max(std::get<1>(c), sv.deadline);
+      }
+      return c;
+    };
+    std::optional<std::pair<Cost, Choice>> best;
+    for (const auto& [nid, indices] : nodes_) {
+      std::vector<std::pair<Cost, DeviceIndex>> usable;
+      for (DeviceIndex di : indices) {
+        const DeviceView& d = devices_.at({nid, di});
+        if (d.mode == DeviceMode::kMig || d.draining || d.reconfiguring || !ModelOk(r, d)) continue;
+        usable.emplace_back(cost_of(d), di);
+      }
+      if (static_cast<int>(usable.size()) < r.gpus) continue;
+      std::sort(usable.begin(), usable.end());
+      Cost host{0, 0, 0};
+      Choice c{nid, {}, std::nullopt};
+      for (int i = 0; i < r.gpus; ++i) {
+        const Cost& dc = usable[i].first;
+        std::get<0>(host) += std::get<0>(dc);
+        std::get<1>(host) = std::max(std::get<1>(host), std::get<1>(dc));
+        std::get<2>(host) += std::get<2>(dc);
+        c.devices.push_back(usable[i].second);
+      }
+      std::sort(c.devices.begin(), c.devices.end());
+      if (!best || host < best->first) best.emplace(host, std::move(c));
+    }
+    if (!best) return std::nullopt;
+    return best->second;
+  }
+
+  // Starts the reserved job once its devices are all empty (and its user's cap allows).
+  void ServeReservation() {
+    if (!reservation_) return;
+    const Resolved& r = resolved_.at(reservation_->job);
+    for (DeviceIndex di : reservation_->devices) {
+      const DeviceView& d = devices_.at({reservation_->node, di});
+      if (!d.slices.empty() || d.mode != DeviceMode::kFree) return;
+    }
+    if (CapBlocks(r)) return;
+    Start(r, Choice{reservation_->node, reservation_->devices, std::nullopt});  // releases it
+  }
+
+  // Gives the devices back (the job started, left the queue, or a device went away).
+  void ReleaseReservation() {
+    if (!reservation_) return;
+    Reservation res = std::move(*reservation_);
+    reservation_.reset();
+    for (DeviceIndex di : res.devices) {
+      auto it = devices_.find({res.node, di});
+      if (it != devices_.end()) Mutate(it->second, [](DeviceView& d) { d.reserved_for = JobId(); });
+    }
+  }
+  void ReleaseReservationOf(JobId job) {
+    if (reservation_ && reservation_->job == job) ReleaseReservation();
   }
 
   // ---------------------------------------------------------------- MIG planning
@@ -1049,7 +1155,11 @@ class Scheduler::Impl {
       if (!TickSlice(sid, s, ended)) Retime(s);
     }
     for (const auto& [job, reason] : ended) EndRunning(job, reason);
-    if (!ended.empty()) Schedule(std::nullopt);
+    if (!ended.empty()) {
+      Schedule(std::nullopt);
+    } else {
+      MaybeReserve();  // a waiting job may have just reached its reserve_after
+    }
   }
 
   // One slice's timers at now_; true if it ends (listed in `ended`).
@@ -1150,6 +1260,8 @@ class Scheduler::Impl {
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;
   std::set<DeviceRef> mig_broken_;
+  std::optional<Reservation> reservation_;
+  bool any_reserve_ = false;  // some queue has reserve_after
   std::set<std::pair<Micros, SliceId>> timers_;    // (next timer, slice); see NextTimer()
   std::unordered_map<SliceId, Micros> timer_of_;   // the key of each slice in timers_
   std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
@@ -1231,6 +1343,24 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (in_flight != mig_in_flight_)
     return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_in_flight_));
   if (in_flight > 1) return Internal(fmt::format("{} devices changing MIG layout at once", in_flight));
+  std::size_t reserved = 0;
+  for (const auto& [ref, d] : devices_) {
+    if (!d.reserved_for.valid()) continue;
+    ++reserved;
+    if (!reservation_ || reservation_->job != d.reserved_for || reservation_->node != ref.node ||
+        std::find(reservation_->devices.begin(), reservation_->devices.end(), ref.index) ==
+            reservation_->devices.end())
+      return Internal(fmt::format("device {}/{}: reserved for job {} outside the reservation",
+                                  ref.node.value(), ref.index.value(), d.reserved_for.value()));
+  }
+  if (reservation_) {
+    auto j = jobs_.find(reservation_->job);
+    if (j == jobs_.end() || j->second.state != JobState::kPending || j->second.kind != SliceKind::kWhole)
+      return Internal(fmt::format("reservation for job {} that is not a waiting whole-GPU job",
+                                  reservation_->job.value()));
+    if (reserved != reservation_->devices.size())
+      return Internal(fmt::format("reservation of {} devices marks {}", reservation_->devices.size(), reserved));
+  }
   std::size_t timed = 0;
   for (const auto& [sid, s] : slices_) {
     Micros want = NextTimer(s, *resolved_.at(s.job).queue);

@@ -71,6 +71,7 @@ struct DeviceView {
   MigLayout layout;              // kMig: the instances (free or used)
   bool draining = false;         // no new slices (waiting to become empty)
   bool reconfiguring = false;    // a ReconfigureMig is outstanding
+  JobId reserved_for;            // kept empty for this waiting whole-GPU job (reserve_after)
   MigLayout target_layout;       // while draining / reconfiguring
   MilliGpu used_milli = 0;       // shared / mps / whole
   Bytes used_memory = 0;

@@ -44,6 +44,7 @@ TEST(ConfigTest, OverridingOneKeyKeepsTheBuiltInRest) {
   auto c = ParseConfig(R"(
 [queues.interactive]
 time_limit = "4h"
+reserve_after = "10m"
 [queues.batch]
 kinds = ["whole", "shared"]
 priority = -5
@@ -60,6 +61,7 @@ signals = ["processes"]
   ASSERT_EQ(c->queues.size(), 2u);  // the file's queues replace the built-in set
   const QueueConfig* i = c->FindQueue("interactive");
   EXPECT_EQ(i->time_limit, 4 * kHour);
+  EXPECT_EQ(i->reserve_after, 10 * kMinute);
   EXPECT_TRUE(i->idle.enabled);  // inherited from the built-in interactive queue
   const QueueConfig* b = c->FindQueue("batch");
   ASSERT_NE(b, nullptr);
@@ -111,6 +113,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadConfig{"bad unit", "[queues.interactive]\ntime_limit = \"8x\"\n",
                   "queues.interactive.time_limit = '8x'"},
+        BadConfig{"bad reserve_after", "[queues.training]\nreserve_after = \"soon\"\n",
+                  "queues.training.reserve_after = 'soon'"},
         BadConfig{"bad byte unit", "[queues.interactive]\ndefault_memory = \"10GB/s\"\n",
                   "queues.interactive.default_memory = '10GB/s'"},
         BadConfig{"fraction too fine", "[queues.interactive]\ndefault_gpu = \"0.0001\"\n",

@@ -1,5 +1,7 @@
 // The scheduler's rules, one test (or table) per rule. Every test runs through SchedHarness,
 // which checks the invariants after every event; TearDown asserts none was violated.
+#include <deque>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -62,6 +64,80 @@ TEST_F(SchedTest, FullDeviceMakesLaterJobsWaitThenRunInOrder) {
   auto s = Only<StartSlice>(h().Finish(JobId(2)));
   ASSERT_THAT(s, SizeIs(1));
   EXPECT_EQ(s[0].job, JobId(5));  // submit order within one priority
+}
+
+// ---------------------------------------------------------------- reservations
+
+// A 4-GPU training job behind a stream of 1-GPU jobs on a 4-GPU host: each GPU that frees up is
+// taken by the next small job, so without a reservation the large job never runs. Returns when
+// it started (0: never) and checks that nothing else started on the host meanwhile.
+Micros RunStarvationScenario(SchedHarness& h, Micros reserve_after) {
+  h.AddHost("4xH100-80GB");
+  for (int i = 0; i < 4; ++i) EXPECT_THAT(Only<StartSlice>(h.Submit("training gpus=1")), SizeIs(1));
+  h.Submit("training gpus=4");
+  const JobId big = h.last_job();
+  std::deque<JobId> running{JobId(1), JobId(2), JobId(3), JobId(4)};
+  Micros started = 0;
+  bool reserved_seen = false;
+  for (int step = 0; step < 24 && started == 0; ++step) {  // 2 h in 5-minute steps
+    std::vector<Decision> ds = h.Advance(5 * kMinute);
+    const auto& d0 = h.scheduler().devices().at({NodeId(1), DeviceIndex(0)});
+    if (d0.reserved_for.valid()) {
+      EXPECT_EQ(d0.reserved_for, big);
+      EXPECT_GE(h.now(), reserve_after) << "reserved only after the job waited reserve_after";
+      reserved_seen = true;
+    }
+    if (!running.empty()) {
+      auto more = h.Finish(running.front());
+      running.pop_front();
+      ds.insert(ds.end(), more.begin(), more.end());
+    }
+    auto more = h.Submit("training gpus=1");
+    ds.insert(ds.end(), more.begin(), more.end());
+    for (const StartSlice& s : Only<StartSlice>(ds)) {
+      if (s.job == big) {
+        started = h.now();
+      } else {
+        EXPECT_FALSE(reserved_seen) << "job " << s.job.value() << " started on reserved devices";
+        running.push_back(s.job);
+      }
+    }
+  }
+  return started;
+}
+
+TEST_F(SchedTest, WaitingWholeJobGetsItsDevicesReservedAndStarts) {
+  Config c = DefaultConfig();
+  const Micros after = c.FindQueue("training")->reserve_after;
+  ASSERT_EQ(after, 30 * kMinute) << "the built-in training queue reserves after 30 min";
+  Use(c);
+  const Micros started = RunStarvationScenario(h(), after);
+  ASSERT_GT(started, 0) << "the 4-GPU job must not starve";
+  // Reserved at 30 min with 4 small jobs running; each ends 5 minutes apart.
+  EXPECT_LE(started, after + 25 * kMinute);
+  const auto& d0 = h().scheduler().devices().at({NodeId(1), DeviceIndex(0)});
+  EXPECT_FALSE(d0.reserved_for.valid()) << "released once the job started";
+}
+
+TEST_F(SchedTest, WithoutReserveAfterTheLargeJobStarves) {
+  Config c = DefaultConfig();
+  for (QueueConfig& q : c.queues) q.reserve_after = 0;
+  Use(c);
+  EXPECT_EQ(RunStarvationScenario(h(), 0), 0) << "no reservation: every freed GPU goes to a small job";
+}
+
+TEST_F(SchedTest, CancellingTheReservedJobFreesItsDevicesAtOnce) {
+  h().AddHost("2xH100-80GB");
+  ASSERT_THAT(Only<StartSlice>(h().Submit("training gpus=1")), SizeIs(1));  // job 1
+  h().Submit("training gpus=2");                                            // job 2 waits
+  h().Advance(31 * kMinute);                                                 // reserved now
+  EXPECT_EQ(h().scheduler().devices().at({NodeId(1), DeviceIndex(1)}).reserved_for, JobId(2));
+  EXPECT_THAT(Only<StartSlice>(h().Submit("training gpus=1")), SizeIs(0)) << "the free GPU is kept";
+  auto ds = h().Feed(Cancel{0, JobId(2)});
+  auto s = Only<StartSlice>(ds);
+  ASSERT_THAT(s, SizeIs(1));
+  EXPECT_EQ(s[0].job, JobId(3));
+  EXPECT_FALSE(h().scheduler().devices().at({NodeId(1), DeviceIndex(0)}).reserved_for.valid());
 }
 
 // ---------------------------------------------------------------- whole
