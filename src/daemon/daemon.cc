@@ -834,6 +834,7 @@ class Daemon::Impl {
               AddEvent(b, JobId(), "drain", fmt::format("device {}: draining: {}",
                                                         dr.device.index.value(), dr.reason));
             },
+            [&](const sched::Reserve& r) { AddEvent(b, r.job, "reserve", r.reason); },
             [&](const sched::ReconfigureMig& r) {
               AddEvent(b, JobId(), "reconfigure", sched::FormatDecision(d));
               act.reconfigure.push_back(r);

@@ -72,6 +72,12 @@ std::string FormatDecision(const Decision& d) {
           [](const Reject& r) {
             return fmt::format("reject job={} {}", r.job.value(), r.status.ToString());
           },
+          [](const Reserve& r) {
+            std::vector<std::uint32_t> devs;
+            for (DeviceIndex i : r.devices) devs.push_back(i.value());
+            return fmt::format("reserve job={} node={} dev={}", r.job.value(), r.node.value(),
+                               fmt::join(devs, ","));
+          },
       },
       d);
 }

@@ -78,6 +78,15 @@ struct Drain {
   std::string reason;
 };
 
+// Informational: these devices are kept empty for a waiting whole-GPU job (its queue's
+// reserve_after); it starts there (a StartSlice) once they are all free. Nothing to enforce.
+struct Reserve {
+  JobId job;
+  NodeId node;
+  std::vector<DeviceIndex> devices;
+  std::string reason;
+};
+
 // Apply this MIG layout to the device (enabling MIG mode if needed); answer with ReconfigureDone.
 struct ReconfigureMig {
   DeviceRef device;
@@ -93,7 +102,7 @@ struct Reject {
 };
 
 using Decision = std::variant<StartSlice, Warn, Reclaim, Stop, Preempt, Drain, ReconfigureMig,
-                              Reject>;
+                              Reject, Reserve>;
 
 // One line, stable, for logs and golden files: "start job=3 slice=1 kind=shared node=1 dev=0 ...".
 std::string FormatDecision(const Decision& d);

@@ -923,6 +923,13 @@ class Scheduler::Impl {
         for (DeviceIndex di : c->devices) {
           Mutate({c->node, di}, [&](DeviceView& d) { d.reserved_for = r->job; });
         }
+        std::vector<std::uint32_t> devs;
+        for (DeviceIndex di : c->devices) devs.push_back(di.value());
+        // A decision also makes the event that caused it durable in the daemon's journal.
+        out_.push_back(Reserve{r->job, c->node, c->devices,
+                               fmt::format("job {} has waited {}: devices {} of node {} are kept for it",
+                                           r->job.value(), FormatDuration(now_ - r->submit),
+                                           fmt::join(devs, ","), c->node.value())});
         ServeReservation();  // already free: starts at once
         return;
       }

@@ -266,6 +266,7 @@ class Replay {
                      End(Index(x.job), now, !x.requeue);
                    },
                    [&](const sched::Drain&) {},
+                   [&](const sched::Reserve&) { ++r_.reservations; },
                    [&](const sched::ReconfigureMig& x) {
                      ++r_.reconfigurations;
                      mig_done_.push_back(sched::ReconfigureDone{0, x.device, true, x.layout, {}});

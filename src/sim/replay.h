@@ -76,6 +76,7 @@ struct ReplayResult {
   std::int64_t time_limited = 0;   // stopped at their time limit
   std::int64_t preempted = 0;      // preempted to drain a GPU for MIG (requeued)
   std::int64_t warnings = 0;       // Warn decisions (idle or time limit)
+  std::int64_t reservations = 0;   // Reserve decisions (devices kept for a waiting whole-GPU job)
   std::int64_t reconfigurations = 0;  // MIG layouts applied
   std::int64_t mig_slices = 0;     // slices started on a MIG instance
   std::vector<Micros> delays;      // queueing delay of each started job (first start), sorted

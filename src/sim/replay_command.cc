@@ -128,11 +128,11 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
          "alloc %: time-weighted GPU allocation; frag %: mean FGD fragmentation of the samples; GPU-h used: held x "
          "utilisation, over jobs whose utilisation the trace gives)\n";
   for (const ReplayResult& r : results) {
-    if (r.cpu_only > 0 || r.preempted > 0 || r.reconfigurations > 0 || r.warnings > 0)
-      out << fmt::format("{}: {} CPU-only rows not submitted, {} warnings, {} preempted, {} MIG reconfigurations, "
-                         "{} MIG slices; {} scheduler events, {} decisions\n",
-                         r.policy, r.cpu_only, r.warnings, r.preempted, r.reconfigurations, r.mig_slices, r.events,
-                         r.decisions);
+    if (r.cpu_only > 0 || r.preempted > 0 || r.reconfigurations > 0 || r.warnings > 0 || r.reservations > 0)
+      out << fmt::format("{}: {} CPU-only rows not submitted, {} warnings, {} preempted, {} reservations, "
+                         "{} MIG reconfigurations, {} MIG slices; {} scheduler events, {} decisions\n",
+                         r.policy, r.cpu_only, r.warnings, r.preempted, r.reservations, r.reconfigurations,
+                         r.mig_slices, r.events, r.decisions);
   }
 
   if (!o.out_dir.empty()) {

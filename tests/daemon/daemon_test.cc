@@ -178,6 +178,38 @@ TEST_F(DaemonTest, ActivityIsJournaledOncePerQuantumAndIdleReclaimStillWorks) {
   EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
 }
 
+// A reservation made on a tick survives a crash: the tick's decision journaled it, so the
+// restarted daemon still keeps the devices for the waiting 4-GPU job.
+TEST_F(DaemonTest, ReservationForAWaitingWholeJobSurvivesARestart) {
+  std::uint64_t big;
+  std::vector<std::uint64_t> small;
+  {
+    auto d = NewDaemon();
+    for (int i = 0; i < 4; ++i) small.push_back(Submit(*d, {{"queue", "training"}, {"gpus", 1}}));
+    big = Submit(*d, {{"queue", "training"}, {"gpus", 4}});
+    EXPECT_EQ(State(*d, big), "pending");
+    now_ += 31 * kMinute;  // the built-in training queue reserves after 30 min
+    d->Step();
+    const Json devices = d->Devices();
+    for (const auto& dev : devices["devices"]) EXPECT_EQ(dev["reserved_for"], big) << dev.dump();
+  }  // crash
+  now_ += kSecond;
+  auto d = NewDaemon();
+  const Json devices = d->Devices();
+  for (const auto& dev : devices["devices"]) EXPECT_EQ(dev["reserved_for"], big) << dev.dump();
+  launcher_.Exit(Pid(*d, small[0]), 0);
+  now_ += kSecond;
+  d->Step();
+  auto late = Submit(*d, {{"queue", "training"}, {"gpus", 1}});
+  EXPECT_EQ(State(*d, late), "pending") << "the freed GPU is kept for the 4-GPU job";
+  for (std::size_t i = 1; i < small.size(); ++i) launcher_.Exit(Pid(*d, small[i]), 0);
+  now_ += kSecond;
+  d->Step();
+  EXPECT_EQ(State(*d, big), "running");
+  EXPECT_EQ(State(*d, late), "pending");
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+}
+
 // A NUL byte cannot reach exec(): refused at submit, not failed at start.
 TEST_F(DaemonTest, NulBytesInCommandOrEnvironmentAreRefusedAtSubmit) {
   auto d = NewDaemon();

@@ -130,7 +130,11 @@ TEST_F(SchedTest, CancellingTheReservedJobFreesItsDevicesAtOnce) {
   h().AddHost("2xH100-80GB");
   ASSERT_THAT(Only<StartSlice>(h().Submit("training gpus=1")), SizeIs(1));  // job 1
   h().Submit("training gpus=2");                                            // job 2 waits
-  h().Advance(31 * kMinute);                                                 // reserved now
+  // Made on a tick, it is a decision (so the daemon journals that tick and a restart replays it).
+  auto reserve = Only<Reserve>(h().Advance(31 * kMinute));
+  ASSERT_THAT(reserve, SizeIs(1));
+  EXPECT_EQ(reserve[0].job, JobId(2));
+  EXPECT_EQ(reserve[0].devices, (std::vector<DeviceIndex>{DeviceIndex(0), DeviceIndex(1)}));
   EXPECT_EQ(h().scheduler().devices().at({NodeId(1), DeviceIndex(1)}).reserved_for, JobId(2));
   EXPECT_THAT(Only<StartSlice>(h().Submit("training gpus=1")), SizeIs(0)) << "the free GPU is kept";
   auto ds = h().Feed(Cancel{0, JobId(2)});
