@@ -260,7 +260,10 @@ Status Devices(const ClientFlags& c) {
     std::string util = d["util_percent"].is_null() ? "n/a" : fmt::format("{:.0f}%", d["util_percent"].get<double>());
     std::string mem = d["memory_used"].is_null() ? "n/a" : FormatBytes(d["memory_used"].get<std::int64_t>());
     rows.push_back({std::to_string(d["index"].get<int>()), d["model"].get<std::string>(),
-                    d["mode"].get<std::string>() + (d["draining"].get<bool>() ? " (draining)" : ""),
+                    d["mode"].get<std::string>() + (d["draining"].get<bool>() ? " (draining)" : "") +
+                        (d.value("reserved_for", json()).is_number()
+                             ? fmt::format(" (kept for job {})", d["reserved_for"].get<std::uint64_t>())
+                             : ""),
                     FormatMilliGpu(d["used_milli"].get<std::int64_t>()) + "/1",
                     std::to_string(d["clients"].get<int>()), util,
                     mem + "/" + FormatBytes(d["memory"].get<std::int64_t>()), d["uuid"].get<std::string>()});
