@@ -58,6 +58,15 @@ void Put(const char* s) {
   _exit(kCannotRun);
 }
 
+// A non-negative decimal, nothing else (a garbled uid must never read as 0, root).
+bool ParseNumber(const char* s, long* out) {
+  if (s == nullptr || *s == '\0') return false;
+  char* end = nullptr;
+  errno = 0;
+  *out = strtol(s, &end, 10);
+  return errno == 0 && *end == '\0' && *out >= 0;
+}
+
 // The message, read whole: it is small (argv + environment) and ends only at EOF.
 struct Message {
   char* data = nullptr;
@@ -73,14 +82,7 @@ struct Message {
     pos = static_cast<size_t>(static_cast<char*>(nul) - data) + 1;
     return s;
   }
-  bool Number(long* out) {
-    char* s = Next();
-    if (s == nullptr || *s == '\0') return false;
-    char* end = nullptr;
-    errno = 0;
-    *out = strtol(s, &end, 10);
-    return errno == 0 && *end == '\0' && *out >= 0;
-  }
+  bool Number(long* out) { return ParseNumber(Next(), out); }
   // A count followed by that many fields, as a NULL-terminated array.
   char** List() {
     long n = 0;
@@ -152,9 +154,12 @@ int main() {
 
   char* magic = m.Next();
   if (magic == nullptr || strcmp(magic, "GSX1") != 0) _exit(kNoGoAhead);
+  // Credentials: "-" "-" (keep the daemon's) or two numbers; anything else runs nothing.
   char* uid_s = m.Next();
   char* gid_s = m.Next();
-  if (uid_s == nullptr || gid_s == nullptr) _exit(kNoGoAhead);
+  long uid = -1, gid = -1;
+  const bool keep = uid_s != nullptr && gid_s != nullptr && strcmp(uid_s, "-") == 0 && strcmp(gid_s, "-") == 0;
+  if (!keep && !(ParseNumber(uid_s, &uid) && ParseNumber(gid_s, &gid))) _exit(kNoGoAhead);
   long ngroups = 0;
   if (!m.Number(&ngroups) || ngroups > 65536) _exit(kNoGoAhead);
   gid_t* groups = static_cast<gid_t*>(calloc(static_cast<size_t>(ngroups) + 1, sizeof(gid_t)));
@@ -187,13 +192,10 @@ int main() {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
 
-  if (strcmp(uid_s, "-") != 0) {
-    char* end = nullptr;
-    const uid_t uid = static_cast<uid_t>(strtoul(uid_s, &end, 10));
-    const gid_t gid = static_cast<gid_t>(strtoul(gid_s, nullptr, 10));
+  if (!keep) {
     if (setgroups(static_cast<size_t>(ngroups), groups) != 0) Fail("setgroups", "");
-    if (setgid(gid) != 0) Fail("setgid", "");
-    if (setuid(uid) != 0) Fail("setuid", "");
+    if (setgid(static_cast<gid_t>(gid)) != 0) Fail("setgid", "");
+    if (setuid(static_cast<uid_t>(uid)) != 0) Fail("setuid", "");
   }
   if (chdir(cwd) != 0) Fail("chdir ", cwd);
   // The job's PATH, not this program's (empty) one, finds argv[0]: execvp searches getenv().

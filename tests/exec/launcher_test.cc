@@ -311,6 +311,8 @@ TEST(ExecStub, TornMessageNoLogOrNoGoAheadRunsNothing) {
   EXPECT_EQ(run(full.substr(0, full.size() / 2) + "G", true), 126) << "torn message";
   EXPECT_EQ(run("GSX2" + full.substr(4) + "G", true), 126) << "unknown format";
   EXPECT_EQ(run(full + "G", false), 126) << "no log";
+  EXPECT_EQ(run("GSX1" + std::string("\0x\0-", 5) + full.substr(8) + "G", true), 126)
+      << "a garbled uid is not root";
   EXPECT_FALSE(fs::exists(marker));
   EXPECT_EQ(Slurp(dir / "log"), "");
   EXPECT_EQ(run(full + "G", true), 0);
