@@ -1,0 +1,23 @@
+#pragma once
+// Text that leaves gpuslice (HTTP bodies, JSON, the CLI's terminal output, log lines) is made
+// safe here, in one place. Anything a user submitted (argv, environment, cwd, a name) may hold
+// arbitrary bytes; these functions never fail and never throw.
+//   EscapeInvalidUtf8: valid UTF-8 passes through unchanged; each byte that is not part of a
+//     well-formed sequence (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF)
+//     becomes the four characters "\xNN". The result is always valid UTF-8.
+//   ForTerminal: EscapeInvalidUtf8, then every control character (C0, DEL, C1 U+0080-U+009F)
+//     is shown as an escape ("\n", "\t", "\r", "\e", "\x07", "\u009b"), so a value can neither
+//     move the cursor, change colours, set the window title nor start a new row; a backslash is
+//     left as is.
+// Free functions only; thread-safe.
+
+#include <string>
+#include <string_view>
+
+namespace gpuslice {
+
+bool IsValidUtf8(std::string_view s);
+std::string EscapeInvalidUtf8(std::string_view s);
+std::string ForTerminal(std::string_view s);
+
+}  // namespace gpuslice

@@ -1,0 +1,47 @@
+#include "core/text.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuslice {
+namespace {
+
+TEST(Utf8, ValidTextPassesThroughUnchanged) {
+  for (const char* s : {"", "plain", "caf\xc3\xa9", "\xe2\x82\xac 5", "\xf0\x9f\x98\x80",
+                        "\xef\xbf\xbd", "\xf4\x8f\xbf\xbf"}) {
+    EXPECT_TRUE(IsValidUtf8(s)) << s;
+    EXPECT_EQ(EscapeInvalidUtf8(s), s);
+  }
+}
+
+TEST(Utf8, InvalidBytesAreEscapedOneByOne) {
+  struct Case { std::string in, want; };
+  for (const Case& c : {Case{"\xff", "\\xff"},
+                        {"a\xff" "b", "a\\xffb"},
+                        {"0.5\xc3", "0.5\\xc3"},                 // truncated sequence
+                        {"\xc0\xaf", "\\xc0\\xaf"},              // overlong '/'
+                        {"\xed\xa0\x80", "\\xed\\xa0\\x80"},     // surrogate U+D800
+                        {"\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80"},  // above U+10FFFF
+                        {"\xe2\x82", "\\xe2\\x82"},
+                        {"\x80" "caf\xc3\xa9", "\\x80caf\xc3\xa9"}}) {
+    EXPECT_FALSE(IsValidUtf8(c.in));
+    const std::string out = EscapeInvalidUtf8(c.in);
+    EXPECT_EQ(out, c.want);
+    EXPECT_TRUE(IsValidUtf8(out));
+  }
+}
+
+TEST(ForTerminal, NeutralisesEveryControlCharacter) {
+  EXPECT_EQ(ForTerminal("python train.py"), "python train.py");
+  EXPECT_EQ(ForTerminal("a\nb"), "a\\nb");
+  EXPECT_EQ(ForTerminal("\x1b[31mred\x1b]0;title\x07"), "\\e[31mred\\e]0;title\\x07");
+  EXPECT_EQ(ForTerminal("x\ry\tz\x7f"), "x\\ry\\tz\\x7f");
+  EXPECT_EQ(ForTerminal("\xc2\x9b" "2J"), "\\u009b2J");       // C1 CSI
+  EXPECT_EQ(ForTerminal("caf\xc3\xa9 \xff"), "caf\xc3\xa9 \\xff");
+  for (int c = 0; c < 0x20; ++c) {
+    const std::string out = ForTerminal(std::string(1, static_cast<char>(c)));
+    for (char o : out) EXPECT_GE(static_cast<unsigned char>(o), 0x20) << c;
+  }
+}
+
+}  // namespace
+}  // namespace gpuslice
