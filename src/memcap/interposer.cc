@@ -179,7 +179,7 @@ constexpr int kNewestCheckedCudaVersion = 13000;
 
 // The hook for what cuGetProcAddress was asked, by name: the entry whose base name matches, whose
 // ABI covers `version`, and whose stream variant the flags select (at the driver, DEFAULT is the
-// legacy stream: cuda.h's per-thread build adds the PER_THREAD flag itself). nullptr if none.
+// legacy stream: cuda.h's per-thread build adds the PER_THREAD flag itself). kHookCount if none.
 Hook HookForRequest(const char* symbol, int version, cuuint64_t flags) {
   if (symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return kHookCount;
   const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
