@@ -198,7 +198,8 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
                             s["kind"].get<std::string>(), FormatMilliGpu(s["milli"].get<std::int64_t>()), devs));
     if (!s["mig"].get<std::string>().empty()) kv("mig", s["mig"].get<std::string>());
     if (s["memory_cap"].get<std::int64_t>() > 0) {
-      std::string how = s["kind"] == "shared" ? "enforced by libgpuslice-cuda (LD_PRELOAD memory cap)"
+      std::string how = s["kind"] == "shared" ? "enforced by libgpuslice-cuda (LD_PRELOAD memory cap; not capped: "
+                                                "CUDA graph memory nodes, context memory; docs/memcap.md)"
                         : s["kind"] == "mps"  ? "enforced by MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"
                                               : "";
       kv("memory cap", FormatBytes(s["memory_cap"].get<std::int64_t>()) + (how.empty() ? "" : ", " + how));

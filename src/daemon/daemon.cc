@@ -975,6 +975,7 @@ class Daemon::Impl {
         st = gi.status();
         break;
       }
+      if (!gi->compute_instances.empty()) continue;  // kept, or made before a crash
       const MigProfile* prof = model ? model->FindProfileById(p.profile_id) : nullptr;
       auto ci = backend_->CreateComputeInstance(idx, gi->id,
                                                 FullCiProfile(prof ? prof->compute_slices : 1));

@@ -205,8 +205,9 @@ class DeviceBackend {
   // already sits at `start`, returns it unchanged (retry after a crash).
   virtual Result<GpuInstanceInfo> CreateGpuInstance(DeviceIndex index, int profile_id,
                                                     int start) = 0;
-  // Creates a compute instance of `ci_profile_id` in `gi`; if the GI already holds one of
-  // that profile, returns it.
+  // Creates a new compute instance of `ci_profile_id` (a profile id, not an NVML index) in
+  // `gi`. Never returns an existing one (two callers get two CIs); fails when the GI has no
+  // room. A caller retrying after a crash looks at the GI's compute_instances first.
   virtual Result<ComputeInstanceInfo> CreateComputeInstance(DeviceIndex index, GpuInstanceId gi,
                                                             int ci_profile_id) = 0;
   // Destroy of something already gone is OK. Destroying a GI destroys its CIs first.

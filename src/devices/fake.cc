@@ -434,9 +434,6 @@ Result<ComputeInstanceInfo> FakeBackend::CreateComputeInstance(DeviceIndex index
   if (it == d->gpu_instances.end()) {
     return NotFound(fmt::format("device {}: no GPU instance {}", index.value(), gi_id.value()));
   }
-  for (const auto& ci : it->compute_instances) {
-    if (ci.profile_id == ci_profile_id) return ci;
-  }
   const MigProfile* profile = d->model->FindProfileById(it->profile_id);
   const int want = CiComputeSlices(ci_profile_id);
   int used = 0;
@@ -448,7 +445,12 @@ Result<ComputeInstanceInfo> FakeBackend::CreateComputeInstance(DeviceIndex index
         profile == nullptr ? 0 : profile->compute_slices));
   }
   ComputeInstanceInfo ci;
-  ci.id = ComputeInstanceId(static_cast<std::uint32_t>(it->compute_instances.size()));
+  std::uint32_t free_id = 0;  // the smallest id not in use, as NVML numbers them
+  while (std::any_of(it->compute_instances.begin(), it->compute_instances.end(),
+                     [&](const ComputeInstanceInfo& c) { return c.id.value() == free_id; })) {
+    ++free_id;
+  }
+  ci.id = ComputeInstanceId(free_id);
   ci.profile_id = ci_profile_id;
   ci.uuid = MigUuid(index.value(), gi_id.value(), ci.id.value());
   it->compute_instances.push_back(ci);

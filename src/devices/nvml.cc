@@ -66,6 +66,15 @@ Fn Resolve(void* lib, std::initializer_list<const char*> names, const char** cho
   return nullptr;
 }
 
+// Process-record buffers: room for the largest record any driver writes, pre-filled with a byte
+// pattern no record field ends with (see MeasureProcessRecord).
+constexpr std::size_t kMaxProcessRecord = sizeof(ProcessInfoR535);
+constexpr unsigned char kRecordSentinel = 0xA5;
+
+// Profile enumerations run until the driver says INVALID_ARGUMENT (as nvml.h asks); this bound
+// only stops a driver that never says it. Drivers so far have 0x0A..0x12 GPU-instance profiles.
+constexpr unsigned kProfileIndexLimit = 256;
+
 std::string CString(const char* buf, std::size_t n) { return std::string(buf, strnlen(buf, n)); }
 
 StatusCode CodeFor(Return r) {
@@ -213,9 +222,6 @@ Result<Device> NvmlBackend::Handle(DeviceIndex index) {
 
 Result<std::vector<NvmlBackend::RawProcess>> NvmlBackend::RunningProcesses(Device dev) {
   if (api_->compute_procs == nullptr) return Unsupported("nvmlDeviceGetComputeRunningProcesses not exported");
-  const std::size_t record = process_abi_ == NvmlProcessAbi::kV1      ? sizeof(ProcessInfoV1)
-                             : process_abi_ == NvmlProcessAbi::kV3R535 ? sizeof(ProcessInfoR535)
-                                                                       : sizeof(ProcessInfoV2);
   unsigned count = 0;
   Return r = api_->compute_procs(dev, &count, nullptr);
   std::vector<RawProcess> out;
@@ -223,14 +229,18 @@ Result<std::vector<NvmlBackend::RawProcess>> NvmlBackend::RunningProcesses(Devic
   // Processes come and go between the two calls: over-allocate (as nvitop does) and retry.
   for (int attempt = 0; attempt < 3 && r == kErrorInsufficientSize; ++attempt) {
     unsigned cap = 2 * count + 5;
-    std::vector<unsigned char> buf(cap * record, 0);
+    // Room for the largest record any driver writes, filled with a sentinel: the bytes the driver
+    // wrote tell the record size (nvitop#226), whatever its symbols suggest.
+    std::vector<unsigned char> buf(static_cast<std::size_t>(cap) * kMaxProcessRecord, kRecordSentinel);
     count = cap;
     r = api_->compute_procs(dev, &count, buf.data());
     if (r != kSuccess) continue;
-    for (unsigned i = 0; i < count && i < cap; ++i) {
+    const unsigned n = std::min(count, cap);
+    const std::size_t record = MeasureProcessRecord(buf, n);
+    for (unsigned i = 0; i < n; ++i) {
       const unsigned char* p = buf.data() + i * record;
       RawProcess rp;
-      if (process_abi_ == NvmlProcessAbi::kV1) {
+      if (record == sizeof(ProcessInfoV1)) {
         ProcessInfoV1 v;
         std::memcpy(&v, p, sizeof(v));
         rp.pid = v.pid;
@@ -250,9 +260,33 @@ Result<std::vector<NvmlBackend::RawProcess>> NvmlBackend::RunningProcesses(Devic
   return Error("nvmlDeviceGetComputeRunningProcesses", r);
 }
 
+std::size_t NvmlBackend::MeasureProcessRecord(const std::vector<unsigned char>& buf, unsigned n) {
+  const std::size_t guess = process_abi_ == NvmlProcessAbi::kV1      ? sizeof(ProcessInfoV1)
+                            : process_abi_ == NvmlProcessAbi::kV3R535 ? sizeof(ProcessInfoR535)
+                                                                      : sizeof(ProcessInfoV2);
+  if (n == 0) return guess;
+  // The smallest known size s such that nothing past n records of s bytes was written. Every
+  // record's last 8 bytes hold a field (memory, instance ids, protected memory) that is never
+  // the sentinel pattern, so a larger record always shows past n * (smaller size).
+  for (std::size_t s : {sizeof(ProcessInfoV1), sizeof(ProcessInfoV2), sizeof(ProcessInfoR535)}) {
+    const auto from = buf.begin() + static_cast<std::ptrdiff_t>(s * n);
+    const auto to = buf.begin() + static_cast<std::ptrdiff_t>(kMaxProcessRecord * n);
+    if (std::all_of(from, to, [](unsigned char c) { return c == kRecordSentinel; })) {
+      process_abi_ = s == sizeof(ProcessInfoV1) ? NvmlProcessAbi::kV1
+                     : s == sizeof(ProcessInfoR535) ? NvmlProcessAbi::kV3R535
+                     : process_abi_ == NvmlProcessAbi::kV2 ? NvmlProcessAbi::kV2 : NvmlProcessAbi::kV3;
+      return s;
+    }
+  }
+  return guess;
+}
+
 Reading<Permille> NvmlBackend::AverageSamples(Device dev, int type, unsigned long long* last_seen,
                                               int* count) {
   if (api_->samples == nullptr) return Reading<Permille>::NotSupported("nvmlDeviceGetSamples not exported");
+  // Sample timestamps are in the driver's own clock (reported to be CLOCK_BOOTTIME, not the
+  // epoch): never compare them with the wall clock. 0 asks for the whole buffer; after that
+  // each read asks for what is newer than the newest sample it kept.
   int value_type = 0;
   unsigned n = 0;
   Return r = api_->samples(dev, type, *last_seen, &value_type, &n, nullptr);
@@ -269,15 +303,28 @@ Reading<Permille> NvmlBackend::AverageSamples(Device dev, int type, unsigned lon
     return Reading<Permille>::Missing(NotFound("no new driver samples since the last read"));
   }
   if (r != kSuccess) return Reading<Permille>::Missing(Error("nvmlDeviceGetSamples", r));
+  n = std::min(n, static_cast<unsigned>(buf.size()));
+  // Drivers have returned out-of-range values (nvtop#110): such a sample is dropped, not clamped.
+  auto valid = [&](const nvml::Sample& x) {
+    const double v = SampleValue(value_type, x.value);
+    return x.time_stamp > *last_seen && v >= 0.0 && v <= 100.0;
+  };
+  unsigned long long newest = 0;
+  for (unsigned i = 0; i < n; ++i) {
+    if (valid(buf[i])) newest = std::max(newest, buf[i].time_stamp);
+  }
+  // The first read keeps the last second of the buffer (which can hold minutes), measured on
+  // the driver's clock from its newest sample.
+  constexpr auto kWindow = static_cast<unsigned long long>(kSecond);
+  const unsigned long long from = *last_seen != 0 ? *last_seen : (newest > kWindow ? newest - kWindow : 0);
   double sum = 0;
   int used = 0;
-  for (unsigned i = 0; i < n && i < buf.size(); ++i) {
-    if (buf[i].time_stamp <= *last_seen) continue;
-    // Drivers have returned out-of-range values (nvtop#110): clamp to 0..100 %.
-    sum += std::clamp(SampleValue(value_type, buf[i].value), 0.0, 100.0);
+  for (unsigned i = 0; i < n; ++i) {
+    if (!valid(buf[i]) || buf[i].time_stamp <= from) continue;
+    sum += SampleValue(value_type, buf[i].value);
     ++used;
-    *last_seen = std::max(*last_seen, buf[i].time_stamp);
   }
+  *last_seen = std::max(*last_seen, newest);
   if (used == 0) return Reading<Permille>::Missing(NotFound("no new driver samples since the last read"));
   if (count != nullptr) *count = used;
   return Reading<Permille>::Of(static_cast<Permille>(sum * 10.0 / used + 0.5));
@@ -304,7 +351,7 @@ Result<std::vector<devices::GpuInstanceInfo>> NvmlBackend::GpuInstances(Device d
   std::vector<devices::GpuInstanceInfo> out;
   if (!api_->gi_profile_info || !api_->gpu_instances || !api_->gi_info) return out;
   GPUSLICE_ASSIGN_OR_RETURN(auto migs, MigDevices(dev));
-  for (unsigned p = 0; p < kGpuInstanceProfileCount; ++p) {
+  for (unsigned p = 0; p < kProfileIndexLimit; ++p) {
     GpuInstanceProfileInfo pinfo{};
     Return r = api_->gi_profile_info(dev, p, &pinfo);
     if (r == kErrorInvalidArgument) break;  // past the last profile this driver knows
@@ -417,15 +464,15 @@ Result<DeviceSample> NvmlBackend::Sample(DeviceIndex index) {
   char ubuf[kUuidBufferSize] = {};
   if (api_->uuid && api_->uuid(dev, ubuf, sizeof(ubuf)) == kSuccess) s.uuid = CString(ubuf, sizeof(ubuf));
 
-  // NVML sample timestamps are CPU µs since the epoch; the first read looks back one second
-  // rather than taking the whole driver buffer (which can average minutes).
+  // The window is on the wall clock; the driver's sample timestamps are on its own clock and
+  // are only ever compared with each other (AverageSamples). 0: nothing read yet.
   auto& util_seen = last_util_seen_[key];
   auto& mem_seen = last_mem_seen_[key];
   auto& proc_seen = last_proc_seen_[key];
-  const unsigned long long window_from = util_seen != 0 ? util_seen : static_cast<unsigned long long>(now - kSecond);
-  if (util_seen == 0) util_seen = mem_seen = proc_seen = window_from;
-  s.window_start = static_cast<Micros>(window_from);
+  auto& last_read = last_read_wall_[key];
+  s.window_start = last_read != 0 ? last_read : now - kSecond;  // a first read keeps ~1 s
   s.window_end = now;
+  last_read = now;
 
   bool mig = false;
   if (api_->mig_mode) {
@@ -506,13 +553,25 @@ Result<DeviceSample> NvmlBackend::Sample(DeviceIndex index) {
       n = static_cast<unsigned>(buf.size());
       r = api_->process_util(dev, buf.data(), &n, proc_seen);
       if (r == kSuccess) {
+        n = std::min(n, static_cast<unsigned>(buf.size()));
+        // Drivers return stale entries (older than asked for) and impossible values (nvtop#110):
+        // both are dropped, as nvtop does, never clamped or averaged in.
+        auto valid = [&](const ProcessUtilizationSample& x) {
+          return x.time_stamp > proc_seen && x.sm_util <= 100 && x.mem_util <= 100;
+        };
         unsigned long long newest = proc_seen;
-        for (unsigned i = 0; i < n && i < buf.size(); ++i) {
-          sm[buf[i].pid].first += std::min(buf[i].sm_util, 100u);
+        for (unsigned i = 0; i < n; ++i) {
+          if (valid(buf[i])) newest = std::max(newest, buf[i].time_stamp);
+        }
+        // A first read (proc_seen == 0 asks for the whole buffer) keeps the last second of it.
+        constexpr auto kWindow = static_cast<unsigned long long>(kSecond);
+        const unsigned long long from = proc_seen != 0 ? proc_seen : (newest > kWindow ? newest - kWindow : 0);
+        for (unsigned i = 0; i < n; ++i) {
+          if (!valid(buf[i]) || buf[i].time_stamp <= from) continue;
+          sm[buf[i].pid].first += buf[i].sm_util;
           sm[buf[i].pid].second++;
-          mm[buf[i].pid].first += std::min(buf[i].mem_util, 100u);
+          mm[buf[i].pid].first += buf[i].mem_util;
           mm[buf[i].pid].second++;
-          newest = std::max(newest, buf[i].time_stamp);
         }
         proc_seen = newest;
       }
@@ -555,11 +614,8 @@ Result<DeviceSample> NvmlBackend::Sample(DeviceIndex index) {
     ms.uuid = m.uuid;
     ms.gpu_instance = GpuInstanceId(m.gi);
     ms.compute_instance = ComputeInstanceId(m.ci);
-    Memory mem{};
-    if (api_->memory && api_->memory(m.handle, &mem) == kSuccess) {
-      ms.memory_total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
-      ms.memory_used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
-    }
+    // The same call and meaning of "used" as the device rows (v2: without reserved memory).
+    ReadMemory(m.handle, &ms.memory_total, &ms.memory_used);
     // Per-instance activity needs GPM (Hopper+), which this backend does not read yet.
     ms.util = Reading<Permille>::NotSupported("per-MIG-instance utilisation (GPM) not implemented");
     for (const auto& p : s.processes) {
@@ -659,10 +715,10 @@ Status NvmlBackend::SetMigMode(DeviceIndex index, bool enabled) {
 
 Result<unsigned> NvmlBackend::ProfileEnum(Device dev, int profile_id, GpuInstanceProfileInfo* info) {
   if (!api_->gi_profile_info) return Unsupported("MIG profiles not supported by this driver");
-  for (unsigned p = 0; p < kGpuInstanceProfileCount; ++p) {
+  for (unsigned p = 0; p < kProfileIndexLimit; ++p) {
     GpuInstanceProfileInfo pinfo{};
     Return r = api_->gi_profile_info(dev, p, &pinfo);
-    if (r == kErrorInvalidArgument) break;
+    if (r == kErrorInvalidArgument) break;  // past the last profile this driver knows
     if (r == kSuccess && static_cast<int>(pinfo.id) == profile_id) {
       *info = pinfo;
       return p;
@@ -729,24 +785,30 @@ Result<devices::ComputeInstanceInfo> NvmlBackend::CreateComputeInstance(DeviceIn
   if (Return r = api_->gi_by_id(dev, gi_id.value(), &gi); r != kSuccess) {
     return Error(fmt::format("device {}: GPU instance {}", index.value(), gi_id.value()), r);
   }
+  // `ci_profile_id` is a profile id (as `nvidia-smi mig -lcip` shows); the profile-info call
+  // takes an index. Enumerate the indexes and match the id, as ProfileEnum does for GIs.
   ComputeInstanceProfileInfo cinfo{};
-  if (Return r = api_->ci_profile_info(gi, static_cast<unsigned>(ci_profile_id), kComputeInstanceEngineProfileShared,
-                                       &cinfo);
-      r != kSuccess) {
-    return Error(fmt::format("device {} GI {}: compute-instance profile {}", index.value(), gi_id.value(),
-                             ci_profile_id),
-                 r);
-  }
-  ComputeInstance ci = nullptr;
-  if (api_->compute_instances) {
-    std::vector<ComputeInstance> cis(std::max(1u, cinfo.instance_count));
-    unsigned n = static_cast<unsigned>(cis.size());
-    if (api_->compute_instances(gi, cinfo.id, cis.data(), &n) == kSuccess && n > 0) ci = cis[0];
-  }
-  if (ci == nullptr) {
-    if (Return r = api_->create_ci(gi, cinfo.id, &ci); r != kSuccess) {
-      return Error(fmt::format("device {} GI {}: create compute instance", index.value(), gi_id.value()), r);
+  bool found = false;
+  for (unsigned p = 0; p < kProfileIndexLimit && !found; ++p) {
+    ComputeInstanceProfileInfo pinfo{};
+    Return r = api_->ci_profile_info(gi, p, kComputeInstanceEngineProfileShared, &pinfo);
+    if (r == kErrorInvalidArgument) break;  // past the last profile this driver knows
+    if (r == kSuccess && static_cast<int>(pinfo.id) == ci_profile_id) {
+      cinfo = pinfo;
+      found = true;
     }
+  }
+  if (!found) {
+    return InvalidArgument(fmt::format("device {} GI {}: no compute-instance profile id {} in this GPU instance",
+                                       index.value(), gi_id.value(), ci_profile_id));
+  }
+  // Always a new compute instance: an existing one may belong to another caller (a retry
+  // after a crash looks at the GI's compute instances first).
+  ComputeInstance ci = nullptr;
+  if (Return r = api_->create_ci(gi, cinfo.id, &ci); r != kSuccess) {
+    return Error(fmt::format("device {} GI {}: create compute instance of profile {}", index.value(),
+                             gi_id.value(), ci_profile_id),
+                 r);
   }
   nvml::ComputeInstanceInfo info{};
   if (Return r = api_->ci_info(ci, &info); r != kSuccess) return Error("nvmlComputeInstanceGetInfo", r);

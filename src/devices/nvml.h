@@ -61,6 +61,9 @@ class NvmlBackend : public DeviceBackend {
   Result<nvml::Device> Handle(DeviceIndex index);
   void ReadMemory(nvml::Device dev, Reading<Bytes>* total, Reading<Bytes>* used);
   Result<std::vector<RawProcess>> RunningProcesses(nvml::Device dev);
+  // The record size the driver wrote for `n` records into a sentinel-filled buffer; updates
+  // process_abi_ to what was measured (the symbol-based guess stands when n == 0).
+  std::size_t MeasureProcessRecord(const std::vector<unsigned char>& buf, unsigned n);
   Result<std::vector<MigDevice>> MigDevices(nvml::Device dev);
   Result<std::vector<GpuInstanceInfo>> GpuInstances(nvml::Device dev);
   Reading<Permille> AverageSamples(nvml::Device dev, int type, unsigned long long* last_seen,
@@ -76,9 +79,10 @@ class NvmlBackend : public DeviceBackend {
   MpsController mps_;
 
   std::mutex mu_;
-  std::map<std::uint32_t, unsigned long long> last_util_seen_;  // per device, driver µs
+  std::map<std::uint32_t, unsigned long long> last_util_seen_;  // per device, driver clock µs (0: none yet)
   std::map<std::uint32_t, unsigned long long> last_mem_seen_;
   std::map<std::uint32_t, unsigned long long> last_proc_seen_;
+  std::map<std::uint32_t, Micros> last_read_wall_;  // per device, wall clock of the last Sample
   std::map<std::uint32_t, MpsConfig> mps_configs_;
 };
 

@@ -89,7 +89,6 @@ struct ProcessInfoR535 {
 inline constexpr int kClockGraphics = 0, kClockSm = 1, kClockMem = 2;
 inline constexpr int kTemperatureGpu = 0;
 inline constexpr unsigned kMigDisable = 0, kMigEnable = 1;
-inline constexpr unsigned kGpuInstanceProfileCount = 0x12;
 inline constexpr unsigned kComputeInstanceEngineProfileShared = 0;
 
 struct GpuInstanceProfileInfo {  // nvmlGpuInstanceProfileInfo_t (v1)

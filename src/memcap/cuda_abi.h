@@ -16,6 +16,7 @@ typedef struct CUctx_st* CUcontext;
 typedef struct CUstream_st* CUstream;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
 typedef struct CUarray_st* CUarray;
+typedef struct CUmipmappedArray_st* CUmipmappedArray;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef std::uint64_t cuuint64_t;
 
@@ -61,6 +62,10 @@ typedef struct {
   unsigned int Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;  // CUDA_ARRAY3D_DESCRIPTOR_v2
 
+// CUDA_ARRAY3D_DESCRIPTOR::Flags that make Depth a count of layers (or cubemap faces).
+inline constexpr unsigned CUDA_ARRAY3D_LAYERED = 0x01;
+inline constexpr unsigned CUDA_ARRAY3D_CUBEMAP = 0x04;
+
 // CUmemLocationType
 inline constexpr int CU_MEM_LOCATION_TYPE_DEVICE = 0x1;
 inline constexpr int CU_MEM_LOCATION_TYPE_HOST = 0x2;
@@ -101,6 +106,10 @@ typedef CUresult (*PFN_cuMemRelease)(CUmemGenericAllocationHandle handle);
 typedef CUresult (*PFN_cuArrayCreate_v2)(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc);
 typedef CUresult (*PFN_cuArray3DCreate_v2)(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc);
 typedef CUresult (*PFN_cuArrayDestroy)(CUarray handle);
+typedef CUresult (*PFN_cuMipmappedArrayCreate)(CUmipmappedArray* handle,
+                                               const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                               unsigned int levels);
+typedef CUresult (*PFN_cuMipmappedArrayDestroy)(CUmipmappedArray handle);
 typedef CUresult (*PFN_cuMemGetInfo_v2)(std::size_t* free_bytes, std::size_t* total_bytes);
 typedef CUresult (*PFN_cuDeviceTotalMem_v2)(std::size_t* bytes, CUdevice device);
 // CUDA 11.3-11.8 signature (exported as "cuGetProcAddress").

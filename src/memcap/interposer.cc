@@ -7,11 +7,13 @@
 //    preloaded library comes first in the global scope);
 //  * dlsym(handle, "cu...") is interposed: when the real lookup yields the real driver function
 //    of a hooked entry point, the hook is returned instead (the CUDA runtime finds
-//    cuGetProcAddress this way);
-//  * cuGetProcAddress / cuGetProcAddress_v2 are hooked: when the driver answers with the address
-//    of a hooked entry point, the hook is returned. Matching is by address, never by name, so a
-//    newer ABI variant the library does not know passes through untouched instead of being
-//    called with the wrong signature.
+//    cuGetProcAddress this way). Both are exported symbols, so comparing addresses is exact;
+//  * cuGetProcAddress / cuGetProcAddress_v2 are hooked: the hook is chosen by the symbol name,
+//    version and flags requested, as the driver maps them to an ABI (the table below), never by
+//    the address the driver returns (which may be an internal entry point, not the export). A
+//    request past the newest CUDA version this table was checked against gets the hook only if
+//    the driver gives the same entry point as at that version; otherwise it is a newer ABI and
+//    passes through untouched (logged) instead of being called with the wrong signature.
 // The real driver functions are found with the real dlsym on libcuda.so.1's own handle, which
 // never sees this library.
 
@@ -112,18 +114,26 @@ enum Hook : int {
   kArrayCreate,
   kArray3DCreate,
   kArrayDestroy,
+  kMipmappedArrayCreate,
+  kMipmappedArrayDestroy,
   kMemGetInfo,
   kDeviceTotalMem,
   kGetProcAddress,
   kGetProcAddressV2,
-  kGetProcAddressV2Ptsz,
   kHookCount
 };
 
 struct HookEntry {
-  const char* name;
-  void* hook;   // filled by the static initialiser below
-  void* real;   // resolved lazily; never one of our hooks
+  const char* name;  // the driver's export
+  void* hook;        // filled by the static initialiser below
+  void* real;        // resolved lazily; never one of our hooks
+  // How cuGetProcAddress names it: base name, the CUDA version from which a request gets this
+  // ABI (cudaTypedefs.h's PFN_<base>_v<version>), the version from which it no longer does
+  // (0: none known), and whether it is the per-thread-stream (_ptsz) variant.
+  const char* base;
+  int since;
+  int until;
+  bool ptsz;
 };
 
 HookEntry g_hooks[kHookCount];  // names and hooks set in InitHookTable (constructor)
@@ -163,6 +173,33 @@ void* HookNamed(const char* name) {
   return nullptr;
 }
 
+// The newest CUDA version whose cuda.h/cudaTypedefs.h the table was checked against: no hooked
+// entry point has a newer ABI there (CUDA 13.0).
+constexpr int kNewestCheckedCudaVersion = 13000;
+
+// The hook for what cuGetProcAddress was asked, by name: the entry whose base name matches, whose
+// ABI covers `version`, and whose stream variant the flags select (at the driver, DEFAULT is the
+// legacy stream: cuda.h's per-thread build adds the PER_THREAD flag itself). kHookCount if none.
+Hook HookForRequest(const char* symbol, int version, cuuint64_t flags) {
+  if (symbol == nullptr || symbol[0] != 'c' || symbol[1] != 'u') return kHookCount;
+  const bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  Hook legacy = kHookCount;
+  for (int i = 0; i < kHookCount; ++i) {
+    const HookEntry& e = g_hooks[i];
+    if (e.base == nullptr || std::strcmp(e.base, symbol) != 0) continue;
+    if (version < e.since || (e.until != 0 && version >= e.until)) continue;
+    if (e.ptsz && per_thread) return static_cast<Hook>(i);
+    if (!e.ptsz) legacy = static_cast<Hook>(i);
+  }
+  return legacy;  // functions without a stream have no _ptsz variant: the flags do not matter
+}
+
+// The real function of `h` as the driver returned it, for a hook whose export is missing.
+void AdoptReal(Hook h, void* p) {
+  if (p == nullptr || p == g_hooks[h].hook || Real(h) != nullptr) return;
+  __atomic_store_n(&g_hooks[h].real, p, __ATOMIC_RELEASE);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Per-process accounting state.
 struct Process {
@@ -178,7 +215,7 @@ struct Process {
   bool warned_refusal = false;
   bool log_all = false;
   PtrTable ptrs;             // device pointers: cuMemAlloc*, cuMemAllocManaged, async, pools
-  PtrTable arrays;           // CUarray
+  PtrTable arrays;           // CUarray, CUmipmappedArray
   PtrTable handles;          // CUmemGenericAllocationHandle
 };
 
@@ -534,6 +571,31 @@ GPUSLICE_EXPORT CUresult cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_
   });
 }
 
+// A mipmapped array: every level, each half the size of the one above in width and height (and
+// in depth, unless the depth counts layers or cubemap faces), down to 1.
+GPUSLICE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* handle,
+                                                const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                                unsigned int levels) {
+  auto real = REAL(kMipmappedArrayCreate, PFN_cuMipmappedArrayCreate);
+  if (real == nullptr) return NotFound();
+  if (desc == nullptr) return real(handle, desc, levels);
+  const bool layers = (desc->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+  std::int64_t bytes = 0;
+  std::size_t w = desc->Width, h = desc->Height, d = desc->Depth;
+  for (unsigned l = 0; l < (levels == 0 ? 1u : levels) && l < 64; ++l) {
+    std::int64_t level = ArrayBytes(w, h, d, desc->Format, desc->NumChannels);
+    bytes = __builtin_add_overflow(bytes, level, &bytes) ? INT64_MAX : bytes;
+    w = w > 1 ? w / 2 : w;
+    h = h > 1 ? h / 2 : h;
+    if (!layers) d = d > 1 ? d / 2 : d;
+  }
+  return Allocate(Proc(), "cuMipmappedArrayCreate", bytes, &Process::arrays, [&](std::uint64_t* key) {
+    CUresult rc = real(handle, desc, levels);
+    if (rc == CUDA_SUCCESS && handle != nullptr) *key = reinterpret_cast<std::uintptr_t>(*handle);
+    return rc;
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Free hooks.
 
@@ -557,6 +619,13 @@ GPUSLICE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
 }
 GPUSLICE_EXPORT CUresult cuArrayDestroy(CUarray handle) {
   auto real = REAL(kArrayDestroy, PFN_cuArrayDestroy);
+  if (real == nullptr) return NotFound();
+  return Deallocate(Proc(), reinterpret_cast<std::uintptr_t>(handle), &Process::arrays,
+                    [&] { return real(handle); });
+}
+
+GPUSLICE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray handle) {
+  auto real = REAL(kMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy);
   if (real == nullptr) return NotFound();
   return Deallocate(Proc(), reinterpret_cast<std::uintptr_t>(handle), &Process::arrays,
                     [&] { return real(handle); });
@@ -603,40 +672,63 @@ GPUSLICE_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device
 // ---------------------------------------------------------------------------------------------
 // Entry-point lookups.
 
+namespace {
+// After the driver answered `symbol` at `cuda_version` with *pfn: swaps in the hook that the
+// request names. `again(version, &p)` asks the driver the same at another version.
+template <typename Again>
+void SubstituteHook(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags, Again&& again) {
+  Hook h = HookForRequest(symbol, cuda_version, flags);
+  if (h == kHookCount) {
+    // Not a name we map at this version; an exported hooked function still gets its hook.
+    if (void* hook = HookForReal(*pfn); hook != nullptr) *pfn = hook;
+    return;
+  }
+  if (cuda_version > kNewestCheckedCudaVersion) {
+    // Same entry point as at the newest version we know: the same ABI. A different one is a
+    // newer ABI that this library cannot call: leave it, and say the cap does not cover it.
+    void* known = nullptr;
+    if (!again(kNewestCheckedCudaVersion, &known) || known != *pfn) {
+      Log("cuGetProcAddress(%s, %d): the driver returns another entry point than at version %d (a newer ABI); not "
+          "intercepted, allocations through it are NOT capped", symbol, cuda_version,
+          kNewestCheckedCudaVersion);
+      return;
+    }
+  }
+  AdoptReal(h, *pfn);
+  *pfn = g_hooks[h].hook;
+}
+}  // namespace
+
 GPUSLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_version,
                                           cuuint64_t flags) {
   auto real = REAL(kGetProcAddress, PFN_cuGetProcAddress);
   if (real == nullptr) return NotFound();
   CUresult rc = real(symbol, pfn, cuda_version, flags);
-  if (rc == CUDA_SUCCESS && pfn != nullptr) {
-    if (void* hook = HookForReal(*pfn); hook != nullptr) *pfn = hook;
+  if (rc == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr) {
+    SubstituteHook(symbol, pfn, cuda_version, flags, [&](int version, void** out) {
+      return real(symbol, out, version, flags) == CUDA_SUCCESS;
+    });
   }
   return rc;
 }
-
-namespace {
-CUresult GetProcAddressV2(Hook h, const char* symbol, void** pfn, int cuda_version,
-                          cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
-  auto real = REAL(h, PFN_cuGetProcAddress_v2);
-  if (real == nullptr) return NotFound();
-  CUresult rc = real(symbol, pfn, cuda_version, flags, status);
-  if (rc == CUDA_SUCCESS && pfn != nullptr) {
-    if (void* hook = HookForReal(*pfn); hook != nullptr) *pfn = hook;
-  }
-  return rc;
-}
-}  // namespace
 
 GPUSLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
                                              cuuint64_t flags,
                                              CUdriverProcAddressQueryResult* status) {
-  return GetProcAddressV2(kGetProcAddressV2, symbol, pfn, cuda_version, flags, status);
+  auto real = REAL(kGetProcAddressV2, PFN_cuGetProcAddress_v2);
+  if (real == nullptr) return NotFound();
+  CUresult rc = real(symbol, pfn, cuda_version, flags, status);
+  if (rc == CUDA_SUCCESS && pfn != nullptr && *pfn != nullptr &&
+      (status == nullptr || *status == CU_GET_PROC_ADDRESS_SUCCESS)) {
+    SubstituteHook(symbol, pfn, cuda_version, flags, [&](int version, void** out) {
+      CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+      return real(symbol, out, version, flags, &st) == CUDA_SUCCESS && st == CU_GET_PROC_ADDRESS_SUCCESS;
+    });
+  }
+  return rc;
 }
-GPUSLICE_EXPORT CUresult cuGetProcAddress_v2_ptsz(const char* symbol, void** pfn,
-                                                  int cuda_version, cuuint64_t flags,
-                                                  CUdriverProcAddressQueryResult* status) {
-  return GetProcAddressV2(kGetProcAddressV2Ptsz, symbol, pfn, cuda_version, flags, status);
-}
+// No cuGetProcAddress_v2_ptsz: it is a static inline in cuda.h that calls cuGetProcAddress_v2
+// with the per-thread flag, not a driver symbol.
 
 // dlsym. Lookups that yield a real driver entry point we hook get the hook.
 // RTLD_NEXT of a hooked name, once the driver is loaded, always gets the hook: from a library
@@ -670,34 +762,55 @@ __attribute__((constructor)) void InitHookTable() {
     Hook id;
     const char* name;
     void* hook;
+    const char* base;
+    int since, until;
+    bool ptsz;
   } table[] = {
-      {kMemAlloc, "cuMemAlloc_v2", reinterpret_cast<void*>(&cuMemAlloc_v2)},
-      {kMemAllocPitch, "cuMemAllocPitch_v2", reinterpret_cast<void*>(&cuMemAllocPitch_v2)},
-      {kMemAllocManaged, "cuMemAllocManaged", reinterpret_cast<void*>(&cuMemAllocManaged)},
-      {kMemAllocAsync, "cuMemAllocAsync", reinterpret_cast<void*>(&cuMemAllocAsync)},
-      {kMemAllocAsyncPtsz, "cuMemAllocAsync_ptsz", reinterpret_cast<void*>(&cuMemAllocAsync_ptsz)},
-      {kMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync",
-       reinterpret_cast<void*>(&cuMemAllocFromPoolAsync)},
+      {kMemAlloc, "cuMemAlloc_v2", reinterpret_cast<void*>(&cuMemAlloc_v2), "cuMemAlloc", 3020, 0, false},
+      {kMemAllocPitch, "cuMemAllocPitch_v2", reinterpret_cast<void*>(&cuMemAllocPitch_v2), "cuMemAllocPitch",
+       3020, 0, false},
+      {kMemAllocManaged, "cuMemAllocManaged", reinterpret_cast<void*>(&cuMemAllocManaged), "cuMemAllocManaged",
+       6000, 0, false},
+      {kMemAllocAsync, "cuMemAllocAsync", reinterpret_cast<void*>(&cuMemAllocAsync), "cuMemAllocAsync", 11020, 0,
+       false},
+      {kMemAllocAsyncPtsz, "cuMemAllocAsync_ptsz", reinterpret_cast<void*>(&cuMemAllocAsync_ptsz),
+       "cuMemAllocAsync", 11020, 0, true},
+      {kMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync", reinterpret_cast<void*>(&cuMemAllocFromPoolAsync),
+       "cuMemAllocFromPoolAsync", 11020, 0, false},
       {kMemAllocFromPoolAsyncPtsz, "cuMemAllocFromPoolAsync_ptsz",
-       reinterpret_cast<void*>(&cuMemAllocFromPoolAsync_ptsz)},
-      {kMemFree, "cuMemFree_v2", reinterpret_cast<void*>(&cuMemFree_v2)},
-      {kMemFreeAsync, "cuMemFreeAsync", reinterpret_cast<void*>(&cuMemFreeAsync)},
-      {kMemFreeAsyncPtsz, "cuMemFreeAsync_ptsz", reinterpret_cast<void*>(&cuMemFreeAsync_ptsz)},
-      {kMemCreate, "cuMemCreate", reinterpret_cast<void*>(&cuMemCreate)},
-      {kMemRelease, "cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
-      {kArrayCreate, "cuArrayCreate_v2", reinterpret_cast<void*>(&cuArrayCreate_v2)},
-      {kArray3DCreate, "cuArray3DCreate_v2", reinterpret_cast<void*>(&cuArray3DCreate_v2)},
-      {kArrayDestroy, "cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
-      {kMemGetInfo, "cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
-      {kDeviceTotalMem, "cuDeviceTotalMem_v2", reinterpret_cast<void*>(&cuDeviceTotalMem_v2)},
-      {kGetProcAddress, "cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},
-      {kGetProcAddressV2, "cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
-      {kGetProcAddressV2Ptsz, "cuGetProcAddress_v2_ptsz",
-       reinterpret_cast<void*>(&cuGetProcAddress_v2_ptsz)},
+       reinterpret_cast<void*>(&cuMemAllocFromPoolAsync_ptsz), "cuMemAllocFromPoolAsync", 11020, 0, true},
+      {kMemFree, "cuMemFree_v2", reinterpret_cast<void*>(&cuMemFree_v2), "cuMemFree", 3020, 0, false},
+      {kMemFreeAsync, "cuMemFreeAsync", reinterpret_cast<void*>(&cuMemFreeAsync), "cuMemFreeAsync", 11020, 0,
+       false},
+      {kMemFreeAsyncPtsz, "cuMemFreeAsync_ptsz", reinterpret_cast<void*>(&cuMemFreeAsync_ptsz), "cuMemFreeAsync",
+       11020, 0, true},
+      {kMemCreate, "cuMemCreate", reinterpret_cast<void*>(&cuMemCreate), "cuMemCreate", 10020, 0, false},
+      {kMemRelease, "cuMemRelease", reinterpret_cast<void*>(&cuMemRelease), "cuMemRelease", 10020, 0, false},
+      {kArrayCreate, "cuArrayCreate_v2", reinterpret_cast<void*>(&cuArrayCreate_v2), "cuArrayCreate", 3020, 0,
+       false},
+      {kArray3DCreate, "cuArray3DCreate_v2", reinterpret_cast<void*>(&cuArray3DCreate_v2), "cuArray3DCreate",
+       3020, 0, false},
+      {kArrayDestroy, "cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy), "cuArrayDestroy", 2000, 0,
+       false},
+      {kMipmappedArrayCreate, "cuMipmappedArrayCreate", reinterpret_cast<void*>(&cuMipmappedArrayCreate),
+       "cuMipmappedArrayCreate", 5000, 0, false},
+      {kMipmappedArrayDestroy, "cuMipmappedArrayDestroy", reinterpret_cast<void*>(&cuMipmappedArrayDestroy),
+       "cuMipmappedArrayDestroy", 5000, 0, false},
+      {kMemGetInfo, "cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2), "cuMemGetInfo", 3020, 0, false},
+      {kDeviceTotalMem, "cuDeviceTotalMem_v2", reinterpret_cast<void*>(&cuDeviceTotalMem_v2), "cuDeviceTotalMem",
+       3020, 0, false},
+      {kGetProcAddress, "cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress), "cuGetProcAddress",
+       11030, 12000, false},
+      {kGetProcAddressV2, "cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2),
+       "cuGetProcAddress", 12000, 0, false},
   };
   for (const auto& e : table) {
     g_hooks[e.id].name = e.name;
     g_hooks[e.id].hook = e.hook;
+    g_hooks[e.id].base = e.base;
+    g_hooks[e.id].since = e.since;
+    g_hooks[e.id].until = e.until;
+    g_hooks[e.id].ptsz = e.ptsz;
   }
 }
 

@@ -331,9 +331,17 @@ TYPED_TEST(BackendContract, MigActionsAreIdempotentAndRefusedUnderProcesses) {
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   auto ci = b.CreateComputeInstance(DeviceIndex(1), second->id, 2);
   ASSERT_TRUE(ci.ok());
+  // A second CI is a new one or a refusal (this full-size one does not fit), never the first
+  // handed out again: two callers must not share a compute instance.
   auto ci_again = b.CreateComputeInstance(DeviceIndex(1), second->id, 2);
-  ASSERT_TRUE(ci_again.ok());
-  EXPECT_EQ(ci_again->uuid, ci->uuid);
+  EXPECT_FALSE(ci_again.ok()) << ci_again->uuid;
+  auto listed = b.ListDevices();
+  ASSERT_TRUE(listed.ok());
+  for (const auto& g : (*listed)[1].gpu_instances) {
+    if (g.id == second->id) {
+      EXPECT_EQ(g.compute_instances.size(), 1u);
+    }
+  }
   EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), second->id).ok());
   EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), second->id).ok()) << "already gone is OK";
   EXPECT_EQ((*b.ListDevices())[1].gpu_instances.size(), 1u);

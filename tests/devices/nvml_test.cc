@@ -73,6 +73,42 @@ TEST(NvmlStandIn, DetectsTheEarlyR535ProcessRecordAndReadsItCorrectly) {
   EXPECT_FALSE(s->processes[1].gpu_instance.has_value()) << "0xFFFFFFFF means not MIG";
 }
 
+// The symbols of this stand-in say "24-byte records" (RunningProcessDetailList is exported), but
+// it writes 32-byte ones: only the sentinel-measured stride reads the second process right.
+TEST(NvmlStandIn, MeasuresTheProcessRecordSizeWhateverTheSymbolsSay) {
+  auto b = OpenStandIn(FAKE_NVML_R535X_PATH);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->process_abi(), NvmlProcessAbi::kV3) << "the symbol-based guess";
+  auto s = (*b)->Sample(DeviceIndex(0));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->processes.size(), 2u);
+  EXPECT_EQ(s->processes[0].pid, 1234);
+  EXPECT_EQ(s->processes[1].pid, 5678);
+  EXPECT_EQ(s->processes[1].memory_used.value(), 2 * kGiB);
+  EXPECT_FALSE(s->processes[1].gpu_instance.has_value());
+  EXPECT_EQ((*b)->process_abi(), NvmlProcessAbi::kV3R535) << "what the driver wrote";
+}
+
+// Freezes the stand-in driver's clocks at their current reading for the scope.
+class FrozenStandInClock {
+ public:
+  explicit FrozenStandInClock(const char* path) : lib_(::dlopen(path, RTLD_NOW | RTLD_NOLOAD)) {
+    if (lib_ == nullptr) return;
+    freeze_ = reinterpret_cast<void (*)(unsigned long long)>(::dlsym(lib_, "gpuslice_fake_nvml_freeze"));
+    auto now = reinterpret_cast<void (*)()>(::dlsym(lib_, "gpuslice_fake_nvml_freeze_now"));
+    if (freeze_ != nullptr && now != nullptr) now();
+  }
+  ~FrozenStandInClock() {
+    if (freeze_ != nullptr) freeze_(0);
+    if (lib_ != nullptr) ::dlclose(lib_);
+  }
+  bool ok() const { return freeze_ != nullptr; }
+
+ private:
+  void* lib_;
+  void (*freeze_)(unsigned long long) = nullptr;
+};
+
 TEST(NvmlStandIn, FallsBackToV2AndMeasuresSinceTheLastRead) {
   auto b = OpenStandIn(FAKE_NVML_V2_PATH);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
@@ -86,35 +122,43 @@ TEST(NvmlStandIn, FallsBackToV2AndMeasuresSinceTheLastRead) {
   EXPECT_EQ((*devs)[0].mig_current, MigMode::kDisabled);
 
   // Freeze the stand-in driver's clock so "nothing new since the last read" is deterministic.
-  void* lib = ::dlopen(FAKE_NVML_V2_PATH, RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(lib, nullptr);
-  auto freeze = reinterpret_cast<void (*)(unsigned long long)>(::dlsym(lib, "gpuslice_fake_nvml_freeze"));
-  ASSERT_NE(freeze, nullptr);
-  freeze(static_cast<unsigned long long>(WallMicros()));
+  FrozenStandInClock frozen(FAKE_NVML_V2_PATH);
+  ASSERT_TRUE(frozen.ok());
+  const Micros before = WallMicros();
   auto s = (*b)->Sample(DeviceIndex(0));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ(s->processes.size(), 2u);
+  // The stale 90 % entry of pid 1234 (an hour old) is not averaged in.
+  EXPECT_EQ(s->processes[0].sm_util.value(), 400);
+  EXPECT_EQ(s->processes[0].mem_util.value(), 100);
+  // pid 5678's only entry claims 4000 % SM: dropped, so it reads as idle (not 100 %).
+  EXPECT_EQ(s->processes[1].sm_util.value(), 0) << "listed, only an impossible entry";
+  // The driver's samples are on its boot clock, minutes of them: the first read keeps the
+  // last second of that clock and drops the impossible 250 % sample (not clamped to 100 %).
+  ASSERT_TRUE(s->gpu_util.ok()) << s->gpu_util.status().ToString();
   EXPECT_EQ(s->gpu_util.value(), 600);
+  ASSERT_TRUE(s->mem_util.ok()) << s->mem_util.status().ToString();
   EXPECT_EQ(s->mem_util.value(), 200);
-  EXPECT_GE(s->driver_samples, 5);
+  EXPECT_EQ(s->driver_samples, 6);
+  // The window is on the wall clock, whatever the driver's clock is.
+  EXPECT_GE(s->window_end, before);
+  EXPECT_EQ(s->window_end - s->window_start, kSecond);
   EXPECT_EQ(s->memory_used.value(), 3 * kGiB);
   EXPECT_EQ(s->power_mw.value(), 350000);
   EXPECT_EQ(s->sm_clock_mhz.value(), 1980);
   EXPECT_TRUE(s->temperature_c.unsupported()) << "NOT_SUPPORTED stays unsupported, not 0";
-  ASSERT_EQ(s->processes.size(), 2u);
-  EXPECT_EQ(s->processes[0].sm_util.value(), 400);
-  EXPECT_EQ(s->processes[1].sm_util.value(), 0) << "listed but idle: the driver gives no entry";
   // At once again: the driver has nothing new, which is not "0% busy".
   auto again = (*b)->Sample(DeviceIndex(0));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->gpu_util.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(again->window_start, s->window_end) << "the next window starts where the last ended";
   EXPECT_EQ(again->processes.size(), 2u);
-  EXPECT_EQ(again->processes[0].sm_util.value(), 0) << "no new per-process samples either";
+  EXPECT_EQ(again->processes[0].sm_util.value(), 0) << "the stale entry the driver returns again is dropped";
+  EXPECT_EQ(again->processes[1].sm_util.value(), 0);
   EXPECT_EQ((*b)->Sample(DeviceIndex(2)).status().code(), StatusCode::kNotFound);
-  freeze(0);
-  ::dlclose(lib);
 }
 
-TEST(NvmlStandIn, MigInstancesAreCreatedIdempotentlyListedAndDestroyed) {
+TEST(NvmlStandIn, MigInstancesAreCreatedListedAndDestroyed) {
   auto opened = OpenStandIn(FAKE_NVML_V2_PATH);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   NvmlBackend& b = **opened;
@@ -129,12 +173,14 @@ TEST(NvmlStandIn, MigInstancesAreCreatedIdempotentlyListedAndDestroyed) {
   EXPECT_EQ(b.CreateGpuInstance(DeviceIndex(1), 9, 2).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(b.CreateGpuInstance(DeviceIndex(1), 42, 0).status().code(), StatusCode::kInvalidArgument);
 
+  // Profile id 2 (3 slices) sits at index 3 of this driver: matched by id, not used as an index.
   auto ci = b.CreateComputeInstance(DeviceIndex(1), gi->id, 2);
   ASSERT_TRUE(ci.ok()) << ci.status().ToString();
   EXPECT_TRUE(ci->uuid.starts_with("MIG-")) << ci->uuid;
+  // A second full-size CI does not fit: refused, never the first one handed out again.
   auto ci_again = b.CreateComputeInstance(DeviceIndex(1), gi->id, 2);
-  ASSERT_TRUE(ci_again.ok());
-  EXPECT_EQ(ci_again->uuid, ci->uuid);
+  EXPECT_EQ(ci_again.status().code(), StatusCode::kResourceExhausted) << ci_again.status().ToString();
+  EXPECT_EQ(b.CreateComputeInstance(DeviceIndex(1), gi->id, 42).status().code(), StatusCode::kInvalidArgument);
 
   auto devs = b.ListDevices();
   ASSERT_TRUE(devs.ok());
@@ -143,6 +189,7 @@ TEST(NvmlStandIn, MigInstancesAreCreatedIdempotentlyListedAndDestroyed) {
   EXPECT_EQ((*devs)[1].gpu_instances[0].profile_id, 9);
   ASSERT_EQ((*devs)[1].gpu_instances[0].compute_instances.size(), 1u);
   EXPECT_EQ((*devs)[1].gpu_instances[0].compute_instances[0].uuid, ci->uuid);
+  EXPECT_EQ((*devs)[1].gpu_instances[0].compute_instances[0].profile_id, 2);
 
   auto s = b.Sample(DeviceIndex(1));
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -150,12 +197,56 @@ TEST(NvmlStandIn, MigInstancesAreCreatedIdempotentlyListedAndDestroyed) {
   ASSERT_EQ(s->mig.size(), 1u);
   EXPECT_EQ(s->mig[0].uuid, ci->uuid);
   EXPECT_EQ(s->mig[0].memory_total.value(), 40192 * kMiB);
+  // "used" means what the device rows mean (v2: allocated, without the 256 MiB reserved).
+  EXPECT_EQ(s->mig[0].memory_used.value(), kGiB);
   EXPECT_TRUE(s->mig[0].util.unsupported());
 
   EXPECT_TRUE(b.SetMigMode(DeviceIndex(1), true).ok()) << "already enabled: no-op";
   EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), gi->id).ok()) << "destroys its CI first";
   EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), gi->id).ok()) << "already gone";
   EXPECT_TRUE(b.ListDevices()->at(1).gpu_instances.empty());
+}
+
+TEST(NvmlStandIn, TwoComputeInstancesOfOneProfileAreTwo) {
+  auto opened = OpenStandIn(FAKE_NVML_V2_PATH);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  NvmlBackend& b = **opened;
+  auto gi = b.CreateGpuInstance(DeviceIndex(1), 9, 0);  // 3 compute slices
+  ASSERT_TRUE(gi.ok()) << gi.status().ToString();
+  auto first = b.CreateComputeInstance(DeviceIndex(1), gi->id, 0);  // 1 slice
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = b.CreateComputeInstance(DeviceIndex(1), gi->id, 0);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_NE(second->id, first->id) << "two callers must not share one compute instance";
+  EXPECT_NE(second->uuid, first->uuid);
+  EXPECT_FALSE(second->uuid.empty());
+  auto third = b.CreateComputeInstance(DeviceIndex(1), gi->id, 0);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(b.CreateComputeInstance(DeviceIndex(1), gi->id, 0).status().code(), StatusCode::kResourceExhausted)
+      << "3 slices, 3 CIs: full";
+  auto devs = b.ListDevices();
+  ASSERT_TRUE(devs.ok());
+  ASSERT_EQ((*devs)[1].gpu_instances.size(), 1u);
+  EXPECT_EQ((*devs)[1].gpu_instances[0].compute_instances.size(), 3u);
+  EXPECT_TRUE(b.DestroyComputeInstance(DeviceIndex(1), gi->id, second->id).ok());
+  EXPECT_EQ(b.ListDevices()->at(1).gpu_instances[0].compute_instances.size(), 2u);
+  EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), gi->id).ok());
+}
+
+// nvml.h: enumerate GPU-instance profiles "until the API returns INVALID_ARGUMENT". This
+// driver has one at index 0x13, past the 0x12 profiles of today's header.
+TEST(NvmlStandIn, GpuInstanceProfilesPastTodaysHeaderCountAreFound) {
+  auto opened = OpenStandIn(FAKE_NVML_V2_PATH);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  NvmlBackend& b = **opened;
+  auto gi = b.CreateGpuInstance(DeviceIndex(1), 15, 2);
+  ASSERT_TRUE(gi.ok()) << gi.status().ToString();
+  EXPECT_EQ(gi->memory_total.value(), 19968 * kMiB);
+  auto devs = b.ListDevices();
+  ASSERT_TRUE(devs.ok());
+  ASSERT_EQ((*devs)[1].gpu_instances.size(), 1u) << "listed, so its memory slices are not taken for free";
+  EXPECT_EQ((*devs)[1].gpu_instances[0].profile_id, 15);
+  EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), gi->id).ok());
 }
 
 }  // namespace

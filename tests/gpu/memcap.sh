@@ -10,11 +10,12 @@
 #   4. With PyTorch importable and CUDA available: torch.cuda.mem_get_info() reports the cap and an
 #      allocation past it raises torch.cuda.OutOfMemoryError, after which smaller ones succeed.
 #
-# Usage: tests/gpu/memcap.sh            (BUILD=build by default; NVCC=/usr/local/cuda/bin/nvcc)
+# Usage: tests/gpu/memcap.sh [build-dir]  (else $GPUSLICE_BUILD, else $BUILD, else build;
+#        NVCC=/usr/local/cuda/bin/nvcc)
 # Exit: 0 pass, 1 fail. Prints "SKIP ..." and exits 0 when there is no GPU or no nvcc.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
-BUILD=${BUILD:-build}
+BUILD=${1:-${GPUSLICE_BUILD:-${BUILD:-build}}}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CAP_A=$((1024 * 1024 * 1024))        # hog's slice: 1 GiB
 CAP_B=$((4 * 1024 * 1024 * 1024))    # neighbour's slice: 4 GiB

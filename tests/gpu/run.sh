@@ -3,7 +3,10 @@
 # Builds gpuslice's device/agent targets, runs the nvml contract tests, builds and runs a small
 # CUDA program (tests/gpu/busy.cu) and checks that the agent attributes its utilisation and
 # memory to the right slice, starts MPS through gpuslice with two limited clients, runs
-# tests/gpu/memcap.sh if present, and prints a summary. Exit status: 0 iff every step passed.
+# tests/gpu/memcap.sh if present, prints and checks the driver behaviours the code assumes
+# (gpu_driver_probe: sample clock, per-process sample range, cuGetProcAddress pointers vs the
+# exports with and without the interposer, two compute instances of one profile where MIG is
+# on), and prints a summary. Exit status: 0 iff every step passed.
 # Budget: < 8 minutes (most of it the build). Run from anywhere:
 #   tests/gpu/run.sh [build-dir]        (default: build-gpu in the repo root)
 # Environment: NVCC (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc), JOBS (default nproc),
@@ -59,17 +62,32 @@ fi
 log "configuring $BUILD"
 BUILD_OK=1
 if cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$WORK/configure.log" 2>&1 \
-  && cmake --build "$BUILD" -j"$JOBS" --target devices_test agent_test gpu_agent_check \
-       >"$WORK/build.log" 2>&1; then
-  record "build (devices_test agent_test gpu_agent_check)" PASS
+  && cmake --build "$BUILD" -j"$JOBS" --target devices_test agent_test gpu_agent_check gpu_driver_probe \
+       gpuslice-cuda >"$WORK/build.log" 2>&1; then
+  record "build (tests, gpu checks, libgpuslice-cuda)" PASS
 else
   BUILD_OK=0
   tail -30 "$WORK/configure.log" "$WORK/build.log" 2>/dev/null
-  record "build (devices_test agent_test gpu_agent_check)" FAIL "see logs above"
+  record "build (tests, gpu checks, libgpuslice-cuda)" FAIL "see logs above"
 fi
 DEVICES_TEST="$BUILD/tests/devices/devices_test"
 AGENT_TEST="$BUILD/tests/agent/agent_test"
 CHECK="$BUILD/tests/gpu/gpu_agent_check"
+PROBE="$BUILD/tests/gpu/gpu_driver_probe"
+MEMCAP_LIB="$BUILD/lib/libgpuslice-cuda.so"
+
+# probe <step name> <log> <args...>: runs gpu_driver_probe (bounded), shows its lines, records
+# SKIP when it says so, PASS on exit 0, FAIL otherwise.
+probe() {
+  local name="$1" out="$2"
+  shift 2
+  timeout 60 "$@" >"$out" 2>&1
+  local rc=$?
+  sed 's/^/  /' "$out" | head -60
+  if grep -q '^SKIP' "$out"; then record "$name" SKIP "$(grep -m1 '^SKIP' "$out")"
+  elif [ $rc -eq 0 ]; then record "$name" PASS "$(grep -m1 '^ok' "$out")"
+  else record "$name" FAIL "$(grep -m1 '^FAIL' "$out" || echo "exit $rc")"; fi
+}
 
 # ---- 2. unit tests, including the nvml contract --------------------------------------------
 if [ "$BUILD_OK" = 1 ]; then
@@ -95,6 +113,27 @@ if [ "$BUILD_OK" = 1 ]; then
   fi
 fi
 
+# ---- 2b. driver behaviours the code assumes (reference/nvml-cuda-abi-review.md) -----------
+if [ "$BUILD_OK" = 1 ]; then
+  # GetSamples timestamps beside the wall, boot and monotonic clocks; reads from 0 then from
+  # the newest sample must work (gpuslice never compares them with the wall clock).
+  probe "NVML sample clock (GetSamples from 0, then newest)" "$WORK/probe-samples.log" \
+    "$PROBE" samples --device "$GPU_INDEX"
+  # cuGetProcAddress pointers vs the exports: informative; the same ABI must give one pointer
+  # at every version (the interposer's check for requests above CUDA 13.0).
+  probe "cuGetProcAddress pointers vs exports" "$WORK/probe-procaddress.log" \
+    "$PROBE" procaddress
+  # Under the interposer every hooked entry point must resolve to it, whatever the pointers.
+  probe "cuGetProcAddress under libgpuslice-cuda gives the hooks" "$WORK/probe-procaddress-hooked.log" \
+    env LD_PRELOAD="$MEMCAP_LIB" GPUSLICE_MEMCAP_BYTES=$((1 << 30)) GPUSLICE_SLICE="gpucheck-probe-$$" \
+    "$PROBE" procaddress --expect-hooks
+  rm -f "/dev/shm/gpuslice-memcap-gpucheck-probe-$$"
+  # Two compute instances of one profile in one GPU instance (skips without MIG mode or root;
+  # MIG mode itself is never changed here).
+  probe "MIG: two compute instances of one profile" "$WORK/probe-mig.log" \
+    "$PROBE" mig-two-ci --device "$GPU_INDEX"
+fi
+
 # ---- 3. the CUDA program ------------------------------------------------------------------
 NVCC="${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 BUSY="$WORK/busy"
@@ -118,6 +157,9 @@ if [ -n "$BUSY" ] && [ "$BUILD_OK" = 1 ]; then
   for _ in $(seq 1 100); do grep -q '^ready=1' "$WORK/busy.out" && break; sleep 0.2; done
   cat "$WORK/busy.out"
   if grep -q '^ready=1' "$WORK/busy.out"; then
+    # Per-process samples while busy.cu runs: their range, stale entries, the busy pid's.
+    probe "NVML per-process samples (range, staleness)" "$WORK/probe-procutil.log" \
+      "$PROBE" procutil --pid "$BUSY_PID" --device "$GPU_INDEX"
     # The root of the slice is the busy process itself here (bash exec'd it); the agent must
     # also find it through its parent chain when a wrapper stays (exercised in agent_test).
     "$CHECK" attribute --pid "$BUSY_PID" --decoy-pid "$DECOY_PID" --expect-mib 1024 \
@@ -197,10 +239,10 @@ fi
 if [ -x "$ROOT/tests/gpu/memcap.sh" ]; then
   if GPUSLICE_BUILD="$BUILD" NVCC="$NVCC" "$ROOT/tests/gpu/memcap.sh" "$BUILD" >"$WORK/memcap.log" 2>&1; then
     tail -15 "$WORK/memcap.log"
-    if tail -1 "$WORK/memcap.log" | grep -q '^SKIP'; then record "memcap.sh" SKIP "$(tail -1 "$WORK/memcap.log")"
-    else record "memcap.sh" PASS; fi
+    if tail -1 "$WORK/memcap.log" | grep -q '^SKIP'; then record "memcap.sh (cudaMalloc past the cap, nvcc program)" SKIP "$(tail -1 "$WORK/memcap.log")"
+    else record "memcap.sh (cudaMalloc past the cap, nvcc program)" PASS; fi
   else
-    tail -40 "$WORK/memcap.log"; record "memcap.sh" FAIL
+    tail -40 "$WORK/memcap.log"; record "memcap.sh (cudaMalloc past the cap, nvcc program)" FAIL
   fi
 elif [ -e "$ROOT/tests/gpu/memcap.sh" ]; then
   record "memcap.sh" FAIL "present but not executable"

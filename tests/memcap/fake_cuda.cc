@@ -3,6 +3,10 @@
 // test can tell whether a call reached "the driver" at all. Device memory is plain malloc (never
 // touched, so large sizes cost nothing). Thread-safe (atomics only).
 //
+// Like a real driver, cuGetProcAddress hands out internal entry points, not the addresses of
+// the exported symbols (so an interposer cannot recognise them by address), and for "cuMemAlloc"
+// at CUDA version 90000 or later a different entry point again: a made-up newer ABI.
+//
 // FAKECUDA_BLOCK_BYTES=N makes an allocation of exactly N bytes print "blocked" on stdout and
 // hang, so a test can kill the process while it is inside the driver.
 // FAKECUDA_TOTAL_BYTES sets the device's total memory (default 80 GiB).
@@ -71,6 +75,7 @@ CUresult HostFree(CUdeviceptr dptr) {
 FAKE_EXPORT long long fakecuda_alloc_calls() { return g_alloc_calls.load(); }
 FAKE_EXPORT long long fakecuda_free_calls() { return g_free_calls.load(); }
 FAKE_EXPORT long long fakecuda_live_bytes() { return g_live_bytes.load(); }
+FAKE_EXPORT long long fakecuda_internal_calls();  // calls through cuGetProcAddress's pointers
 
 FAKE_EXPORT CUresult cuInit(unsigned int) { return CUDA_SUCCESS; }
 FAKE_EXPORT CUresult cuDriverGetVersion(int* version) {
@@ -162,6 +167,18 @@ FAKE_EXPORT CUresult cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESC
 FAKE_EXPORT CUresult cuArrayDestroy(CUarray handle) {
   return HostFree(reinterpret_cast<CUdeviceptr>(handle));
 }
+FAKE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                            unsigned int levels) {
+  if (handle == nullptr || desc == nullptr || levels == 0) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  CUresult rc = HostAlloc(&p, desc->Width * (desc->Height ? desc->Height : 1) *
+                                  (desc->Depth ? desc->Depth : 1) * desc->NumChannels * 2);
+  if (rc == CUDA_SUCCESS) *handle = reinterpret_cast<CUmipmappedArray>(p);
+  return rc;
+}
+FAKE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray handle) {
+  return HostFree(reinterpret_cast<CUdeviceptr>(handle));
+}
 
 // Entry points by (base name, version, flags), as the real driver documents it: the per-thread
 // variant when asked for, the _v2 ABI from CUDA 3.2 on (cuGetProcAddress_v2 from 12.0), else the
@@ -172,6 +189,28 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int ver
 
 namespace {
 
+// The driver's internal entry point for an export: another function (another address) doing
+// the same work. The library is linked with -Bsymbolic-functions, so the call to the export
+// binds inside the library, as a real driver's internal calls do: it never reaches an
+// interposer's hook of the same name. Counting keeps the compiler from folding the two.
+std::atomic<long long> g_internal_calls{0};
+
+template <auto F>
+struct Internal;
+template <typename... A, CUresult (*F)(A...)>
+struct Internal<F> {
+  static CUresult Call(A... a) {
+    g_internal_calls.fetch_add(1, std::memory_order_relaxed);
+    return F(a...);
+  }
+  // A made-up newer ABI of the function (same signature here, yet another entry point).
+  static CUresult Newer(A... a) {
+    g_internal_calls.fetch_add(2, std::memory_order_relaxed);
+    return F(a...);
+  }
+};
+#define INTERNAL(fn) reinterpret_cast<void*>(&Internal<&fn>::Call)
+
 struct Entry {
   const char* name;
   void* fn;
@@ -179,29 +218,31 @@ struct Entry {
 
 const Entry* Find(const std::string& name) {
   static const Entry kTable[] = {
-      {"cuInit", reinterpret_cast<void*>(&cuInit)},
-      {"cuDriverGetVersion", reinterpret_cast<void*>(&cuDriverGetVersion)},
-      {"cuDeviceGet", reinterpret_cast<void*>(&cuDeviceGet)},
-      {"cuCtxCreate_v2", reinterpret_cast<void*>(&cuCtxCreate_v2)},
-      {"cuMemGetInfo_v2", reinterpret_cast<void*>(&cuMemGetInfo_v2)},
-      {"cuDeviceTotalMem_v2", reinterpret_cast<void*>(&cuDeviceTotalMem_v2)},
-      {"cuMemAlloc_v2", reinterpret_cast<void*>(&cuMemAlloc_v2)},
-      {"cuMemAllocPitch_v2", reinterpret_cast<void*>(&cuMemAllocPitch_v2)},
-      {"cuMemAllocManaged", reinterpret_cast<void*>(&cuMemAllocManaged)},
-      {"cuMemAllocAsync", reinterpret_cast<void*>(&cuMemAllocAsync)},
-      {"cuMemAllocAsync_ptsz", reinterpret_cast<void*>(&cuMemAllocAsync_ptsz)},
-      {"cuMemAllocFromPoolAsync", reinterpret_cast<void*>(&cuMemAllocFromPoolAsync)},
-      {"cuMemAllocFromPoolAsync_ptsz", reinterpret_cast<void*>(&cuMemAllocFromPoolAsync_ptsz)},
-      {"cuMemFree_v2", reinterpret_cast<void*>(&cuMemFree_v2)},
-      {"cuMemFreeAsync", reinterpret_cast<void*>(&cuMemFreeAsync)},
-      {"cuMemFreeAsync_ptsz", reinterpret_cast<void*>(&cuMemFreeAsync_ptsz)},
-      {"cuMemCreate", reinterpret_cast<void*>(&cuMemCreate)},
-      {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease)},
-      {"cuArrayCreate_v2", reinterpret_cast<void*>(&cuArrayCreate_v2)},
-      {"cuArray3DCreate_v2", reinterpret_cast<void*>(&cuArray3DCreate_v2)},
-      {"cuArrayDestroy", reinterpret_cast<void*>(&cuArrayDestroy)},
-      {"cuGetProcAddress", reinterpret_cast<void*>(&cuGetProcAddress)},
-      {"cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2)},
+      {"cuInit", INTERNAL(cuInit)},
+      {"cuDriverGetVersion", INTERNAL(cuDriverGetVersion)},
+      {"cuDeviceGet", INTERNAL(cuDeviceGet)},
+      {"cuCtxCreate_v2", INTERNAL(cuCtxCreate_v2)},
+      {"cuMemGetInfo_v2", INTERNAL(cuMemGetInfo_v2)},
+      {"cuDeviceTotalMem_v2", INTERNAL(cuDeviceTotalMem_v2)},
+      {"cuMemAlloc_v2", INTERNAL(cuMemAlloc_v2)},
+      {"cuMemAllocPitch_v2", INTERNAL(cuMemAllocPitch_v2)},
+      {"cuMemAllocManaged", INTERNAL(cuMemAllocManaged)},
+      {"cuMemAllocAsync", INTERNAL(cuMemAllocAsync)},
+      {"cuMemAllocAsync_ptsz", INTERNAL(cuMemAllocAsync_ptsz)},
+      {"cuMemAllocFromPoolAsync", INTERNAL(cuMemAllocFromPoolAsync)},
+      {"cuMemAllocFromPoolAsync_ptsz", INTERNAL(cuMemAllocFromPoolAsync_ptsz)},
+      {"cuMemFree_v2", INTERNAL(cuMemFree_v2)},
+      {"cuMemFreeAsync", INTERNAL(cuMemFreeAsync)},
+      {"cuMemFreeAsync_ptsz", INTERNAL(cuMemFreeAsync_ptsz)},
+      {"cuMemCreate", INTERNAL(cuMemCreate)},
+      {"cuMemRelease", INTERNAL(cuMemRelease)},
+      {"cuArrayCreate_v2", INTERNAL(cuArrayCreate_v2)},
+      {"cuArray3DCreate_v2", INTERNAL(cuArray3DCreate_v2)},
+      {"cuArrayDestroy", INTERNAL(cuArrayDestroy)},
+      {"cuMipmappedArrayCreate", INTERNAL(cuMipmappedArrayCreate)},
+      {"cuMipmappedArrayDestroy", INTERNAL(cuMipmappedArrayDestroy)},
+      {"cuGetProcAddress", INTERNAL(cuGetProcAddress)},
+      {"cuGetProcAddress_v2", INTERNAL(cuGetProcAddress_v2)},
   };
   for (const Entry& e : kTable) {
     if (name == e.name) return &e;
@@ -217,6 +258,10 @@ CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags) {
                  static_cast<unsigned long long>(flags));
   }
   std::string base = symbol;
+  if (base == "cuMemAlloc" && version >= 90000) {
+    *pfn = reinterpret_cast<void*>(&Internal<&cuMemAlloc_v2>::Newer);
+    return CUDA_SUCCESS;
+  }
   const int v2_from = base == "cuGetProcAddress" ? 12000 : 3020;
   const Entry* e = nullptr;
   if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0) e = Find(base + "_ptsz");
@@ -239,3 +284,5 @@ FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int ver
   }
   return rc;
 }
+
+FAKE_EXPORT long long fakecuda_internal_calls() { return g_internal_calls.load(); }

@@ -8,6 +8,10 @@
 //   proc      cuGetProcAddress_v2 found with dlsym, CUDA 12 ABI (the CUDA 12+ runtime)
 //   procptsz  the same with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
 //   proc1     legacy 4-argument cuGetProcAddress, CUDA 11.8
+//   procnew   cuGetProcAddress_v2 asked at CUDA 13.2 (a program passing a newer CUDA_VERSION
+//             than the interposer was checked against: same ABI, so still hooked)
+//   procfuture cuGetProcAddress_v2 asked at version 90000, where the fake driver has a newer
+//             cuMemAlloc ABI: that one entry point must pass through, the others are hooked
 //   next      dlsym(RTLD_NEXT, ...) from the main program
 
 #include <dlfcn.h>
@@ -37,10 +41,13 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle);
 CUresult cuArrayCreate_v2(CUarray*, const CUDA_ARRAY_DESCRIPTOR*);
 CUresult cuArray3DCreate_v2(CUarray*, const CUDA_ARRAY3D_DESCRIPTOR*);
 CUresult cuArrayDestroy(CUarray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR*, unsigned int);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
 CUresult cuMemGetInfo_v2(std::size_t*, std::size_t*);
 CUresult cuDeviceTotalMem_v2(std::size_t*, CUdevice);
 long long fakecuda_alloc_calls();
 long long fakecuda_live_bytes();
+long long fakecuda_internal_calls();
 }
 
 namespace {
@@ -58,6 +65,8 @@ struct Api {
   PFN_cuArrayCreate_v2 array = nullptr;
   PFN_cuArray3DCreate_v2 array3d = nullptr;
   PFN_cuArrayDestroy array_destroy = nullptr;
+  PFN_cuMipmappedArrayCreate mipmap = nullptr;
+  PFN_cuMipmappedArrayDestroy mipmap_destroy = nullptr;
   PFN_cuMemGetInfo_v2 info = nullptr;
   PFN_cuDeviceTotalMem_v2 total_mem = nullptr;
 };
@@ -81,6 +90,8 @@ Api Direct() {
   a.array = &cuArrayCreate_v2;
   a.array3d = &cuArray3DCreate_v2;
   a.array_destroy = &cuArrayDestroy;
+  a.mipmap = &cuMipmappedArrayCreate;
+  a.mipmap_destroy = &cuMipmappedArrayDestroy;
   a.info = &cuMemGetInfo_v2;
   a.total_mem = &cuDeviceTotalMem_v2;
   return a;
@@ -102,6 +113,8 @@ Api Resolve(Get get) {
   Set(&a.array, get("cuArrayCreate", "cuArrayCreate_v2"));
   Set(&a.array3d, get("cuArray3DCreate", "cuArray3DCreate_v2"));
   Set(&a.array_destroy, get("cuArrayDestroy", "cuArrayDestroy"));
+  Set(&a.mipmap, get("cuMipmappedArrayCreate", "cuMipmappedArrayCreate"));
+  Set(&a.mipmap_destroy, get("cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy"));
   Set(&a.info, get("cuMemGetInfo", "cuMemGetInfo_v2"));
   Set(&a.total_mem, get("cuDeviceTotalMem", "cuDeviceTotalMem_v2"));
   return a;
@@ -109,8 +122,8 @@ Api Resolve(Get get) {
 
 bool Complete(const Api& a) {
   return a.alloc && a.pitch && a.managed && a.async && a.pool && a.free && a.free_async &&
-         a.create && a.release && a.array && a.array3d && a.array_destroy && a.info &&
-         a.total_mem;
+         a.create && a.release && a.array && a.array3d && a.array_destroy && a.mipmap &&
+         a.mipmap_destroy && a.info && a.total_mem;
 }
 
 bool ChooseMode(const std::string& mode, Api* api) {
@@ -122,15 +135,16 @@ bool ChooseMode(const std::string& mode, Api* api) {
     *api = Resolve([&](const char*, const char* name) { return dlsym(driver, name); });
   } else if (mode == "next") {
     *api = Resolve([&](const char*, const char* name) { return dlsym(RTLD_NEXT, name); });
-  } else if (mode == "proc" || mode == "procptsz") {
+  } else if (mode == "proc" || mode == "procptsz" || mode == "procnew" || mode == "procfuture") {
     auto gpa = reinterpret_cast<PFN_cuGetProcAddress_v2>(dlsym(driver, "cuGetProcAddress_v2"));
     if (gpa == nullptr) return false;
-    cuuint64_t flags = mode == "proc" ? CU_GET_PROC_ADDRESS_DEFAULT
-                                      : CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    cuuint64_t flags = mode == "procptsz" ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+                                          : CU_GET_PROC_ADDRESS_DEFAULT;
+    const int version = mode == "procnew" ? 13020 : mode == "procfuture" ? 90000 : 12080;
     *api = Resolve([&](const char* base, const char*) -> void* {
       void* p = nullptr;
       CUdriverProcAddressQueryResult status = -1;
-      if (gpa(base, &p, 12080, flags, &status) != CUDA_SUCCESS ||
+      if (gpa(base, &p, version, flags, &status) != CUDA_SUCCESS ||
           status != CU_GET_PROC_ADDRESS_SUCCESS) {
         return nullptr;
       }
@@ -159,7 +173,7 @@ long long ParseBytes(const std::string& text) {
   }
 }
 
-enum class Kind { kPtr, kHandle, kArray };
+enum class Kind { kPtr, kHandle, kArray, kMipmap };
 struct Allocation {
   Kind kind;
   std::uint64_t key;
@@ -228,6 +242,12 @@ int main() {
         rc = api.array3d(&h, &d);
       }
       reply = added(rc, Kind::kArray, reinterpret_cast<std::uintptr_t>(h));
+    } else if (cmd == "mipmap") {  // mipmap WIDTH HEIGHT LEVELS (float, 1 channel, 2D)
+      CUmipmappedArray h = nullptr;
+      CUDA_ARRAY3D_DESCRIPTOR d{static_cast<std::size_t>(ParseBytes(a)),
+                                static_cast<std::size_t>(ParseBytes(b)), 0, CU_AD_FORMAT_FLOAT, 1, 0};
+      CUresult rc = api.mipmap(&h, &d, static_cast<unsigned>(std::atoi(c.c_str())));
+      reply = added(rc, Kind::kMipmap, reinterpret_cast<std::uintptr_t>(h));
     } else if (cmd == "free" || cmd == "freeasync") {
       std::size_t i = static_cast<std::size_t>(std::atoll(a.c_str()));
       if (i >= allocations.size() || !allocations[i].live) {
@@ -244,6 +264,9 @@ int main() {
             break;
           case Kind::kArray:
             rc = api.array_destroy(reinterpret_cast<CUarray>(al.key));
+            break;
+          case Kind::kMipmap:
+            rc = api.mipmap_destroy(reinterpret_cast<CUmipmappedArray>(al.key));
             break;
         }
         if (rc == CUDA_SUCCESS) al.live = false;
@@ -283,6 +306,8 @@ int main() {
     } else if (cmd == "calls") {
       reply = "ok " + std::to_string(fakecuda_alloc_calls()) + " " +
               std::to_string(fakecuda_live_bytes());
+    } else if (cmd == "internal") {  // calls through cuGetProcAddress's internal entry points
+      reply = "ok " + std::to_string(fakecuda_internal_calls());
     } else if (cmd == "nextdlsym") {
       // Which library holds "the next dlsym after this program"? With the interposer preloaded
       // it must be the interposer: its dlsym resolves RTLD_NEXT relative to the caller.

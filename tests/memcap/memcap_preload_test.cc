@@ -234,6 +234,16 @@ TEST_F(MemcapPreloadTest, ArraysAreSizedFromTheirDescriptor) {
   EXPECT_EQ(child->Send("alloc 1"), kOom);
 }
 
+TEST_F(MemcapPreloadTest, MipmappedArraysCountEveryLevel) {
+  auto child = Start(Slice("a"), kCap);
+  // FLOAT x 1: 16384 x 8192 = 512 MiB, its second level 8192 x 4096 = 128 MiB.
+  EXPECT_EQ(child->Send("mipmap 16384 8192 2"), "ok 0");
+  EXPECT_EQ(child->Send("info"), "ok " + std::to_string(kGiB - 640 * kMiB) + " " + std::to_string(kGiB));
+  EXPECT_EQ(child->Send("mipmap 16384 8192 2"), kOom);
+  EXPECT_EQ(child->Send("free 0"), "ok");  // cuMipmappedArrayDestroy
+  EXPECT_EQ(child->Send("alloc 1G"), "ok 1");
+}
+
 TEST_F(MemcapPreloadTest, PitchedAllocationsCountTheirPitch) {
   auto child = Start(Slice("a"), kCap);
   // The fake pads rows to 2048 bytes; the interposer reserves with 512 and corrects afterwards.
@@ -275,7 +285,36 @@ TEST_P(MemcapResolutionTest, CapHoldsThroughEveryLookupPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, MemcapResolutionTest,
-                         ::testing::Values("direct", "dlsym", "proc", "procptsz", "proc1", "next"));
+                         ::testing::Values("direct", "dlsym", "proc", "procptsz", "proc1", "procnew",
+                                           "next"));
+
+// cuGetProcAddress gives the driver's internal entry points (not the exports): the hooks are
+// still returned, chosen by name, and the driver's internal pointers are never called.
+TEST_F(MemcapPreloadTest, ProcAddressHooksAreChosenByNameNotByAddress) {
+  auto child = Start(Slice("a"), kCap);
+  ASSERT_EQ(child->Send("mode proc"), "ok");
+  EXPECT_EQ(child->Send("alloc 768M"), "ok 0");
+  EXPECT_EQ(child->Send("mipmap 16384 8192 1"), kOom);
+  EXPECT_EQ(child->Send("internal"), "ok 0") << "every call went through a hook";
+  ChildProcess plain(kChild, {});
+  ASSERT_EQ(plain.Send("mode proc"), "ok");
+  EXPECT_EQ(plain.Send("alloc 1M"), "ok 0");
+  EXPECT_EQ(plain.Send("internal"), "ok 1") << "without the interposer the internal pointer is used";
+}
+
+// A request at a version where the driver has a newer ABI of a hooked function (here
+// cuMemAlloc at 90000) passes through: calling the hook with the old signature could crash.
+// The other entry points, unchanged at that version, are still hooked.
+TEST_F(MemcapPreloadTest, ANewerAbiThanTheHooksKnowPassesThrough) {
+  auto child = Start(Slice("a"), kCap);
+  ASSERT_EQ(child->Send("mode procfuture"), "ok");
+  EXPECT_EQ(child->Send("alloc 768M"), "ok 0");
+  EXPECT_EQ(child->Send("alloc 512M"), "ok 1") << "not capped: an ABI the interposer does not know";
+  EXPECT_EQ(child->Send("async 1G"), "ok 2") << "known ABI at that version: capped, and the "
+                                                  "uncapped bytes are not counted";
+  EXPECT_EQ(child->Send("pool 1"), kOom);
+  EXPECT_EQ(child->Send("internal"), "ok 4") << "the two allocations went to the newer entry point";
+}
 
 }  // namespace
 }  // namespace gpuslice::memcap
