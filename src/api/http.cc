@@ -16,6 +16,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <optional>
 #include <chrono>
 #include <cstring>
 
@@ -163,6 +165,16 @@ bool SameSecret(std::string_view a, std::string_view b) {
     diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   }
   return diff == 0;
+}
+
+// A length from a response header or chunk-size line (client side); nullopt when it is not
+// one, so a garbled answer is an error, not an exception.
+std::optional<size_t> ParseSize(std::string_view s, int base) {
+  s = Trim(s.substr(0, s.find(';')));
+  size_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
+  if (s.empty() || ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
 }
 
 void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -1269,7 +1281,10 @@ Result<ClientResponse> HttpClient::Request(std::string_view method, std::string_
     } else {
       size_t len = 0;
       if (auto it = headers.find("content-length"); it != headers.end()) {
-        len = std::stoul(it->second);
+        auto n = ParseSize(it->second, 10);
+        if (!n) return Internal(fmt::format("bad Content-Length from daemon: '{}'",
+                                            EscapeInvalidUtf8(it->second)));
+        len = *n;
       }
       GPUSLICE_ASSIGN_OR_RETURN(resp.body, ReadExact(len));
     }
@@ -1302,7 +1317,11 @@ Result<int> HttpClient::Stream(std::string_view target,
   };
   if (headers.find("transfer-encoding") == headers.end()) {
     size_t len = 0;
-    if (auto it = headers.find("content-length"); it != headers.end()) len = std::stoul(it->second);
+    if (auto it = headers.find("content-length"); it != headers.end()) {
+      auto n = ParseSize(it->second, 10);
+      if (!n) return Internal("bad Content-Length from daemon");
+      len = *n;
+    }
     GPUSLICE_ASSIGN_OR_RETURN(std::string all, ReadExact(len));
     sink(all);
   } else {
@@ -1316,7 +1335,9 @@ Result<int> HttpClient::Stream(std::string_view target,
 Result<int> HttpClient::ReadChunks(const std::function<bool(std::string_view)>& on_chunk) {
   while (true) {
     GPUSLICE_ASSIGN_OR_RETURN(std::string size_line, ReadLine());
-    size_t n = std::stoul(size_line, nullptr, 16);
+    auto parsed = ParseSize(size_line, 16);
+    if (!parsed) return Internal("bad chunk size from daemon");
+    size_t n = *parsed;
     if (n == 0) {
       GPUSLICE_ASSIGN_OR_RETURN(std::string trailer, ReadLine());
       return 0;
