@@ -40,10 +40,48 @@ GPUSLICE_COMMAND(serve) {
   sub->add_option("--grace", *grace, "SIGTERM to SIGKILL grace period")->capture_default_str();
   sub->add_option("--tick", *tick, "Control loop period")->capture_default_str();
   sub->add_option("--sample-interval", *sample, "Device sampling period")->capture_default_str();
+  // API limits (docs/api.md "Limits"): what one client may hold.
+  static std::string header_timeout_text("10s"), body_timeout_text("30s"), idle_timeout_text("60s"),
+      write_timeout_text("30s"), max_header_text("64KiB"), max_body_text("4MiB");
+  auto* lim = &o->http_limits;
+  const char* kLimits = "API limits";
+  sub->add_option("--max-connections", lim->max_connections,
+                  "Open API connections in total; more get 503")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--max-connections-per-user", lim->max_connections_per_user,
+                  "Open API connections per uid (Unix socket) or source address (TCP)")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--header-timeout", header_timeout_text,
+                  "A request's head must arrive within this (else 408)")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--body-timeout", body_timeout_text,
+                  "A request's body must arrive within this after its head (else 408)")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--idle-timeout", idle_timeout_text, "Keep-alive: idle connections close after")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--write-timeout", write_timeout_text,
+                  "A client must take each answer (or stream chunk) within this")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--max-header-bytes", max_header_text, "Largest request head (else 431)")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--max-body-bytes", max_body_text, "Largest request body (else 413)")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--http-workers", lim->workers, "Threads answering API requests")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--max-streams", lim->max_streams,
+                  "Concurrent streaming answers (logs --follow) in total")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--max-streams-per-user", lim->max_streams_per_user,
+                  "Concurrent streaming answers per uid / source address")
+      ->capture_default_str()->group(kLimits);
   sub->callback([=] {
-    for (auto [text, out, name] : {std::tuple{grace, &o->grace, "--grace"},
-                                   std::tuple{tick, &o->tick, "--tick"},
-                                   std::tuple{sample, &o->sample_interval, "--sample-interval"}}) {
+    for (auto [text, out, name] :
+         {std::tuple{grace, &o->grace, "--grace"}, std::tuple{tick, &o->tick, "--tick"},
+          std::tuple{sample, &o->sample_interval, "--sample-interval"},
+          std::tuple{&header_timeout_text, &lim->header_timeout, "--header-timeout"},
+          std::tuple{&body_timeout_text, &lim->body_timeout, "--body-timeout"},
+          std::tuple{&idle_timeout_text, &lim->idle_timeout, "--idle-timeout"},
+          std::tuple{&write_timeout_text, &lim->write_timeout, "--write-timeout"}}) {
       auto d = gpuslice::ParseDuration(*text);
       if (!d.ok() || *d <= 0) {
         std::fprintf(stderr, "error: %s '%s': %s\n", name, text->c_str(),
@@ -52,6 +90,23 @@ GPUSLICE_COMMAND(serve) {
         return;
       }
       *out = *d;
+    }
+    for (auto [text, out, name] :
+         {std::tuple{&max_header_text, &lim->max_header_bytes, "--max-header-bytes"},
+          std::tuple{&max_body_text, &lim->max_body_bytes, "--max-body-bytes"}}) {
+      auto b = gpuslice::ParseBytes(*text);
+      if (!b.ok() || *b <= 0) {
+        std::fprintf(stderr, "error: %s '%s': %s\n", name, text->c_str(),
+                     b.ok() ? "must be more than 0" : b.status().message().c_str());
+        *exit_code = gpuslice::cli::kExitUsage;
+        return;
+      }
+      *out = static_cast<std::size_t>(*b);
+    }
+    if (auto st = lim->Validate(); !st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.message().c_str());
+      *exit_code = gpuslice::cli::kExitUsage;
+      return;
     }
     o->sync_machine = *sync == "machine";
     *exit_code = gpuslice::daemon::RunServe(*o);

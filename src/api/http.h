@@ -1,15 +1,25 @@
 #pragma once
 // A small HTTP/1.1 server and client for the gpuslice API, over a Unix socket (the caller's
 // uid/gid/pid come from SO_PEERCRED, which cpp-httplib 0.11 cannot expose to handlers) and
-// optionally TCP (bearer token). Keep-alive, Content-Length bodies, chunked streaming
-// responses (for `logs --follow`). Only what the API needs; not a general web server.
+// optionally TCP (bearer token mapped to a named identity, api/tokens.h). Keep-alive,
+// Content-Length and chunked request bodies, chunked streaming responses (for
+// `logs --follow`). Only what the API needs; not a general web server.
 //
-// HttpServer: handlers run on one thread per connection; the handler must be thread-safe.
+// HttpServer: every client is untrusted. One event-loop thread reads all connections
+// (epoll, non-blocking) and hands only complete requests to a fixed pool of worker threads,
+// fairly (round robin over users); streaming responses get their own threads, capped. So a
+// connection costs a buffer, not a thread, and every resource a client can hold is bounded by
+// HttpLimits: connections (in total and per user/source), header and body read time, idle
+// keep-alive time, header and body size, write time. A handler that throws answers 500 and
+// is logged; nothing a request does terminates the process. The handler must be thread-safe.
 // HttpClient: one connection, reused; not thread-safe (one per thread).
+// RequestParser: incremental HTTP/1.1 request parser (exposed for tests and fuzzing); not
+// thread-safe.
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,20 +28,53 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
+#include "core/units.h"
 
 namespace gpuslice::api {
 
-// Who is calling. Unix socket: kernel-attested uid/gid/pid. TCP: the token file's owner when
-// the bearer token matched; otherwise not authenticated.
+// Who is calling. Unix socket: kernel-attested uid/gid/pid. TCP: the identity its bearer token
+// maps to (api/tokens.h), or not authenticated.
 struct Peer {
   bool authenticated = false;
   bool unix_socket = false;
+  bool read_only = false;  // TCP read-only token: GET listings and /metrics only
   std::int64_t uid = -1;
   std::int64_t gid = -1;
   std::int64_t pid = 0;
+  std::string name;     // TCP: the token's identity name
+  std::string address;  // TCP: the source IPv4 address
+};
+
+// One bearer token accepted on TCP and who it acts as (parsed from the token file by
+// api/tokens.h). uid -1 only with read_only.
+struct TcpIdentity {
+  std::string name;
+  std::int64_t uid = -1;
+  std::int64_t gid = -1;
+  bool read_only = false;
+  std::string token;
+};
+
+// What one client may hold. "User" is the uid on the Unix socket and the source address on
+// TCP. Defaults are documented in docs/api.md ("Limits").
+struct HttpLimits {
+  int max_connections = 1024;          // open connections in total; more: 503 and closed
+  int max_connections_per_user = 64;   // per uid (Unix) / per source address (TCP)
+  Micros header_timeout = 10 * kSecond;  // from a request's first byte to the end of its head
+  Micros body_timeout = 30 * kSecond;    // from the end of the head to the end of the body
+  Micros idle_timeout = 60 * kSecond;    // keep-alive: between requests
+  Micros write_timeout = 30 * kSecond;   // no progress writing an answer or stream chunk
+  std::size_t max_header_bytes = 64 * 1024;        // request line + headers; more: 431
+  std::size_t max_body_bytes = 4 * 1024 * 1024;    // decoded body; more: 413
+  int workers = 8;                  // threads running handlers
+  int max_streams = 64;             // concurrent streaming responses (logs --follow)
+  int max_streams_per_user = 16;
+  // Checks ranges; the message names the limit and the value.
+  Status Validate() const;
 };
 
 struct HttpRequest {
@@ -57,9 +100,54 @@ struct HttpResponse {
 
 using Handler = std::function<HttpResponse(const HttpRequest&)>;
 
+// Parses one request at a time from bytes fed in pieces. Strict where leniency would let a
+// request mean two things (duplicate or conflicting Content-Length, Transfer-Encoding with
+// Content-Length, folded or malformed header lines: 400), bounded (head > max_header_bytes:
+// 431; body > max_body_bytes: 413), chunked bodies decoded (trailers read and dropped; any
+// other Transfer-Encoding: 501).
+class RequestParser {
+ public:
+  enum class State { kNeedMore, kDone, kError };
+  explicit RequestParser(std::size_t max_header_bytes, std::size_t max_body_bytes)
+      : max_header_(max_header_bytes), max_body_(max_body_bytes) {}
+
+  // Consumes what it can from the front of *buf (bytes of a following request stay there).
+  // kDone: request() is complete; kError: error_status()/error_message() say why.
+  State Parse(std::string* buf);
+  bool head_done() const { return phase_ != Phase::kHead; }
+  bool started() const { return started_; }
+  bool expects_continue() const { return expect_continue_; }
+  bool keep_alive() const { return keep_alive_; }
+  HttpRequest& request() { return req_; }
+  int error_status() const { return error_status_; }
+  const std::string& error_message() const { return error_; }
+  void Reset();  // ready for the next request
+
+ private:
+  enum class Phase { kHead, kBody, kChunkSize, kChunkData, kTrailer, kDone };
+  State Fail(int status, std::string message);
+  State ParseHead(std::string_view head);
+  State ParseFrom(std::string_view buf, std::size_t* consumed);
+
+  std::size_t max_header_;
+  std::size_t max_body_;
+  Phase phase_ = Phase::kHead;
+  bool started_ = false;
+  std::size_t scanned_ = 0;  // bytes of the head already searched for its end
+  std::size_t body_len_ = 0;
+  std::size_t chunk_left_ = 0;
+  std::size_t trailer_bytes_ = 0;
+  std::size_t wire_body_ = 0;  // chunked: bytes of body framing read, bounded too
+  bool expect_continue_ = false;
+  bool keep_alive_ = true;
+  HttpRequest req_;
+  int error_status_ = 0;
+  std::string error_;
+};
+
 class HttpServer {
  public:
-  explicit HttpServer(Handler handler);
+  explicit HttpServer(Handler handler, HttpLimits limits = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -68,36 +156,83 @@ class HttpServer {
   // (authorization is per request, from the peer's uid).
   Status ListenUnix(const std::string& path, unsigned mode = 0666);
   // "127.0.0.1:8080" (port 0: any; see tcp_port()). Requests need "Authorization: Bearer
-  // <token>"; they act as uid/gid `as_uid`/`as_gid`.
-  Status ListenTcp(const std::string& host_port, std::string token, std::int64_t as_uid,
-                   std::int64_t as_gid);
+  // <token>" with one of `identities`' tokens and act as that identity.
+  Status ListenTcp(const std::string& host_port, std::vector<TcpIdentity> identities);
   int tcp_port() const { return tcp_port_; }
 
-  void Start();  // accept threads
-  // Stops accepting, closes every connection, waits for handler threads to return.
+  // Starts the event loop and the workers. Raises RLIMIT_NOFILE's soft limit toward the hard
+  // limit when max_connections needs more descriptors than it allows.
+  void Start();
+  // Stops accepting, closes every connection, waits for handler and stream threads to return.
   void Stop();
 
  private:
+  struct Conn;
   struct Listener {
     int fd = -1;
     bool unix_socket = false;
   };
-  void AcceptLoop(Listener l);
-  void Serve(int fd, bool unix_socket);
+  void Loop();
+  void Accept(const Listener& l);
+  void Refuse(int fd, const std::string& why);
+  void OnEvent(Conn* c, std::uint32_t events);
+  void OnReadable(Conn* c);
+  void Flush(Conn* c);    // writes what is left of c's answer; then closes or waits for more
+  void Resume(Conn* c);   // after an answer on a kept connection: next request
+  void Advance(Conn* c);  // parse what is buffered; dispatch, answer an error, or wait
+  void Dispatch(Conn* c);
+  void FailConn(Conn* c, int status, const std::string& message);
+  void CloseConn(Conn* c);
+  void SetDeadline(Conn* c, std::int64_t deadline_us);
+  void ExpireDeadlines();
+  void TakeReturned();
+  void Worker();
+  // What happens to a connection after its answer: closed, kept for the next request, or
+  // taken by a stream thread (which gives it back).
+  enum class After { kClose, kKeep, kTaken };
+  // Runs the handler for c's request; the answer's bytes go to *out (the event loop writes
+  // them, so a client that does not read holds no worker).
+  After Handle(Conn* c, std::string* out);
+  void Stream(Conn* c, HttpResponse resp, bool close_after);
+  // From a worker or stream thread to the loop, with the answer still to write (if any).
+  void GiveBack(Conn* c, bool keep, std::string out = "");
+  void Wake();
+  void Authenticate(HttpRequest* req) const;
 
   Handler handler_;
+  HttpLimits limits_;
   std::vector<Listener> listeners_;
-  std::vector<std::thread> accept_threads_;
   std::string unix_path_;
-  std::string token_;
-  std::int64_t token_uid_ = -1;
-  std::int64_t token_gid_ = -1;
+  std::vector<TcpIdentity> identities_;
   int tcp_port_ = 0;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  int reserve_fd_ = -1;  // kept free so an over-limit connection can still be told 503
+  std::thread loop_thread_;
+  std::vector<std::thread> workers_;
+  bool started_ = false;
   std::atomic<bool> stopping_{false};
+
+  // Event loop only.
+  std::unordered_map<int, std::unique_ptr<Conn>> conns_;
+  std::map<std::string, int> conns_per_user_;
+  std::set<std::pair<std::int64_t, int>> deadlines_;  // (monotonic µs, fd)
+
+  // Shared, under mu_.
   std::mutex mu_;
-  std::set<int> conns_;
-  int active_ = 0;
-  std::condition_variable_any done_cv_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::map<std::string, std::deque<Conn*>> pending_;  // complete requests, per user
+  std::deque<std::string> pending_order_;             // round robin over users with work
+  struct Returned {
+    Conn* conn;
+    bool keep;
+    std::string out;
+  };
+  std::vector<Returned> returned_;                    // back to the loop
+  std::set<int> busy_fds_;                            // fds out with a worker or stream
+  std::map<std::string, int> streams_per_user_;
+  int streams_ = 0;
 };
 
 struct ClientResponse {

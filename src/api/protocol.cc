@@ -2,7 +2,65 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
+
 namespace gpuslice::api {
+namespace {
+
+using nlohmann::json;
+
+bool AllValidUtf8(const json& j) {
+  switch (j.type()) {
+    case json::value_t::string:
+      return IsValidUtf8(j.get_ref<const std::string&>());
+    case json::value_t::object:
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        if (!IsValidUtf8(it.key()) || !AllValidUtf8(it.value())) return false;
+      }
+      return true;
+    case json::value_t::array:
+      for (const auto& v : j) {
+        if (!AllValidUtf8(v)) return false;
+      }
+      return true;
+    default:
+      return true;
+  }
+}
+
+json EscapedCopy(const json& j) {
+  switch (j.type()) {
+    case json::value_t::string:
+      return EscapeInvalidUtf8(j.get_ref<const std::string&>());
+    case json::value_t::object: {
+      json out = json::object();
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        out[EscapeInvalidUtf8(it.key())] = EscapedCopy(it.value());
+      }
+      return out;
+    }
+    case json::value_t::array: {
+      json out = json::array();
+      for (const auto& v : j) out.push_back(EscapedCopy(v));
+      return out;
+    }
+    default:
+      return j;
+  }
+}
+
+}  // namespace
+
+std::string DumpJson(const nlohmann::json& j) noexcept {
+  try {
+    // The walk is cheap next to dump(); the copy is made only when something needs escaping.
+    // error_handler_t::replace is the second line of defence: dump() itself cannot throw.
+    if (AllValidUtf8(j)) return j.dump(-1, ' ', false, json::error_handler_t::replace);
+    return EscapedCopy(j).dump(-1, ' ', false, json::error_handler_t::replace);
+  } catch (...) {
+    return R"({"error":{"code":"INTERNAL","message":"the answer could not be encoded"}})";
+  }
+}
 
 int HttpStatusFor(StatusCode code) {
   switch (code) {

@@ -13,6 +13,10 @@
 namespace gpuslice::api {
 
 int HttpStatusFor(StatusCode code);
+// Every JSON body that leaves the daemon is written by this, the one place: strings and keys
+// that are not valid UTF-8 (a byte echoed from a path, a query, a header) are escaped with
+// core/text.h EscapeInvalidUtf8 instead of making nlohmann's dump() throw. Never throws.
+std::string DumpJson(const nlohmann::json& j) noexcept;
 nlohmann::json ErrorJson(const Status& st);
 // Rebuilds the Status from an error response (any body that is not the convention becomes
 // INTERNAL naming the HTTP status).

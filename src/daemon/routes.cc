@@ -15,7 +15,7 @@ namespace {
 api::HttpResponse JsonResponse(int status, const Json& body) {
   api::HttpResponse r;
   r.status = status;
-  r.body = body.dump();
+  r.body = api::DumpJson(body);  // the one safe encoder: never throws on a stray byte
   r.body += "\n";
   return r;
 }
@@ -123,6 +123,16 @@ api::Handler MakeApiHandler(Daemon& d) {
     }
     Caller caller{req.peer.uid, req.peer.gid};
     auto parts = Split(req.path);
+    if (req.peer.read_only) {
+      // A read-only TCP token (a Prometheus scraper) reads what anyone may read, nothing more:
+      // no writes, and no logs (those are the owner's).
+      bool logs = parts.size() == 4 && parts[0] == "v1" && parts[3] == "logs";
+      if (req.method != "GET" || logs) {
+        return Error(PermissionDenied(fmt::format(
+                         "token '{}' is read-only: {} {} is not allowed with it", req.peer.name,
+                         req.method, req.path)), sim);
+      }
+    }
     auto method_not_allowed = [&] {
       return Error(InvalidArgument(fmt::format("method {} is not allowed on {}", req.method,
                                                req.path)), sim);

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "api/http.h"
+#include "api/tokens.h"
 #include "daemon/daemon.h"
 #include "daemon/routes.h"
 #include "devices/clock.h"
@@ -52,6 +53,17 @@ int RunServe(const ServeOptions& o) {
       o.config_path.empty() ? Result<sched::Config>(sched::DefaultConfig())
                             : sched::LoadConfigFile(o.config_path);
   if (!config.ok()) return Fail(kExitUsage, config.status());
+  // API limits and TCP identities: checked before anything starts.
+  if (Status lim = o.http_limits.Validate(); !lim.ok()) return Fail(kExitUsage, lim);
+  std::vector<api::TcpIdentity> tcp_ids;
+  if (!o.tcp.empty()) {
+    if (o.token_file.empty()) {
+      return Fail(kExitUsage, InvalidArgument("--tcp needs --token-file (bearer tokens)"));
+    }
+    auto ids = api::LoadTokenFile(o.token_file);
+    if (!ids.ok()) return Fail(kExitUsage, ids.status());
+    tcp_ids = std::move(ids).value();
+  }
 
   // Devices.
   std::unique_ptr<devices::DeviceBackend> backend;
@@ -111,29 +123,16 @@ int RunServe(const ServeOptions& o) {
   Status st = daemon.Start();
   if (!st.ok()) return Fail(kExitFailure, st);
 
-  api::HttpServer server(MakeApiHandler(daemon));
+  api::HttpServer server(MakeApiHandler(daemon), o.http_limits);
   std::error_code ec;
   fs::create_directories(fs::path(o.socket_path).parent_path(), ec);
   st = server.ListenUnix(o.socket_path);
   if (!st.ok()) return Fail(kExitUnavailable, st);
   if (!o.tcp.empty()) {
-    if (o.token_file.empty()) {
-      return Fail(kExitUsage, InvalidArgument("--tcp needs --token-file (bearer token)"));
+    for (const auto& id : tcp_ids) {
+      if (id.uid == 0) spdlog::warn("TCP token '{}' acts as root (uid 0)", id.name);
     }
-    std::ifstream in(o.token_file);
-    std::string token;
-    std::getline(in, token);
-    struct stat sb {};
-    if (!in.good() && token.empty()) {
-      return Fail(kExitUsage, InvalidArgument(fmt::format("--token-file '{}': unreadable or empty",
-                                                          o.token_file)));
-    }
-    stat(o.token_file.c_str(), &sb);
-    if (sb.st_mode & (S_IROTH | S_IWOTH)) {
-      return Fail(kExitUsage, InvalidArgument(fmt::format(
-          "--token-file '{}': readable by others (chmod 600 it)", o.token_file)));
-    }
-    st = server.ListenTcp(o.tcp, token, sb.st_uid, sb.st_gid);
+    st = server.ListenTcp(o.tcp, std::move(tcp_ids));
     if (!st.ok()) return Fail(kExitUnavailable, st);
   }
   server.Start();

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "api/http.h"
 #include "core/units.h"
 
 namespace gpuslice::daemon {
@@ -13,7 +14,7 @@ struct ServeOptions {
   std::string state_dir = "/var/lib/gpuslice";
   std::string socket_path = "/run/gpuslice/gpuslice.sock";
   std::string tcp;                // "127.0.0.1:8080"; "" : no TCP
-  std::string token_file;
+  std::string token_file;         // TCP identities (api/tokens.h)
   std::string simulate;           // "8xH100-80GB": fake backend, never NVML
   std::string fallback_simulate;  // NVML when a driver is present, else simulate this
   std::string simulate_script;    // fake only: scripted utilisation (see DaemonOptions)
@@ -21,6 +22,7 @@ struct ServeOptions {
   Micros grace = 10 * kSecond;
   Micros tick = 100 * kMillisecond;
   Micros sample_interval = kSecond;
+  api::HttpLimits http_limits;    // what one API client may hold (docs/api.md "Limits")
 };
 
 // Returns a process exit code (apps/gpuslice/registry.h conventions).

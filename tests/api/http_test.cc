@@ -51,7 +51,7 @@ TEST(HttpServer, UnixSocketCarriesThePeersKernelIdentity) {
 
 TEST(HttpServer, TcpNeedsTheBearerToken) {
   HttpServer server(Echo);
-  ASSERT_TRUE(server.ListenTcp("127.0.0.1:0", "s3cret", 1234, 1234).ok());
+  ASSERT_TRUE(server.ListenTcp("127.0.0.1:0", {{"alice", 1234, 1234, false, "s3cret"}}).ok());
   server.Start();
   std::string ep = "tcp://127.0.0.1:" + std::to_string(server.tcp_port());
   HttpClient anon(ep);
@@ -63,7 +63,7 @@ TEST(HttpServer, TcpNeedsTheBearerToken) {
   ASSERT_TRUE(g.ok());
   auto j = nlohmann::json::parse(g->body);
   EXPECT_TRUE(j["auth"].get<bool>());
-  EXPECT_EQ(j["uid"], 1234) << "acts as the token file's owner";
+  EXPECT_EQ(j["uid"], 1234) << "acts as the token's identity";
   HttpClient bad(ep, "guess");
   EXPECT_FALSE(nlohmann::json::parse(bad.Request("GET", "/")->body)["auth"].get<bool>());
   server.Stop();
@@ -71,10 +71,12 @@ TEST(HttpServer, TcpNeedsTheBearerToken) {
 
 TEST(HttpServer, BadListenAddressesNameTheValue) {
   HttpServer server(Echo);
-  auto st = server.ListenTcp("localhost:99999", "t", 0, 0);
+  std::vector<TcpIdentity> ids = {{"a", 5, 5, false, "t"}};
+  auto st = server.ListenTcp("localhost:99999", ids);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("99999"), std::string::npos);
-  EXPECT_EQ(server.ListenTcp("nohost", "t", 0, 0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.ListenTcp("nohost", ids).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(server.ListenTcp("127.0.0.1:0", {}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(server.ListenUnix(std::string(200, 'x')).code(), StatusCode::kInvalidArgument);
 }
 
@@ -108,9 +110,10 @@ TEST(HttpServer, StreamsChunksAndRejectsHugeBodies) {
   EXPECT_EQ(again->body, got);
   HttpClient big(path);
   auto r = big.Request("POST", "/x", std::string(5 * 1024 * 1024, 'a'));
-  if (r.ok()) {
-    EXPECT_EQ(r->status, 413);  // (or the server hung up mid-body)
-  }
+  ASSERT_TRUE(r.ok()) << "the 413 arrives, not a reset: " << r.status().ToString();
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(StatusFromResponse(r->status, r->body).code(), StatusCode::kResourceExhausted)
+      << r->body;
   server.Stop();
 }
 

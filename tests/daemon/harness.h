@@ -34,6 +34,7 @@ class DaemonHarness {
   api::ApiClient Client() const { return api::ApiClient(socket_); }
   const std::string& dir() const { return dir_; }
   const std::string& socket() const { return socket_; }
+  pid_t pid() const { return pid_; }
   std::string ServeLog() const;
   void WriteScript(const json& script) const;  // --simulate-script contents
 
