@@ -21,6 +21,7 @@ struct ServeOptions {
   Micros grace = 10 * kSecond;
   Micros tick = 100 * kMillisecond;
   Micros sample_interval = kSecond;
+  Bytes max_log_size = 64 * kMiB;  // per job log (see DaemonOptions::max_log_size)
 };
 
 // Returns a process exit code (apps/gpuslice/registry.h conventions).
