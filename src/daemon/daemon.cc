@@ -1187,15 +1187,22 @@ class Daemon::Impl {
       const fs::path mps = opt_.mps_dir.empty() ? fs::path(opt_.state_dir) / "mps" : fs::path(opt_.mps_dir);
       mc.pipe_dir = (mps / std::to_string(s.devices[0]) / "pipe").string();
       mc.log_dir = (mps / std::to_string(s.devices[0]) / "log").string();
-      fs::create_directories(mc.pipe_dir);
-      fs::create_directories(mc.log_dir);
-      // Every user's MPS clients must reach the pipes (the daemon's umask is 077).
-      const auto pub = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                       fs::perms::others_read | fs::perms::others_exec;
+      // Every user's MPS clients must reach the pipes (the daemon's umask is 077). One level at
+      // a time, each checked before the next is made in it, and never through a link: the
+      // socket's directory may be writable by others (/tmp), and a planted link would have us
+      // create and chmod directories in its target.
+      std::error_code mk;
+      fs::create_directories(mps.parent_path(), mk);
       for (const fs::path& d : {mps, mps / std::to_string(s.devices[0]), fs::path(mc.pipe_dir),
                                 fs::path(mc.log_dir)}) {
-        std::error_code ec;
-        fs::permissions(d, pub, ec);
+        (void)mkdir(d.c_str(), 0755);
+        struct stat sb {};
+        if (lstat(d.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) {
+          return FailedPrecondition(fmt::format(
+              "MPS directory '{}': not a directory of the daemon's own (missing, a link, or "
+              "another owner's); refusing to use it", d.string()));
+        }
+        (void)chmod(d.c_str(), 0755);
       }
       GPUSLICE_RETURN_IF_ERROR(backend_->StartMps(idx, mc));
       env.emplace_back("CUDA_MPS_PIPE_DIRECTORY", mc.pipe_dir);

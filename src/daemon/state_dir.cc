@@ -29,18 +29,23 @@ std::string_view KindOf(mode_t m) {
   return "special file";
 }
 
-// Removes group/other permissions from `path` (not following a symlink); logs what changed.
+// Removes group/other permissions from `path`; logs what changed. Through a descriptor
+// opened with O_NOFOLLOW, so a symlink swapped in (while the directory was still loose) makes
+// it change nothing rather than some other file.
 void Tighten(const std::string& path, mode_t want) {
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) return;
   struct stat sb {};
-  if (lstat(path.c_str(), &sb) != 0 || S_ISLNK(sb.st_mode)) return;
-  if ((sb.st_mode & 077) == 0) return;
-  if (chmod(path.c_str(), want) == 0) {
-    spdlog::warn("{}: mode {:04o} was readable by others; tightened to {:04o}", path,
-                 sb.st_mode & 07777, want);
-  } else {
-    spdlog::warn("{}: mode {:04o} is readable by others and chmod failed: {}", path,
-                 sb.st_mode & 07777, std::strerror(errno));
+  if (fstat(fd, &sb) == 0 && (sb.st_mode & 077) != 0) {
+    if (fchmod(fd, want) == 0) {
+      spdlog::warn("{}: mode {:04o} was readable by others; tightened to {:04o}", path,
+                   sb.st_mode & 07777, want);
+    } else {
+      spdlog::warn("{}: mode {:04o} is readable by others and chmod failed: {}", path,
+                   sb.st_mode & 07777, std::strerror(errno));
+    }
   }
+  close(fd);
 }
 
 }  // namespace
