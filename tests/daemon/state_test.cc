@@ -159,6 +159,41 @@ TEST(DaemonState, LooseStateDirIsTightenedAndAForeignOneRefused) {
   EXPECT_FALSE(fs::exists(foreign / "gpuslice.db"));
 }
 
+// MPS clients of every user must reach the pipes, so they cannot be in the 0700 state
+// directory; and a link planted where they go is refused, not followed.
+TEST(DaemonState, MpsPipesLiveNextToTheSocketAndALinkThereIsRefused) {
+  constexpr const char* kMps = R"toml(
+[queues.interactive]
+kinds = ["mps"]
+[queues.training]
+[queues.inference]
+)toml";
+  DaemonHarness h("mps", kMps);
+  h.Start();
+  auto id = h.Submit({"sh", "-c", "echo $CUDA_MPS_PIPE_DIRECTORY; sleep 60"}, {{"queue", "interactive"}});
+  json j = h.WaitJob(id, Running);
+  ASSERT_TRUE(h.WaitLog(id, "/mps/"));
+  const std::string log = h.Log(id);
+  EXPECT_NE(log.find(h.dir() + "/mps/"), std::string::npos) << log;
+  EXPECT_EQ(log.find(h.dir() + "/state/"), std::string::npos) << log;
+  EXPECT_EQ(ModeOf(h.dir() + "/mps"), 0755u);
+  h.Kill9();
+  kill(-j["job"]["pid"].get<int>(), SIGKILL);
+
+  DaemonHarness t("mpslink", kMps);
+  const fs::path target = t.dir() + "/elsewhere";
+  fs::create_directories(target);
+  chmod(target.c_str(), 0700);
+  fs::create_directory_symlink(target, t.dir() + "/mps");
+  t.Start();
+  auto bad = t.Submit({"true"}, {{"queue", "interactive"}});
+  json b = t.WaitJob(bad, Ended);
+  EXPECT_EQ(b["job"]["state"], "failed");
+  EXPECT_NE(b["job"]["reason"].get<std::string>().find("refusing to use it"), std::string::npos) << b.dump();
+  EXPECT_EQ(ModeOf(target), 0700u) << "the link's target was chmod-ed";
+  EXPECT_TRUE(fs::is_empty(target));
+}
+
 // ---------------------------------------------------------------- one daemon per state dir
 
 TEST(DaemonState, SecondServeOnTheSameStateDirIsRefusedAndAPendingJobRunsOnce) {
