@@ -74,6 +74,11 @@ GPUSLICE_COMMAND(serve) {
   sub->add_option("--max-streams-per-user", lim->max_streams_per_user,
                   "Concurrent streaming answers per uid / source address")
       ->capture_default_str()->group(kLimits);
+  static std::string log_size_text("64MiB");
+  auto* log_size = &log_size_text;
+  sub->add_option("--max-log-size", *log_size,
+                  "Cap on each job's log; output past it is cut, with a line saying so")
+      ->capture_default_str();
   sub->callback([=] {
     for (auto [text, out, name] :
          {std::tuple{grace, &o->grace, "--grace"}, std::tuple{tick, &o->tick, "--tick"},
@@ -108,6 +113,14 @@ GPUSLICE_COMMAND(serve) {
       *exit_code = gpuslice::cli::kExitUsage;
       return;
     }
+    auto cap = gpuslice::ParseBytes(*log_size);
+    if (!cap.ok() || *cap < 4096) {
+      std::fprintf(stderr, "error: --max-log-size '%s': %s\n", log_size->c_str(),
+                   cap.ok() ? "must be at least 4KiB" : cap.status().message().c_str());
+      *exit_code = gpuslice::cli::kExitUsage;
+      return;
+    }
+    o->max_log_size = *cap;
     o->sync_machine = *sync == "machine";
     *exit_code = gpuslice::daemon::RunServe(*o);
   });

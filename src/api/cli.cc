@@ -138,8 +138,12 @@ Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::st
   for (const auto& j : r["jobs"]) {
     std::int64_t start = j["start_time_us"].get<std::int64_t>();
     std::int64_t end = j["end_time_us"].get<std::int64_t>();
-    std::string age = start > 0 ? Ago((end > 0 ? end : now) - start)
-                                : "waiting " + Ago(now - j["submit_time_us"].get<std::int64_t>());
+    const std::string st = j["state"].get<std::string>();
+    // Only a pending job is waiting; one that ended without starting (rejected, cancelled)
+    // waited until it ended, and no longer ticks.
+    std::string age = start > 0  ? Ago((end > 0 ? end : now) - start)
+                      : end > 0  ? "-"
+                                 : "waiting " + Ago(now - j["submit_time_us"].get<std::int64_t>());
     rows.push_back({std::to_string(j["id"].get<std::uint64_t>()), j["user"].get<std::string>(),
                     j["queue"].get<std::string>(), j["state"].get<std::string>(), Resources(j),
                     j["slice"].get<std::uint64_t>() ? std::to_string(j["slice"].get<std::uint64_t>()) : "-",
@@ -147,6 +151,10 @@ Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::st
     std::string w = j.value("warning", "");
     if (!w.empty() && !j["state"].get<std::string>().empty()) {
       warnings.push_back(fmt::format("  job {}: WARNING: {}", j["id"].get<std::uint64_t>(), w));
+    }
+    if (st == "rejected") {
+      warnings.push_back(fmt::format("  job {}: rejected: {}", j["id"].get<std::uint64_t>(),
+                                     j.value("reason", "")));
     }
   }
   PrintTable({"ID", "USER", "QUEUE", "STATE", "ASKED", "SLICE", "TIME", "COMMAND"}, rows);
@@ -185,8 +193,8 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   if (j["pid"].get<int>() > 0) kv("pid", std::to_string(j["pid"].get<int>()));
   if (!j["exit_code"].is_null()) kv("exit code", std::to_string(j["exit_code"].get<int>()));
   if (!j["exit_signal"].is_null()) kv("signal", std::to_string(j["exit_signal"].get<int>()));
-  if (j["deadline_us"].get<std::int64_t>() > 0) {
-    kv("time left", Ago(j["deadline_us"].get<std::int64_t>() - NowUs()));
+  if (j.contains("time_left_us") && j["time_left_us"].is_number()) {
+    kv("time left", Ago(j["time_left_us"].get<std::int64_t>()));  // running jobs only
   }
   if (!j["warning"].get<std::string>().empty()) kv("WARNING", j["warning"].get<std::string>());
   kv("log", j["log_path"].get<std::string>());

@@ -543,7 +543,9 @@ Status HttpServer::ListenUnix(const std::string& path, unsigned mode) {
   if (fd < 0) return Internal(fmt::format("socket: {}", std::strerror(errno)));
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  unlink(path.c_str());  // a stale socket from a crashed daemon
+  // Nothing is unlinked here: whatever is at `path` makes bind() fail (EADDRINUSE), so a live
+  // daemon's socket or a file is never replaced. `serve` removes a stale socket first
+  // (daemon::PrepareSocketPath).
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 512) != 0) {
     Status st = Unavailable(fmt::format("--socket '{}': {}", path, std::strerror(errno)));
     close(fd);

@@ -1,8 +1,10 @@
 #include "daemon/daemon.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,7 +147,10 @@ class Daemon::Impl {
     Micros now = Now();
     GPUSLICE_RETURN_IF_ERROR(InitSeed());
     sched_ = std::make_unique<sched::Scheduler>(config_, seed_);
+    // Job logs are private (0700 directory, 0600 files); the API's logs endpoint, which checks
+    // the caller, is the way to read them.
     fs::create_directories(fs::path(opt_.state_dir) / "logs");
+    fs::permissions(fs::path(opt_.state_dir) / "logs", fs::perms::owner_all);
 
     // 1. Rebuild the scheduler exactly as it was.
     GPUSLICE_ASSIGN_OR_RETURN(auto journal, store_->ReadJournal());
@@ -165,8 +170,11 @@ class Daemon::Impl {
 
     store::WriteBatch batch;
     Actions act;
-    // 2. Devices: add the ones the scheduler does not know yet.
+    // 2. Devices: the backend's list is the truth. Those the scheduler knows that are gone (or
+    // replaced by another device at their index) are removed first, so nothing is placed on
+    // them; then the new ones are added.
     GPUSLICE_ASSIGN_OR_RETURN(auto devs, backend_->ListDevices());
+    RemoveVanishedDevices(now, devs, batch, act);
     std::set<std::string> known;
     for (const auto& [ref, d] : sched_->devices()) known.insert(d.uuid);
     for (const auto& d : devs) {
@@ -243,6 +251,7 @@ class Daemon::Impl {
     Micros now = Now();
     store::WriteBatch batch;
     Actions act;
+    EnforceLogCaps(batch);  // before Reap: a job that just ended has written all its output
     Reap(now, batch, act);
     if (now - last_sample_ >= opt_.sample_interval) {
       last_sample_ = now;
@@ -759,10 +768,21 @@ class Daemon::Impl {
     return r;
   }
 
+  // A job as the API shows it to anybody: never its environment (tokens, keys: only the job
+  // gets it), and only what holds now: an ended job has no standing warning and no time left.
   Json JobJson(const JobRecord& j) const {
     Json o = store::JobToJson(j);
     o.erase("env");
     o.erase("pid_start_ticks");
+    const bool ended = store::IsTerminal(j.state);
+    if (ended) {
+      o["warning"] = "";
+      o["warn_deadline_us"] = 0;
+    }
+    o["time_left_us"] = nullptr;  // no limit, not started, or ended
+    if (!ended && j.deadline > 0 && j.start_time > 0 && j.state != JobState::kPending) {
+      o["time_left_us"] = std::max<Micros>(0, j.deadline - Now());
+    }
     return o;
   }
 
@@ -817,6 +837,16 @@ class Daemon::Impl {
               act.log_lines.emplace_back(w.job, fmt::format("gpuslice: WARNING ({}): {}",
                                                             sched::WarnReasonName(w.reason), w.message));
             },
+            [&](const sched::ClearWarning& c) {
+              JobRecord& j = jobs_.at(c.job);
+              // Only the idle warning goes; a time-limit one (its deadline is the job's) stays.
+              if (j.warning.empty() || (j.deadline > 0 && j.warn_deadline == j.deadline)) return;
+              j.warning.clear();
+              j.warn_deadline = 0;
+              b.jobs.push_back(j);
+              AddEvent(b, c.job, "unwarn", fmt::format("job {}: {}", c.job.value(), c.message));
+              act.log_lines.emplace_back(c.job, "gpuslice: " + c.message);
+            },
             [&](const sched::Reclaim& r) {
               BeginStop(r.job, JobState::kReclaimed, "idle reclaim: " + r.reason, false, b, act);
             },
@@ -858,6 +888,16 @@ class Daemon::Impl {
                  store::WriteBatch& b, Actions& act) {
     JobRecord& j = jobs_.at(id);
     auto p = procs_.find(id);
+    if (p == procs_.end() && (j.state == JobState::kRunning || j.state == JobState::kStopping)) {
+      // Recovery, before the job's processes are re-adopted (a device vanished while the daemon
+      // was down): the job is stopping; step 3 of Start ends it and frees the slice once its
+      // processes are gone, as for any job stopped before a restart.
+      j.state = JobState::kStopping;
+      j.reason = reason;
+      b.jobs.push_back(j);
+      AddEvent(b, id, "stop", fmt::format("job {}: stopping ({})", id.value(), reason));
+      return;
+    }
     if (p == procs_.end()) {
       // Not exec'd yet (starting): nothing to kill.
       to_launch_.erase(id);
@@ -895,6 +935,103 @@ class Daemon::Impl {
   }
 
   static std::string SliceKey(SliceId id) { return fmt::format("slice-{}", id.value()); }
+
+  // Recovery: devices the scheduler knows (from the journal) that the backend no longer lists
+  // at the same index with the same UUID and model vanished while the daemon was down. They
+  // are removed from scheduling; their slices' jobs are stopped (Stop, device lost) and pending
+  // jobs that can no longer ever fit are rejected with the reason.
+  void RemoveVanishedDevices(Micros now, const std::vector<devices::DeviceInfo>& devs,
+                             store::WriteBatch& b, Actions& act) {
+    std::vector<std::pair<sched::DeviceRef, std::string>> gone;
+    for (const auto& [ref, d] : sched_->devices()) {
+      if (ref.node != opt_.node) continue;
+      auto it = std::find_if(devs.begin(), devs.end(), [&](const devices::DeviceInfo& x) {
+        return x.index == ref.index;
+      });
+      std::string why;
+      if (it == devs.end()) {
+        why = "no longer present";
+      } else if (it->uuid != d.uuid) {
+        why = fmt::format("replaced by {}", it->uuid);
+      } else if (std::string model = it->model ? it->model->name : it->name;
+                 d.catalogue != nullptr && model != d.model) {
+        why = fmt::format("now reports model {}", model);
+      } else {
+        continue;
+      }
+      gone.emplace_back(ref, fmt::format("device {} ({}, {}) {} since the last start: removed "
+                                         "from scheduling", ref.index.value(), d.uuid, d.model, why));
+    }
+    for (const auto& [ref, message] : gone) {
+      spdlog::warn("{}", message);
+      AddEvent(b, JobId(), "device", message);
+      Feed(sched::DeviceRemoved{now, ref}, b, act);
+    }
+  }
+
+  // Appends daemon lines to a job's log (created 0600, like the launcher's). In a log already
+  // cut at its cap they go right after the notice, and the cap makes room for them.
+  void AppendToLog(JobId id, const std::string& path, const std::string& text) {
+    auto lim = log_limit_.find(id);
+    int fd = open(path.c_str(),
+                  O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (lim == log_limit_.end() ? O_APPEND : 0),
+                  0600);
+    if (fd < 0) return;
+    if (lim == log_limit_.end()) {
+      (void)!write(fd, text.data(), text.size());
+    } else {
+      lim->second = WriteAt(fd, lim->second, text);
+    }
+    close(fd);
+  }
+
+  // Cuts the file at `at`, writes `text` there and cuts after it (whatever the job appended
+  // meanwhile goes); returns the new end. `fd` must not be O_APPEND (pwrite would append).
+  static off_t WriteAt(int fd, off_t at, const std::string& text) {
+    (void)!ftruncate(fd, at);
+    ssize_t w = pwrite(fd, text.data(), text.size(), at);
+    off_t end = at + std::max<ssize_t>(w, 0);
+    (void)!ftruncate(fd, end);
+    return end;
+  }
+
+  // The cap on a job's log (DaemonOptions::max_log_size). The job writes its log directly (the
+  // fd is its stdout/stderr, opened O_APPEND), so the daemon cuts it: once it grows past the
+  // cap it is truncated to the cap and ends with a line saying so; what the job writes after
+  // that is cut again at every turn of the control loop. O_APPEND writers continue at the new
+  // end of file, so the job notices nothing. Why this and not the alternatives: a pipe drained
+  // by the daemon would break (SIGPIPE/EPIPE) or stall the job whenever the daemon restarts,
+  // and jobs outlive the daemon by design; RLIMIT_FSIZE on the job would cap every file it
+  // writes (checkpoints!), not its log. Bound: the cap plus what the job writes in one tick
+  // (and, while the daemon is down, until it is back: the first turn after a restart cuts).
+  void EnforceLogCaps(store::WriteBatch& b) {
+    if (opt_.max_log_size <= 0) return;
+    for (const auto& [id, p] : procs_) {
+      auto jt = jobs_.find(id);
+      if (jt == jobs_.end() || jt->second.log_path.empty()) continue;
+      const std::string& path = jt->second.log_path;
+      struct stat sb {};
+      if (stat(path.c_str(), &sb) != 0) continue;
+      auto lim = log_limit_.find(id);
+      const off_t limit = lim != log_limit_.end() ? lim->second : opt_.max_log_size;
+      if (sb.st_size <= limit) continue;
+      int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0) continue;
+      if (lim != log_limit_.end()) {
+        (void)!ftruncate(fd, limit);
+      } else {
+        // The first cut (or the first since a restart: it replaces the earlier notice).
+        std::string note = fmt::format(
+            "\n[gpuslice: log truncated at {} bytes (serve --max-log-size); further output is "
+            "discarded]\n", opt_.max_log_size);
+        log_limit_[id] = WriteAt(fd, opt_.max_log_size, note);
+        AddEvent(b, id, "log", fmt::format("job {}: log truncated at {} bytes (serve --max-log-size)",
+                                           id.value(), opt_.max_log_size));
+      }
+      close(fd);
+    }
+    std::erase_if(log_limit_, [&](const auto& e) { return !procs_.contains(e.first); });
+  }
 
   // Commits; then performs the side effects. A failed commit is fatal for the process: the
   // in-memory scheduler is ahead of the store, and only a restart (replaying the store)
@@ -944,7 +1081,7 @@ class Daemon::Impl {
   void AppendLog(JobId id, const std::string& line) {
     auto it = jobs_.find(id);
     if (it == jobs_.end()) return;
-    std::ofstream(it->second.log_path, std::ios::app) << line << "\n";
+    AppendToLog(id, it->second.log_path, line + "\n");
   }
 
   void ApplyMig(const sched::ReconfigureMig& r, store::WriteBatch& b, Actions& act) {
@@ -1048,10 +1185,26 @@ class Daemon::Impl {
     if (s.kind == "mps" && !s.devices.empty()) {
       DeviceIndex idx(static_cast<std::uint32_t>(s.devices[0]));
       devices::MpsConfig mc;
-      mc.pipe_dir = (fs::path(opt_.state_dir) / "mps" / std::to_string(s.devices[0]) / "pipe").string();
-      mc.log_dir = (fs::path(opt_.state_dir) / "mps" / std::to_string(s.devices[0]) / "log").string();
-      fs::create_directories(mc.pipe_dir);
-      fs::create_directories(mc.log_dir);
+      const fs::path mps = opt_.mps_dir.empty() ? fs::path(opt_.state_dir) / "mps" : fs::path(opt_.mps_dir);
+      mc.pipe_dir = (mps / std::to_string(s.devices[0]) / "pipe").string();
+      mc.log_dir = (mps / std::to_string(s.devices[0]) / "log").string();
+      // Every user's MPS clients must reach the pipes (the daemon's umask is 077). One level at
+      // a time, each checked before the next is made in it, and never through a link: the
+      // socket's directory may be writable by others (/tmp), and a planted link would have us
+      // create and chmod directories in its target.
+      std::error_code mk;
+      fs::create_directories(mps.parent_path(), mk);
+      for (const fs::path& d : {mps, mps / std::to_string(s.devices[0]), fs::path(mc.pipe_dir),
+                                fs::path(mc.log_dir)}) {
+        (void)mkdir(d.c_str(), 0755);
+        struct stat sb {};
+        if (lstat(d.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) {
+          return FailedPrecondition(fmt::format(
+              "MPS directory '{}': not a directory of the daemon's own (missing, a link, or "
+              "another owner's); refusing to use it", d.string()));
+        }
+        (void)chmod(d.c_str(), 0755);
+      }
       GPUSLICE_RETURN_IF_ERROR(backend_->StartMps(idx, mc));
       env.emplace_back("CUDA_MPS_PIPE_DIRECTORY", mc.pipe_dir);
       env.emplace_back("CUDA_MPS_LOG_DIRECTORY", mc.log_dir);
@@ -1136,14 +1289,11 @@ class Daemon::Impl {
       spec.user = j.user;
       spec.log_path = j.log_path;
       spec.cgroup_parent = opt_.cgroup_parent;
-      {
-        std::ofstream log(j.log_path, std::ios::app);
-        log << fmt::format("gpuslice: job {} starting on slice {} ({}; CUDA_VISIBLE_DEVICES={}){}\n",
-                           j.id.value(), s.id.value(), s.kind,
-                           env["CUDA_VISIBLE_DEVICES"],
-                           opt_.simulated ? " -- SIMULATED devices (no NVIDIA driver)" : "");
-        if (!note.empty()) log << "gpuslice: " << note << "\n";
-      }
+      AppendToLog(j.id, j.log_path,
+                  fmt::format("gpuslice: job {} starting on slice {} ({}; CUDA_VISIBLE_DEVICES={}){}\n{}",
+                              j.id.value(), s.id.value(), s.kind, env["CUDA_VISIBLE_DEVICES"],
+                              opt_.simulated ? " -- SIMULATED devices (no NVIDIA driver)" : "",
+                              note.empty() ? "" : "gpuslice: " + note + "\n"));
       auto h = launcher_->Start(spec, [&](const exec::ProcessHandle& ph) {
         j.pid = ph.pid;
         j.pid_start_ticks = ph.start_ticks;
@@ -1516,6 +1666,7 @@ class Daemon::Impl {
   std::map<SliceId, std::pair<int, Bytes>> slice_util_;  // sm percent, memory used
   std::map<std::string, Down> down_;
   Micros last_sample_ = 0;
+  std::map<JobId, off_t> log_limit_;  // logs cut at their cap: the size they are kept at
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -43,6 +43,12 @@ struct DaemonOptions {
   // sample: {"jobs": {"<id>": {"sm": 80, "memory": "2GiB"}}, "devices": {"<index>": 50}}.
   std::string simulate_script;
   std::string cgroup_parent;           // cgroup v2 dir for per-job cgroups; "" : none
+  // Each job's log is cut at this size, with a line saying so (see EnforceLogCaps in
+  // daemon.cc for how and why); 0: no cap.
+  Bytes max_log_size = 64 * kMiB;
+  // MPS pipe and log directories (<mps_dir>/<device>/{pipe,log}), made reachable by every
+  // user (mode 0755): they cannot live in the 0700 state directory. "" : <state_dir>/mps.
+  std::string mps_dir;
   NodeId node = NodeId(1);
 };
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -15,6 +16,7 @@
 #include "api/tokens.h"
 #include "daemon/daemon.h"
 #include "daemon/routes.h"
+#include "daemon/state_dir.h"
 #include "devices/clock.h"
 #include "devices/fake.h"
 #include "exec/launcher.h"
@@ -44,10 +46,27 @@ std::string DetectCgroupParent() {
   return "/sys/fs/cgroup/gpuslice";
 }
 
+// Creates the missing directories of `dir` with mode 0755: the socket's and MPS's
+// directories must be reachable by every user although the daemon's umask is 077.
+void CreatePublicDirs(const fs::path& dir) {
+  std::vector<fs::path> missing;
+  std::error_code ec;
+  for (fs::path p = dir; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (mkdir(it->c_str(), 0755) == 0) chmod(it->c_str(), 0755);
+  }
+}
+
 }  // namespace
 
 int RunServe(const ServeOptions& o) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  // Everything the daemon itself creates (store, WAL, logs, lock) is private unless made
+  // public on purpose (the socket, its directory, MPS pipes).
+  umask(077);
   // Config.
   Result<sched::Config> config =
       o.config_path.empty() ? Result<sched::Config>(sched::DefaultConfig())
@@ -95,6 +114,15 @@ int RunServe(const ServeOptions& o) {
     return Fail(kExitUsage, InvalidArgument("--simulate-script: only with simulated devices"));
   }
 
+  // State directory: private, and ours alone for as long as we run. Checked before anything
+  // is opened or started, so a refused second daemon changes nothing.
+  if (Status ps = PrepareStateDir(o.state_dir); !ps.ok()) return Fail(kExitFailure, ps);
+  auto lock = StateDirLock::Acquire(o.state_dir);
+  if (!lock.ok()) return Fail(kExitUnavailable, lock.status());
+  const fs::path socket_dir = fs::path(o.socket_path).parent_path();
+  CreatePublicDirs(socket_dir);
+  if (Status ss = PrepareSocketPath(o.socket_path); !ss.ok()) return Fail(kExitUnavailable, ss);
+
   // Store.
   auto store = store::OpenSqliteStore(
       o.state_dir, o.sync_machine ? store::Sync::kMachine : store::Sync::kProcess);
@@ -107,6 +135,9 @@ int RunServe(const ServeOptions& o) {
   dopt.sample_interval = o.sample_interval;
   dopt.simulate_script = o.simulate_script;
   dopt.cgroup_parent = DetectCgroupParent();
+  dopt.max_log_size = o.max_log_size;
+  // MPS clients of every user reach the pipes; the state directory is 0700.
+  dopt.mps_dir = (fs::absolute(socket_dir.empty() ? fs::path(".") : socket_dir) / "mps").string();
   Daemon daemon(*config, dopt, std::move(store).value(), std::move(backend),
                 exec::NewProcessLauncher(), devices::SystemClock());
 
@@ -124,8 +155,6 @@ int RunServe(const ServeOptions& o) {
   if (!st.ok()) return Fail(kExitFailure, st);
 
   api::HttpServer server(MakeApiHandler(daemon), o.http_limits);
-  std::error_code ec;
-  fs::create_directories(fs::path(o.socket_path).parent_path(), ec);
   st = server.ListenUnix(o.socket_path);
   if (!st.ok()) return Fail(kExitUnavailable, st);
   if (!o.tcp.empty()) {

@@ -23,6 +23,7 @@ struct ServeOptions {
   Micros tick = 100 * kMillisecond;
   Micros sample_interval = kSecond;
   api::HttpLimits http_limits;    // what one API client may hold (docs/api.md "Limits")
+  Bytes max_log_size = 64 * kMiB;  // per job log (see DaemonOptions::max_log_size)
 };
 
 // Returns a process exit code (apps/gpuslice/registry.h conventions).

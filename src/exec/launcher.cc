@@ -161,10 +161,13 @@ class ProcessLauncher final : public Launcher {
           "gpuslice-exec: not found next to this program, in ../libexec/gpuslice/ or the build "
           "tree; it starts every job (reinstall gpuslice)");
     }
-    int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+    // Private (0600, whatever the umask): logs are read through the API, which checks the
+    // caller. O_NOFOLLOW: the path is the daemon's, never a link someone planted.
+    int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (log_fd < 0) {
       return Internal(fmt::format("log '{}': {}", spec.log_path, std::strerror(errno)));
     }
+    (void)fchmod(log_fd, 0600);  // also one an older version left readable
     if (p.switch_user && fchown(log_fd, p.uid, p.gid) != 0) {
       // The daemon still reads it; the user just cannot read it directly. Not fatal.
     }

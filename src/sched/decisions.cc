@@ -53,6 +53,10 @@ std::string FormatDecision(const Decision& d) {
             return fmt::format("warn job={} slice={} reason={} deadline={}", w.job.value(),
                                w.slice.value(), WarnReasonName(w.reason), w.deadline);
           },
+          [](const ClearWarning& w) {
+            return fmt::format("clear-warning job={} slice={} reason={}", w.job.value(),
+                               w.slice.value(), WarnReasonName(w.reason));
+          },
           [](const Reclaim& r) {
             return fmt::format("reclaim job={} slice={}", r.job.value(), r.slice.value());
           },

@@ -46,6 +46,15 @@ struct Warn {
   std::string message;
 };
 
+// A warning given earlier no longer holds: the idle slice is busy again (its idle timer
+// starts over). Views stop showing the warning.
+struct ClearWarning {
+  JobId job;
+  SliceId slice;
+  WarnReason reason = WarnReason::kIdle;
+  std::string message;
+};
+
 // Idle reclaim: stop the job and free its slice.
 struct Reclaim {
   JobId job;
@@ -102,7 +111,7 @@ struct Reject {
 };
 
 using Decision = std::variant<StartSlice, Warn, Reclaim, Stop, Preempt, Drain, ReconfigureMig,
-                              Reject, Reserve>;
+                              Reject, Reserve, ClearWarning>;
 
 // One line, stable, for logs and golden files: "start job=3 slice=1 kind=shared node=1 dev=0 ...".
 std::string FormatDecision(const Decision& d);

@@ -1141,6 +1141,13 @@ class Scheduler::Impl {
       if (it == slices_.end()) continue;
       SliceView& sv = it->second;
       if (SampleShowsActivity(resolved_.at(sv.job).queue->idle, s)) {
+        if (sv.idle != IdleState::kActive) {
+          // The owner was told the slice is idle (and, when warned, that it will be taken):
+          // no longer true, so say so rather than let the warning stand.
+          out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
+                                      fmt::format("slice {} is busy again; idle warning withdrawn",
+                                                  sv.slice.value())});
+        }
         sv.last_active = now_;
         sv.idle = IdleState::kActive;
         sv.idle_deadline = 0;

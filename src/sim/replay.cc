@@ -253,6 +253,7 @@ class Replay {
     std::visit(Overloaded{
                    [&](const sched::StartSlice& x) { Start(x, now); },
                    [&](const sched::Warn&) { ++r_.warnings; },
+                   [&](const sched::ClearWarning&) {},
                    [&](const sched::Reclaim& x) {
                      ++r_.reclaimed;
                      End(Index(x.job), now, true);

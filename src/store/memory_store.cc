@@ -12,7 +12,7 @@ class MemoryStore final : public Store {
  public:
   Status Commit(const WriteBatch& b) override {
     std::lock_guard lock(mu_);
-    for (const auto& j : b.jobs) jobs_[j.id] = j;
+    for (const auto& j : b.jobs) jobs_[j.id] = PrivateCopy(j);
     for (const auto& s : b.slices) slices_[s.id] = s;
     for (auto e : b.events) {
       e.seq = static_cast<std::int64_t>(events_.size()) + 1;

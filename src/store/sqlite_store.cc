@@ -3,7 +3,9 @@
 // WAL mode. synchronous=NORMAL (Sync::kProcess) already makes a committed batch survive any
 // crash of the daemon (the WAL write is done before COMMIT returns); synchronous=FULL
 // (Sync::kMachine) adds an fsync per commit so it also survives power loss.
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -92,6 +94,8 @@ class SqliteStore final : public Store {
     GPUSLICE_RETURN_IF_ERROR(Exec(sync_ == Sync::kMachine ? "PRAGMA synchronous=FULL"
                                                           : "PRAGMA synchronous=NORMAL"));
     GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON"));
+    // Overwritten rows (an ended job's environment) are zeroed, not left in free space.
+    GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA secure_delete=ON"));
     sqlite3_busy_timeout(db_, 5000);
     return Exec(kSchema);
   }
@@ -240,7 +244,7 @@ class SqliteStore final : public Store {
         s.Bind(1, static_cast<std::int64_t>(j.id.value()));
         s.Bind(2, JobStateName(j.state));
         s.Bind(3, j.user);
-        s.Bind(4, JobToJson(j).dump());
+        s.Bind(4, JobToJson(PrivateCopy(j)).dump());
         GPUSLICE_RETURN_IF_ERROR(s.Run());
       }
     }
@@ -305,12 +309,28 @@ class SqliteStore final : public Store {
 
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir, Sync sync) {
   std::error_code ec;
-  std::filesystem::create_directories(state_dir, ec);
+  if (!std::filesystem::exists(state_dir, ec)) {
+    std::filesystem::create_directories(state_dir, ec);
+    if (!ec) std::filesystem::permissions(state_dir, std::filesystem::perms::owner_all, ec);
+  }
   if (ec) {
     return InvalidArgument(fmt::format("--state-dir '{}': cannot create: {}", state_dir,
                                        ec.message()));
   }
   std::string path = state_dir + "/gpuslice.db";
+  // Created private before SQLite sees it (whatever the umask), and made private if an older
+  // version left it readable; SQLite creates -wal and -shm with the database's mode.
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    return Unavailable(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  }
+  struct stat sb {};
+  if (fstat(fd, &sb) == 0 && (sb.st_mode & 077) != 0) (void)fchmod(fd, 0600);
+  close(fd);
+  for (const char* suffix : {"-wal", "-shm"}) {
+    std::string side = path + suffix;
+    if (stat(side.c_str(), &sb) == 0 && (sb.st_mode & 077) != 0) (void)chmod(side.c_str(), 0600);
+  }
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                                              SQLITE_OPEN_FULLMUTEX, nullptr) != SQLITE_OK) {

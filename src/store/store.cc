@@ -52,6 +52,12 @@ bool IsTerminal(JobState s) {
   }
 }
 
+JobRecord PrivateCopy(const JobRecord& j) {
+  JobRecord out = j;
+  if (IsTerminal(j.state)) out.env.clear();
+  return out;
+}
+
 nlohmann::json JobToJson(const JobRecord& j) {
   nlohmann::json o = {
       {"id", j.id.value()},         {"user", j.user},

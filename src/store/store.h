@@ -127,7 +127,8 @@ class Store {
   virtual ~Store() = default;
 
   // Atomic and durable: after OK, a crash of this process keeps all of it; after an error,
-  // none of it is visible.
+  // none of it is visible. A job's environment (tokens, keys) is kept only while the job may
+  // still start: a job committed in a terminal state is stored without it (PrivateCopy).
   virtual Status Commit(const WriteBatch& batch) = 0;
 
   virtual Result<std::optional<JobRecord>> GetJob(JobId id) = 0;
@@ -145,6 +146,10 @@ class Store {
   virtual Status PutMeta(std::string_view key, std::string_view value) = 0;
 };
 
+// What a store keeps of `j`: all of it, less the environment once the job has ended (nothing
+// starts it again; a requeued job is pending, not terminal).
+JobRecord PrivateCopy(const JobRecord& j);
+
 // How hard Commit pushes a batch to disk (SQLite WAL either way).
 enum class Sync {
   kProcess,  // synchronous=NORMAL: survives a crash or kill -9 of the daemon at any instant;
@@ -152,7 +157,10 @@ enum class Sync {
   kMachine,  // synchronous=FULL: also survives power loss; one fsync per commit.
 };
 
-// Opens <state_dir>/gpuslice.db (creating the directory and schema as needed).
+// Opens <state_dir>/gpuslice.db (creating the directory, mode 0700, and schema as needed).
+// The database and its -wal/-shm files are mode 0600 (SQLite gives the latter the database's
+// mode), and freed space is zeroed (secure_delete), so an ended job's environment does not
+// linger in free pages.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir,
                                                Sync sync = Sync::kMachine);
 std::unique_ptr<Store> NewMemoryStore();

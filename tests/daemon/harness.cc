@@ -60,7 +60,7 @@ DaemonHarness::~DaemonHarness() {
 }
 
 void DaemonHarness::Start() {
-  std::vector<std::string> args = {Binary(), "serve", "--simulate", "8xH100-80GB",
+  std::vector<std::string> args = {Binary(), "serve", "--simulate", simulate_,
                                    "--state-dir", dir_ + "/state", "--socket", socket_,
                                    "--config", dir_ + "/gpuslice.toml", "--grace", "1s",
                                    "--tick", "50ms", "--sample-interval", "200ms"};

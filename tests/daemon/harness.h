@@ -28,6 +28,8 @@ class DaemonHarness {
   ~DaemonHarness();
 
   void Start();      // starts and waits until the API answers
+  // The --simulate spec of the next Start() (default 8xH100-80GB): a restart with other devices.
+  void SetSimulate(std::string spec) { simulate_ = std::move(spec); }
   void Kill9();      // SIGKILL, reaped
   void Terminate();  // SIGTERM, reaped
 
@@ -56,6 +58,7 @@ class DaemonHarness {
   std::string dir_;
   std::string socket_;
   std::vector<std::string> extra_;
+  std::string simulate_ = "8xH100-80GB";
   pid_t pid_ = -1;
 };
 

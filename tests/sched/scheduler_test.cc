@@ -428,6 +428,32 @@ TEST_F(SchedTest, IdleSliceIsWarnedThenReclaimedAndActivityResets) {
   EXPECT_EQ(started[0].job, JobId(2));
 }
 
+// The warning says "reclaimed unless used": once used, the scheduler withdraws it (a value the
+// daemon turns into a cleared warning in every view), and only then.
+TEST_F(SchedTest, ActivityAfterAnIdleWarningWithdrawsIt) {
+  h().AddHost("2xH100-80GB");
+  auto s = Only<StartSlice>(h().Submit("interactive gpu=1"));
+  auto t = Only<StartSlice>(h().Submit("training gpus=1"));
+  ASSERT_THAT(s, SizeIs(1));
+  ASSERT_THAT(t, SizeIs(1));
+  const SliceId slice = s[0].slice;
+  EXPECT_THAT(Only<ClearWarning>(h().Feed(Sample{0, {SliceSample{slice, 40, 0, 1}}})), SizeIs(0));
+  ASSERT_THAT(Only<Warn>(h().Advance(30 * kMinute)), SizeIs(1));
+  auto c = Only<ClearWarning>(h().Feed(Sample{0, {SliceSample{slice, 40, 0, 1}}}));
+  ASSERT_THAT(c, SizeIs(1));
+  EXPECT_EQ(c[0].job, s[0].job);
+  EXPECT_EQ(c[0].slice, slice);
+  EXPECT_EQ(c[0].reason, WarnReason::kIdle);
+  EXPECT_THAT(c[0].message, HasSubstr("busy again"));
+  // Busy while nothing is pending against it: nothing to withdraw.
+  EXPECT_THAT(Only<ClearWarning>(h().Feed(Sample{0, {SliceSample{slice, 40, 0, 1}}})), SizeIs(0));
+  // A report-only queue's report is withdrawn the same way.
+  ASSERT_THAT(Only<Warn>(h().Advance(2 * kHour)), SizeIs(2));  // the training report + interactive
+  auto r = Only<ClearWarning>(h().Feed(Sample{0, {SliceSample{t[0].slice, 40, 0, 1}}}));
+  ASSERT_THAT(r, SizeIs(1));
+  EXPECT_EQ(r[0].job, t[0].job);
+}
+
 TEST_F(SchedTest, ReportOnlyQueuesAreNeverReclaimed) {
   h().AddHost("1xH100-80GB");
   ASSERT_THAT(Only<StartSlice>(h().Submit("training gpus=1")), SizeIs(1));

@@ -61,6 +61,27 @@ TEST_P(StoreContract, EmptyStoreHasNothing) {
   EXPECT_FALSE(store_->GetMeta("seed")->has_value());
 }
 
+TEST_P(StoreContract, AnEndedJobIsStoredWithoutItsEnvironment) {
+  JobRecord j = Job(1, JobState::kRunning);
+  j.env = {{"HF_TOKEN", "hf_secret"}, {"PATH", "/usr/bin"}};
+  ASSERT_TRUE(store_->Commit(WriteBatch{.jobs = {j}}).ok());
+  EXPECT_EQ((*store_->GetJob(JobId(1)))->env, j.env);  // a restart may still need it
+  for (JobState end : {JobState::kSucceeded, JobState::kFailed, JobState::kLost,
+                       JobState::kRejected, JobState::kCancelled}) {
+    j.state = end;
+    ASSERT_TRUE(store_->Commit(WriteBatch{.jobs = {j}}).ok());
+    auto got = store_->GetJob(JobId(1));
+    ASSERT_TRUE(got.ok() && got->has_value());
+    EXPECT_TRUE((*got)->env.empty()) << JobStateName(end);
+    EXPECT_EQ((*got)->argv, j.argv);  // the rest stays
+  }
+  // Requeued (preempted) jobs are pending, not ended: they keep it to start again.
+  JobRecord p = Job(2, JobState::kPending);
+  p.env = {{"KEY", "v"}};
+  ASSERT_TRUE(store_->Commit(WriteBatch{.jobs = {p}}).ok());
+  EXPECT_EQ((*store_->GetJob(JobId(2)))->env, p.env);
+}
+
 TEST_P(StoreContract, JobsAreUpsertedById) {
   WriteBatch b;
   b.jobs = {Job(2), Job(1)};

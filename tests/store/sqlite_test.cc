@@ -1,9 +1,12 @@
 // SQLite-only properties: committed batches survive kill -9 of the writer; WAL mode is on.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -47,6 +50,70 @@ TEST(SqliteStore, CommittedBatchSurvivesKill9) {
   EXPECT_EQ((*job)->user, "bob");
   EXPECT_EQ(*(*s)->ReadJournal(), std::vector<std::string>{"submit 1"});
   EXPECT_TRUE(std::filesystem::exists(dir / "gpuslice.db-wal"));
+  std::filesystem::remove_all(dir);
+}
+
+mode_t ModeOf(const std::filesystem::path& p) {
+  struct stat sb {};
+  EXPECT_EQ(stat(p.c_str(), &sb), 0) << p;
+  return sb.st_mode & 07777;
+}
+
+std::string Contents(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Every job's environment is in the store: nobody but the daemon's user may read it, whatever
+// the umask, and an older world-readable database is tightened when opened.
+TEST(SqliteStore, StateDirDatabaseAndWalArePrivate) {
+  auto dir = std::filesystem::temp_directory_path() / ("sqlite_private_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  mode_t old = umask(022);
+  {
+    auto s = OpenSqliteStore(dir.string());
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    JobRecord j;
+    j.id = JobId(1);
+    j.argv = {"true"};
+    ASSERT_TRUE((*s)->Commit(WriteBatch{.jobs = {j}}).ok());
+    EXPECT_EQ(ModeOf(dir), 0700u);
+    EXPECT_EQ(ModeOf(dir / "gpuslice.db"), 0600u);
+    EXPECT_EQ(ModeOf(dir / "gpuslice.db-wal"), 0600u);
+    EXPECT_EQ(ModeOf(dir / "gpuslice.db-shm"), 0600u);
+  }
+  chmod((dir / "gpuslice.db").c_str(), 0644);
+  {
+    auto s = OpenSqliteStore(dir.string());
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(ModeOf(dir / "gpuslice.db"), 0600u);
+  }
+  umask(old);
+  std::filesystem::remove_all(dir);
+}
+
+// Once the job has ended its environment is gone from the file itself, not only from the row
+// (secure_delete zeroes the overwritten cell).
+TEST(SqliteStore, AnEndedJobsSecretIsNotLeftInTheFile) {
+  auto dir = std::filesystem::temp_directory_path() / ("sqlite_secret_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const std::string secret = "ghp_0123456789abcdefSECRET";
+  {
+    auto s = OpenSqliteStore(dir.string());
+    ASSERT_TRUE(s.ok());
+    JobRecord j;
+    j.id = JobId(1);
+    j.argv = {"true"};
+    j.env = {{"GITHUB_TOKEN", secret}};
+    j.state = JobState::kRunning;
+    ASSERT_TRUE((*s)->Commit(WriteBatch{.jobs = {j}}).ok());
+    j.state = JobState::kSucceeded;
+    ASSERT_TRUE((*s)->Commit(WriteBatch{.jobs = {j}}).ok());
+  }  // the last connection checkpoints the WAL into the database and removes it
+  EXPECT_FALSE(std::filesystem::exists(dir / "gpuslice.db-wal"));
+  EXPECT_EQ(Contents(dir / "gpuslice.db").find(secret), std::string::npos);
   std::filesystem::remove_all(dir);
 }
 
