@@ -36,7 +36,8 @@ GPUSLICE_COMMAND(profile) {
   sub->add_flag("--json", opts->json_to_stdout, "print the JSON report instead of text");
   sub->add_option("command", opts->command, "program to run (after --)");
   sub->callback([=] {
-    auto iv = gpuslice::ParseDuration(*interval);
+    // A sampling period of 0 is a busy loop.
+    auto iv = gpuslice::ParseDurationIn(*interval, gpuslice::kMillisecond, gpuslice::kHour);
     if (!iv.ok()) {
       std::cerr << "gpuslice profile: --interval: " << iv.status().message() << "\n";
       *exit_code = gpuslice::cli::kExitUsage;
@@ -44,7 +45,7 @@ GPUSLICE_COMMAND(profile) {
     }
     opts->interval = *iv;
     if (!duration->empty()) {
-      auto d = gpuslice::ParseDuration(*duration);
+      auto d = gpuslice::ParseDurationIn(*duration, gpuslice::kMillisecond, gpuslice::kMaxDuration);
       if (!d.ok()) {
         std::cerr << "gpuslice profile: --duration: " << d.status().message() << "\n";
         *exit_code = gpuslice::cli::kExitUsage;

@@ -41,13 +41,17 @@ GPUSLICE_COMMAND(serve) {
   sub->add_option("--tick", *tick, "Control loop period")->capture_default_str();
   sub->add_option("--sample-interval", *sample, "Device sampling period")->capture_default_str();
   sub->callback([=] {
-    for (auto [text, out, name] : {std::tuple{grace, &o->grace, "--grace"},
-                                   std::tuple{tick, &o->tick, "--tick"},
-                                   std::tuple{sample, &o->sample_interval, "--sample-interval"}}) {
-      auto d = gpuslice::ParseDuration(*text);
-      if (!d.ok() || *d <= 0) {
-        std::fprintf(stderr, "error: %s '%s': %s\n", name, text->c_str(),
-                     d.ok() ? "must be more than 0" : d.status().message().c_str());
+    // Bounds: a tick or sampling period near zero is a busy loop; beyond these, no use.
+    using gpuslice::kHour;
+    using gpuslice::kMillisecond;
+    using gpuslice::kMinute;
+    for (auto [text, out, name, lo, hi] :
+         {std::tuple{grace, &o->grace, "--grace", kMillisecond, kHour},
+          std::tuple{tick, &o->tick, "--tick", kMillisecond, kMinute},
+          std::tuple{sample, &o->sample_interval, "--sample-interval", 10 * kMillisecond, kHour}}) {
+      auto d = gpuslice::ParseDurationIn(*text, lo, hi);
+      if (!d.ok()) {
+        std::fprintf(stderr, "error: %s: %s\n", name, d.status().message().c_str());
         *exit_code = gpuslice::cli::kExitUsage;
         return;
       }
