@@ -178,6 +178,12 @@ TEST(CliInput, FlagsThatAreNotUtf8OrNotNumbersAreUsageErrorsAndTheDaemonLives) {
       {{"top", "--interval", "0"}, "--interval: duration '0': 0ms is less than the minimum 100ms"},
       {{"top", "--interval", "nan"}, "--interval: duration 'nan'"},
       {{"top", "--interval", "2h"}, "--interval: duration '2h': more than the maximum 1h"},
+      {{"serve", "--tick", "0"}, "--tick: duration '0': 0ms is less than the minimum 1ms"},
+      {{"serve", "--sample-interval", "1us"}, "--sample-interval: duration '1us'"},
+      {{"profile", "--interval", "0", "--", "true"}, "--interval: duration '0': 0ms is less than the minimum 1ms"},
+      {{"profile", "--pid=-1", "--", "true"}, "--pid: Value -1 not in range 1 to"},
+      {{"profile", "--device=-3", "--", "true"}, "--device: Value -3 not in range 0 to 1023"},
+      {{"record", "--out", "/dev/null", "--interval", "0"}, "--interval: duration '0'"},
   };
   for (const Case& c : cases) {
     CliRun r = RunGpuslice(c.args, BaseEnv(h), h.dir(), std::chrono::seconds(10));
