@@ -18,7 +18,8 @@ namespace cli = gpuslice::cli;
 
 int ExitFor(const Status& st) {
   if (st.ok()) return cli::kExitOk;
-  std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+  // The message may echo a value the user or the daemon gave: made safe for the terminal.
+  std::fprintf(stderr, "error: %s\n", api::ErrorForTerminal(st).c_str());
   switch (st.code()) {
     case StatusCode::kInvalidArgument: return cli::kExitUsage;
     case StatusCode::kNotFound: return cli::kExitNotFound;
@@ -79,6 +80,10 @@ GPUSLICE_COMMAND(submit) {
       "  gpuslice submit --slurm --queue training --gpus 2 -- python train.py  # via sbatch");
   sub->callback([=] {
     if (g->count() > 0) s->gpus = *gpus;
+    if (auto st = api::CheckSubmitFlags(*s); !st.ok()) {
+      *exit_code = ExitFor(st);
+      return;
+    }
     if (route->enabled) {
       gpuslice::slurm::SubmitFlags sf;
       sf.policy = route->policy;
@@ -170,9 +175,10 @@ GPUSLICE_COMMAND(top) {
   auto* sub = app.add_subcommand("top", "Live utilisation per device and slice");
   auto c = AddClientFlags(sub);
   auto once = std::make_shared<bool>(false);
-  auto interval = std::make_shared<double>(1.0);
+  auto interval = std::make_shared<std::string>("1s");
   sub->add_flag("--once", *once, "Print once and exit (for scripts)");
-  sub->add_option("--interval", *interval, "Refresh period in seconds")->capture_default_str();
+  sub->add_option("--interval", *interval, "Refresh period: seconds or a duration (100ms .. 1h)")
+      ->capture_default_str();
   sub->footer("Examples:\n  gpuslice top\n  gpuslice top --once --json");
   sub->callback([=] { *exit_code = ExitFor(api::Top(*c, *once, *interval)); });
 }

@@ -23,7 +23,8 @@ GPUSLICE_COMMAND(profile) {
   auto duration = std::make_shared<std::string>();
   auto util = std::make_shared<std::string>();
   sub->add_option("--trace", opts->traces, "Kineto trace(s) (.json or .json.gz), one per rank")->delimiter(',');
-  sub->add_option("--pid", opts->pid, "attach to this running process");
+  // kill(-1, 0) succeeds for root: a non-positive --pid must not pass as "it exists".
+  sub->add_option("--pid", opts->pid, "attach to this running process")->check(CLI::Range(1, 4194304));  // PID_MAX_LIMIT
   sub->add_option("--job", opts->job, "use what the daemon recorded for this job (GPU figures only)");
   sub->add_option("--socket", opts->socket, "daemon socket for --job (default $GPUSLICE_SOCKET or /run/gpuslice/gpuslice.sock)");
   sub->add_option("--out", opts->out_dir, "write report.json and timeline.svg (and steps.jsonl) here");
@@ -32,11 +33,12 @@ GPUSLICE_COMMAND(profile) {
   sub->add_option("--backend", opts->backend, "device backend for GPU figures (default nvml)");
   sub->add_option("--simulate", opts->simulate, "use a fake GPU, e.g. 1xH100-80GB");
   sub->add_option("--simulate-util", *util, "scripted utilisation of the fake GPU, e.g. 35%");
-  sub->add_option("--device", opts->device, "GPU index to sample (default 0)");
+  sub->add_option("--device", opts->device, "GPU index to sample (default 0)")->check(CLI::Range(0, 1023));
   sub->add_flag("--json", opts->json_to_stdout, "print the JSON report instead of text");
   sub->add_option("command", opts->command, "program to run (after --)");
   sub->callback([=] {
-    auto iv = gpuslice::ParseDuration(*interval);
+    // A sampling period of 0 is a busy loop.
+    auto iv = gpuslice::ParseDurationIn(*interval, gpuslice::kMillisecond, gpuslice::kHour);
     if (!iv.ok()) {
       std::cerr << "gpuslice profile: --interval: " << iv.status().message() << "\n";
       *exit_code = gpuslice::cli::kExitUsage;
@@ -44,7 +46,7 @@ GPUSLICE_COMMAND(profile) {
     }
     opts->interval = *iv;
     if (!duration->empty()) {
-      auto d = gpuslice::ParseDuration(*duration);
+      auto d = gpuslice::ParseDurationIn(*duration, gpuslice::kMillisecond, gpuslice::kMaxDuration);
       if (!d.ok()) {
         std::cerr << "gpuslice profile: --duration: " << d.status().message() << "\n";
         *exit_code = gpuslice::cli::kExitUsage;

@@ -32,8 +32,9 @@ GPUSLICE_COMMAND(record) {
   sub->add_option("--from", args->from, "replay backend: the recording to play back");
   sub->callback([args, exit_code] {
     using namespace gpuslice;  // NOLINT: .cc only
-    auto duration = ParseDuration(args->duration);
-    auto interval = ParseDuration(args->interval);
+    // A sampling period of 0 is a busy loop; a recording is held in memory until written.
+    auto duration = ParseDurationIn(args->duration, kMillisecond, 30 * 24 * kHour);
+    auto interval = ParseDurationIn(args->interval, kMillisecond, kHour);
     if (!duration.ok() || !interval.ok()) {
       std::cerr << "gpuslice record: "
                 << (!duration.ok() ? "--duration: " + duration.status().message()

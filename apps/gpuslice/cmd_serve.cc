@@ -80,17 +80,25 @@ GPUSLICE_COMMAND(serve) {
                   "Cap on each job's log; output past it is cut, with a line saying so")
       ->capture_default_str();
   sub->callback([=] {
-    for (auto [text, out, name] :
-         {std::tuple{grace, &o->grace, "--grace"}, std::tuple{tick, &o->tick, "--tick"},
-          std::tuple{sample, &o->sample_interval, "--sample-interval"},
-          std::tuple{&header_timeout_text, &lim->header_timeout, "--header-timeout"},
-          std::tuple{&body_timeout_text, &lim->body_timeout, "--body-timeout"},
-          std::tuple{&idle_timeout_text, &lim->idle_timeout, "--idle-timeout"},
-          std::tuple{&write_timeout_text, &lim->write_timeout, "--write-timeout"}}) {
-      auto d = gpuslice::ParseDuration(*text);
-      if (!d.ok() || *d <= 0) {
-        std::fprintf(stderr, "error: %s '%s': %s\n", name, text->c_str(),
-                     d.ok() ? "must be more than 0" : d.status().message().c_str());
+    // Bounds: a tick or sampling period near zero is a busy loop; beyond these, no use.
+    using gpuslice::kHour;
+    using gpuslice::kMillisecond;
+    using gpuslice::kMinute;
+    for (auto [text, out, name, lo, hi] :
+         {std::tuple{grace, &o->grace, "--grace", kMillisecond, kHour},
+          std::tuple{tick, &o->tick, "--tick", kMillisecond, kMinute},
+          std::tuple{sample, &o->sample_interval, "--sample-interval", 10 * kMillisecond, kHour},
+          std::tuple{&header_timeout_text, &lim->header_timeout, "--header-timeout",
+                     10 * kMillisecond, kHour},
+          std::tuple{&body_timeout_text, &lim->body_timeout, "--body-timeout", 10 * kMillisecond,
+                     kHour},
+          std::tuple{&idle_timeout_text, &lim->idle_timeout, "--idle-timeout", 10 * kMillisecond,
+                     kHour},
+          std::tuple{&write_timeout_text, &lim->write_timeout, "--write-timeout",
+                     10 * kMillisecond, kHour}}) {
+      auto d = gpuslice::ParseDurationIn(*text, lo, hi);
+      if (!d.ok()) {
+        std::fprintf(stderr, "error: %s: %s\n", name, d.status().message().c_str());
         *exit_code = gpuslice::cli::kExitUsage;
         return;
       }

@@ -32,8 +32,8 @@ void RunWithSlurm(CLI::App* sub, std::shared_ptr<Flags> flags, int* exit_code,
   sub->add_option("--slurm-conf", flags->slurm.slurm_conf, "slurm.conf to use (sets SLURM_CONF for the Slurm commands)");
   sub->add_option("--slurm-timeout", *timeout, "deadline for each Slurm command")->capture_default_str();
   sub->callback([flags, timeout, exit_code, run] {
-    auto t = gpuslice::ParseDuration(*timeout);
-    if (!t.ok() || *t <= 0) {
+    auto t = gpuslice::ParseDurationIn(*timeout, gpuslice::kMillisecond, gpuslice::kHour);
+    if (!t.ok()) {
       *exit_code = ExitFor(gpuslice::InvalidArgument("--slurm-timeout = '" + *timeout + "': expected e.g. 10s"));
       return;
     }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -12,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "api/client.h"
+#include "core/text.h"
 #include "core/units.h"
+#include "store/codec.h"
 
 extern char** environ;
 
@@ -33,15 +36,62 @@ Result<ApiClient> Connect(const ClientFlags& c) {
   return ApiClient(c.socket.empty() ? DefaultSocket() : c.socket, token);
 }
 
-void PrintJson(const json& j) { std::cout << j.dump(2) << "\n"; }
+// Strings in a JSON value that are not valid UTF-8 escaped (\xNN), so that dump() cannot
+// throw. What the daemon sends is already valid (bytes travel as {"b64": ...}); this covers
+// anything the CLI puts together itself.
+json ValidJson(json j) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (!IsValidUtf8(s)) return EscapeInvalidUtf8(s);
+  } else if (j.is_array()) {
+    for (auto& e : j) e = ValidJson(std::move(e));
+  } else if (j.is_object()) {
+    json out = json::object();
+    for (auto& [k, v] : j.items()) out[EscapeInvalidUtf8(k)] = ValidJson(v);
+    return out;
+  }
+  return j;
+}
+
+void PrintJson(const json& j) { std::cout << ValidJson(j).dump(2) << "\n"; }
+
+// The printing layer: every line below goes to the terminal through ForTerminal, once.
+// Callers pass raw values (decoded bytes, daemon text) and never escape themselves.
+void Line(std::string_view text) { std::cout << ForTerminal(text) << "\n"; }
+
+// A text or byte-string field of a daemon answer, decoded ("" when absent or malformed: the
+// CLI shows what it can rather than abort on one odd field).
+std::string Str(const json& j, std::string_view key) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return "";
+  auto r = store::BytesFromJson(*it, key);
+  return r.ok() ? *r : it->dump();
+}
+
+std::string Joined(const json& list, std::string_view sep) {
+  std::string out;
+  if (!list.is_array()) return out;
+  for (const auto& a : list) {
+    auto r = store::BytesFromJson(a, "element");
+    out += (out.empty() ? "" : std::string(sep)) + (r.ok() ? *r : a.dump());
+  }
+  return out;
+}
 
 void Banner(const json& j) {
   if (j.value("simulated", false)) std::cout << "*** " << kSimBanner << " ***\n";
 }
 
-// Left-aligned columns, widths from the content.
+// Left-aligned columns, widths from the (made safe) content.
 void PrintTable(const std::vector<std::string>& header,
-                const std::vector<std::vector<std::string>>& rows) {
+                const std::vector<std::vector<std::string>>& raw_rows) {
+  std::vector<std::vector<std::string>> rows;
+  rows.reserve(raw_rows.size());
+  for (const auto& r : raw_rows) {
+    std::vector<std::string> safe;
+    for (const auto& cell : r) safe.push_back(ForTerminal(cell));
+    rows.push_back(std::move(safe));
+  }
   std::vector<size_t> w(header.size());
   for (size_t i = 0; i < header.size(); ++i) w[i] = header[i].size();
   for (const auto& r : rows) {
@@ -75,18 +125,71 @@ std::string Resources(const json& job) {
   return "default";
 }
 
+// Shortened to 40 characters as shown (after ForTerminal, so an escape is never cut in two).
 std::string Command(const json& job) {
-  std::string out;
-  for (const auto& a : job["argv"]) out += (out.empty() ? "" : " ") + a.get<std::string>();
-  if (out.size() > 40) out = out.substr(0, 37) + "...";
+  std::string out = ForTerminal(Joined(job.value("argv", json::array()), " "));
+  if (out.size() > 40) {
+    std::size_t cut = 37;
+    // Do not split a UTF-8 sequence.
+    while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
+    out = out.substr(0, cut) + "...";
+  }
+  return out;
+}
+
+// A flag's value must be UTF-8 text (it travels as a JSON string).
+Status CheckText(std::string_view flag, const std::string& v) {
+  if (IsValidUtf8(v)) return Status::Ok();
+  return InvalidArgument(fmt::format("{} '{}': not valid UTF-8", flag, EscapeInvalidUtf8(v)));
+}
+
+template <typename T>
+Status CheckParsed(std::string_view flag, const Result<T>& r) {
+  if (r.ok()) return Status::Ok();
+  return InvalidArgument(fmt::format("{}: {}", flag, r.status().message()));
+}
+
+// The submitter's working directory, any length, any bytes.
+std::string CurrentDir() {
+  char* p = getcwd(nullptr, 0);
+  if (p == nullptr) return "";
+  std::string out(p);
+  std::free(p);
   return out;
 }
 
 }  // namespace
 
-Status Submit(const ClientFlags& c, const SubmitFlags& s) {
+Status CheckSubmitFlags(const SubmitFlags& s) {
   if (s.command.empty()) return InvalidArgument("command: give the program after --, e.g. -- python train.py");
-  json body = {{"argv", s.command}};
+  for (auto [flag, v] : {std::pair{"--queue", &s.queue}, {"--fraction", &s.fraction}, {"--mem", &s.mem},
+                         {"--time", &s.time}, {"--kind", &s.kind}, {"--model", &s.model}}) {
+    GPUSLICE_RETURN_IF_ERROR(CheckText(flag, *v));
+  }
+  if (s.gpus && (*s.gpus < 1 || *s.gpus > 1024)) {
+    return InvalidArgument(fmt::format("--gpus {}: must be a whole number of devices 1..1024", *s.gpus));
+  }
+  if (!s.fraction.empty()) {
+    auto m = ParseGpuAmount(s.fraction);
+    GPUSLICE_RETURN_IF_ERROR(CheckParsed("--fraction", m));
+    if (*m > kOneGpu) {
+      return InvalidArgument(fmt::format("--fraction '{}': more than one GPU (use --gpus N for whole devices)",
+                                         s.fraction));
+    }
+  }
+  if (!s.mem.empty()) GPUSLICE_RETURN_IF_ERROR(CheckParsed("--mem", ParseJobMemory(s.mem)));
+  if (!s.time.empty()) GPUSLICE_RETURN_IF_ERROR(CheckParsed("--time", ParseTimeLimit(s.time)));
+  return Status::Ok();
+}
+
+std::string ErrorForTerminal(const Status& st) { return ForTerminal(st.ToString()); }
+
+Status Submit(const ClientFlags& c, const SubmitFlags& s) {
+  GPUSLICE_RETURN_IF_ERROR(CheckSubmitFlags(s));
+  // argv, cwd and env are bytes: sent as JSON strings, or {"b64": ...} where not UTF-8.
+  json argv = json::array();
+  for (const std::string& a : s.command) argv.push_back(store::BytesToJson(a));
+  json body = {{"argv", argv}};
   if (!s.queue.empty()) body["queue"] = s.queue;
   if (s.gpus) body["gpus"] = *s.gpus;
   if (!s.fraction.empty()) body["fraction"] = s.fraction;
@@ -94,9 +197,9 @@ Status Submit(const ClientFlags& c, const SubmitFlags& s) {
   if (!s.time.empty()) body["time"] = s.time;
   if (!s.kind.empty()) body["kind"] = s.kind;
   if (!s.model.empty()) body["model"] = s.model;
-  char cwd[4096];
-  if (getcwd(cwd, sizeof(cwd))) body["cwd"] = cwd;
-  json env = json::object();
+  if (std::string cwd = CurrentDir(); !cwd.empty()) body["cwd"] = store::BytesToJson(cwd);
+  std::vector<std::pair<std::string, std::string>> vars;
+  bool names_utf8 = true;
   for (char** e = environ; *e; ++e) {
     std::string kv(*e);
     size_t eq = kv.find('=');
@@ -104,7 +207,17 @@ Status Submit(const ClientFlags& c, const SubmitFlags& s) {
     std::string k = kv.substr(0, eq);
     // The daemon sets these for the slice; the submitter's own values would be misleading.
     if (k == "CUDA_VISIBLE_DEVICES" || k.rfind("GPUSLICE_", 0) == 0) continue;
-    env[k] = kv.substr(eq + 1);
+    names_utf8 = names_utf8 && IsValidUtf8(k);
+    vars.emplace_back(std::move(k), kv.substr(eq + 1));
+  }
+  // An object {NAME: value} when every name is UTF-8 (JSON keys must be); else [[name, value]].
+  json env = names_utf8 ? json::object() : json::array();
+  for (auto& [k, v] : vars) {
+    if (names_utf8) {
+      env[k] = store::BytesToJson(v);
+    } else {
+      env.push_back(json::array({store::BytesToJson(k), store::BytesToJson(v)}));
+    }
   }
   body["env"] = env;
   GPUSLICE_ASSIGN_OR_RETURN(auto client, Connect(c));
@@ -115,8 +228,8 @@ Status Submit(const ClientFlags& c, const SubmitFlags& s) {
   }
   const json& j = r["job"];
   Banner(r);
-  std::cout << fmt::format("job {} submitted to queue '{}' ({}): {}\n", j["id"].get<std::uint64_t>(),
-                           j["queue"].get<std::string>(), Resources(j), j["state"].get<std::string>());
+  Line(fmt::format("job {} submitted to queue '{}' ({}): {}", j["id"].get<std::uint64_t>(), Str(j, "queue"),
+                   Resources(j), Str(j, "state")));
   std::cout << fmt::format("  logs: gpuslice logs {} -f    status: gpuslice show {}\n",
                            j["id"].get<std::uint64_t>(), j["id"].get<std::uint64_t>());
   return Status::Ok();
@@ -144,8 +257,8 @@ Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::st
     std::string age = start > 0  ? Ago((end > 0 ? end : now) - start)
                       : end > 0  ? "-"
                                  : "waiting " + Ago(now - j["submit_time_us"].get<std::int64_t>());
-    rows.push_back({std::to_string(j["id"].get<std::uint64_t>()), j["user"].get<std::string>(),
-                    j["queue"].get<std::string>(), j["state"].get<std::string>(), Resources(j),
+    rows.push_back({std::to_string(j["id"].get<std::uint64_t>()), Str(j, "user"),
+                    Str(j, "queue"), Str(j, "state"), Resources(j),
                     j["slice"].get<std::uint64_t>() ? std::to_string(j["slice"].get<std::uint64_t>()) : "-",
                     age, Command(j)});
     std::string w = j.value("warning", "");
@@ -158,7 +271,7 @@ Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::st
     }
   }
   PrintTable({"ID", "USER", "QUEUE", "STATE", "ASKED", "SLICE", "TIME", "COMMAND"}, rows);
-  for (const auto& w : warnings) std::cout << w << "\n";
+  for (const auto& w : warnings) Line(w);
   if (rows.empty()) std::cout << (all ? "(no jobs)\n" : "(no active jobs; --all shows ended ones)\n");
   return Status::Ok();
 }
@@ -174,37 +287,29 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   }
   Banner(r);
   const json& j = r["job"];
-  auto kv = [](const std::string& k, const std::string& v) {
-    std::cout << fmt::format("{:<14}{}\n", k + ":", v);
-  };
+  auto kv = [](const std::string& k, const std::string& v) { Line(fmt::format("{:<14}{}", k + ":", v)); };
   kv("job", std::to_string(j["id"].get<std::uint64_t>()));
-  kv("user", fmt::format("{} (uid {})", j["user"].get<std::string>(), j["uid"].get<std::int64_t>()));
-  kv("queue", j["queue"].get<std::string>());
-  kv("state", j["state"].get<std::string>() +
-                  (j["reason"].get<std::string>().empty() ? "" : " (" + j["reason"].get<std::string>() + ")"));
+  kv("user", fmt::format("{} (uid {})", Str(j, "user"), j["uid"].get<std::int64_t>()));
+  kv("queue", Str(j, "queue"));
+  kv("state", Str(j, "state") + (Str(j, "reason").empty() ? "" : " (" + Str(j, "reason") + ")"));
   kv("asked", Resources(j) + (j["memory"].get<std::int64_t>() > 0 ? ", mem " + FormatBytes(j["memory"].get<std::int64_t>()) : "") +
                   (j["time_limit_us"].get<std::int64_t>() > 0 ? ", time " + FormatDuration(j["time_limit_us"].get<std::int64_t>()) : ""));
-  kv("command", [&] {
-    std::string out;
-    for (const auto& a : j["argv"]) out += (out.empty() ? "" : " ") + a.get<std::string>();
-    return out;
-  }());
-  kv("cwd", j["cwd"].get<std::string>());
+  kv("command", Joined(j.value("argv", json::array()), " "));
+  kv("cwd", Str(j, "cwd"));
   if (j["pid"].get<int>() > 0) kv("pid", std::to_string(j["pid"].get<int>()));
   if (!j["exit_code"].is_null()) kv("exit code", std::to_string(j["exit_code"].get<int>()));
   if (!j["exit_signal"].is_null()) kv("signal", std::to_string(j["exit_signal"].get<int>()));
   if (j.contains("time_left_us") && j["time_left_us"].is_number()) {
     kv("time left", Ago(j["time_left_us"].get<std::int64_t>()));  // running jobs only
   }
-  if (!j["warning"].get<std::string>().empty()) kv("WARNING", j["warning"].get<std::string>());
-  kv("log", j["log_path"].get<std::string>());
+  if (!Str(j, "warning").empty()) kv("WARNING", Str(j, "warning"));
+  kv("log", Str(j, "log_path"));
   if (!r["slice"].is_null()) {
     const json& s = r["slice"];
-    std::string devs;
-    for (const auto& u : s["uuids"]) devs += (devs.empty() ? "" : ",") + u.get<std::string>();
-    kv("slice", fmt::format("{} ({}, {} GPU per device) on {}", s["id"].get<std::uint64_t>(),
-                            s["kind"].get<std::string>(), FormatMilliGpu(s["milli"].get<std::int64_t>()), devs));
-    if (!s["mig"].get<std::string>().empty()) kv("mig", s["mig"].get<std::string>());
+    const std::string devs = Joined(s.value("uuids", json::array()), ",");
+    kv("slice", fmt::format("{} ({}, {} GPU per device) on {}", s["id"].get<std::uint64_t>(), Str(s, "kind"),
+                            FormatMilliGpu(s["milli"].get<std::int64_t>()), devs));
+    if (!Str(s, "mig").empty()) kv("mig", Str(s, "mig"));
     if (s["memory_cap"].get<std::int64_t>() > 0) {
       std::string how = s["kind"] == "shared" ? "enforced by libgpuslice-cuda (LD_PRELOAD memory cap; not capped: "
                                                 "CUDA graph memory nodes, context memory; docs/memcap.md)"
@@ -215,8 +320,8 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   }
   std::cout << "events:\n";
   for (const auto& e : ev["events"]) {
-    std::cout << fmt::format("  {:>8}  {:<8} {}\n", Ago(NowUs() - e["time_us"].get<std::int64_t>()) + " ago",
-                             e["type"].get<std::string>(), e["message"].get<std::string>());
+    Line(fmt::format("  {:>8}  {:<8} {}", Ago(NowUs() - e["time_us"].get<std::int64_t>()) + " ago", Str(e, "type"),
+                     Str(e, "message")));
   }
   return Status::Ok();
 }
@@ -228,13 +333,13 @@ Status CancelJobs(const ClientFlags& c, const std::vector<std::uint64_t>& ids) {
   for (auto id : ids) {
     auto r = client.Post(fmt::format("/v1/jobs/{}/cancel", id), json::object());
     if (!r.ok()) {
-      std::cerr << fmt::format("job {}: {}\n", id, r.status().ToString());
+      std::cerr << fmt::format("job {}: {}\n", id, ErrorForTerminal(r.status()));
       if (first.ok()) first = r.status();
       continue;
     }
     all.push_back((*r)["job"]);
     if (!c.json) {
-      std::cout << fmt::format("job {}: {}\n", id, (*r)["job"]["state"].get<std::string>());
+      Line(fmt::format("job {}: {}", id, Str((*r)["job"], "state")));
     }
   }
   if (c.json) PrintJson(json{{"jobs", all}});
@@ -268,18 +373,17 @@ Status Devices(const ClientFlags& c) {
   for (const auto& d : r["devices"]) {
     std::string util = d["util_percent"].is_null() ? "n/a" : fmt::format("{:.0f}%", d["util_percent"].get<double>());
     std::string mem = d["memory_used"].is_null() ? "n/a" : FormatBytes(d["memory_used"].get<std::int64_t>());
-    rows.push_back({std::to_string(d["index"].get<int>()), d["model"].get<std::string>(),
-                    d["mode"].get<std::string>() + (d["draining"].get<bool>() ? " (draining)" : "") +
+    rows.push_back({std::to_string(d["index"].get<int>()), Str(d, "model"),
+                    Str(d, "mode") + (d["draining"].get<bool>() ? " (draining)" : "") +
                         (d.value("reserved_for", json()).is_number()
                              ? fmt::format(" (kept for job {})", d["reserved_for"].get<std::uint64_t>())
                              : ""),
                     FormatMilliGpu(d["used_milli"].get<std::int64_t>()) + "/1",
                     std::to_string(d["clients"].get<int>()), util,
-                    mem + "/" + FormatBytes(d["memory"].get<std::int64_t>()), d["uuid"].get<std::string>()});
+                    mem + "/" + FormatBytes(d["memory"].get<std::int64_t>()), Str(d, "uuid")});
   }
   PrintTable({"DEV", "MODEL", "MODE", "ALLOCATED", "SLICES", "UTIL", "MEMORY", "UUID"}, rows);
-  std::cout << fmt::format("backend: {} ({})\n", r["backend"].get<std::string>(),
-                           r["backend_description"].get<std::string>());
+  Line(fmt::format("backend: {} ({})", Str(r, "backend"), Str(r, "backend_description")));
   return Status::Ok();
 }
 
@@ -293,12 +397,11 @@ Status Queues(const ClientFlags& c) {
   Banner(r);
   std::vector<std::vector<std::string>> rows;
   for (const auto& q : r["queues"]) {
-    std::string kinds;
-    for (const auto& k : q["allowed_kinds"]) kinds += (kinds.empty() ? "" : ",") + k.get<std::string>();
+    const std::string kinds = Joined(q.value("allowed_kinds", json::array()), ",");
     std::int64_t limit = q["time_limit_us"].get<std::int64_t>();
     if (limit == 0) limit = q["max_duration_us"].get<std::int64_t>();
-    rows.push_back({q["name"].get<std::string>() + (q["name"] == r["default_queue"] ? " (default)" : ""),
-                    q["default_kind"].get<std::string>(), kinds,
+    rows.push_back({Str(q, "name") + (q["name"] == r["default_queue"] ? " (default)" : ""),
+                    Str(q, "default_kind"), kinds,
                     std::to_string(q["pending"].get<int>()), std::to_string(q["running"].get<int>()),
                     Ago(q["oldest_wait_us"].get<std::int64_t>()), limit ? FormatDuration(limit) : "none",
                     q["idle_reclaim"].get<bool>()
@@ -310,7 +413,10 @@ Status Queues(const ClientFlags& c) {
   return Status::Ok();
 }
 
-Status Top(const ClientFlags& c, bool once, double interval_s) {
+Status Top(const ClientFlags& c, bool once, const std::string& interval_text) {
+  // A period of 0 or less would busy-loop against the daemon; above an hour is no "top".
+  auto interval = ParseDurationIn(interval_text, 100 * kMillisecond, kHour);
+  if (!interval.ok()) return InvalidArgument(fmt::format("--interval: {}", interval.status().message()));
   GPUSLICE_ASSIGN_OR_RETURN(auto client, Connect(c));
   while (true) {
     GPUSLICE_ASSIGN_OR_RETURN(json devs, client.Get("/v1/devices"));
@@ -320,14 +426,14 @@ Status Top(const ClientFlags& c, bool once, double interval_s) {
                      {"simulated", devs.value("simulated", false)}});
     } else {
       if (!once) std::cout << "\033[H\033[2J";
-      std::cout << "gpuslice top" << (once ? "" : fmt::format(" (every {:.1f}s, Ctrl-C to quit)", interval_s)) << "\n";
+      std::cout << "gpuslice top" << (once ? "" : fmt::format(" (every {}, Ctrl-C to quit)", FormatDuration(*interval)))
+                << "\n";
       Banner(devs);
       std::vector<std::vector<std::string>> rows;
       for (const auto& d : devs["devices"]) {
         double u = d["util_percent"].is_null() ? -1 : d["util_percent"].get<double>();
         int bars = u < 0 ? 0 : static_cast<int>(u / 5);
-        rows.push_back({std::to_string(d["index"].get<int>()), d["model"].get<std::string>(),
-                        d["mode"].get<std::string>(),
+        rows.push_back({std::to_string(d["index"].get<int>()), Str(d, "model"), Str(d, "mode"),
                         u < 0 ? "n/a" : fmt::format("{:>3.0f}% {:<20}", u, std::string(static_cast<size_t>(bars), '#')),
                         d["memory_used"].is_null() ? "n/a" : FormatBytes(d["memory_used"].get<std::int64_t>()),
                         std::to_string(d["clients"].get<int>())});
@@ -339,19 +445,19 @@ Status Top(const ClientFlags& c, bool once, double interval_s) {
         std::string devices;
         for (const auto& d : s["devices"]) devices += (devices.empty() ? "" : ",") + std::to_string(d.get<int>());
         rows.push_back({std::to_string(s["id"].get<std::uint64_t>()), std::to_string(s["job"].get<std::uint64_t>()),
-                        s.value("user", ""), s.value("queue", ""), s["kind"].get<std::string>(),
+                        Str(s, "user"), Str(s, "queue"), Str(s, "kind"),
                         FormatMilliGpu(s["milli"].get<std::int64_t>()), devices,
                         s["util_percent"].is_null() ? "n/a" : fmt::format("{}%", s["util_percent"].get<int>()),
                         s["memory_used"].is_null() ? "n/a" : FormatBytes(s["memory_used"].get<std::int64_t>()),
                         s["idle_seconds"].is_null() ? "-" : fmt::format("{:.0f}s", s["idle_seconds"].get<double>()),
-                        s.value("idle_state", "")});
+                        Str(s, "idle_state")});
       }
       PrintTable({"SLICE", "JOB", "USER", "QUEUE", "KIND", "SHARE", "DEV", "UTIL", "MEM", "IDLE", "STATE"}, rows);
       if (rows.empty()) std::cout << "(no slices)\n";
     }
     std::cout << std::flush;
     if (once) return Status::Ok();
-    std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(interval_s * 1000)));
+    std::this_thread::sleep_for(std::chrono::microseconds(*interval));
   }
 }
 

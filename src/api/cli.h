@@ -3,6 +3,11 @@
 // queues, top). apps/gpuslice/cmd_client.cc only parses flags and calls these. Each prints
 // its output (a readable table, or JSON with --json) and returns the Status that decides
 // the exit code. Not thread-safe (writes to stdout).
+// Safety of what reaches the terminal: every value that came from the daemon or a user
+// (argv, cwd, names, reasons, messages) goes through ForTerminal() exactly once, in the
+// printing helpers of cli.cc (PrintTable, the key/value lines, Line()), so no submitted text
+// can move the cursor, recolour the screen or forge a row. --json output is always valid
+// JSON: bytes that are not UTF-8 travel as {"b64": ...} (store::BytesToJson).
 
 #include <cstdint>
 #include <optional>
@@ -37,6 +42,15 @@ Status CancelJobs(const ClientFlags& c, const std::vector<std::uint64_t>& ids);
 Status Logs(const ClientFlags& c, std::uint64_t id, bool follow);
 Status Devices(const ClientFlags& c);
 Status Queues(const ClientFlags& c);
-Status Top(const ClientFlags& c, bool once, double interval_s);
+// `interval` as text ("1", "500ms", "2s"): 100ms .. 1h.
+Status Top(const ClientFlags& c, bool once, const std::string& interval);
+
+// Checks the flags of a submit before anything is sent (also used by `submit --slurm`): every
+// text is UTF-8, and --fraction, --mem, --time, --gpus are within their bounds. Errors name the
+// flag and the (escaped) value.
+Status CheckSubmitFlags(const SubmitFlags& s);
+
+// Safe text for stderr: ForTerminal of an error message.
+std::string ErrorForTerminal(const Status& st);
 
 }  // namespace gpuslice::api

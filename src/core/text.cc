@@ -1,5 +1,6 @@
 #include "core/text.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -91,6 +92,62 @@ std::string ForTerminal(std::string_view s) {
     }
   }
   return out;
+}
+
+namespace {
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+int B64Value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+}  // namespace
+
+std::string Base64Encode(std::string_view bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const std::size_t n = std::min<std::size_t>(3, bytes.size() - i);
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 3; ++k) {
+      v = (v << 8) | (k < n ? static_cast<std::uint8_t>(bytes[i + k]) : 0u);
+    }
+    for (std::size_t k = 0; k < 4; ++k) {
+      out += k <= n ? kB64[(v >> (18 - 6 * k)) & 63] : '=';
+    }
+  }
+  return out;
+}
+
+bool Base64Decode(std::string_view text, std::string* out) {
+  out->clear();
+  if (text.size() % 4 != 0) return false;
+  out->reserve(text.size() / 4 * 3);
+  for (std::size_t i = 0; i < text.size(); i += 4) {
+    const bool last = i + 4 == text.size();
+    int pad = 0;
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 4; ++k) {
+      const char c = text[i + k];
+      if (c == '=' && last && k >= 2) {
+        ++pad;
+        v <<= 6;
+        continue;
+      }
+      const int d = B64Value(c);
+      if (d < 0 || pad > 0) return false;  // bad character, or data after padding
+      v = (v << 6) | static_cast<std::uint32_t>(d);
+    }
+    // Non-zero bits under the padding would give a second encoding of the same bytes.
+    if ((pad == 1 && (v & 0xFF)) || (pad == 2 && (v & 0xFFFF))) return false;
+    out->push_back(static_cast<char>((v >> 16) & 0xFF));
+    if (pad < 2) out->push_back(static_cast<char>((v >> 8) & 0xFF));
+    if (pad < 1) out->push_back(static_cast<char>(v & 0xFF));
+  }
+  return true;
 }
 
 }  // namespace gpuslice

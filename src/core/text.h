@@ -20,4 +20,10 @@ bool IsValidUtf8(std::string_view s);
 std::string EscapeInvalidUtf8(std::string_view s);
 std::string ForTerminal(std::string_view s);
 
+// Standard base64 (RFC 4648 §4, with '=' padding): how bytes that are not valid UTF-8 travel
+// losslessly inside JSON (see store::BytesToJson). Decode rejects any other alphabet, bad
+// padding and non-zero trailing bits, so every byte string has exactly one encoding.
+std::string Base64Encode(std::string_view bytes);
+bool Base64Decode(std::string_view text, std::string* out);
+
 }  // namespace gpuslice

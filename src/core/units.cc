@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
+
 namespace gpuslice {
 namespace {
 
@@ -17,25 +19,38 @@ struct Decimal {
   int scale = 0;  // number of digits after the point
 };
 
+// The value as an error message may echo it: input can hold any bytes (a CLI argument, an API
+// body), and a message must stay valid UTF-8 (it ends up in JSON and on terminals).
+std::string Shown(std::string_view text) { return EscapeInvalidUtf8(text); }
+
+// The character starting at s[i] (all bytes of a UTF-8 sequence), escaped for a message.
+std::string CharAt(std::string_view s, std::size_t i) {
+  std::size_t n = 1;
+  while (n < 4 && i + n < s.size() && (static_cast<unsigned char>(s[i + n]) & 0xC0) == 0x80) ++n;
+  return EscapeInvalidUtf8(s.substr(i, n));
+}
+
 Result<Decimal> ParseDecimal(std::string_view s, std::string_view what, std::string_view whole) {
-  if (s.empty()) return InvalidArgument(fmt::format("{} '{}': missing number", what, whole));
+  if (s.empty()) return InvalidArgument(fmt::format("{} '{}': missing number", what, Shown(whole)));
   Decimal d;
   bool seen_point = false, seen_digit = false;
-  for (char c : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     if (c == '.') {
-      if (seen_point) return InvalidArgument(fmt::format("{} '{}': malformed number", what, whole));
+      if (seen_point) return InvalidArgument(fmt::format("{} '{}': malformed number", what, Shown(whole)));
       seen_point = true;
       continue;
     }
     if (!std::isdigit(static_cast<unsigned char>(c)))
-      return InvalidArgument(fmt::format("{} '{}': unexpected character '{}'", what, whole, c));
+      return InvalidArgument(
+          fmt::format("{} '{}': unexpected character '{}'", what, Shown(whole), CharAt(s, i)));
     seen_digit = true;
     if (d.mantissa > (kMax - 9) / 10 || d.scale > 12)
-      return InvalidArgument(fmt::format("{} '{}': number too large or too precise", what, whole));
+      return InvalidArgument(fmt::format("{} '{}': number too large or too precise", what, Shown(whole)));
     d.mantissa = d.mantissa * 10 + (c - '0');
     if (seen_point) ++d.scale;
   }
-  if (!seen_digit) return InvalidArgument(fmt::format("{} '{}': missing number", what, whole));
+  if (!seen_digit) return InvalidArgument(fmt::format("{} '{}': missing number", what, Shown(whole)));
   return d;
 }
 
@@ -46,7 +61,7 @@ Result<std::int64_t> Scale(const Decimal& d, std::int64_t unit, std::string_view
   __int128 div = 1;
   for (int i = 0; i < d.scale; ++i) div *= 10;
   __int128 q = (v + div / 2) / div;
-  if (q > kMax) return InvalidArgument(fmt::format("{} '{}': value overflows", what, whole));
+  if (q > kMax) return InvalidArgument(fmt::format("{} '{}': value overflows", what, Shown(whole)));
   return static_cast<std::int64_t>(q);
 }
 
@@ -58,7 +73,8 @@ std::string_view Trim(std::string_view s) {
 
 Status CheckSign(std::string_view s, std::string_view what, std::string_view whole) {
   if (s.empty()) return InvalidArgument(fmt::format("{}: empty value", what));
-  if (s.front() == '-') return InvalidArgument(fmt::format("{} '{}': must not be negative", what, whole));
+  if (s.front() == '-')
+    return InvalidArgument(fmt::format("{} '{}': must not be negative", what, Shown(whole)));
   return Status::Ok();
 }
 
@@ -72,11 +88,13 @@ Result<MilliGpu> ParseGpuAmount(std::string_view text) {
   if (milli) s.remove_suffix(1);
   GPUSLICE_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(s, kWhat, text));
   if (milli && d.scale > 0)
-    return InvalidArgument(fmt::format("{} '{}': milli-GPU must be a whole number", kWhat, text));
+    return InvalidArgument(fmt::format("{} '{}': milli-GPU must be a whole number", kWhat, Shown(text)));
   if (!milli && d.scale > 3)
-    return InvalidArgument(fmt::format("{} '{}': finer than 1/1000 of a GPU", kWhat, text));
+    return InvalidArgument(fmt::format("{} '{}': finer than 1/1000 of a GPU", kWhat, Shown(text)));
   GPUSLICE_ASSIGN_OR_RETURN(std::int64_t v, Scale(d, milli ? 1 : kOneGpu, kWhat, text));
-  if (v <= 0) return InvalidArgument(fmt::format("{} '{}': must be more than zero", kWhat, text));
+  if (v <= 0) return InvalidArgument(fmt::format("{} '{}': must be more than zero", kWhat, Shown(text)));
+  if (v > kMaxMilliGpu)
+    return InvalidArgument(fmt::format("{} '{}': more than {} GPUs", kWhat, Shown(text), kMaxMilliGpu / kOneGpu));
   return v;
 }
 
@@ -97,11 +115,14 @@ Result<Bytes> ParseBytes(std::string_view text) {
   for (const U& u : kUnits) {
     if (unit == u.name) {
       GPUSLICE_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(num, kWhat, text));
-      return Scale(d, u.mult, kWhat, text);
+      GPUSLICE_ASSIGN_OR_RETURN(Bytes b, Scale(d, u.mult, kWhat, text));
+      if (b > kMaxBytes)
+        return InvalidArgument(fmt::format("{} '{}': more than {}", kWhat, Shown(text), FormatBytes(kMaxBytes)));
+      return b;
     }
   }
-  return InvalidArgument(fmt::format(
-      "{} '{}': unknown unit '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", kWhat, text, unit));
+  return InvalidArgument(fmt::format("{} '{}': unknown unit '{}' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)",
+                                     kWhat, Shown(text), Shown(unit)));
 }
 
 Result<Micros> ParseDuration(std::string_view text) {
@@ -113,7 +134,10 @@ Result<Micros> ParseDuration(std::string_view text) {
   for (char c : s) bare = bare && (std::isdigit(static_cast<unsigned char>(c)) || c == '.');
   if (bare) {
     GPUSLICE_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(s, kWhat, text));
-    return Scale(d, kSecond, kWhat, text);
+    GPUSLICE_ASSIGN_OR_RETURN(Micros v, Scale(d, kSecond, kWhat, text));
+    if (v > kMaxDuration)
+      return InvalidArgument(fmt::format("{} '{}': longer than 100 years", kWhat, Shown(text)));
+    return v;
   }
   Micros total = 0;
   while (!s.empty()) {
@@ -133,22 +157,55 @@ Result<Micros> ParseDuration(std::string_view text) {
     else if (unit == "h") mult = kHour;
     else if (unit == "d") mult = 24 * kHour;
     else
-      return InvalidArgument(fmt::format(
-          "{} '{}': unknown unit '{}' (use us, ms, s, m, h, d)", kWhat, text, unit));
+      return InvalidArgument(fmt::format("{} '{}': unknown unit '{}' (use us, ms, s, m, h, d)", kWhat,
+                                         Shown(text), Shown(unit.empty() ? s.substr(0, 1) : unit)));
     GPUSLICE_ASSIGN_OR_RETURN(Decimal d, ParseDecimal(num, kWhat, text));
     GPUSLICE_ASSIGN_OR_RETURN(std::int64_t part, Scale(d, mult, kWhat, text));
-    if (total > kMax - part) return InvalidArgument(fmt::format("{} '{}': value overflows", kWhat, text));
+    if (part > kMaxDuration || total > kMaxDuration - part)
+      return InvalidArgument(fmt::format("{} '{}': longer than 100 years", kWhat, Shown(text)));
     total += part;
   }
   return total;
 }
 
+Result<Bytes> ParseBytesIn(std::string_view text, Bytes min, Bytes max) {
+  GPUSLICE_ASSIGN_OR_RETURN(Bytes b, ParseBytes(text));
+  if (b < min) {
+    const bool bare = !text.empty() && std::isdigit(static_cast<unsigned char>(Trim(text).back()));
+    return InvalidArgument(fmt::format("memory size '{}': {} is less than the minimum {}{}", Shown(text),
+                                       FormatBytes(b), FormatBytes(min),
+                                       bare ? fmt::format(" (a number without a unit is bytes: write {}GiB or {}MiB)",
+                                                          Shown(Trim(text)), Shown(Trim(text)))
+                                            : ""));
+  }
+  if (b > max)
+    return InvalidArgument(fmt::format("memory size '{}': more than the maximum {}", Shown(text), FormatBytes(max)));
+  return b;
+}
+
+Result<Micros> ParseDurationIn(std::string_view text, Micros min, Micros max) {
+  GPUSLICE_ASSIGN_OR_RETURN(Micros d, ParseDuration(text));
+  if (d < min)
+    return InvalidArgument(fmt::format("duration '{}': {} is less than the minimum {}", Shown(text),
+                                       FormatDuration(d), FormatDuration(min)));
+  if (d > max)
+    return InvalidArgument(
+        fmt::format("duration '{}': more than the maximum {}", Shown(text), FormatDuration(max)));
+  return d;
+}
+
+Result<Bytes> ParseJobMemory(std::string_view text) { return ParseBytesIn(text, kMinJobMemory, kMaxBytes); }
+Result<Micros> ParseTimeLimit(std::string_view text) {
+  return ParseDurationIn(text, kMinTimeLimit, kMaxDuration);
+}
+
 Result<MilliGpu> MilliGpuFromDevices(double devices, std::string_view what) {
   if (!std::isfinite(devices) || devices < 0)
     return InvalidArgument(fmt::format("{}: GPU amount {} is not a non-negative number", what, devices));
-  double m = std::llround(devices * 1000.0);
-  if (m > 1e15) return InvalidArgument(fmt::format("{}: GPU amount {} too large", what, devices));
-  return static_cast<MilliGpu>(m);
+  // Checked before rounding: llround of a value beyond int64 is undefined.
+  if (devices * 1000.0 > static_cast<double>(kMaxMilliGpu))
+    return InvalidArgument(fmt::format("{}: GPU amount {} too large", what, devices));
+  return static_cast<MilliGpu>(std::llround(devices * 1000.0));
 }
 
 std::string FormatMilliGpu(MilliGpu m) {

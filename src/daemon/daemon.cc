@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/text.h"
 #include "daemon/journal.h"
 #include "devices/fake.h"
 #include "exec/proc.h"
@@ -31,6 +32,15 @@ namespace gpuslice::daemon {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Caps on a submitted command (docs/security-input.md). Linux execve(2) refuses a single
+// string over MAX_ARG_STRLEN (128 KiB) and, with the default 8 MiB stack, more than 2 MiB of
+// argv + environment; these stay below both so that an accepted job can always start.
+constexpr std::size_t kMaxArgvCount = 4096;
+constexpr std::size_t kMaxEnvCount = 4096;
+constexpr std::size_t kMaxArgBytes = 128 * 1024;        // one argv element or NAME=value
+constexpr std::size_t kMaxCommandBytes = 1024 * 1024;   // argv + env, every string with its NUL
+constexpr std::size_t kMaxPathBytes = 4095;             // PATH_MAX less the NUL
 using store::JobRecord;
 using store::JobState;
 using store::SliceRecord;
@@ -701,21 +711,15 @@ class Daemon::Impl {
     auto mem = TextField(body, "mem");
     if (!mem) mem = TextField(body, "memory");
     if (mem) {
-      auto b = ParseBytes(*mem);
-      if (!b.ok() || *b <= 0) {
-        return InvalidArgument(fmt::format("field 'mem': value '{}': {}", *mem,
-                                           b.ok() ? "must be more than 0" : b.status().message()));
-      }
+      auto b = ParseJobMemory(*mem);
+      if (!b.ok()) return InvalidArgument(fmt::format("field 'mem': {}", b.status().message()));
       j->memory = *b;
     }
     auto t = TextField(body, "time");
     if (!t) t = TextField(body, "time_limit");
     if (t) {
-      auto d = ParseDuration(*t);
-      if (!d.ok() || *d <= 0) {
-        return InvalidArgument(fmt::format("field 'time': value '{}': {}", *t,
-                                           d.ok() ? "must be more than 0" : d.status().message()));
-      }
+      auto d = ParseTimeLimit(*t);
+      if (!d.ok()) return InvalidArgument(fmt::format("field 'time': {}", d.status().message()));
       Micros limit = queue->EffectiveLimit(0);
       if (limit > 0 && *d > limit) {
         return InvalidArgument(fmt::format("field 'time': value '{}' is longer than queue '{}' "
@@ -728,31 +732,94 @@ class Daemon::Impl {
       if (!model.ok()) return InvalidArgument(fmt::format("field 'model': value '{}': {}", *m, model.status().message()));
       j->model = (*model)->name;
     }
-    if (!body.contains("argv") || !body["argv"].is_array() || body["argv"].empty()) {
+    return ParseCommand(body, j);
+  }
+
+  // argv, cwd and env are byte strings (store::BytesFromJson: a JSON string, or {"b64": ...}
+  // for bytes that are not UTF-8): the job gets exactly these bytes. Sizes are capped here,
+  // below what execve(2) accepts, so an oversized request is refused at submit, naming the
+  // field, instead of failing at start or filling the store.
+  static Status ParseCommand(const Json& body, JobRecord* j) {
+    std::size_t total = 0;  // bytes execve copies: every string with its NUL
+    const auto argv = body.find("argv");
+    if (argv == body.end() || !argv->is_array() || argv->empty()) {
       return InvalidArgument("field 'argv': a non-empty list of strings is required (the command)");
     }
-    for (const auto& a : body["argv"]) {
-      if (!a.is_string() || a.get<std::string>().find('\0') != std::string::npos) {
-        return InvalidArgument(fmt::format("field 'argv': element {} is not a string without NUL bytes", a.dump()));
+    if (argv->size() > kMaxArgvCount) {
+      return InvalidArgument(fmt::format("field 'argv': {} elements, at most {} are allowed",
+                                         argv->size(), kMaxArgvCount));
+    }
+    for (std::size_t i = 0; i < argv->size(); ++i) {
+      auto a = store::BytesFromJson((*argv)[i], fmt::format("field 'argv': element {}", i));
+      if (!a.ok()) return a.status();
+      if (a->find('\0') != std::string::npos) {
+        return InvalidArgument(fmt::format("field 'argv': element {} ('{}') holds a NUL byte", i,
+                                           EscapeInvalidUtf8(*a)));
       }
-      j->argv.push_back(a.get<std::string>());
+      if (a->size() > kMaxArgBytes) {
+        return InvalidArgument(fmt::format("field 'argv': element {} is {} bytes, at most {} are allowed", i,
+                                           a->size(), kMaxArgBytes));
+      }
+      total += a->size() + 1;
+      j->argv.push_back(*std::move(a));
     }
     if (j->argv[0].empty()) return InvalidArgument("field 'argv': the program name is empty");
-    if (auto c = TextField(body, "cwd")) {
-      if (c->empty() || (*c)[0] != '/') {
-        return InvalidArgument(fmt::format("field 'cwd': value '{}' must be an absolute path", *c));
+    if (const auto c = body.find("cwd"); c != body.end() && !c->is_null()) {
+      auto cwd = store::BytesFromJson(*c, "field 'cwd'");
+      if (!cwd.ok()) return cwd.status();
+      if (cwd->empty() || (*cwd)[0] != '/' || cwd->find('\0') != std::string::npos ||
+          cwd->size() > kMaxPathBytes) {
+        return InvalidArgument(fmt::format("field 'cwd': value '{}' must be an absolute path without NUL "
+                                           "bytes, at most {} bytes", EscapeInvalidUtf8(*cwd), kMaxPathBytes));
       }
-      j->cwd = *c;
+      j->cwd = *std::move(cwd);
     }
-    if (body.contains("env")) {
-      if (!body["env"].is_object()) return InvalidArgument("field 'env': expected an object of strings");
-      for (const auto& [k, v] : body["env"].items()) {
-        if (!v.is_string() || k.empty() || k.find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
-            v.get<std::string>().find('\0') != std::string::npos) {
-          return InvalidArgument(fmt::format("field 'env': entry '{}' is not NAME: \"value\"", k));
-        }
-        j->env.emplace_back(k, v.get<std::string>());
+    if (const auto e = body.find("env"); e != body.end() && !e->is_null()) {
+      // An object {NAME: value} when every name is UTF-8; else a list of [name, value].
+      if (!e->is_object() && !e->is_array()) {
+        return InvalidArgument("field 'env': expected an object of strings or a list of [name, value]");
       }
+      if (e->size() > kMaxEnvCount) {
+        return InvalidArgument(fmt::format("field 'env': {} entries, at most {} are allowed", e->size(),
+                                           kMaxEnvCount));
+      }
+      std::vector<std::pair<std::string, std::string>> env;
+      if (e->is_object()) {
+        for (const auto& [k, v] : e->items()) {
+          auto value = store::BytesFromJson(v, fmt::format("field 'env': entry '{}'", k));
+          if (!value.ok()) return value.status();
+          env.emplace_back(k, *std::move(value));
+        }
+      } else {
+        for (std::size_t i = 0; i < e->size(); ++i) {
+          const Json& kv = (*e)[i];
+          if (!kv.is_array() || kv.size() != 2) {
+            return InvalidArgument(fmt::format("field 'env': element {} is not [name, value]", i));
+          }
+          auto k = store::BytesFromJson(kv[0], fmt::format("field 'env': element {} name", i));
+          if (!k.ok()) return k.status();
+          auto v = store::BytesFromJson(kv[1], fmt::format("field 'env': element {} value", i));
+          if (!v.ok()) return v.status();
+          env.emplace_back(*std::move(k), *std::move(v));
+        }
+      }
+      for (auto& [k, v] : env) {
+        if (k.empty() || k.find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
+            v.find('\0') != std::string::npos) {
+          return InvalidArgument(fmt::format("field 'env': entry '{}' is not NAME: \"value\" (a name without "
+                                             "'=' and NUL, a value without NUL)", EscapeInvalidUtf8(k)));
+        }
+        if (k.size() + 1 + v.size() > kMaxArgBytes) {
+          return InvalidArgument(fmt::format("field 'env': entry '{}' is {} bytes, at most {} are allowed",
+                                             EscapeInvalidUtf8(k), k.size() + 1 + v.size(), kMaxArgBytes));
+        }
+        total += k.size() + v.size() + 2;
+        j->env.emplace_back(std::move(k), std::move(v));
+      }
+    }
+    if (total > kMaxCommandBytes) {
+      return InvalidArgument(fmt::format("fields 'argv' and 'env': {} bytes together, at most {} are allowed",
+                                         total, kMaxCommandBytes));
     }
     return Status::Ok();
   }
@@ -789,7 +856,8 @@ class Daemon::Impl {
   static Json SliceJson(const SliceRecord& s) { return store::SliceToJson(s); }
 
   void AddEvent(store::WriteBatch& b, JobId job, std::string type, std::string message) {
-    b.events.push_back({0, Now(), job, std::move(type), std::move(message)});
+    // A message may quote a user's bytes (a path, a name); events are served as JSON text.
+    b.events.push_back({0, Now(), job, std::move(type), EscapeInvalidUtf8(message)});
   }
 
   // Feeds one event to the scheduler and turns its decisions into records and actions.

@@ -1,6 +1,7 @@
 #include "sched/config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include "core/text.h"
 #include "sched/placement/placement.h"
 
 namespace gpuslice::sched {
@@ -149,8 +151,13 @@ class TableReader {
 auto DurationParser() {
   return [](const std::string& t) { return ParseDuration(t); };
 }
-auto BytesParser() {
-  return [](const std::string& t) { return ParseBytes(t); };
+// A queue's default memory and its time limits obey the same bounds as a job's request
+// (core/units.h), so a config cannot set what a submit could not ask for.
+auto JobMemoryParser() {
+  return [](const std::string& t) { return ParseJobMemory(t); };
+}
+auto TimeLimitParser() {
+  return [](const std::string& t) { return ParseTimeLimit(t); };
 }
 auto GpuParser() {
   return [](const std::string& t) { return ParseGpuAmount(t); };
@@ -207,11 +214,11 @@ Status ReadQueue(TableReader& r, QueueConfig& q) {
   if (!has_kinds && has_default_kind && !q.Allows(q.default_kind)) q.allowed_kinds.push_back(q.default_kind);
 
   GPUSLICE_RETURN_IF_ERROR(r.Unit("default_gpu", GpuParser(), false, q.default_milli));
-  GPUSLICE_RETURN_IF_ERROR(r.Unit("default_memory", BytesParser(), true, q.default_memory));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("default_memory", JobMemoryParser(), true, q.default_memory));
   GPUSLICE_RETURN_IF_ERROR(r.Int("default_gpus", 1, 1024, q.default_gpus));
   GPUSLICE_RETURN_IF_ERROR(r.Int("priority", -1000000, 1000000, q.priority));
-  GPUSLICE_RETURN_IF_ERROR(r.Unit("time_limit", DurationParser(), true, q.time_limit));
-  GPUSLICE_RETURN_IF_ERROR(r.Unit("max_duration", DurationParser(), true, q.max_duration));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("time_limit", TimeLimitParser(), true, q.time_limit));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("max_duration", TimeLimitParser(), true, q.max_duration));
   GPUSLICE_RETURN_IF_ERROR(r.Unit("warn_before", DurationParser(), true, q.warn_before));
   GPUSLICE_RETURN_IF_ERROR(r.Unit("user_max_gpu", GpuParser(), true, q.user_max_milli));
   GPUSLICE_RETURN_IF_ERROR(r.Int("user_max_jobs", 0, 1000000, q.user_max_jobs));
@@ -426,11 +433,27 @@ Result<Config> ParseConfig(std::string_view toml_text, std::string_view file_nam
 }
 
 Result<Config> LoadConfigFile(const std::string& path) {
+  // An ifstream "opens" a directory and reads nothing from it, which parsed as an empty file:
+  // the built-in queues, silently. Only a regular file of sane size is a config.
+  constexpr std::uintmax_t kMaxConfigBytes = 16 * 1024 * 1024;
+  const std::string shown = EscapeInvalidUtf8(path);
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st))
+    return NotFound(fmt::format("config file '{}': cannot be opened: {}", shown,
+                                ec ? ec.message() : "no such file"));
+  if (std::filesystem::is_directory(st))
+    return InvalidArgument(fmt::format("config file '{}': is a directory, not a TOML file", shown));
+  if (!std::filesystem::is_regular_file(st))
+    return InvalidArgument(fmt::format("config file '{}': is not a regular file", shown));
+  if (std::filesystem::file_size(path, ec) > kMaxConfigBytes || ec)
+    return InvalidArgument(fmt::format("config file '{}': larger than 16MiB or unreadable", shown));
   std::ifstream in(path);
-  if (!in) return NotFound(fmt::format("config file '{}': cannot be opened", path));
+  if (!in) return NotFound(fmt::format("config file '{}': cannot be opened", shown));
   std::stringstream ss;
   ss << in.rdbuf();
-  return ParseConfig(ss.str(), path);
+  if (in.bad()) return InvalidArgument(fmt::format("config file '{}': read error", shown));
+  return ParseConfig(ss.str(), shown);
 }
 
 }  // namespace gpuslice::sched

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
+
 namespace gpuslice::sim {
 
 void SkippedRows::Add(const Status& s) {
@@ -94,11 +96,12 @@ bool CsvTable::Next() {
 }
 
 Status CsvTable::Error(std::string_view column, std::string_view value, std::string_view why) const {
-  return InvalidArgument(fmt::format("{}:{}: column '{}': value '{}' {}", path_, line_no_, column, value, why));
+  return InvalidArgument(fmt::format("{}:{}: column '{}': value '{}' {}", EscapeInvalidUtf8(path_), line_no_, column,
+                                     EscapeInvalidUtf8(value), why));
 }
 
 Status CsvTable::RowError(std::string_view why) const {
-  return InvalidArgument(fmt::format("{}:{}: {}", path_, line_no_, why));
+  return InvalidArgument(fmt::format("{}:{}: {}", EscapeInvalidUtf8(path_), line_no_, why));
 }
 
 Result<std::string_view> CsvTable::Field(std::string_view column) const {

@@ -11,8 +11,15 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/units.h"
 
 namespace gpuslice::sim {
+
+// No trace time (a submit, a creation or deletion time, a duration, or submit + duration) may
+// exceed 10 years: a replay's work grows with simulated time (a busy slice in an idle-policed
+// queue is sampled once per idle window), and larger values overflowed the microsecond
+// arithmetic into negative GPU-hours. Real traces span weeks to months.
+inline constexpr Micros kMaxTraceTime = 10LL * 365 * 24 * kHour;
 
 // What a reader does with a bad row: stop with its error, or count it and go on.
 struct ReadOptions {

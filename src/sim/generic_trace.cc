@@ -18,10 +18,13 @@ Result<Micros> Seconds(const CsvTable& t, std::string_view column) {
   auto d = t.Double(column);
   if (d.ok()) {
     if (*d < 0) return t.Error(column, v, "is negative");
+    // Checked before rounding: llround beyond int64 is undefined (it gave negative times).
+    if (*d > static_cast<double>(kMaxTraceTime / kSecond)) return t.Error(column, v, "is more than 10 years");
     return static_cast<Micros>(std::llround(*d * kSecond));
   }
   auto p = ParseDuration(v);
   if (!p.ok()) return t.Error(column, v, "is not seconds or a duration like 90s, 1h30m");
+  if (*p > kMaxTraceTime) return t.Error(column, v, "is more than 10 years");
   return *p;
 }
 
@@ -35,6 +38,10 @@ Result<ReplayJob> ParseJob(const CsvTable& t, std::int64_t row) {
   j.where = fmt::format("{}:{}", t.path(), t.line());
   GPUSLICE_ASSIGN_OR_RETURN(j.submit, Seconds(t, "submit"));
   GPUSLICE_ASSIGN_OR_RETURN(j.duration, Seconds(t, "duration"));
+  if (j.submit + j.duration > kMaxTraceTime) {
+    GPUSLICE_ASSIGN_OR_RETURN(std::string_view d, t.Field("duration"));
+    return t.Error("duration", d, "ends more than 10 years after time 0 (submit + duration)");
+  }
   if (t.Has("queue")) {
     GPUSLICE_ASSIGN_OR_RETURN(std::string_view q, t.Field("queue"));
     j.queue = std::string(q);  // empty: the config's default queue
@@ -72,6 +79,7 @@ Result<ReplayJob> ParseJob(const CsvTable& t, std::int64_t row) {
     if (!cpu.empty()) {
       GPUSLICE_ASSIGN_OR_RETURN(double c, t.Double("cpu"));
       if (c < 0) return t.Error("cpu", cpu, "is negative");
+      if (c > 1e9) return t.Error("cpu", cpu, "is more than a billion CPUs");
       j.request.cpu_milli = static_cast<std::int64_t>(std::llround(c * 1000));
     }
   }

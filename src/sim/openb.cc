@@ -8,7 +8,7 @@ namespace gpuslice::sim {
 namespace {
 
 constexpr std::int64_t kMaxInt = std::numeric_limits<std::int32_t>::max();
-constexpr std::int64_t kMaxTime = std::int64_t{1} << 40;
+constexpr std::int64_t kMaxTime = kMaxTraceTime / kSecond;  // seconds
 
 Result<TraceNode> ParseNode(const CsvTable& t) {
   TraceNode n;

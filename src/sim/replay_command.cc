@@ -6,16 +6,23 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
 #include "core/units.h"
 #include "sim/generic_trace.h"
 #include "sim/output.h"
 
 namespace gpuslice::sim {
 
-Result<Cluster> ParseClusterSpec(std::string_view spec) {
+namespace {
+constexpr std::int64_t kMaxClusterGpus = 1'000'000;
+}  // namespace
+
+Result<Cluster> ParseClusterSpec(std::string_view spec_raw) {
+  const std::string spec_shown = EscapeInvalidUtf8(spec_raw);
+  const std::string_view spec = spec_raw;
   auto bad = [&](std::string_view why) {
     return InvalidArgument(fmt::format("--cluster '{}': {} (expected NODESxGPUS[:MODEL[:CPUS[:MEMORY]]], e.g. 1250x8)",
-                                       spec, why));
+                                       spec_shown, why));
   };
   std::vector<std::string_view> parts;
   for (std::string_view rest = spec;;) {
@@ -34,17 +41,21 @@ Result<Cluster> ParseClusterSpec(std::string_view spec) {
   if (!num(parts[0].substr(0, x), nodes) || !num(parts[0].substr(x + 1), gpus) || gpus > 64 || nodes > 10'000'000) {
     return bad("node and GPU counts must be positive integers (at most 64 GPUs a node)");
   }
+  // The simulated cluster is held in memory, device by device.
+  if (static_cast<std::int64_t>(nodes) * gpus > kMaxClusterGpus) {
+    return bad(fmt::format("{} GPUs in all, at most {}", static_cast<std::int64_t>(nodes) * gpus, kMaxClusterGpus));
+  }
   const std::string model = parts.size() > 1 && !parts[1].empty() ? std::string(parts[1]) : "GPU";
   std::int64_t cpus = 128;
   if (parts.size() > 2) {
     int c = 0;
-    if (!num(parts[2], c)) return bad("CPUS must be a positive integer");
+    if (!num(parts[2], c) || c > 1'000'000) return bad("CPUS must be a positive integer (at most 1000000)");
     cpus = c;
   }
   Bytes memory = 1024 * kGiB;
   if (parts.size() > 3) {
     auto m = ParseBytes(parts[3]);
-    if (!m.ok()) return bad("MEMORY must be a size like 1TiB");
+    if (!m.ok() || *m <= 0) return bad("MEMORY must be a size like 1TiB");
     memory = *m;
   }
   if (parts.size() > 4) return bad("too many fields");

@@ -99,8 +99,8 @@ Status RunSlurmPs(const PsFlags& f, std::ostream& out) {
 Status RunSlurmAgent(const AgentFlags& f, std::ostream& err) {
   SlurmAgentOptions o;
   GPUSLICE_ASSIGN_OR_RETURN(o.policy, LoadPolicy(f.policy));
-  auto interval = ParseDuration(f.interval);
-  if (!interval.ok() || *interval <= 0)
+  auto interval = ParseDurationIn(f.interval, 100 * kMillisecond, 24 * kHour);  // 0 would busy-loop
+  if (!interval.ok())
     return InvalidArgument(fmt::format("--interval = '{}': expected a duration such as 15s", f.interval));
   o.interval = *interval;
   o.slurm = f.slurm;

@@ -7,6 +7,8 @@
 
 #include "store/codec.h"
 
+#include "core/text.h"
+
 namespace gpuslice::store {
 namespace {
 constexpr std::array<std::pair<JobState, std::string_view>, 11> kStateNames{{
@@ -58,6 +60,40 @@ JobRecord PrivateCopy(const JobRecord& j) {
   return out;
 }
 
+nlohmann::json BytesToJson(std::string_view bytes) {
+  if (IsValidUtf8(bytes)) return std::string(bytes);
+  return {{"b64", Base64Encode(bytes)}};
+}
+
+Result<std::string> BytesFromJson(const nlohmann::json& j, std::string_view what) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_object() && j.size() == 1 && j.contains("b64") && j["b64"].is_string()) {
+    std::string out;
+    if (Base64Decode(j["b64"].get_ref<const std::string&>(), &out)) return out;
+    return InvalidArgument(fmt::format("{}: 'b64' is not valid base64", what));
+  }
+  return InvalidArgument(fmt::format("{}: expected a string or {{\"b64\": \"...\"}}", what));
+}
+
+namespace {
+nlohmann::json BytesListToJson(const std::vector<std::string>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const std::string& s : v) a.push_back(BytesToJson(s));
+  return a;
+}
+nlohmann::json EnvToJson(const std::vector<std::pair<std::string, std::string>>& env) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& [k, v] : env) a.push_back(nlohmann::json::array({BytesToJson(k), BytesToJson(v)}));
+  return a;
+}
+// Throws nlohmann::json::exception on a malformed value, like the .get<>() calls around it.
+std::string DecodeBytes(const nlohmann::json& j, const char* what) {
+  auto r = BytesFromJson(j, what);
+  if (!r.ok()) throw nlohmann::json::other_error::create(501, r.status().message(), &j);
+  return *std::move(r);
+}
+}  // namespace
+
 nlohmann::json JobToJson(const JobRecord& j) {
   nlohmann::json o = {
       {"id", j.id.value()},         {"user", j.user},
@@ -65,17 +101,18 @@ nlohmann::json JobToJson(const JobRecord& j) {
       {"queue", j.queue},           {"kind", j.kind},
       {"gpus", j.gpus},             {"milli", j.milli},
       {"memory", j.memory},         {"time_limit_us", j.time_limit},
-      {"model", j.model},           {"argv", j.argv},
-      {"cwd", j.cwd},               {"env", j.env},
+      {"model", j.model},           {"argv", BytesListToJson(j.argv)},
+      {"cwd", BytesToJson(j.cwd)},  {"env", EnvToJson(j.env)},
       {"state", JobStateName(j.state)},
-      {"reason", j.reason},         {"warning", j.warning},
+      // Texts the daemon composed; they may quote a user's bytes, and JSON cannot hold those.
+      {"reason", EscapeInvalidUtf8(j.reason)}, {"warning", EscapeInvalidUtf8(j.warning)},
       {"warn_deadline_us", j.warn_deadline},
       {"submit_time_us", j.submit_time},
       {"start_time_us", j.start_time},
       {"end_time_us", j.end_time},  {"deadline_us", j.deadline},
       {"slice", j.slice.value()},   {"pid", j.pid},
       {"pid_start_ticks", j.pid_start_ticks},
-      {"log_path", j.log_path},
+      {"log_path", BytesToJson(j.log_path)},
   };
   o["exit_code"] = j.exit_code ? nlohmann::json(*j.exit_code) : nlohmann::json(nullptr);
   o["exit_signal"] = j.exit_signal ? nlohmann::json(*j.exit_signal) : nlohmann::json(nullptr);
@@ -96,9 +133,12 @@ Result<JobRecord> JobFromJson(const nlohmann::json& o) {
     j.memory = o.at("memory").get<Bytes>();
     j.time_limit = o.at("time_limit_us").get<Micros>();
     j.model = o.at("model").get<std::string>();
-    j.argv = o.at("argv").get<std::vector<std::string>>();
-    j.cwd = o.at("cwd").get<std::string>();
-    j.env = o.at("env").get<std::vector<std::pair<std::string, std::string>>>();
+    for (const auto& a : o.at("argv")) j.argv.push_back(DecodeBytes(a, "argv"));
+    j.cwd = DecodeBytes(o.at("cwd"), "cwd");
+    for (const auto& kv : o.at("env")) {
+      if (!kv.is_array() || kv.size() != 2) throw nlohmann::json::other_error::create(501, "env: not [name, value]", &kv);
+      j.env.emplace_back(DecodeBytes(kv[0], "env name"), DecodeBytes(kv[1], "env value"));
+    }
     GPUSLICE_ASSIGN_OR_RETURN(j.state, ParseJobState(o.at("state").get<std::string>()));
     j.reason = o.at("reason").get<std::string>();
     j.warning = o.at("warning").get<std::string>();
@@ -110,7 +150,7 @@ Result<JobRecord> JobFromJson(const nlohmann::json& o) {
     j.slice = SliceId(o.at("slice").get<std::uint64_t>());
     j.pid = o.at("pid").get<int>();
     j.pid_start_ticks = o.at("pid_start_ticks").get<std::uint64_t>();
-    j.log_path = o.at("log_path").get<std::string>();
+    j.log_path = DecodeBytes(o.at("log_path"), "log_path");
     if (!o.at("exit_code").is_null()) j.exit_code = o.at("exit_code").get<int>();
     if (!o.at("exit_signal").is_null()) j.exit_signal = o.at("exit_signal").get<int>();
     return j;

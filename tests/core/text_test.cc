@@ -43,5 +43,26 @@ TEST(ForTerminal, NeutralisesEveryControlCharacter) {
   }
 }
 
+TEST(Base64, RoundTripsEveryLengthAndAllByteValues) {
+  std::string all;
+  for (int c = 0; c < 256; ++c) all += static_cast<char>(c);
+  for (std::size_t n = 0; n <= all.size(); n += (n < 8 ? 1 : 37)) {
+    const std::string in = all.substr(0, n);
+    std::string out;
+    ASSERT_TRUE(Base64Decode(Base64Encode(in), &out)) << n;
+    EXPECT_EQ(out, in) << n;
+  }
+  EXPECT_EQ(Base64Encode("\xff"), "/w==");
+  EXPECT_EQ(Base64Encode("foobar"), "Zm9vYmFy");
+}
+
+TEST(Base64, RejectsMalformedText) {
+  std::string out;
+  for (const char* bad : {"a", "abc", "ab=c", "a===", "====", "ab\n=", "Zm9v!mFy", "/x==",
+                          "Zm9=YmFy"}) {
+    EXPECT_FALSE(Base64Decode(bad, &out)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice

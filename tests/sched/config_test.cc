@@ -161,13 +161,42 @@ INSTANTIATE_TEST_SUITE_P(
                   "default_queue = 'interactive': no such queue"},
         BadConfig{"zero idle window", "[queues.interactive.idle]\nwindow = \"0s\"\n",
                   "queues.interactive.idle.window = 0: must be more than zero"},
-        BadConfig{"syntax error", "[queues.interactive\n", "gpuslice.toml:1:"}),
+        BadConfig{"syntax error", "[queues.interactive\n", "gpuslice.toml:1:"},
+        // Numeric classes a hostile or careless config comes in (docs/security-input.md).
+        BadConfig{"time limit below a second", "[queues.interactive]\ntime_limit = \"1ms\"\n",
+                  "queues.interactive.time_limit = '1ms': duration '1ms': 1ms is less than the minimum 1s"},
+        BadConfig{"max duration over 100 years", "[queues.training]\nmax_duration = \"36501d\"\n",
+                  "queues.training.max_duration = '36501d': duration '36501d': longer than 100 years"},
+        BadConfig{"nan time limit", "[queues.interactive]\ntime_limit = nan\n", "queues.interactive.time_limit = nan"},
+        BadConfig{"inf default gpu", "[queues.interactive]\ndefault_gpu = inf\n", "queues.interactive.default_gpu = inf"},
+        BadConfig{"bare-number memory of bytes", "[queues.inference]\ndefault_memory = 10\n",
+                  "queues.inference.default_memory = 10: memory size '10': 10B is less than the minimum 1MiB"},
+        BadConfig{"memory beyond a PiB", "[queues.inference]\ndefault_memory = \"2048TiB\"\n",
+                  "queues.inference.default_memory = '2048TiB': memory size '2048TiB': more than 1024TiB"},
+        BadConfig{"overflowing gpu cap", "[queues.interactive]\nuser_max_gpu = \"99999999999999999999\"\n",
+                  "queues.interactive.user_max_gpu = '99999999999999999999': GPU amount"},
+        BadConfig{"huge integer count", "[queues.training]\ndefault_gpus = 9223372036854775807\n",
+                  "queues.training.default_gpus = 9223372036854775807: must be between 1 and 1024"}),
     [](const ::testing::TestParamInfo<BadConfig>& info) {
       std::string n = info.param.what;
       for (char& ch : n)
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
       return n;
     });
+
+TEST(ConfigFile, ADirectoryIsAnErrorNamingThePathNotTheBuiltInQueues) {
+  const std::string dir = ::testing::TempDir();
+  auto c = LoadConfigFile(dir);
+  ASSERT_FALSE(c.ok()) << "a directory loaded as a config";
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("'" + dir + "': is a directory"));
+  auto missing = LoadConfigFile(dir + "/no-such.toml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  auto dev = LoadConfigFile("/dev/null");
+  ASSERT_FALSE(dev.ok()) << "a character device loaded as a config";
+  EXPECT_THAT(dev.status().message(), HasSubstr("not a regular file"));
+}
 
 TEST(ConfigTest, EffectiveLimitIsTheSmallestSetOne) {
   QueueConfig q;
