@@ -138,6 +138,7 @@ class Daemon::Impl {
     std::vector<JobId> terminate;                          // SIGTERM the group
     std::vector<std::pair<JobId, std::string>> log_lines;  // appended to the job's log
     std::vector<sched::ReconfigureMig> reconfigure;
+    std::vector<JobId> forget_status;  // ended jobs: their status file has served
   };
 
   Status Start() {
@@ -146,6 +147,7 @@ class Daemon::Impl {
     GPUSLICE_RETURN_IF_ERROR(InitSeed());
     sched_ = std::make_unique<sched::Scheduler>(config_, seed_);
     fs::create_directories(fs::path(opt_.state_dir) / "logs");
+    GPUSLICE_RETURN_IF_ERROR(MakeStatusDir());
 
     // 1. Rebuild the scheduler exactly as it was.
     GPUSLICE_ASSIGN_OR_RETURN(auto journal, store_->ReadJournal());
@@ -191,32 +193,27 @@ class Daemon::Impl {
           break;
         case JobState::kRunning:
         case JobState::kStopping: {
-          exec::ProcessHandle h{j.pid, j.pid_start_ticks, true};
+          exec::ProcessHandle h{j.pid, j.pid_start_ticks, true, StatusPath(id)};
+          Proc p;
+          p.handle = h;
+          p.slice = j.slice;
+          if (auto s = slices_.find(j.slice); s != slices_.end()) p.devices = s->second.devices;
+          if (j.state == JobState::kStopping) {
+            p.stopping = true;
+            p.final_state = StoppingFinal(j);
+            p.final_reason = j.reason;
+          }
           if (j.pid > 0 && launcher_->StillAlive(h)) {
-            Proc p;
-            p.handle = h;
-            p.slice = j.slice;
-            if (auto s = slices_.find(j.slice); s != slices_.end()) p.devices = s->second.devices;
-            if (j.state == JobState::kStopping) {
-              p.stopping = true;
-              p.final_state = StoppingFinal(j);
-              p.final_reason = j.reason;
-              act.terminate.push_back(id);
-            }
+            if (p.stopping) act.terminate.push_back(id);
             procs_[id] = std::move(p);
             AddEvent(batch, id, "adopt", fmt::format("job {} re-adopted after restart (pid {})",
                                                      id.value(), j.pid));
           } else {
-            bool was_stopping = j.state == JobState::kStopping;
-            JobState final = was_stopping ? StoppingFinal(j) : JobState::kLost;
-            j.state = final;
-            j.end_time = now;
-            if (!was_stopping) j.reason = "processes gone while the daemon was down";
-            ReleaseSlice(j, batch);
-            batch.jobs.push_back(j);
-            AddEvent(batch, id, was_stopping ? "stopped" : "lost",
-                     fmt::format("job {} {}: {}", id.value(), store::JobStateName(final), j.reason));
-            if (!was_stopping) Feed(sched::Finish{now, id}, batch, act);
+            // Ended while the daemon was down: its stub recorded how (or, killed, nothing).
+            std::optional<exec::ExitInfo> e;
+            if (j.pid > 0) e = launcher_->Poll(h);
+            p.leader_exit = e.value_or(exec::ExitInfo{});
+            EndJob(id, std::move(p), now, batch, act);
           }
           break;
         }
@@ -234,6 +231,7 @@ class Daemon::Impl {
       }
     }
     GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
+    ForgetStaleStatusFiles();
     LaunchReady();
     return Status::Ok();
   }
@@ -896,6 +894,33 @@ class Daemon::Impl {
 
   static std::string SliceKey(SliceId id) { return fmt::format("slice-{}", id.value()); }
 
+  // Where each job's exec stub records its exit status (exec/launcher.h, "Results"): only the
+  // daemon's user (root) may write or read it, so a job cannot forge its own result.
+  std::string StatusDir() const { return (fs::absolute(opt_.state_dir) / "status").string(); }
+  std::string StatusPath(JobId id) const {
+    return fmt::format("{}/{}.exit", StatusDir(), id.value());
+  }
+  Status MakeStatusDir() const {
+    std::error_code ec;
+    fs::create_directories(StatusDir(), ec);
+    if (!ec) fs::permissions(StatusDir(), fs::perms::owner_all, ec);
+    if (ec) return Internal(fmt::format("status directory '{}': {}", StatusDir(), ec.message()));
+    return Status::Ok();
+  }
+  // Status files of ended jobs left by a crash between the end's commit and their removal.
+  void ForgetStaleStatusFiles() {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(StatusDir(), ec)) {
+      const std::string name = e.path().filename().string();
+      const std::uint64_t id = std::strtoull(name.c_str(), nullptr, 10);
+      auto j = jobs_.find(JobId(id));
+      if (j == jobs_.end() || store::IsTerminal(j->second.state) ||
+          (name.find(".tmp") != std::string::npos && !procs_.contains(JobId(id)))) {
+        fs::remove(e.path(), ec);
+      }
+    }
+  }
+
   // Commits; then performs the side effects. A failed commit is fatal for the process: the
   // in-memory scheduler is ahead of the store, and only a restart (replaying the store)
   // makes them agree again.
@@ -934,6 +959,10 @@ class Daemon::Impl {
         if (p->second.term_sent == 0) p->second.term_sent = Now();
       }
       for (const auto& [id, line] : act.log_lines) AppendLog(id, line);
+      for (JobId id : act.forget_status) {
+        std::error_code ec;
+        fs::remove(StatusPath(id), ec);  // a leftover is harmless: it names another run's pid
+      }
       auto reconf = std::move(act.reconfigure);
       act = Actions{};
       for (const auto& r : reconf) ApplyMig(r, batch, act);
@@ -1134,7 +1163,10 @@ class Daemon::Impl {
       spec.gid = j.gid;
       spec.user = j.user;
       spec.log_path = j.log_path;
+      spec.status_path = StatusPath(j.id);
       spec.cgroup_parent = opt_.cgroup_parent;
+      std::error_code ec;
+      fs::remove(spec.status_path, ec);  // an earlier run's (preempted, requeued)
       {
         std::ofstream log(j.log_path, std::ios::app);
         log << fmt::format("gpuslice: job {} starting on slice {} ({}; CUDA_VISIBLE_DEVICES={}){}\n",
@@ -1218,39 +1250,49 @@ class Daemon::Impl {
     for (JobId id : gone) {
       Proc p = std::move(procs_.at(id));
       procs_.erase(id);
-      JobRecord& j = jobs_.at(id);
-      j.exit_code = p.leader_exit->exit_code;
-      j.exit_signal = p.leader_exit->signal;
-      if (p.stopping) {
-        // The scheduler freed the slice when it decided; the store frees it now.
-        if (j.state == JobState::kStopping) {
-          j.state = p.final_state;
-          if (p.final_state != JobState::kPending) j.end_time = now;
-        }
-        ReleaseSliceById(p.slice, b);
-        b.jobs.push_back(j);
-        AddEvent(b, id, "end", fmt::format("job {} {}: {}", id.value(),
-                                           store::JobStateName(p.final_state), p.final_reason));
-        continue;
-      }
-      if (p.handle.adopted && !j.exit_code && !j.exit_signal) {
-        j.state = JobState::kSucceeded;
-        j.reason = "re-adopted job ended (exit status unknown)";
-      } else if (j.exit_code && *j.exit_code == 0) {
-        j.state = JobState::kSucceeded;
-        j.reason.clear();
-      } else {
-        j.state = JobState::kFailed;
-        j.reason = j.exit_signal ? fmt::format("killed by signal {}", *j.exit_signal)
-                                 : fmt::format("exit code {}", j.exit_code.value_or(-1));
-      }
-      j.end_time = now;
-      ReleaseSlice(j, b);
-      b.jobs.push_back(j);
-      AddEvent(b, id, "exit", fmt::format("job {} {}{}", id.value(), store::JobStateName(j.state),
-                                          j.reason.empty() ? "" : ": " + j.reason));
-      Feed(sched::Finish{now, id}, b, act);
+      EndJob(id, std::move(p), now, b, act);
     }
+  }
+
+  // Records the end of a job whose processes are all gone, with the result its exec stub
+  // recorded (p.leader_exit). An unrecorded result stays unknown: a job that was not being
+  // stopped is then `lost`, never `succeeded`.
+  void EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Actions& act) {
+    JobRecord& j = jobs_.at(id);
+    j.exit_code = p.leader_exit->exit_code;
+    j.exit_signal = p.leader_exit->signal;
+    act.forget_status.push_back(id);
+    if (p.stopping) {
+      // The scheduler freed the slice when it decided; the store frees it now.
+      if (j.state == JobState::kStopping) {
+        j.state = p.final_state;
+        if (p.final_state != JobState::kPending) j.end_time = now;
+      }
+      ReleaseSliceById(p.slice, b);
+      b.jobs.push_back(j);
+      AddEvent(b, id, "end", fmt::format("job {} {}: {}", id.value(),
+                                         store::JobStateName(p.final_state), p.final_reason));
+      return;
+    }
+    if (!j.exit_code && !j.exit_signal) {
+      j.state = JobState::kLost;
+      j.reason = fmt::format(
+          "exit status unknown: its exec stub (pid {}) ended without recording it{}", j.pid,
+          p.handle.adopted ? " (while the daemon was down or since its restart)" : "");
+    } else if (j.exit_code && *j.exit_code == 0) {
+      j.state = JobState::kSucceeded;
+      j.reason.clear();
+    } else {
+      j.state = JobState::kFailed;
+      j.reason = j.exit_signal ? fmt::format("killed by signal {}", *j.exit_signal)
+                               : fmt::format("exit code {}", j.exit_code.value_or(-1));
+    }
+    j.end_time = now;
+    ReleaseSlice(j, b);
+    b.jobs.push_back(j);
+    AddEvent(b, id, "exit", fmt::format("job {} {}{}", id.value(), store::JobStateName(j.state),
+                                        j.reason.empty() ? "" : ": " + j.reason));
+    Feed(sched::Finish{now, id}, b, act);
   }
 
   void ReleaseSliceById(SliceId sid, store::WriteBatch& b) {

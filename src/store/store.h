@@ -33,7 +33,8 @@ enum class JobState {
   kCancelled,
   kTimedOut,
   kReclaimed,  // idle reclaim
-  kLost,       // its processes vanished while the daemon was down
+  kLost,       // result unknown: it ended and no exit status was recorded (its exec stub was
+               // killed), or its processes vanished while the daemon was down
   kRejected,   // can never run as asked
 };
 std::string_view JobStateName(JobState s);
@@ -68,7 +69,7 @@ struct JobRecord {
   SliceId slice;
   int pid = 0;               // process-group leader; 0 before start
   std::uint64_t pid_start_ticks = 0;  // /proc/<pid>/stat starttime: tells a reused pid apart
-  std::optional<int> exit_code;       // unknown for adopted jobs
+  std::optional<int> exit_code;       // as the exec stub recorded it; unset: unknown
   std::optional<int> exit_signal;
   std::string log_path;
 

@@ -224,7 +224,7 @@ TEST_F(DaemonTest, NulBytesInCommandOrEnvironmentAreRefusedAtSubmit) {
   EXPECT_TRUE(launcher_.launches().empty());
 }
 
-TEST_F(DaemonTest, RestartReadoptsLiveJobsMarksGoneOnesLostAndStartsNothingTwice) {
+TEST_F(DaemonTest, RestartReadoptsLiveJobsRecordsEndedOnesAndStartsNothingTwice) {
   std::uint64_t live, gone, waiting;
   {
     auto d = NewDaemon();
@@ -232,17 +232,42 @@ TEST_F(DaemonTest, RestartReadoptsLiveJobsMarksGoneOnesLostAndStartsNothingTwice
     gone = Submit(*d, {{"queue", "training"}, {"gpus", 2}});
     waiting = Submit(*d, {{"queue", "training"}, {"gpus", 1}});  // no device left
     EXPECT_EQ(State(*d, waiting), "pending");
-    launcher_.Exit(Pid(*d, gone), 0);  // ends while the daemon is "down"
+    launcher_.Exit(Pid(*d, gone), 3);  // ends while the daemon is "down"
   }  // the daemon vanishes without a word (as with kill -9)
   now_ += 5 * kSecond;
   auto d = NewDaemon();
   EXPECT_EQ(State(*d, live), "running");
-  EXPECT_EQ(State(*d, gone), "lost");
-  // The lost job's devices went back; the waiting job took them.
+  // What its exec stub recorded, not "lost" and not "succeeded".
+  EXPECT_EQ(State(*d, gone), "failed");
+  EXPECT_EQ((*d->GetJob(JobId(gone)))["job"]["exit_code"], 3);
+  // The ended job's devices went back; the waiting job took them.
   EXPECT_EQ(State(*d, waiting), "running");
   EXPECT_EQ(launcher_.launches().size(), 3u) << "live job not started again";
   EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
   EXPECT_EQ(d->Slices()["slices"].size(), 2u);
+}
+
+// No recorded result (the stub was killed): unknown, so `lost` with no exit code, never
+// `succeeded`; while the daemon runs and across a restart alike.
+TEST_F(DaemonTest, UnrecordedResultIsLostNeverSucceeded) {
+  std::uint64_t running, down;
+  {
+    auto d = NewDaemon();
+    running = Submit(*d, {{"queue", "training"}, {"gpus", 1}});
+    down = Submit(*d, {{"queue", "training"}, {"gpus", 1}});
+    launcher_.Vanish(Pid(*d, running));
+    d->Step();
+    EXPECT_EQ(State(*d, running), "lost");
+    EXPECT_TRUE((*d->GetJob(JobId(running)))["job"]["exit_code"].is_null());
+    launcher_.Vanish(Pid(*d, down));
+  }
+  auto d = NewDaemon();
+  EXPECT_EQ(State(*d, down), "lost");
+  EXPECT_TRUE((*d->GetJob(JobId(down)))["job"]["exit_code"].is_null());
+  EXPECT_NE((*d->GetJob(JobId(down)))["job"]["reason"].get<std::string>().find("unknown"),
+            std::string::npos);
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
 }
 
 }  // namespace
