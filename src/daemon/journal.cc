@@ -1,5 +1,8 @@
 #include "daemon/journal.h"
 
+#include <limits>
+#include <set>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -141,6 +144,163 @@ bool CanChangeState(const sched::Event& e) {
     return false;
   }
   return true;
+}
+
+void JournalCompactor::Observe(const sched::Event& e, const std::vector<sched::Decision>& decisions,
+                               const sched::Scheduler& after) {
+  const std::size_t index = kinds_.size();
+  times_.push_back(sched::EventTime(e));
+  if (const auto* s = std::get_if<sched::Sample>(&e)) {
+    kinds_.push_back(Kind::kSample);
+    for (const auto& x : s->slices) {
+      Part part{x.slice, false, false};
+      auto v = after.slices().find(x.slice);
+      if (v != after.slices().end()) {
+        part.alive = true;
+        auto j = after.jobs().find(v->second.job);
+        const sched::QueueConfig* q =
+            j == after.jobs().end() ? nullptr : after.config().FindQueue(j->second.queue);
+        // Unknown queue: counted as not active, so this part is never what covers others.
+        part.active = q != nullptr && sched::SampleShowsActivity(q->idle, x);
+      }
+      parts_.push_back(part);
+    }
+  } else {
+    kinds_.push_back(std::holds_alternative<sched::Tick>(e) ? Kind::kTick : Kind::kOther);
+  }
+  part_begin_.push_back(static_cast<std::uint32_t>(parts_.size()));
+  for (const auto& d : decisions) {
+    if (const auto* st = std::get_if<sched::StartSlice>(&d)) {
+      created_[st->slice] = index;
+      running_[st->job] = st->slice;
+    }
+    auto end = [&](JobId job, SliceId slice) {
+      ended_[slice] = index;
+      running_.erase(job);
+    };
+    if (const auto* x = std::get_if<sched::Stop>(&d)) end(x->job, x->slice);
+    if (const auto* x = std::get_if<sched::Reclaim>(&d)) end(x->job, x->slice);
+    if (const auto* x = std::get_if<sched::Preempt>(&d)) end(x->job, x->slice);
+  }
+  // A job that ends by itself ends its slice without a decision.
+  if (const auto* f = std::get_if<sched::Finish>(&e)) {
+    auto r = running_.find(f->job);
+    if (r != running_.end() && !after.slices().contains(r->second)) {
+      ended_[r->second] = index;
+      running_.erase(r);
+    }
+  }
+}
+
+Result<std::vector<std::string>> JournalCompactor::Compact(const std::vector<std::string>& entries,
+                                                          const sched::Config& config,
+                                                          std::uint64_t seed,
+                                                          const sched::Scheduler& full) const {
+  const std::size_t n = entries.size();
+  if (n != kinds_.size()) {
+    return Internal(fmt::format("journal compaction: observed {} entries, given {}", kinds_.size(), n));
+  }
+  std::map<std::size_t, std::vector<SliceId>> ends_at, created_at;
+  for (const auto& [slice, i] : ended_) ends_at[i].push_back(slice);
+  for (const auto& [slice, i] : created_) created_at[i].push_back(slice);
+  // Walking backwards: `alive` holds the slices alive at entry i; covered[X] says that from
+  // entry i on, X's activity fields are overwritten (or X ends) before any Tick reads them.
+  std::set<SliceId> alive;
+  for (const auto& [sid, v] : full.slices()) alive.insert(sid);
+  std::map<SliceId, bool> covered;
+  std::vector<std::string> kept_rev;
+  Micros next_kept = std::numeric_limits<Micros>::max();
+  for (std::size_t i = n; i-- > 0;) {
+    if (auto it = ends_at.find(i); it != ends_at.end()) {
+      for (SliceId x : it->second) {
+        alive.insert(x);
+        covered[x] = kinds_[i] != Kind::kTick;  // a Tick that ends it read it
+      }
+    }
+    if (kinds_[i] == Kind::kTick) {
+      for (SliceId x : alive) covered[x] = false;
+    }
+    bool keep = true;
+    if (kinds_[i] == Kind::kSample) {
+      std::set<SliceId> parts;
+      const std::uint32_t begin = part_begin_[i], end = part_begin_[i + 1];
+      for (std::uint32_t k = begin; k < end; ++k) {
+        const Part& p = parts_[k];
+        if (!p.alive || covered[p.slice]) continue;
+        parts.insert(p.slice);
+        if (p.active) covered[p.slice] = true;
+      }
+      if (parts.size() != end - begin) {
+        GPUSLICE_ASSIGN_OR_RETURN(sched::Event e, DecodeEvent(entries[i]));
+        auto& sample = std::get<sched::Sample>(e);
+        std::erase_if(sample.slices, [&](const sched::SliceSample& x) { return !parts.contains(x.slice); });
+        // Dropped whole only if that moves no clock (the next kept entry is no earlier).
+        keep = !sample.slices.empty() || i + 1 == n || times_[i] > next_kept;
+        if (keep) kept_rev.push_back(EncodeEvent(e));
+      } else {
+        kept_rev.push_back(entries[i]);
+      }
+    } else {
+      kept_rev.push_back(entries[i]);
+    }
+    if (auto it = created_at.find(i); it != created_at.end()) {
+      for (SliceId x : it->second) alive.erase(x);
+    }
+    if (keep) next_kept = times_[i];
+  }
+  std::vector<std::string> kept(kept_rev.rbegin(), kept_rev.rend());
+  // Exact or nothing: the compacted journal must rebuild the same scheduler.
+  sched::Scheduler check(config, seed);
+  for (const std::string& entry : kept) {
+    GPUSLICE_ASSIGN_OR_RETURN(sched::Event e, DecodeEvent(entry));
+    (void)check.Handle(e);
+  }
+  if (SchedulerDigest(check) != SchedulerDigest(full)) {
+    return Internal("journal compaction: the compacted journal does not rebuild the same "
+                    "scheduler state; keeping the full journal");
+  }
+  return kept;
+}
+
+std::string SchedulerDigest(const sched::Scheduler& s) {
+  std::string out = fmt::format("now {}\n", s.now());
+  auto layout = [](const MigLayout& l) {
+    std::string t;
+    for (const auto& p : l) t += fmt::format("{}@{},", p.profile_id, p.start);
+    return t;
+  };
+  for (const auto& [id, j] : s.jobs()) {
+    const auto& r = j.request;
+    out += fmt::format("job {} {} {} {} {} {} {} {} {} {} [{} {} {} {} {} {}]\n", id.value(), j.user,
+                       j.queue, sched::JobStateName(j.state), sched::SliceKindName(j.kind),
+                       j.submit_time, j.start_time, j.end_time, j.slice.value(), j.end_reason,
+                       r.kind ? sched::SliceKindName(*r.kind) : "-", r.gpus, r.milli, r.memory,
+                       r.time_limit, r.model);
+  }
+  for (const auto& [id, v] : s.slices()) {
+    std::string devs;
+    for (auto d : v.devices) devs += fmt::format("{},", d.value());
+    out += fmt::format("slice {} job {} {} node {} [{}] mig {} {} {} start {} deadline {} warned {} "
+                       "active {} idle {} until {}\n",
+                       id.value(), v.job.value(), sched::SliceKindName(v.kind), v.node.value(), devs,
+                       v.mig ? fmt::format("{}@{}", v.mig->profile_id, v.mig->start) : "-", v.milli,
+                       v.memory, v.start_time, v.deadline, v.limit_warned, v.last_active,
+                       static_cast<int>(v.idle), v.idle_deadline);
+  }
+  for (const auto& [ref, d] : s.devices()) {
+    std::string slices;
+    for (auto x : d.slices) slices += fmt::format("{},", x.value());
+    out += fmt::format("device {}/{} {} {} {} {} mode {} [{}] drain {} reconf {} reserved {} "
+                       "target [{}] used {} {} clients {} [{}]\n",
+                       ref.node.value(), ref.index.value(), d.uuid, d.model, d.memory, d.mig_capable,
+                       sched::DeviceModeName(d.mode), layout(d.layout), d.draining, d.reconfiguring,
+                       d.reserved_for.value(), layout(d.target_layout), d.used_milli,
+                       d.used_memory, d.clients, slices);
+  }
+  out += "pending";
+  for (JobId id : s.Pending()) out += fmt::format(" {}", id.value());
+  out += "\n";
+  return out;
 }
 
 }  // namespace gpuslice::daemon
