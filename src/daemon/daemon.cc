@@ -151,10 +151,13 @@ class Daemon::Impl {
 
     // 1. Rebuild the scheduler exactly as it was.
     GPUSLICE_ASSIGN_OR_RETURN(auto journal, store_->ReadJournal());
+    JournalCompactor compactor;
     for (const std::string& entry : journal) {
       GPUSLICE_ASSIGN_OR_RETURN(sched::Event e, DecodeEvent(entry));
-      (void)sched_->Handle(e);
+      compactor.Observe(e, sched_->Handle(e), *sched_);
     }
+    journal_entries_ = journal.size();
+    if (CompactionDue()) CompactJournal(journal, compactor, *sched_);
     GPUSLICE_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
     for (auto& j : jobs) {
       next_job_ = std::max(next_job_, j.id.value() + 1);
@@ -249,6 +252,7 @@ class Daemon::Impl {
     Feed(sched::Tick{now}, batch, act);
     (void)CommitAndAct(batch, act);
     LaunchReady();
+    if (CompactionDue()) CompactWhileRunning();
   }
 
   // ---------------------------------------------------------------------------- API
@@ -627,6 +631,66 @@ class Daemon::Impl {
     return store_->PutMeta("scheduler_seed", std::to_string(seed_));
   }
 
+  // ---- journal compaction (journal.h): restart time follows what can still matter, not
+  // how long slices have been busy.
+  bool CompactionDue() const {
+    return opt_.compact_journal_at > 0 &&
+           journal_entries_ >= std::max(opt_.compact_journal_at, 2 * compacted_size_);
+  }
+
+  // Replaces the stored journal by its compaction; `full` replayed all of `journal`. On any
+  // error the full journal stays (and is not retried until it has doubled).
+  void CompactJournal(const std::vector<std::string>& journal, const JournalCompactor& c,
+                      const sched::Scheduler& full) {
+    compacted_size_ = journal_entries_ = journal.size();
+    auto kept = c.Compact(journal, config_, seed_, full);
+    if (!kept.ok()) {
+      spdlog::error("{}", kept.status().ToString());
+      return;
+    }
+    if (kept->size() == journal.size()) return;
+    Status st = store_->ReplaceJournal(*kept);
+    if (!st.ok()) {
+      spdlog::error("journal compaction: {}; keeping the full journal", st.ToString());
+      return;
+    }
+    spdlog::info("journal compacted: {} -> {} entries", journal.size(), kept->size());
+    compacted_size_ = journal_entries_ = kept->size();
+  }
+
+  // The same, while running: replays the stored journal into a fresh scheduler (it must agree
+  // with the live one but for the clock, which unjournaled ticks move) and compacts.
+  void CompactWhileRunning() {
+    auto journal = store_->ReadJournal();
+    if (!journal.ok()) {
+      spdlog::error("journal compaction: {}", journal.status().ToString());
+      compacted_size_ = journal_entries_;
+      return;
+    }
+    sched::Scheduler fresh(config_, seed_);
+    JournalCompactor compactor;
+    for (const std::string& entry : *journal) {
+      auto e = DecodeEvent(entry);
+      if (!e.ok()) {
+        spdlog::error("journal compaction: {}", e.status().ToString());
+        compacted_size_ = journal_entries_;
+        return;
+      }
+      compactor.Observe(*e, fresh.Handle(*e), fresh);
+    }
+    auto state = [](const sched::Scheduler& s) {
+      std::string d = SchedulerDigest(s);
+      return d.substr(d.find('\n') + 1);
+    };
+    if (state(fresh) != state(*sched_)) {
+      spdlog::error("journal compaction: the stored journal does not replay to the live "
+                    "scheduler state; not compacting");
+      compacted_size_ = journal_entries_ = journal->size();
+      return;
+    }
+    CompactJournal(*journal, compactor, fresh);
+  }
+
   static JobState StoppingFinal(const JobRecord& j) {
     if (j.reason.rfind("idle", 0) == 0) return JobState::kReclaimed;
     if (j.reason.rfind("time limit", 0) == 0) return JobState::kTimedOut;
@@ -773,7 +837,10 @@ class Daemon::Impl {
   // Feeds one event to the scheduler and turns its decisions into records and actions.
   void Feed(const sched::Event& e, store::WriteBatch& b, Actions& act) {
     auto decisions = sched_->Handle(e);
-    if (CanChangeState(e) || !decisions.empty()) b.journal.push_back(EncodeEvent(e));
+    if (CanChangeState(e) || !decisions.empty()) {
+      b.journal.push_back(EncodeEvent(e));
+      ++journal_entries_;
+    }
     for (const auto& d : decisions) Apply(d, b, act);
   }
 
@@ -1557,6 +1624,8 @@ class Daemon::Impl {
   std::map<SliceId, std::pair<int, Bytes>> slice_util_;  // sm percent, memory used
   std::map<std::string, Down> down_;
   Micros last_sample_ = 0;
+  std::size_t journal_entries_ = 0;  // in the store (counted as they are journaled)
+  std::size_t compacted_size_ = 0;   // after the last compaction
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -29,16 +29,21 @@ bool CanChangeState(const sched::Event& e);
 // what can no longer change the Scheduler, so restart time does not grow with how long slices
 // have been busy (a busy slice journals about one Sample a minute).
 //
-// What is dropped, and why that is exact: a Sample only sets its slices' activity fields
-// (last_active, idle state; no decision, no other state), and only a Tick reads them. So one
-// slice's part of a Sample is dead when, before any Tick that sees the slice alive, the slice
-// is sampled active again (which overwrites those fields) or ends other than by a Tick.
-// Everything else is kept: Submits, Finishes, Cancels, devices, MIG, and Ticks (they are
-// journaled only when they decided something). A Sample left with no live part is dropped
-// when that moves no clock (its time is not after the next kept entry's), else kept empty.
-// The replay of the compacted journal yields the same scheduler state (jobs, slices, devices,
-// pending order, clock; only the count of handled events differs): Compact() checks this
-// itself and refuses to compact otherwise.
+// What is dropped, and why that is exact. A Sample only sets its slices' activity fields
+// (last_active, idle state back to active; no decision, no other state), and only a Tick reads
+// them, and only for a slice whose timer is due: idle timer = last_active + the queue's idle
+// window. So of the active Samples of one slice, one may be dropped as long as, at every
+// journaled Tick, the slice's last kept Sample is recent enough that its idle timer is not due
+// either (then the Tick passes the slice by in both journals); otherwise, or when the Tick ends
+// the slice, the latest Sample is kept, making both states equal again. The first active Sample
+// after an idle warning is kept (it changes the idle state, not only the time), as is the last
+// Sample of every slice still running. Parts of slices that did not exist, and inactive parts,
+// did nothing and go. Everything else is kept: Submits, Finishes, Cancels, devices, MIG, Ticks
+// (journaled only when they decided something). A Sample left with no part is dropped when that
+// moves no clock (its time is not after the next kept entry's), else kept empty.
+// So a busy slice keeps about one Sample per idle window while Ticks are journaled, and none
+// otherwise. Compact() replays its result and refuses unless it rebuilds the same scheduler
+// state (jobs, slices, devices, pending order, clock; only the count of handled events differs).
 // Not thread-safe; one compaction at a time.
 class JournalCompactor {
  public:
@@ -62,12 +67,19 @@ class JournalCompactor {
     bool active = false;  // shows activity under its queue's idle policy
     bool alive = false;   // the slice existed (else the scheduler ignored this part)
   };
+  struct Life {
+    std::size_t created = 0;
+    std::size_t ended = static_cast<std::size_t>(-1);  // still running
+    Micros window = 0;                                  // idle window; 0: idle policy off
+  };
   std::vector<Kind> kinds_;
-  std::vector<Micros> times_;
+  std::vector<Micros> times_;  // the event's own time
+  std::vector<Micros> clock_;  // the scheduler's clock after it
   std::vector<std::uint32_t> part_begin_ = {0};  // entry i's parts: [begin[i], begin[i+1])
   std::vector<Part> parts_;
-  std::map<SliceId, std::size_t> created_, ended_;  // slice -> entry index
-  std::map<JobId, SliceId> running_;                // job -> its live slice
+  std::map<SliceId, Life> lives_;
+  std::map<std::size_t, std::vector<SliceId>> idle_warned_;  // entry -> slices warned idle
+  std::map<JobId, SliceId> running_;                         // job -> its live slice
 };
 
 // The Scheduler's observable state as text (jobs, slices, devices, pending order, clock), to

@@ -140,6 +140,9 @@ class Store {
   virtual Result<std::vector<SampleRecord>> ListSamples(std::string_view subject,
                                                         Micros since) = 0;
   virtual Result<std::vector<std::string>> ReadJournal() = 0;  // oldest first
+  // Journal compaction: replaces the whole journal with `entries`, atomically (a crash keeps
+  // the old journal or the new one, never a mix).
+  virtual Status ReplaceJournal(const std::vector<std::string>& entries) = 0;
 
   // Small key/value settings (e.g. the scheduler seed), written outside batches.
   virtual Result<std::optional<std::string>> GetMeta(std::string_view key) = 0;

@@ -3,6 +3,7 @@
 // jobs, marks vanished ones lost and starts nothing twice).
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -31,6 +32,7 @@ class SharedStore : public store::Store {
     return s_->ListSamples(s, t);
   }
   Result<std::vector<std::string>> ReadJournal() override { return s_->ReadJournal(); }
+  Status ReplaceJournal(const std::vector<std::string>& e) override { return s_->ReplaceJournal(e); }
   Result<std::optional<std::string>> GetMeta(std::string_view k) override { return s_->GetMeta(k); }
   Status PutMeta(std::string_view k, std::string_view v) override { return s_->PutMeta(k, v); }
 
@@ -67,6 +69,7 @@ class DaemonTest : public ::testing::Test {
     o.simulate_script = std::move(script);
     o.simulated = true;
     o.grace = kSecond;
+    o.compact_journal_at = compact_at_;
     auto backend = devices::FakeBackend::Create("4xH100-80GB", [this] { return now_; });
     auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o,
                                       std::make_unique<SharedStore>(store_.get()),
@@ -90,6 +93,7 @@ class DaemonTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   Micros now_ = 1'000 * kSecond;
+  std::size_t compact_at_ = DaemonOptions{}.compact_journal_at;
   std::unique_ptr<store::Store> store_ = store::NewMemoryStore();
   exec::FakeLauncher launcher_;
   Caller me_{static_cast<std::int64_t>(geteuid()), static_cast<std::int64_t>(getegid())};
@@ -268,6 +272,58 @@ TEST_F(DaemonTest, UnrecordedResultIsLostNeverSucceeded) {
             std::string::npos);
   EXPECT_TRUE(d->Slices()["slices"].empty());
   EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+}
+
+// Compaction round trip: what the API shows is the same after the journal is compacted at a
+// restart (snapshot of what still matters + truncation) as before, and after another restart
+// that replays only the compacted journal.
+TEST_F(DaemonTest, JournalCompactionKeepsTheStateAcrossRestarts) {
+  const std::string script = (dir_ / "script.json").string();
+  compact_at_ = 0;  // never, for the first life
+  std::uint64_t ends;
+  {
+    auto d = NewDaemon(script);
+    Json busy = Json::object();
+    for (int i = 0; i < 3; ++i) busy[std::to_string(Submit(*d, {{"queue", "interactive"}}))] = {{"sm", 80}};
+    (void)Submit(*d, {{"queue", "interactive"}});  // idle: warned, then reclaimed
+    ends = Submit(*d, {{"queue", "training"}, {"gpus", 1}});
+    std::ofstream(script) << Json{{"jobs", busy}}.dump();
+    for (int i = 0; i < 1800; ++i) {  // five hours
+      now_ += 10 * kSecond;
+      if (i == 900) launcher_.Exit(Pid(*d, ends), 0);
+      d->Step();
+    }
+  }
+  const auto jobs = *store_->ListJobs();
+  EXPECT_EQ(std::count_if(jobs.begin(), jobs.end(),
+                          [](const store::JobRecord& j) { return j.state == store::JobState::kReclaimed; }),
+            1);
+  const std::size_t before = store_->ReadJournal()->size();
+  auto view = [](Daemon& d) {
+    Json out = *d.ListJobs({});
+    for (const auto& s : d.Slices()["slices"]) {
+      out["slices"].push_back({s["id"], s["job"], s["devices"], s["idle_state"], s["milli"]});
+    }
+    for (auto dev : d.Devices()["devices"]) {
+      dev.erase("util_percent");
+      dev.erase("memory_used");
+      out["devices"].push_back(dev);
+    }
+    return out;
+  };
+  compact_at_ = DaemonOptions{}.compact_journal_at;
+  Json expected = view(*NewDaemon(script));  // replays the full journal (below the threshold)
+  EXPECT_EQ(store_->ReadJournal()->size(), before);
+  compact_at_ = 50;
+  Json compacted = view(*NewDaemon(script));
+  const std::size_t after = store_->ReadJournal()->size();
+  EXPECT_LT(after * 2, before) << after << " of " << before << " entries kept";
+  EXPECT_EQ(compacted, expected);
+  auto d = NewDaemon(script);  // replays only the compacted journal
+  EXPECT_EQ(store_->ReadJournal()->size(), after) << "nothing more to compact";
+  EXPECT_EQ(view(*d), expected);
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+  EXPECT_EQ(State(*d, ends), "succeeded");
 }
 
 }  // namespace
