@@ -7,7 +7,8 @@
 // journaled in the same store transaction as its effects (job/slice records, user-visible
 // events); the API answers only after that commit. At start the Scheduler is rebuilt by
 // replaying the journal (kept short by compaction, journal.h), then reconciled with the world: a job with a stored pid whose process
-// (pid + start time) still lives is re-adopted; one whose processes are gone is marked lost; a
+// (pid + start time) still lives is re-adopted; one whose processes are gone ends with the
+// result its exec stub recorded (state/status/<job>.exit; `lost` if none was); a
 // job chosen to start whose pid was never stored is started now (the launcher's go-ahead pipe
 // guarantees it never ran); a job being stopped is stopped again. Slices are freed only when
 // their processes are gone.

@@ -200,7 +200,7 @@ bool Record(const char* path, const char* result) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv_of_stub) {
   // Blocked from the start (a signal sent to the job's group between the fork and the job's
   // own reset must not be lost, see below); the job gets an empty mask.
   sigset_t all;
@@ -248,6 +248,12 @@ int main() {
     NotRun(status_path, "malformed job");
   }
 
+  // What `ps` shows for this process from now on (the same bytes, so no longer than before).
+  if (argc > 1) {
+    const size_t room = strlen(argv_of_stub[1]);
+    memset(argv_of_stub[1], 0, room);
+    memcpy(argv_of_stub[1], "job-parent", room < 10 ? room : 10);
+  }
   const pid_t child = fork();
   if (child < 0) NotRun(status_path, "fork failed");
   if (child == 0) {
