@@ -150,6 +150,7 @@ class Daemon::Impl {
     std::vector<JobId> terminate;                          // SIGTERM the group
     std::vector<std::pair<JobId, std::string>> log_lines;  // appended to the job's log
     std::vector<sched::ReconfigureMig> reconfigure;
+    std::vector<JobId> forget_status;  // ended jobs: their status file has served
   };
 
   Status Start() {
@@ -161,13 +162,17 @@ class Daemon::Impl {
     // the caller, is the way to read them.
     fs::create_directories(fs::path(opt_.state_dir) / "logs");
     fs::permissions(fs::path(opt_.state_dir) / "logs", fs::perms::owner_all);
+    GPUSLICE_RETURN_IF_ERROR(MakeStatusDir());
 
     // 1. Rebuild the scheduler exactly as it was.
     GPUSLICE_ASSIGN_OR_RETURN(auto journal, store_->ReadJournal());
+    JournalCompactor compactor;
     for (const std::string& entry : journal) {
       GPUSLICE_ASSIGN_OR_RETURN(sched::Event e, DecodeEvent(entry));
-      (void)sched_->Handle(e);
+      compactor.Observe(e, sched_->Handle(e), *sched_);
     }
+    journal_entries_ = journal.size();
+    if (CompactionDue()) CompactJournal(journal, compactor, *sched_);
     GPUSLICE_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
     for (auto& j : jobs) {
       next_job_ = std::max(next_job_, j.id.value() + 1);
@@ -209,32 +214,27 @@ class Daemon::Impl {
           break;
         case JobState::kRunning:
         case JobState::kStopping: {
-          exec::ProcessHandle h{j.pid, j.pid_start_ticks, true};
+          exec::ProcessHandle h{j.pid, j.pid_start_ticks, true, StatusPath(id)};
+          Proc p;
+          p.handle = h;
+          p.slice = j.slice;
+          if (auto s = slices_.find(j.slice); s != slices_.end()) p.devices = s->second.devices;
+          if (j.state == JobState::kStopping) {
+            p.stopping = true;
+            p.final_state = StoppingFinal(j);
+            p.final_reason = j.reason;
+          }
           if (j.pid > 0 && launcher_->StillAlive(h)) {
-            Proc p;
-            p.handle = h;
-            p.slice = j.slice;
-            if (auto s = slices_.find(j.slice); s != slices_.end()) p.devices = s->second.devices;
-            if (j.state == JobState::kStopping) {
-              p.stopping = true;
-              p.final_state = StoppingFinal(j);
-              p.final_reason = j.reason;
-              act.terminate.push_back(id);
-            }
+            if (p.stopping) act.terminate.push_back(id);
             procs_[id] = std::move(p);
             AddEvent(batch, id, "adopt", fmt::format("job {} re-adopted after restart (pid {})",
                                                      id.value(), j.pid));
           } else {
-            bool was_stopping = j.state == JobState::kStopping;
-            JobState final = was_stopping ? StoppingFinal(j) : JobState::kLost;
-            j.state = final;
-            j.end_time = now;
-            if (!was_stopping) j.reason = "processes gone while the daemon was down";
-            ReleaseSlice(j, batch);
-            batch.jobs.push_back(j);
-            AddEvent(batch, id, was_stopping ? "stopped" : "lost",
-                     fmt::format("job {} {}: {}", id.value(), store::JobStateName(final), j.reason));
-            if (!was_stopping) Feed(sched::Finish{now, id}, batch, act);
+            // Ended while the daemon was down: its stub recorded how (or, killed, nothing).
+            std::optional<exec::ExitInfo> e;
+            if (j.pid > 0) e = launcher_->Poll(h);
+            p.leader_exit = e.value_or(exec::ExitInfo{});
+            EndJob(id, std::move(p), now, batch, act);
           }
           break;
         }
@@ -252,6 +252,7 @@ class Daemon::Impl {
       }
     }
     GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
+    ForgetStaleStatusFiles();
     LaunchReady();
     return Status::Ok();
   }
@@ -270,6 +271,7 @@ class Daemon::Impl {
     Feed(sched::Tick{now}, batch, act);
     (void)CommitAndAct(batch, act);
     LaunchReady();
+    if (CompactionDue()) CompactWhileRunning();
   }
 
   // ---------------------------------------------------------------------------- API
@@ -648,6 +650,66 @@ class Daemon::Impl {
     return store_->PutMeta("scheduler_seed", std::to_string(seed_));
   }
 
+  // ---- journal compaction (journal.h): restart time follows what can still matter, not
+  // how long slices have been busy.
+  bool CompactionDue() const {
+    return opt_.compact_journal_at > 0 &&
+           journal_entries_ >= std::max(opt_.compact_journal_at, 2 * compacted_size_);
+  }
+
+  // Replaces the stored journal by its compaction; `full` replayed all of `journal`. On any
+  // error the full journal stays (and is not retried until it has doubled).
+  void CompactJournal(const std::vector<std::string>& journal, const JournalCompactor& c,
+                      const sched::Scheduler& full) {
+    compacted_size_ = journal_entries_ = journal.size();
+    auto kept = c.Compact(journal, config_, seed_, full);
+    if (!kept.ok()) {
+      spdlog::error("{}", kept.status().ToString());
+      return;
+    }
+    if (kept->size() == journal.size()) return;
+    Status st = store_->ReplaceJournal(*kept);
+    if (!st.ok()) {
+      spdlog::error("journal compaction: {}; keeping the full journal", st.ToString());
+      return;
+    }
+    spdlog::info("journal compacted: {} -> {} entries", journal.size(), kept->size());
+    compacted_size_ = journal_entries_ = kept->size();
+  }
+
+  // The same, while running: replays the stored journal into a fresh scheduler (it must agree
+  // with the live one but for the clock, which unjournaled ticks move) and compacts.
+  void CompactWhileRunning() {
+    auto journal = store_->ReadJournal();
+    if (!journal.ok()) {
+      spdlog::error("journal compaction: {}", journal.status().ToString());
+      compacted_size_ = journal_entries_;
+      return;
+    }
+    sched::Scheduler fresh(config_, seed_);
+    JournalCompactor compactor;
+    for (const std::string& entry : *journal) {
+      auto e = DecodeEvent(entry);
+      if (!e.ok()) {
+        spdlog::error("journal compaction: {}", e.status().ToString());
+        compacted_size_ = journal_entries_;
+        return;
+      }
+      compactor.Observe(*e, fresh.Handle(*e), fresh);
+    }
+    auto state = [](const sched::Scheduler& s) {
+      std::string d = SchedulerDigest(s);
+      return d.substr(d.find('\n') + 1);
+    };
+    if (state(fresh) != state(*sched_)) {
+      spdlog::error("journal compaction: the stored journal does not replay to the live "
+                    "scheduler state; not compacting");
+      compacted_size_ = journal_entries_ = journal->size();
+      return;
+    }
+    CompactJournal(*journal, compactor, fresh);
+  }
+
   static JobState StoppingFinal(const JobRecord& j) {
     if (j.reason.rfind("idle", 0) == 0) return JobState::kReclaimed;
     if (j.reason.rfind("time limit", 0) == 0) return JobState::kTimedOut;
@@ -863,7 +925,10 @@ class Daemon::Impl {
   // Feeds one event to the scheduler and turns its decisions into records and actions.
   void Feed(const sched::Event& e, store::WriteBatch& b, Actions& act) {
     auto decisions = sched_->Handle(e);
-    if (CanChangeState(e) || !decisions.empty()) b.journal.push_back(EncodeEvent(e));
+    if (CanChangeState(e) || !decisions.empty()) {
+      b.journal.push_back(EncodeEvent(e));
+      ++journal_entries_;
+    }
     for (const auto& d : decisions) Apply(d, b, act);
   }
 
@@ -1101,6 +1166,33 @@ class Daemon::Impl {
     std::erase_if(log_limit_, [&](const auto& e) { return !procs_.contains(e.first); });
   }
 
+  // Where each job's exec stub records its exit status (exec/launcher.h, "Results"): only the
+  // daemon's user (root) may write or read it, so a job cannot forge its own result.
+  std::string StatusDir() const { return (fs::absolute(opt_.state_dir) / "status").string(); }
+  std::string StatusPath(JobId id) const {
+    return fmt::format("{}/{}.exit", StatusDir(), id.value());
+  }
+  Status MakeStatusDir() const {
+    std::error_code ec;
+    fs::create_directories(StatusDir(), ec);
+    if (!ec) fs::permissions(StatusDir(), fs::perms::owner_all, ec);
+    if (ec) return Internal(fmt::format("status directory '{}': {}", StatusDir(), ec.message()));
+    return Status::Ok();
+  }
+  // Status files of ended jobs left by a crash between the end's commit and their removal.
+  void ForgetStaleStatusFiles() {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(StatusDir(), ec)) {
+      const std::string name = e.path().filename().string();
+      const std::uint64_t id = std::strtoull(name.c_str(), nullptr, 10);
+      auto j = jobs_.find(JobId(id));
+      if (j == jobs_.end() || store::IsTerminal(j->second.state) ||
+          (name.find(".tmp") != std::string::npos && !procs_.contains(JobId(id)))) {
+        fs::remove(e.path(), ec);
+      }
+    }
+  }
+
   // Commits; then performs the side effects. A failed commit is fatal for the process: the
   // in-memory scheduler is ahead of the store, and only a restart (replaying the store)
   // makes them agree again.
@@ -1139,6 +1231,10 @@ class Daemon::Impl {
         if (p->second.term_sent == 0) p->second.term_sent = Now();
       }
       for (const auto& [id, line] : act.log_lines) AppendLog(id, line);
+      for (JobId id : act.forget_status) {
+        std::error_code ec;
+        fs::remove(StatusPath(id), ec);  // a leftover is harmless: it names another run's pid
+      }
       auto reconf = std::move(act.reconfigure);
       act = Actions{};
       for (const auto& r : reconf) ApplyMig(r, batch, act);
@@ -1356,7 +1452,10 @@ class Daemon::Impl {
       spec.gid = j.gid;
       spec.user = j.user;
       spec.log_path = j.log_path;
+      spec.status_path = StatusPath(j.id);
       spec.cgroup_parent = opt_.cgroup_parent;
+      std::error_code ec;
+      fs::remove(spec.status_path, ec);  // an earlier run's (preempted, requeued)
       AppendToLog(j.id, j.log_path,
                   fmt::format("gpuslice: job {} starting on slice {} ({}; CUDA_VISIBLE_DEVICES={}){}\n{}",
                               j.id.value(), s.id.value(), s.kind, env["CUDA_VISIBLE_DEVICES"],
@@ -1437,39 +1536,49 @@ class Daemon::Impl {
     for (JobId id : gone) {
       Proc p = std::move(procs_.at(id));
       procs_.erase(id);
-      JobRecord& j = jobs_.at(id);
-      j.exit_code = p.leader_exit->exit_code;
-      j.exit_signal = p.leader_exit->signal;
-      if (p.stopping) {
-        // The scheduler freed the slice when it decided; the store frees it now.
-        if (j.state == JobState::kStopping) {
-          j.state = p.final_state;
-          if (p.final_state != JobState::kPending) j.end_time = now;
-        }
-        ReleaseSliceById(p.slice, b);
-        b.jobs.push_back(j);
-        AddEvent(b, id, "end", fmt::format("job {} {}: {}", id.value(),
-                                           store::JobStateName(p.final_state), p.final_reason));
-        continue;
-      }
-      if (p.handle.adopted && !j.exit_code && !j.exit_signal) {
-        j.state = JobState::kSucceeded;
-        j.reason = "re-adopted job ended (exit status unknown)";
-      } else if (j.exit_code && *j.exit_code == 0) {
-        j.state = JobState::kSucceeded;
-        j.reason.clear();
-      } else {
-        j.state = JobState::kFailed;
-        j.reason = j.exit_signal ? fmt::format("killed by signal {}", *j.exit_signal)
-                                 : fmt::format("exit code {}", j.exit_code.value_or(-1));
-      }
-      j.end_time = now;
-      ReleaseSlice(j, b);
-      b.jobs.push_back(j);
-      AddEvent(b, id, "exit", fmt::format("job {} {}{}", id.value(), store::JobStateName(j.state),
-                                          j.reason.empty() ? "" : ": " + j.reason));
-      Feed(sched::Finish{now, id}, b, act);
+      EndJob(id, std::move(p), now, b, act);
     }
+  }
+
+  // Records the end of a job whose processes are all gone, with the result its exec stub
+  // recorded (p.leader_exit). An unrecorded result stays unknown: a job that was not being
+  // stopped is then `lost`, never `succeeded`.
+  void EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Actions& act) {
+    JobRecord& j = jobs_.at(id);
+    j.exit_code = p.leader_exit->exit_code;
+    j.exit_signal = p.leader_exit->signal;
+    act.forget_status.push_back(id);
+    if (p.stopping) {
+      // The scheduler freed the slice when it decided; the store frees it now.
+      if (j.state == JobState::kStopping) {
+        j.state = p.final_state;
+        if (p.final_state != JobState::kPending) j.end_time = now;
+      }
+      ReleaseSliceById(p.slice, b);
+      b.jobs.push_back(j);
+      AddEvent(b, id, "end", fmt::format("job {} {}: {}", id.value(),
+                                         store::JobStateName(p.final_state), p.final_reason));
+      return;
+    }
+    if (!j.exit_code && !j.exit_signal) {
+      j.state = JobState::kLost;
+      j.reason = fmt::format(
+          "exit status unknown: its exec stub (pid {}) ended without recording it{}", j.pid,
+          p.handle.adopted ? " (while the daemon was down or since its restart)" : "");
+    } else if (j.exit_code && *j.exit_code == 0) {
+      j.state = JobState::kSucceeded;
+      j.reason.clear();
+    } else {
+      j.state = JobState::kFailed;
+      j.reason = j.exit_signal ? fmt::format("killed by signal {}", *j.exit_signal)
+                               : fmt::format("exit code {}", j.exit_code.value_or(-1));
+    }
+    j.end_time = now;
+    ReleaseSlice(j, b);
+    b.jobs.push_back(j);
+    AddEvent(b, id, "exit", fmt::format("job {} {}{}", id.value(), store::JobStateName(j.state),
+                                        j.reason.empty() ? "" : ": " + j.reason));
+    Feed(sched::Finish{now, id}, b, act);
   }
 
   void ReleaseSliceById(SliceId sid, store::WriteBatch& b) {
@@ -1735,6 +1844,8 @@ class Daemon::Impl {
   std::map<std::string, Down> down_;
   Micros last_sample_ = 0;
   std::map<JobId, off_t> log_limit_;  // logs cut at their cap: the size they are kept at
+  std::size_t journal_entries_ = 0;  // in the store (counted as they are journaled)
+  std::size_t compacted_size_ = 0;   // after the last compaction
 };
 
 // ---------------------------------------------------------------------------------------------

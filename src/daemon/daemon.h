@@ -6,8 +6,9 @@
 // Durability and recovery. Every event fed to the Scheduler that can change its state is
 // journaled in the same store transaction as its effects (job/slice records, user-visible
 // events); the API answers only after that commit. At start the Scheduler is rebuilt by
-// replaying the journal, then reconciled with the world: a job with a stored pid whose process
-// (pid + start time) still lives is re-adopted; one whose processes are gone is marked lost; a
+// replaying the journal (kept short by compaction, journal.h), then reconciled with the world: a job with a stored pid whose process
+// (pid + start time) still lives is re-adopted; one whose processes are gone ends with the
+// result its exec stub recorded (state/status/<job>.exit; `lost` if none was); a
 // job chosen to start whose pid was never stored is started now (the launcher's go-ahead pipe
 // guarantees it never ran); a job being stopped is stopped again. Slices are freed only when
 // their processes are gone.
@@ -50,6 +51,9 @@ struct DaemonOptions {
   // user (mode 0755): they cannot live in the 0700 state directory. "" : <state_dir>/mps.
   std::string mps_dir;
   NodeId node = NodeId(1);
+  // Journal compaction (journal.h) once the journal holds this many entries and twice as
+  // many as after the last compaction; at start and while running. 0: never.
+  std::size_t compact_journal_at = 10000;
 };
 
 // An authenticated API caller.

@@ -1,5 +1,8 @@
 #include "daemon/journal.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -141,6 +144,217 @@ bool CanChangeState(const sched::Event& e) {
     return false;
   }
   return true;
+}
+
+void JournalCompactor::Observe(const sched::Event& e, const std::vector<sched::Decision>& decisions,
+                               const sched::Scheduler& after) {
+  const std::size_t index = kinds_.size();
+  times_.push_back(sched::EventTime(e));
+  clock_.push_back(after.now());
+  const sched::QueueConfig* queue_of_slice = nullptr;
+  auto queue_of = [&](JobId job) -> const sched::QueueConfig* {
+    auto j = after.jobs().find(job);
+    return j == after.jobs().end() ? nullptr : after.config().FindQueue(j->second.queue);
+  };
+  if (const auto* s = std::get_if<sched::Sample>(&e)) {
+    kinds_.push_back(Kind::kSample);
+    for (const auto& x : s->slices) {
+      Part part{x.slice, false, false};
+      auto v = after.slices().find(x.slice);
+      if (v != after.slices().end()) {
+        part.alive = true;
+        queue_of_slice = queue_of(v->second.job);
+        // Unknown queue: kept as if active (it cannot be proven to do nothing).
+        part.active = queue_of_slice == nullptr || sched::SampleShowsActivity(queue_of_slice->idle, x);
+      }
+      parts_.push_back(part);
+    }
+  } else {
+    kinds_.push_back(std::holds_alternative<sched::Tick>(e) ? Kind::kTick : Kind::kOther);
+  }
+  part_begin_.push_back(static_cast<std::uint32_t>(parts_.size()));
+  auto end = [&](JobId job, SliceId slice) {
+    if (auto l = lives_.find(slice); l != lives_.end()) l->second.ended = index;
+    running_.erase(job);
+  };
+  for (const auto& d : decisions) {
+    if (const auto* st = std::get_if<sched::StartSlice>(&d)) {
+      const sched::QueueConfig* q = queue_of(st->job);
+      // Unknown queue: window 0 would mean "never due"; the smallest window keeps every
+      // Sample a Tick could read instead.
+      Micros window = q == nullptr ? 1 : q->idle.enabled ? q->idle.window : 0;
+      lives_[st->slice] = Life{index, static_cast<std::size_t>(-1), window};
+      running_[st->job] = st->slice;
+    }
+    if (const auto* x = std::get_if<sched::Stop>(&d)) end(x->job, x->slice);
+    if (const auto* x = std::get_if<sched::Reclaim>(&d)) end(x->job, x->slice);
+    if (const auto* x = std::get_if<sched::Preempt>(&d)) end(x->job, x->slice);
+    if (const auto* x = std::get_if<sched::Warn>(&d); x && x->reason == sched::WarnReason::kIdle) {
+      idle_warned_[index].push_back(x->slice);
+    }
+  }
+  // A job that ends by itself ends its slice without a decision.
+  if (const auto* f = std::get_if<sched::Finish>(&e)) {
+    auto r = running_.find(f->job);
+    if (r != running_.end() && !after.slices().contains(r->second)) end(f->job, r->second);
+  }
+}
+
+Result<std::vector<std::string>> JournalCompactor::Compact(const std::vector<std::string>& entries,
+                                                          const sched::Config& config,
+                                                          std::uint64_t seed,
+                                                          const sched::Scheduler& full) const {
+  const std::size_t n = entries.size();
+  if (n != kinds_.size()) {
+    return Internal(fmt::format("journal compaction: observed {} entries, given {}", kinds_.size(), n));
+  }
+  std::map<std::size_t, std::vector<SliceId>> created_at, ended_at;
+  for (const auto& [slice, l] : lives_) {
+    created_at[l.created].push_back(slice);
+    if (l.ended != static_cast<std::size_t>(-1)) ended_at[l.ended].push_back(slice);
+  }
+  // Forward: which Sample parts must stay (see journal.h).
+  struct State {
+    Micros window = 0;
+    Micros kept_last = 0;            // last_active as the compacted journal leaves it
+    std::int64_t pending = -1;       // latest active part not kept (yet)
+    Micros pending_time = 0;
+    bool keep_next = false;          // the next active part resets an idle warning
+  };
+  std::vector<char> keep_part(parts_.size(), 0);
+  std::map<SliceId, State> alive;
+  auto keep_pending = [&](State& st) {
+    if (st.pending < 0) return;
+    keep_part[static_cast<std::size_t>(st.pending)] = 1;
+    st.kept_last = st.pending_time;
+    st.pending = -1;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (auto c = created_at.find(i); c != created_at.end()) {
+      for (SliceId x : c->second) alive[x] = State{lives_.at(x).window, clock_[i], -1, 0, false};
+    }
+    if (kinds_[i] == Kind::kSample) {
+      for (std::uint32_t k = part_begin_[i]; k < part_begin_[i + 1]; ++k) {
+        const Part& p = parts_[k];
+        if (!p.alive || !p.active) continue;  // did nothing
+        auto st = alive.find(p.slice);
+        if (st == alive.end()) {
+          keep_part[k] = 1;  // not seen start: keep what cannot be reasoned about
+          continue;
+        }
+        if (st->second.keep_next) {
+          keep_part[k] = 1;
+          st->second.kept_last = clock_[i];
+          st->second.pending = -1;
+          st->second.keep_next = false;
+        } else {
+          st->second.pending = k;
+          st->second.pending_time = clock_[i];
+        }
+      }
+    }
+    auto e = ended_at.find(i);
+    if (kinds_[i] == Kind::kTick) {
+      for (auto& [x, st] : alive) {
+        const bool ends_here = e != ended_at.end() &&
+                               std::find(e->second.begin(), e->second.end(), x) != e->second.end();
+        if (ends_here || (st.window > 0 && st.kept_last + st.window <= clock_[i])) keep_pending(st);
+      }
+      if (auto w = idle_warned_.find(i); w != idle_warned_.end()) {
+        for (SliceId x : w->second) {
+          if (auto st = alive.find(x); st != alive.end()) st->second.keep_next = true;
+        }
+      }
+    }
+    if (e != ended_at.end()) {
+      for (SliceId x : e->second) alive.erase(x);
+    }
+  }
+  for (auto& [x, st] : alive) keep_pending(st);  // the final state is exact
+
+  // Backward: assemble, dropping emptied Samples where that moves no clock.
+  std::vector<std::string> kept_rev;
+  Micros next_kept = std::numeric_limits<Micros>::max();
+  for (std::size_t i = n; i-- > 0;) {
+    bool keep = true;
+    if (kinds_[i] == Kind::kSample) {
+      const std::uint32_t begin = part_begin_[i], end = part_begin_[i + 1];
+      std::uint32_t kept_parts = 0;
+      for (std::uint32_t k = begin; k < end; ++k) kept_parts += keep_part[k];
+      if (kept_parts == end - begin) {
+        kept_rev.push_back(entries[i]);
+      } else {
+        GPUSLICE_ASSIGN_OR_RETURN(sched::Event ev, DecodeEvent(entries[i]));
+        auto& sample = std::get<sched::Sample>(ev);
+        if (sample.slices.size() != end - begin) {
+          return Internal(fmt::format("journal compaction: entry {} is not the one observed", i));
+        }
+        std::vector<sched::SliceSample> parts;
+        for (std::uint32_t k = begin; k < end; ++k) {
+          if (keep_part[k]) parts.push_back(sample.slices[k - begin]);
+        }
+        sample.slices = std::move(parts);
+        keep = !sample.slices.empty() || i + 1 == n || times_[i] > next_kept;
+        if (keep) kept_rev.push_back(EncodeEvent(ev));
+      }
+    } else {
+      kept_rev.push_back(entries[i]);
+    }
+    if (keep) next_kept = times_[i];
+  }
+  std::vector<std::string> kept(kept_rev.rbegin(), kept_rev.rend());
+  // Exact or nothing: the compacted journal must rebuild the same scheduler.
+  sched::Scheduler check(config, seed);
+  for (const std::string& entry : kept) {
+    GPUSLICE_ASSIGN_OR_RETURN(sched::Event e, DecodeEvent(entry));
+    (void)check.Handle(e);
+  }
+  if (SchedulerDigest(check) != SchedulerDigest(full)) {
+    return Internal("journal compaction: the compacted journal does not rebuild the same "
+                    "scheduler state; keeping the full journal");
+  }
+  return kept;
+}
+
+std::string SchedulerDigest(const sched::Scheduler& s) {
+  std::string out = fmt::format("now {}\n", s.now());
+  auto layout = [](const MigLayout& l) {
+    std::string t;
+    for (const auto& p : l) t += fmt::format("{}@{},", p.profile_id, p.start);
+    return t;
+  };
+  for (const auto& [id, j] : s.jobs()) {
+    const auto& r = j.request;
+    out += fmt::format("job {} {} {} {} {} {} {} {} {} {} [{} {} {} {} {} {}]\n", id.value(), j.user,
+                       j.queue, sched::JobStateName(j.state), sched::SliceKindName(j.kind),
+                       j.submit_time, j.start_time, j.end_time, j.slice.value(), j.end_reason,
+                       r.kind ? sched::SliceKindName(*r.kind) : "-", r.gpus, r.milli, r.memory,
+                       r.time_limit, r.model);
+  }
+  for (const auto& [id, v] : s.slices()) {
+    std::string devs;
+    for (auto d : v.devices) devs += fmt::format("{},", d.value());
+    out += fmt::format("slice {} job {} {} node {} [{}] mig {} {} {} start {} deadline {} warned {} "
+                       "active {} idle {} until {}\n",
+                       id.value(), v.job.value(), sched::SliceKindName(v.kind), v.node.value(), devs,
+                       v.mig ? fmt::format("{}@{}", v.mig->profile_id, v.mig->start) : "-", v.milli,
+                       v.memory, v.start_time, v.deadline, v.limit_warned, v.last_active,
+                       static_cast<int>(v.idle), v.idle_deadline);
+  }
+  for (const auto& [ref, d] : s.devices()) {
+    std::string slices;
+    for (auto x : d.slices) slices += fmt::format("{},", x.value());
+    out += fmt::format("device {}/{} {} {} {} {} mode {} [{}] drain {} reconf {} reserved {} "
+                       "target [{}] used {} {} clients {} [{}]\n",
+                       ref.node.value(), ref.index.value(), d.uuid, d.model, d.memory, d.mig_capable,
+                       sched::DeviceModeName(d.mode), layout(d.layout), d.draining, d.reconfiguring,
+                       d.reserved_for.value(), layout(d.target_layout), d.used_milli,
+                       d.used_memory, d.clients, slices);
+  }
+  out += "pending";
+  for (JobId id : s.Pending()) out += fmt::format(" {}", id.value());
+  out += "\n";
+  return out;
 }
 
 }  // namespace gpuslice::daemon

@@ -14,7 +14,7 @@ Result<ProcessHandle> FakeLauncher::Start(
       fail_next_ = Status::Ok();
       return st;
     }
-    h = ProcessHandle{next_pid_++, 1, false};
+    h = ProcessHandle{next_pid_++, 1, false, spec.status_path};
   }
   GPUSLICE_RETURN_IF_ERROR(commit(h));
   std::lock_guard lock(mu_);
@@ -50,6 +50,11 @@ bool FakeLauncher::StillAlive(const ProcessHandle& h) {
 void FakeLauncher::Exit(int pid, int code) {
   std::lock_guard lock(mu_);
   procs_[pid] = ExitInfo{code, std::nullopt, true};
+}
+
+void FakeLauncher::Vanish(int pid) {
+  std::lock_guard lock(mu_);
+  procs_[pid] = ExitInfo{};
 }
 
 void FakeLauncher::FailNextStart(Status st) {

@@ -19,6 +19,8 @@ class FakeLauncher final : public Launcher {
 
   // Test controls.
   void Exit(int pid, int code);
+  // The processes end with no recorded exit status (as when the exec stub is killed).
+  void Vanish(int pid);
   void FailNextStart(Status st);
   std::vector<LaunchSpec> launches() const;
   std::vector<std::pair<int, int>> signals() const;  // (pid, signal)

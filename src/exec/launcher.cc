@@ -54,6 +54,10 @@ Result<Prepared> Prepare(const LaunchSpec& spec) {
       return InvalidArgument(fmt::format("env: '{}' is not a valid variable name or value", k));
     }
   }
+  if (spec.status_path.empty() || spec.status_path[0] != '/' ||
+      spec.status_path.find('\0') != std::string::npos) {
+    return InvalidArgument(fmt::format("status path: '{}' is not an absolute path", spec.status_path));
+  }
   Prepared p;
   std::vector<gid_t> groups;
   const bool as_other = spec.uid >= 0 && static_cast<uid_t>(spec.uid) != geteuid();
@@ -79,7 +83,8 @@ Result<Prepared> Prepare(const LaunchSpec& spec) {
     }
   }
   std::string& m = p.message;
-  Field(m, "GSX1");
+  Field(m, "GSX2");
+  Field(m, spec.status_path);
   Field(m, p.switch_user ? std::to_string(p.uid) : "-");
   Field(m, p.switch_user ? std::to_string(p.gid) : "-");
   Field(m, std::to_string(groups.size()));
@@ -189,7 +194,7 @@ class ProcessLauncher final : public Launcher {
     close(log_fd);
     if (!stub.ok()) return stub.status();
     JoinCgroup(spec, stub->pid);
-    ProcessHandle h{stub->pid, stub->start_ticks, false};
+    ProcessHandle h{stub->pid, stub->start_ticks, false, spec.status_path};
     Status st = commit(h);
     if (!st.ok()) {
       kill(stub->pid, SIGKILL);
@@ -205,6 +210,17 @@ class ProcessLauncher final : public Launcher {
 
   Status Signal(const ProcessHandle& h, int sig) override {
     if (h.pid <= 0) return InvalidArgument("pid: 0");
+    if (sig == SIGKILL && ProcessStartTicks(h.pid) == h.start_ticks) {
+      // The stub still waits for the job: kill the rest of the group and spare it, so it
+      // records how the job ended. Stopping the group first keeps a forking job from adding
+      // members between the scan and the kill (a group signal racing fork reaches the child).
+      kill(-h.pid, SIGSTOP);
+      for (int pid : ProcessGroupMembers(h.pid)) {
+        if (pid != h.pid) kill(pid, SIGKILL);
+      }
+      kill(h.pid, SIGCONT);
+      return Status::Ok();
+    }
     if (kill(-h.pid, sig) != 0 && errno != ESRCH) {
       return Internal(fmt::format("kill -{} -{}: {}", sig, h.pid, std::strerror(errno)));
     }
@@ -215,21 +231,17 @@ class ProcessLauncher final : public Launcher {
     std::lock_guard lock(mu_);
     auto it = reaped_.find(h.pid);
     if (it == reaped_.end()) {
-      ExitInfo info;
       if (h.adopted) {
         auto ticks = ProcessStartTicks(h.pid);
         if (ticks && *ticks == h.start_ticks) return std::nullopt;
       } else {
-        int status = 0;
-        pid_t r = waitpid(h.pid, &status, WNOHANG);
+        // Reaped only to free the pid; the stub's own exit status is not the job's (a killed
+        // stub and a job killed by the same signal would look alike).
+        pid_t r = waitpid(h.pid, nullptr, WNOHANG);
         if (r == 0) return std::nullopt;
-        if (r == h.pid) {
-          if (WIFEXITED(status)) info.exit_code = WEXITSTATUS(status);
-          if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
-        }
-        // r < 0 (ECHILD): someone else reaped it; status unknown.
       }
-      it = reaped_.emplace(h.pid, info).first;
+      // The stub has ended: having recorded the job's end, or killed before it could.
+      it = reaped_.emplace(h.pid, ReadStatusFile(h.status_path, h.pid)).first;
     }
     ExitInfo out = it->second;
     out.group_gone = !ProcessGroupAlive(h.pid);
@@ -329,6 +341,19 @@ class ProcessLauncher final : public Launcher {
 };
 
 }  // namespace
+
+ExitInfo ReadStatusFile(const std::string& path, int pid) {
+  ExitInfo info;
+  if (path.empty()) return info;
+  std::ifstream in(path);
+  std::string key;
+  long long value = 0;
+  if (!(in >> key >> value) || key != "pid" || value != pid) return info;  // another run's
+  if (!(in >> key >> value) || value < 0 || value > 255) return info;
+  if (key == "exit") info.exit_code = static_cast<int>(value);
+  if (key == "signal" && value > 0) info.signal = static_cast<int>(value);
+  return info;
+}
 
 std::string FindExecStub() {
   std::error_code ec;

@@ -75,4 +75,19 @@ bool ProcessGroupAlive(int pgid) {
   return alive;
 }
 
+std::vector<int> ProcessGroupMembers(int pgid) {
+  std::vector<int> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    auto st = ReadStat(e->d_name);
+    if (st && st->pgrp == pgid && st->state != 'Z' && st->state != 'X') {
+      out.push_back(std::atoi(e->d_name));
+    }
+  }
+  closedir(d);
+  return out;
+}
+
 }  // namespace gpuslice::exec

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace gpuslice::exec {
 
@@ -17,5 +18,8 @@ std::optional<int> ProcessGroupOf(int pid);
 // True when some non-zombie process has process group `pgid`. Scans /proc: a kill(-pgid, 0)
 // would also count zombies nobody reaps (containers whose init does not reap).
 bool ProcessGroupAlive(int pgid);
+
+// The live (non-zombie) processes of group `pgid`.
+std::vector<int> ProcessGroupMembers(int pgid);
 
 }  // namespace gpuslice::exec

@@ -1,15 +1,26 @@
-// gpuslice-exec: the first program a job's process runs (see launcher.h, "Start protocol").
+// gpuslice-exec: the first program a job's process runs, and the job's parent until it ends
+// (see launcher.h, "Start protocol" and "Results").
 //
 // The daemon spawns it with vfork semantics (posix_spawn), so the daemon's memory is never
 // shared copy-on-write with a child while the daemon commits the job's pid: that sharing made
 // every SQLite write of the commit take page faults and cost submit->start latency. The stub:
-//   1. reads the job (credentials, cwd, argv, environment, and its log as an attached
-//      descriptor) from fd 3, a socket whose other end the daemon holds, while the daemon makes
-//      the pid durable;
+//   1. reads the job (where to record its result, credentials, cwd, argv, environment, and
+//      its log as an attached descriptor) from fd 3, a socket whose other end the daemon
+//      holds, while the daemon makes the pid durable;
 //   2. waits for the go-ahead byte 'G' followed by EOF. EOF without it (the daemon died or the
 //      commit failed) means the job must not run: exit 126, having run nothing;
-//   3. drops to the user (supplementary groups, gid, uid), enters cwd, resets signals and
-//      execs the job with exactly the environment the daemon sent.
+//   3. forks the job: the child drops to the user (supplementary groups, gid, uid), enters
+//      cwd, resets signals and execs the job with exactly the environment the daemon sent;
+//   4. stays the job's parent, waits for it and records its exit status in the status file
+//      (written to a temporary name, then renamed: the daemon sees all of it or nothing),
+//      then exits. So the result survives the daemon: a daemon restarted after the job ended
+//      reads it there.
+// The stub keeps the daemon's credentials (root, in production): a job running as a user can
+// neither signal nor ptrace it, nor write the status directory (0700). The daemon signals the
+// job's process group, which holds the stub too: the stub ignores every catchable signal (so
+// SIGTERM reaches only the job), and the daemon's SIGKILL spares it (launcher.cc). Should the
+// stub die anyway (an admin's kill -9), no status file appears and the daemon records the
+// result as unknown, never as success.
 // The job's log arrives with the message (SCM_RIGHTS) and becomes stdout and stderr; stdin
 // (/dev/null) and the process group are set up by posix_spawn. The daemon spawns stubs ahead of
 // time, so one may wait idle for a while before it gets a job.
@@ -17,16 +28,20 @@
 // Statically linked, with an empty environment of its own: nothing the submitter controls
 // (LD_PRELOAD for the memory cap, GLIBC_TUNABLES, ...) applies to this root-owned step.
 // Wire format on fd 3: NUL-terminated strings
-//   "GSX1" uid gid ngroups group... cwd argc arg... envc env...   then 'G', then EOF.
-// uid/gid are "-" to keep the daemon's own credentials. Plain C and syscalls only: the job is
-// one exec away and this must not pull in more than libc.
+//   "GSX2" status-path uid gid ngroups group... cwd argc arg... envc env...   then 'G', then EOF.
+// uid/gid are "-" to keep the daemon's own credentials. Status file: "pid <stub pid>\n" then
+// "exit <code>\n" or "signal <number>\n". Plain C and syscalls only: this must not pull in
+// more than libc.
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern char** environ;
@@ -138,9 +153,60 @@ bool ReadAll(int fd, Message* m, int* log_fd) {
   }
 }
 
+// Sets every signal's disposition, including the real-time signals glibc's sigaction() refuses
+// to touch (32, 33): the raw system call with the kernel's struct layout. SIGKILL and SIGSTOP
+// just fail. `keep_chld`: SIGCHLD stays default (SIG_IGN would reap the child for us and
+// lose its status).
+void SetAllSignals(void (*handler)(int), bool keep_chld) {
+  struct {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    unsigned long mask;
+  } act = {handler, 0, nullptr, 0}, dfl = {SIG_DFL, 0, nullptr, 0};
+  for (long sig = 1; sig <= 64; ++sig) {
+    syscall(SYS_rt_sigaction, sig, keep_chld && sig == SIGCHLD ? &dfl : &act, nullptr,
+            sizeof(act.mask));
+  }
+}
+
+// Writes the job's result to `path` atomically (temporary name in the same directory, fsync,
+// rename). False if it could not (the daemon then records the result as unknown).
+bool Record(const char* path, const char* result) {
+  char tmp[4096];
+  char text[128];
+  const int n = snprintf(text, sizeof(text), "pid %ld\n%s\n", static_cast<long>(getpid()), result);
+  if (snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, static_cast<long>(getpid())) >= static_cast<int>(sizeof(tmp))) {
+    return false;
+  }
+  const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = write(fd, text, static_cast<size_t>(n)) == n && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (ok && rename(tmp, path) == 0) return true;
+  unlink(tmp);
+  return false;
+}
+
+// The job could not be run although the daemon counted it as started: recorded as exit 126,
+// so the daemon shows it failed rather than unknown.
+[[noreturn]] void NotRun(const char* status_path, const char* why) {
+  Put("gpuslice: ");
+  Put(why);
+  Put("\n");
+  Record(status_path, "exit 126");
+  _exit(kNoGoAhead);
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv_of_stub) {
+  // Blocked from the start (a signal sent to the job's group between the fork and the job's
+  // own reset must not be lost, see below); the job gets an empty mask.
+  sigset_t all;
+  sigfillset(&all);
+  sigprocmask(SIG_SETMASK, &all, nullptr);
+
   Message m;
   int log_fd = -1;
   // The go-ahead is the last byte; anything else (EOF early, a torn message, no log) runs
@@ -153,53 +219,100 @@ int main() {
   close(kGoFd);
 
   char* magic = m.Next();
-  if (magic == nullptr || strcmp(magic, "GSX1") != 0) _exit(kNoGoAhead);
+  if (magic == nullptr || strcmp(magic, "GSX2") != 0) _exit(kNoGoAhead);
+  char* status_path = m.Next();
+  if (status_path == nullptr || status_path[0] != '/') _exit(kNoGoAhead);
+  if (dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0) NotRun(status_path, "cannot open the job's log");
+  syscall(SYS_close_range, 3u, ~0u, 0u);
+  // From here the daemon has counted the job as started: every outcome is recorded.
   // Credentials: "-" "-" (keep the daemon's) or two numbers; anything else runs nothing.
   char* uid_s = m.Next();
   char* gid_s = m.Next();
   long uid = -1, gid = -1;
   const bool keep = uid_s != nullptr && gid_s != nullptr && strcmp(uid_s, "-") == 0 && strcmp(gid_s, "-") == 0;
-  if (!keep && !(ParseNumber(uid_s, &uid) && ParseNumber(gid_s, &gid))) _exit(kNoGoAhead);
+  if (!keep && !(ParseNumber(uid_s, &uid) && ParseNumber(gid_s, &gid))) {
+    NotRun(status_path, "malformed job (credentials)");
+  }
   long ngroups = 0;
-  if (!m.Number(&ngroups) || ngroups > 65536) _exit(kNoGoAhead);
+  if (!m.Number(&ngroups) || ngroups > 65536) NotRun(status_path, "malformed job (groups)");
   gid_t* groups = static_cast<gid_t*>(calloc(static_cast<size_t>(ngroups) + 1, sizeof(gid_t)));
   for (long i = 0; i < ngroups; ++i) {
     long g = 0;
-    if (groups == nullptr || !m.Number(&g)) _exit(kNoGoAhead);
+    if (groups == nullptr || !m.Number(&g)) NotRun(status_path, "malformed job (groups)");
     groups[i] = static_cast<gid_t>(g);
   }
   char* cwd = m.Next();
   char** argv = m.List();
   char** envp = m.List();
   if (cwd == nullptr || argv == nullptr || argv[0] == nullptr || envp == nullptr || m.pos != m.size) {
-    _exit(kNoGoAhead);
+    NotRun(status_path, "malformed job");
   }
 
-  if (dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0) _exit(kNoGoAhead);
-  syscall(SYS_close_range, 3u, ~0u, 0u);
-  // Every disposition back to default, including the real-time signals glibc's sigaction()
-  // refuses to touch (32, 33): the raw system call with the kernel's struct layout.
-  struct {
-    void (*handler)(int);
-    unsigned long flags;
-    void (*restorer)();
-    unsigned long mask;
-  } dfl = {SIG_DFL, 0, nullptr, 0};
-  for (long sig = 1; sig <= 64; ++sig) {
-    syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof(dfl.mask));  // SIGKILL/SIGSTOP just fail
+  // What `ps` shows for this process from now on (the same bytes, so no longer than before).
+  if (argc > 1) {
+    const size_t room = strlen(argv_of_stub[1]);
+    memset(argv_of_stub[1], 0, room);
+    memcpy(argv_of_stub[1], "job-parent", room < 10 ? room : 10);
   }
+  const pid_t child = fork();
+  if (child < 0) NotRun(status_path, "fork failed");
+  if (child == 0) {
+    // The job: every disposition back to default, nothing blocked.
+    SetAllSignals(SIG_DFL, false);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!keep) {
+      if (setgroups(static_cast<size_t>(ngroups), groups) != 0) Fail("setgroups", "");
+      if (setgid(static_cast<gid_t>(gid)) != 0) Fail("setgid", "");
+      if (setuid(static_cast<uid_t>(uid)) != 0) Fail("setuid", "");
+    }
+    if (chdir(cwd) != 0) Fail("chdir ", cwd);
+    // The job's PATH, not this program's (empty) one, finds argv[0]: execvp searches getenv().
+    environ = envp;
+    execvp(argv[0], argv);
+    Fail("exec ", argv[0]);
+  }
+
+  // The parent. A signal sent to the group before the fork completed reached only this
+  // process (the kernel delivers a group signal racing a fork before it or to both after it):
+  // pass those on to the job. Then ignore everything: what the daemon sends the group (SIGTERM
+  // for a stop) is for the job.
+  sigset_t pending;
+  sigemptyset(&pending);
+  sigpending(&pending);
+  for (int sig = 1; sig < 32; ++sig) {
+    if (sig != SIGCHLD && sig != SIGCONT && sigismember(&pending, sig)) kill(child, sig);
+  }
+  SetAllSignals(SIG_IGN, true);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
 
-  if (!keep) {
-    if (setgroups(static_cast<size_t>(ngroups), groups) != 0) Fail("setgroups", "");
-    if (setgid(static_cast<gid_t>(gid)) != 0) Fail("setgid", "");
-    if (setuid(static_cast<uid_t>(uid)) != 0) Fail("setuid", "");
+  int status = 0;
+  pid_t r;
+  do {
+    r = waitpid(child, &status, 0);
+  } while (r < 0 && errno == EINTR);
+  char result[64];
+  int code = 125;
+  if (r == child && WIFEXITED(status)) {
+    code = WEXITSTATUS(status);
+    snprintf(result, sizeof(result), "exit %d", code);
+  } else if (r == child && WIFSIGNALED(status)) {
+    code = 128 + WTERMSIG(status);
+    snprintf(result, sizeof(result), "signal %d", WTERMSIG(status));
+  } else {
+    Put("gpuslice: lost track of the job's process\n");
+    _exit(125);
   }
-  if (chdir(cwd) != 0) Fail("chdir ", cwd);
-  // The job's PATH, not this program's (empty) one, finds argv[0]: execvp searches getenv().
-  environ = envp;
-  execvp(argv[0], argv);
-  Fail("exec ", argv[0]);
+  if (!Record(status_path, result)) {
+    Put("gpuslice: cannot record the job's exit status in ");
+    Put(status_path);
+    Put(": ");
+    Put(strerror(errno));
+    Put("\n");
+    _exit(125);
+  }
+  _exit(code);
 }

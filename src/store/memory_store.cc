@@ -22,6 +22,11 @@ class MemoryStore final : public Store {
     journal_.insert(journal_.end(), b.journal.begin(), b.journal.end());
     return Status::Ok();
   }
+  Status ReplaceJournal(const std::vector<std::string>& entries) override {
+    std::lock_guard lock(mu_);
+    journal_ = entries;
+    return Status::Ok();
+  }
   Result<std::optional<JobRecord>> GetJob(JobId id) override {
     std::lock_guard lock(mu_);
     auto it = jobs_.find(id);

@@ -204,6 +204,29 @@ class SqliteStore final : public Store {
     return out;
   }
 
+  Status ReplaceJournal(const std::vector<std::string>& entries) override {
+    std::lock_guard lock(mu_);
+    GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    Status st = Exec("DELETE FROM journal");
+    if (st.ok()) {
+      Stmt s(db_, "INSERT INTO journal(entry) VALUES(?)");
+      st = s.status();
+      for (size_t i = 0; st.ok() && i < entries.size(); ++i) {
+        s.Bind(1, entries[i]);
+        st = s.Run();
+      }
+    }
+    if (!st.ok()) {
+      (void)Exec("ROLLBACK");
+      return st;
+    }
+    GPUSLICE_RETURN_IF_ERROR(Exec("COMMIT"));
+    // The freed pages are reused by later entries; the WAL is folded back so it does not
+    // keep the old journal's pages around.
+    (void)Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+    return Status::Ok();
+  }
+
   Result<std::optional<std::string>> GetMeta(std::string_view key) override {
     std::lock_guard lock(mu_);
     Stmt s(db_, "SELECT value FROM meta WHERE key = ?");

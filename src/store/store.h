@@ -33,7 +33,8 @@ enum class JobState {
   kCancelled,
   kTimedOut,
   kReclaimed,  // idle reclaim
-  kLost,       // its processes vanished while the daemon was down
+  kLost,       // result unknown: it ended and no exit status was recorded (its exec stub was
+               // killed), or its processes vanished while the daemon was down
   kRejected,   // can never run as asked
 };
 std::string_view JobStateName(JobState s);
@@ -68,7 +69,7 @@ struct JobRecord {
   SliceId slice;
   int pid = 0;               // process-group leader; 0 before start
   std::uint64_t pid_start_ticks = 0;  // /proc/<pid>/stat starttime: tells a reused pid apart
-  std::optional<int> exit_code;       // unknown for adopted jobs
+  std::optional<int> exit_code;       // as the exec stub recorded it; unset: unknown
   std::optional<int> exit_signal;
   std::string log_path;
 
@@ -140,6 +141,9 @@ class Store {
   virtual Result<std::vector<SampleRecord>> ListSamples(std::string_view subject,
                                                         Micros since) = 0;
   virtual Result<std::vector<std::string>> ReadJournal() = 0;  // oldest first
+  // Journal compaction: replaces the whole journal with `entries`, atomically (a crash keeps
+  // the old journal or the new one, never a mix).
+  virtual Status ReplaceJournal(const std::vector<std::string>& entries) = 0;
 
   // Small key/value settings (e.g. the scheduler seed), written outside batches.
   virtual Result<std::optional<std::string>> GetMeta(std::string_view key) = 0;

@@ -3,6 +3,7 @@
 // jobs, marks vanished ones lost and starts nothing twice).
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -31,6 +32,7 @@ class SharedStore : public store::Store {
     return s_->ListSamples(s, t);
   }
   Result<std::vector<std::string>> ReadJournal() override { return s_->ReadJournal(); }
+  Status ReplaceJournal(const std::vector<std::string>& e) override { return s_->ReplaceJournal(e); }
   Result<std::optional<std::string>> GetMeta(std::string_view k) override { return s_->GetMeta(k); }
   Status PutMeta(std::string_view k, std::string_view v) override { return s_->PutMeta(k, v); }
 
@@ -67,6 +69,7 @@ class DaemonTest : public ::testing::Test {
     o.simulate_script = std::move(script);
     o.simulated = true;
     o.grace = kSecond;
+    o.compact_journal_at = compact_at_;
     auto backend = devices::FakeBackend::Create("4xH100-80GB", [this] { return now_; });
     auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o,
                                       std::make_unique<SharedStore>(store_.get()),
@@ -90,6 +93,7 @@ class DaemonTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   Micros now_ = 1'000 * kSecond;
+  std::size_t compact_at_ = DaemonOptions{}.compact_journal_at;
   std::unique_ptr<store::Store> store_ = store::NewMemoryStore();
   exec::FakeLauncher launcher_;
   Caller me_{static_cast<std::int64_t>(geteuid()), static_cast<std::int64_t>(getegid())};
@@ -224,7 +228,7 @@ TEST_F(DaemonTest, NulBytesInCommandOrEnvironmentAreRefusedAtSubmit) {
   EXPECT_TRUE(launcher_.launches().empty());
 }
 
-TEST_F(DaemonTest, RestartReadoptsLiveJobsMarksGoneOnesLostAndStartsNothingTwice) {
+TEST_F(DaemonTest, RestartReadoptsLiveJobsRecordsEndedOnesAndStartsNothingTwice) {
   std::uint64_t live, gone, waiting;
   {
     auto d = NewDaemon();
@@ -232,17 +236,94 @@ TEST_F(DaemonTest, RestartReadoptsLiveJobsMarksGoneOnesLostAndStartsNothingTwice
     gone = Submit(*d, {{"queue", "training"}, {"gpus", 2}});
     waiting = Submit(*d, {{"queue", "training"}, {"gpus", 1}});  // no device left
     EXPECT_EQ(State(*d, waiting), "pending");
-    launcher_.Exit(Pid(*d, gone), 0);  // ends while the daemon is "down"
+    launcher_.Exit(Pid(*d, gone), 3);  // ends while the daemon is "down"
   }  // the daemon vanishes without a word (as with kill -9)
   now_ += 5 * kSecond;
   auto d = NewDaemon();
   EXPECT_EQ(State(*d, live), "running");
-  EXPECT_EQ(State(*d, gone), "lost");
-  // The lost job's devices went back; the waiting job took them.
+  // What its exec stub recorded, not "lost" and not "succeeded".
+  EXPECT_EQ(State(*d, gone), "failed");
+  EXPECT_EQ((*d->GetJob(JobId(gone)))["job"]["exit_code"], 3);
+  // The ended job's devices went back; the waiting job took them.
   EXPECT_EQ(State(*d, waiting), "running");
   EXPECT_EQ(launcher_.launches().size(), 3u) << "live job not started again";
   EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
   EXPECT_EQ(d->Slices()["slices"].size(), 2u);
+}
+
+// No recorded result (the stub was killed): unknown, so `lost` with no exit code, never
+// `succeeded`; while the daemon runs and across a restart alike.
+TEST_F(DaemonTest, UnrecordedResultIsLostNeverSucceeded) {
+  std::uint64_t running, down;
+  {
+    auto d = NewDaemon();
+    running = Submit(*d, {{"queue", "training"}, {"gpus", 1}});
+    down = Submit(*d, {{"queue", "training"}, {"gpus", 1}});
+    launcher_.Vanish(Pid(*d, running));
+    d->Step();
+    EXPECT_EQ(State(*d, running), "lost");
+    EXPECT_TRUE((*d->GetJob(JobId(running)))["job"]["exit_code"].is_null());
+    launcher_.Vanish(Pid(*d, down));
+  }
+  auto d = NewDaemon();
+  EXPECT_EQ(State(*d, down), "lost");
+  EXPECT_TRUE((*d->GetJob(JobId(down)))["job"]["exit_code"].is_null());
+  EXPECT_NE((*d->GetJob(JobId(down)))["job"]["reason"].get<std::string>().find("unknown"),
+            std::string::npos);
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+}
+
+// Compaction round trip: what the API shows is the same after the journal is compacted at a
+// restart (snapshot of what still matters + truncation) as before, and after another restart
+// that replays only the compacted journal.
+TEST_F(DaemonTest, JournalCompactionKeepsTheStateAcrossRestarts) {
+  const std::string script = (dir_ / "script.json").string();
+  compact_at_ = 0;  // never, for the first life
+  std::uint64_t ends;
+  {
+    auto d = NewDaemon(script);
+    Json busy = Json::object();
+    for (int i = 0; i < 3; ++i) busy[std::to_string(Submit(*d, {{"queue", "interactive"}}))] = {{"sm", 80}};
+    (void)Submit(*d, {{"queue", "interactive"}});  // idle: warned, then reclaimed
+    ends = Submit(*d, {{"queue", "training"}, {"gpus", 1}});
+    std::ofstream(script) << Json{{"jobs", busy}}.dump();
+    for (int i = 0; i < 1800; ++i) {  // five hours
+      now_ += 10 * kSecond;
+      if (i == 900) launcher_.Exit(Pid(*d, ends), 0);
+      d->Step();
+    }
+  }
+  const auto jobs = *store_->ListJobs();
+  EXPECT_EQ(std::count_if(jobs.begin(), jobs.end(),
+                          [](const store::JobRecord& j) { return j.state == store::JobState::kReclaimed; }),
+            1);
+  const std::size_t before = store_->ReadJournal()->size();
+  auto view = [](Daemon& d) {
+    Json out = *d.ListJobs({});
+    for (const auto& s : d.Slices()["slices"]) {
+      out["slices"].push_back({s["id"], s["job"], s["devices"], s["idle_state"], s["milli"]});
+    }
+    for (auto dev : d.Devices()["devices"]) {
+      dev.erase("util_percent");
+      dev.erase("memory_used");
+      out["devices"].push_back(dev);
+    }
+    return out;
+  };
+  compact_at_ = DaemonOptions{}.compact_journal_at;
+  Json expected = view(*NewDaemon(script));  // replays the full journal (below the threshold)
+  EXPECT_EQ(store_->ReadJournal()->size(), before);
+  compact_at_ = 50;
+  Json compacted = view(*NewDaemon(script));
+  const std::size_t after = store_->ReadJournal()->size();
+  EXPECT_LT(after * 2, before) << after << " of " << before << " entries kept";
+  EXPECT_EQ(compacted, expected);
+  auto d = NewDaemon(script);  // replays only the compacted journal
+  EXPECT_EQ(store_->ReadJournal()->size(), after) << "nothing more to compact";
+  EXPECT_EQ(view(*d), expected);
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+  EXPECT_EQ(State(*d, ends), "succeeded");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // it, and check after every restart that no accepted submission is lost, nothing started
 // twice, and no slice leaks or is double-booked.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <map>
@@ -143,6 +144,89 @@ TEST(DaemonRecovery, Kill9UnderLoadLosesNothingAndStartsNothingTwice) {
   EXPECT_GE(all["jobs"].size(), acked.size());
   EXPECT_GT(succeeded, 0);
   CheckInvariants(h, acked, kCycles);
+}
+
+// ---- results survive restarts (the exec stub records them in state/status/<job>.exit)
+
+json WaitEnded(DaemonHarness& h, std::uint64_t id) {
+  return h.WaitJob(id, [](const json& j) { return IsTerminal(j["state"].get<std::string>()); },
+                   std::chrono::seconds(20))["job"];
+}
+
+json WaitRunning(DaemonHarness& h, std::uint64_t id) {
+  return h.WaitJob(id, [](const json& j) { return j["state"] == "running"; })["job"];
+}
+
+TEST(DaemonResults, SigtermRestartKeepsAFailedJobsExitCode) {
+  DaemonHarness h("sigterm_result", kConfig);
+  h.Start();
+  auto id = h.Submit({"sh", "-c", "sleep 1.5; exit 4"}, {{"queue", "training"}});
+  WaitRunning(h, id);
+  h.Terminate();  // a clean stop: the job keeps running and is re-adopted
+  h.Start();
+  EXPECT_EQ(h.Job(id)["job"]["state"], "running") << "re-adopted";
+  json j = WaitEnded(h, id);
+  EXPECT_EQ(j["state"], "failed") << j.dump();
+  EXPECT_EQ(j["exit_code"], 4) << j.dump();
+}
+
+TEST(DaemonResults, JobEndingWhileTheDaemonIsDownKeepsItsExitCodeAndSignal) {
+  DaemonHarness h("down_result", kConfig);
+  h.Start();
+  auto code = h.Submit({"sh", "-c", "sleep 0.5; exit 3"}, {{"queue", "training"}});
+  auto sig = h.Submit({"sh", "-c", "sleep 0.5; kill -USR1 $$"}, {{"queue", "training"}});
+  auto ok = h.Submit({"sh", "-c", "sleep 0.5"}, {{"queue", "training"}});
+  for (auto id : {code, sig, ok}) WaitRunning(h, id);
+  h.Kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // all three end meanwhile
+  h.Start();
+  json c = h.Job(code)["job"], s = h.Job(sig)["job"], o = h.Job(ok)["job"];
+  EXPECT_EQ(c["state"], "failed") << c.dump();
+  EXPECT_EQ(c["exit_code"], 3) << c.dump();
+  EXPECT_EQ(s["state"], "failed") << s.dump();
+  EXPECT_EQ(s["exit_signal"], SIGUSR1) << s.dump();
+  EXPECT_TRUE(s["exit_code"].is_null()) << s.dump();
+  EXPECT_EQ(o["state"], "succeeded") << o.dump();
+  EXPECT_EQ(o["exit_code"], 0) << o.dump();
+  EXPECT_TRUE((*h.Client().Get("/v1/slices"))["slices"].empty());
+  // The status directory is the daemon's alone (a job must not forge its result).
+  struct stat st {};
+  ASSERT_EQ(stat((h.dir() + "/state/status").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
+TEST(DaemonResults, JobKilledByASignalWhileRunningRecordsTheSignal) {
+  DaemonHarness h("signal_result", kConfig);
+  h.Start();
+  auto id = h.Submit({"sh", "-c", "sleep 0.3; kill -SEGV $$"}, {{"queue", "training"}});
+  json j = WaitEnded(h, id);
+  EXPECT_EQ(j["state"], "failed") << j.dump();
+  EXPECT_EQ(j["exit_signal"], SIGSEGV) << j.dump();
+}
+
+TEST(DaemonResults, KillingTheExecStubIsAnUnknownResultNeverSuccess) {
+  DaemonHarness h("stub_killed", kConfig);
+  h.Start();
+  auto up = h.Submit({"sleep", "30"}, {{"queue", "training"}});
+  auto down = h.Submit({"sleep", "30"}, {{"queue", "training"}});
+  int up_pid = WaitRunning(h, up)["pid"].get<int>();
+  int down_pid = WaitRunning(h, down)["pid"].get<int>();
+  // The stub alone (pid = the group's leader); the job lives on until the daemon ends it.
+  ASSERT_EQ(kill(up_pid, SIGKILL), 0);
+  json j = WaitEnded(h, up);
+  EXPECT_EQ(j["state"], "lost") << j.dump();
+  EXPECT_TRUE(j["exit_code"].is_null()) << j.dump();
+  EXPECT_TRUE(j["exit_signal"].is_null()) << j.dump();
+  EXPECT_NE(j["reason"].get<std::string>().find("unknown"), std::string::npos) << j.dump();
+
+  h.Kill9();
+  kill(-down_pid, SIGKILL);  // stub and job both, while the daemon is down
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  h.Start();
+  json d = h.Job(down)["job"];
+  EXPECT_EQ(d["state"], "lost") << d.dump();
+  EXPECT_TRUE(d["exit_signal"].is_null()) << d.dump();
+  EXPECT_TRUE((*h.Client().Get("/v1/slices"))["slices"].empty());
 }
 
 }  // namespace

@@ -42,6 +42,15 @@ std::string Slurp(const fs::path& p) {
   return ss.str();
 }
 
+// The stub pid a status file names (0 if none).
+int ReadStatusPid(const std::string& path) {
+  std::ifstream in(path);
+  std::string key;
+  int pid = 0;
+  in >> key >> pid;
+  return pid;
+}
+
 // Polls until the job's processes are all gone (bounded: 10 s).
 std::optional<ExitInfo> WaitGone(Launcher& l, const ProcessHandle& h) {
   for (int i = 0; i < 1000; ++i) {
@@ -59,6 +68,7 @@ LaunchSpec Spec(const fs::path& dir, std::vector<std::string> argv) {
   s.cwd = dir.string();
   s.env = {{"PATH", "/usr/bin:/bin"}, {"GPUSLICE_JOB_ID", "1"}};
   s.log_path = (dir / "job.log").string();
+  s.status_path = (dir / "job.exit").string();
   return s;
 }
 
@@ -102,7 +112,7 @@ TEST_P(LauncherContract, FailedCommitMeansNothingRuns) {
   EXPECT_EQ(h.status().message(), "disk full");
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_FALSE(fs::exists(dir / "ran"));
-  EXPECT_FALSE(l->StillAlive(ProcessHandle{pid, 1, false}));
+  EXPECT_FALSE(l->StillAlive(ProcessHandle{pid, 1, false, ""}));
   fs::remove_all(dir);
 }
 
@@ -191,13 +201,13 @@ TEST(ProcessLauncher, RunsAsTheSubmittingUser) {
 
 TEST(ProcessLauncher, ReusedPidIsNotTheJob) {
   auto l = NewProcessLauncher();
-  ProcessHandle self{getpid(), ProcessStartTicks(getpid()).value(), true};
+  ProcessHandle self{getpid(), ProcessStartTicks(getpid()).value(), true, ""};
   EXPECT_TRUE(l->StillAlive(self));
   EXPECT_FALSE(l->Poll(self).has_value());
-  ProcessHandle other{getpid(), self.start_ticks + 1, true};
+  ProcessHandle other{getpid(), self.start_ticks + 1, true, ""};
   auto e = l->Poll(other);
   ASSERT_TRUE(e.has_value());
-  EXPECT_FALSE(e->exit_code.has_value()) << "adopted: exit status unknown";
+  EXPECT_FALSE(e->exit_code.has_value()) << "no status recorded: exit status unknown";
 }
 
 TEST(ProcessLauncher, EmptyCommandIsInvalid) {
@@ -268,12 +278,17 @@ TEST(ExecStub, TornMessageNoLogOrNoGoAheadRunsNothing) {
   auto dir = TempDir("stub");
   const std::string marker = (dir / "ran").string();
   const std::string script = "echo hi; touch " + marker;
-  std::string full;
-  for (const char* f : {"GSX1", "-", "-", "0", "/", "3", "sh", "-c", script.c_str(), "1",
-                               "PATH=/usr/bin:/bin"}) {
-    full += f;
-    full.push_back('\0');
-  }
+  const std::string status = (dir / "job.exit").string();
+  auto message = [&](const char* magic, const char* uid) {
+    std::string out;
+    for (const char* f : {magic, status.c_str(), uid, "-", "0", "/", "3", "sh", "-c",
+                          script.c_str(), "1", "PATH=/usr/bin:/bin"}) {
+      out += f;
+      out.push_back('\0');
+    }
+    return out;
+  };
+  const std::string full = message("GSX2", "-");
   const int log = open((dir / "log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   ASSERT_GE(log, 0);
   auto run = [&](const std::string& message, bool attach_log) {
@@ -308,16 +323,24 @@ TEST(ExecStub, TornMessageNoLogOrNoGoAheadRunsNothing) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
   EXPECT_EQ(run(full, true), 126) << "no go-ahead";
-  EXPECT_EQ(run(full.substr(0, full.size() / 2) + "G", true), 126) << "torn message";
-  EXPECT_EQ(run("GSX2" + full.substr(4) + "G", true), 126) << "unknown format";
   EXPECT_EQ(run(full + "G", false), 126) << "no log";
-  EXPECT_EQ(run("GSX1" + std::string("\0x\0-", 5) + full.substr(8) + "G", true), 126)
-      << "a garbled uid is not root";
+  EXPECT_EQ(run(message("GSX1", "-") + "G", true), 126) << "unknown format";
+  EXPECT_FALSE(fs::exists(status)) << "nothing was started, so nothing is recorded";
+  EXPECT_EQ(run(full.substr(0, full.size() / 2) + "G", true), 126) << "torn message";
+  EXPECT_EQ(Slurp(status), "pid " + std::to_string(ReadStatusPid(status)) + "\nexit 126\n")
+      << "after the go-ahead the daemon counts the job as started: its failure is recorded";
+  EXPECT_EQ(run(message("GSX2", "x") + "G", true), 126) << "a garbled uid is not root";
   EXPECT_FALSE(fs::exists(marker));
-  EXPECT_EQ(Slurp(dir / "log"), "");
+  EXPECT_EQ(Slurp(dir / "log").find("hi"), std::string::npos) << Slurp(dir / "log");
+  fs::remove(dir / "log");
+  const int log2 = open((dir / "log").c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ASSERT_GE(log2, 0);
+  dup2(log2, log);
+  close(log2);
   EXPECT_EQ(run(full + "G", true), 0);
   EXPECT_TRUE(fs::exists(marker)) << "with the go-ahead the job runs";
   EXPECT_EQ(Slurp(dir / "log"), "hi\n") << "its output goes to the attached log";
+  EXPECT_EQ(Slurp(status), "pid " + std::to_string(ReadStatusPid(status)) + "\nexit 0\n");
   close(log);
   fs::remove_all(dir);
 }
@@ -369,6 +392,96 @@ TEST(ProcessLauncher, ReadyStubsAreUsedAndAKilledOneIsSkipped) {
   EXPECT_NE(log.find("run 0\nrun 1\nrun 2\n"), std::string::npos) << log;
   l.reset();  // the remaining ready stubs get EOF and exit; nothing is left behind
   EXPECT_TRUE(ready().empty());
+  fs::remove_all(dir);
+}
+
+// The result is the stub's record, exact for an exit code and a signal, and read the same way
+// by a launcher that did not start the job (a restarted daemon re-adopting it).
+TEST(ProcessLauncher, ExitCodeAndSignalAreRecordedAndReadAfterARestart) {
+  auto dir = TempDir("record");
+  auto l = NewProcessLauncher("", 0);
+  auto h = l->Start(Spec(dir, {"sh", "-c", "exit 3"}), [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  auto e = WaitGone(*l, *h);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 3);
+  EXPECT_FALSE(e->signal.has_value());
+  EXPECT_EQ(ReadStatusPid((dir / "job.exit").string()), h->pid) << "the stub's pid names the run";
+
+  // Started by one launcher, ended while nobody polled, read by another (adopted) one.
+  auto first = NewProcessLauncher("", 0);
+  auto spec = Spec(dir, {"sh", "-c", "sleep 0.3; kill -USR1 $$"});
+  spec.status_path = (dir / "job2.exit").string();
+  auto h2 = first->Start(spec, [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_TRUE(h2.ok()) << h2.status().ToString();
+  auto second = NewProcessLauncher("", 0);
+  ProcessHandle adopted = *h2;
+  adopted.adopted = true;
+  EXPECT_FALSE(second->Poll(adopted).has_value()) << "still running";
+  std::optional<ExitInfo> e2;
+  for (int i = 0; i < 500; ++i) {
+    e2 = second->Poll(adopted);
+    if (e2 && e2->group_gone) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(e2.has_value());
+  EXPECT_EQ(e2->signal, SIGUSR1) << "the signal that killed the job, not unknown";
+  EXPECT_FALSE(e2->exit_code.has_value());
+  (void)first->Poll(*h2);  // reap
+  // Another run's record (a different stub pid) is not this run's result.
+  EXPECT_FALSE(ReadStatusFile((dir / "job2.exit").string(), h2->pid + 1).signal.has_value());
+  fs::remove_all(dir);
+}
+
+// SIGTERM to the group reaches the job, not the stub; the daemon's SIGKILL spares the stub,
+// so the kill is recorded.
+TEST(ProcessLauncher, StubSurvivesTheGroupsSignalsAndRecordsThem) {
+  auto dir = TempDir("groupsig");
+  auto l = NewProcessLauncher("", 0);
+  auto h = l->Start(Spec(dir, {"sleep", "30"}), [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(l->Signal(*h, SIGTERM).ok());
+  auto e = WaitGone(*l, *h);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->signal, SIGTERM);
+
+  // A job that ignores SIGTERM, and a child of it, killed by the escalation.
+  auto h2 = l->Start(Spec(dir, {"sh", "-c", "trap '' TERM; sleep 30 & wait"}),
+                     [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_TRUE(h2.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(l->Signal(*h2, SIGTERM).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(l->Poll(*h2).has_value()) << "the job ignores SIGTERM; the stub must too";
+  ASSERT_TRUE(l->Signal(*h2, SIGKILL).ok());
+  auto e2 = WaitGone(*l, *h2);
+  ASSERT_TRUE(e2.has_value());
+  EXPECT_EQ(e2->signal, SIGKILL) << "recorded by the stub that the kill spared";
+  fs::remove_all(dir);
+}
+
+// Killing the stub itself loses the record: the result is unknown, not success or the stub's
+// own death.
+TEST(ProcessLauncher, KilledStubMeansUnknownResult) {
+  auto dir = TempDir("stubkill");
+  auto l = NewProcessLauncher("", 0);
+  auto h = l->Start(Spec(dir, {"sleep", "30"}), [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(h->pid, SIGKILL);  // the stub only; the job lives on in the group
+  std::optional<ExitInfo> e;
+  for (int i = 0; i < 500 && !e; ++i) {
+    e = l->Poll(*h);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(e.has_value());
+  EXPECT_FALSE(e->group_gone) << "the job itself still runs";
+  ASSERT_TRUE(l->Signal(*h, SIGKILL).ok());
+  auto gone = WaitGone(*l, *h);
+  ASSERT_TRUE(gone.has_value());
+  EXPECT_FALSE(gone->exit_code.has_value());
+  EXPECT_FALSE(gone->signal.has_value()) << "unknown, not 'killed by SIGKILL'";
   fs::remove_all(dir);
 }
 

@@ -153,6 +153,16 @@ TEST_P(StoreContract, SamplesAndJournalAppendInOrder) {
   EXPECT_EQ(*store_->ReadJournal(), (std::vector<std::string>{"first", "second", "third"}));
 }
 
+TEST_P(StoreContract, ReplaceJournalReplacesAllOfItAndAppendsContinueAfter) {
+  ASSERT_TRUE(store_->Commit(WriteBatch{.journal = {"a", "b", "c", "d"}}).ok());
+  ASSERT_TRUE(store_->ReplaceJournal({"b", "d"}).ok());
+  EXPECT_EQ(*store_->ReadJournal(), (std::vector<std::string>{"b", "d"}));
+  ASSERT_TRUE(store_->Commit(WriteBatch{.journal = {"e"}}).ok());
+  EXPECT_EQ(*store_->ReadJournal(), (std::vector<std::string>{"b", "d", "e"}));
+  ASSERT_TRUE(store_->ReplaceJournal({}).ok());
+  EXPECT_TRUE(store_->ReadJournal()->empty());
+}
+
 TEST_P(StoreContract, MetaRoundTripsAndOverwrites) {
   ASSERT_TRUE(store_->PutMeta("seed", "1").ok());
   ASSERT_TRUE(store_->PutMeta("seed", "2").ok());
