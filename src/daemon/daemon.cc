@@ -33,7 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Caps on a submitted command (docs/security-input.md). Linux execve(2) refuses a single
+// Caps on a submitted command (docs/security.md, "Input limits"). Linux execve(2) refuses a single
 // string over MAX_ARG_STRLEN (128 KiB) and, with the default 8 MiB stack, more than 2 MiB of
 // argv + environment; these stay below both so that an accepted job can always start.
 constexpr std::size_t kMaxArgvCount = 4096;

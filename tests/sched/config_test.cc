@@ -162,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"zero idle window", "[queues.interactive.idle]\nwindow = \"0s\"\n",
                   "queues.interactive.idle.window = 0: must be more than zero"},
         BadConfig{"syntax error", "[queues.interactive\n", "gpuslice.toml:1:"},
-        // Numeric classes a hostile or careless config comes in (docs/security-input.md).
+        // Numeric classes a hostile or careless config comes in (docs/security.md, "Input limits").
         BadConfig{"time limit below a second", "[queues.interactive]\ntime_limit = \"1ms\"\n",
                   "queues.interactive.time_limit = '1ms': duration '1ms': 1ms is less than the minimum 1s"},
         BadConfig{"max duration over 100 years", "[queues.training]\nmax_duration = \"36501d\"\n",
