@@ -30,6 +30,8 @@ struct SliceMetrics {
   int processes = 0;
   bool idle = false;
   Micros idle_for = 0;
+  std::string activity;  // "active", "idle", "unmeasured"; empty: not sampled yet
+  std::string basis;     // the signals that decided it, e.g. "sm,mem"
 };
 
 struct MetricsInput {

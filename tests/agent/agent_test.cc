@@ -235,7 +235,7 @@ TEST_F(AgentTest, MigSliceIsAttributedByInstanceAndUtilisationStaysUnsupported) 
   EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"2\""), std::string::npos) << text;
 }
 
-TEST_F(AgentTest, DriverErrorMidSampleDropsTheSliceForThatRoundOnly) {
+TEST_F(AgentTest, DriverErrorMidSampleMakesTheSliceUnknownForThatRoundOnly) {
   ProcessTree job;
   FakeStep s;
   s.processes = {{job.child(), kGiB, 500, 0, "", false}};
@@ -247,7 +247,14 @@ TEST_F(AgentTest, DriverErrorMidSampleDropsTheSliceForThatRoundOnly) {
   ASSERT_EQ(bad.errors.size(), 1u);
   EXPECT_NE(bad.errors[0].message().find("fell off"), std::string::npos);
   EXPECT_EQ(bad.samples.size(), 2u) << "the other devices were still read";
-  EXPECT_EQ(FindEvent(bad, 1), nullptr) << "no evidence this round: not reported as idle";
+  // No evidence this round: the scheduler hears "unknown", not "idle" and not nothing (an
+  // absent sample would let idle time run on).
+  const sched::SliceSample* unknown = FindEvent(bad, 1);
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_FALSE(unknown->sm_known);
+  EXPECT_FALSE(unknown->memory_known);
+  EXPECT_FALSE(unknown->processes_known);
+  EXPECT_EQ(Find(bad, 1)->verdict.activity, sched::Activity::kUnknown);
   EXPECT_TRUE(agent_.Series(SliceId(1)).empty());
   clock_.Advance(kSecond);
   Round good = agent_.SampleOnce();
@@ -347,18 +354,31 @@ TEST(Downsampler, MeansKnownValuesOnlyAndPeaksMemory) {
   EXPECT_FALSE(out[0].mem_util.has_value());
 }
 
-TEST(IdleDetector, BlindSignalsFallBackToMemoryChange) {
+TEST(IdleDetector, BlindSignalsAreUnmeasuredNeverIdleAndMemoryChangeIsActivity) {
   sched::IdlePolicy p;
   p.window = 2 * kSecond;
   IdleDetector d(p);
-  // SM unsupported (MIG on A100) and no memory traffic figure: memory growth is activity.
-  d.Observe(Pt(0, std::nullopt, kGiB));
-  d.Observe(Pt(kSecond, std::nullopt, kGiB));
-  d.Observe(Pt(2 * kSecond, std::nullopt, kGiB));
-  EXPECT_TRUE(d.state().idle);
-  EXPECT_EQ(d.state().basis, "memchange");
-  d.Observe(Pt(3 * kSecond, std::nullopt, 3 * kGiB));
+  // SM unsupported (MIG on A100), no memory traffic figure, a process present: steady memory
+  // says nothing (a training step keeps its memory), so the slice stays unmeasured.
+  for (Micros t : {Micros{0}, kSecond, 2 * kSecond, 3 * kSecond}) d.Observe(Pt(t, std::nullopt, kGiB, 1));
   EXPECT_FALSE(d.state().idle);
+  EXPECT_TRUE(d.state().unmeasured);
+  EXPECT_EQ(d.state().basis, "");
+  // Memory used moving is activity.
+  d.Observe(Pt(4 * kSecond, std::nullopt, 3 * kGiB, 1));
+  EXPECT_FALSE(d.state().unmeasured);
+  EXPECT_EQ(d.state().activity, sched::Activity::kActive);
+  EXPECT_EQ(d.state().basis, "memchange");
+  // No process at all is measurably idle: idle a window after the last activity.
+  d.Observe(Pt(5 * kSecond, std::nullopt, 3 * kGiB, 0));
+  EXPECT_FALSE(d.state().idle);
+  d.Observe(Pt(6 * kSecond, std::nullopt, 3 * kGiB, 0));
+  EXPECT_TRUE(d.state().idle);
+  EXPECT_EQ(d.state().basis, "procs");
+  // Blind again: not idle, however long.
+  d.Observe(Pt(60 * kSecond, std::nullopt, 3 * kGiB, 1));
+  EXPECT_FALSE(d.state().idle);
+  EXPECT_TRUE(d.state().unmeasured);
 }
 
 TEST(IdleDetector, ProcessPresenceCountsOnlyWhenThePolicySaysSo) {
