@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/client.h"
+#include "core/text.h"
 #include "core/units.h"
 
 extern char** environ;
@@ -197,6 +198,14 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
     kv("slice", fmt::format("{} ({}, {} GPU per device) on {}", s["id"].get<std::uint64_t>(),
                             s["kind"].get<std::string>(), FormatMilliGpu(s["milli"].get<std::int64_t>()), devs));
     if (!s["mig"].get<std::string>().empty()) kv("mig", s["mig"].get<std::string>());
+    // What the last sample said and which signals decided; "unmeasured" is never reclaimed
+    // for idleness (its time limit still applies).
+    if (j.value("activity", json()).is_string()) {
+      const std::string basis = j.value("activity_basis", json()).is_string() ? j["activity_basis"].get<std::string>() : "";
+      kv("activity", ForTerminal(j["activity"].get<std::string>()) +
+                         (basis.empty() ? std::string(" (no usable signal; not reclaimed for idleness)")
+                                        : " (by " + ForTerminal(basis) + ")"));
+    }
     if (s["memory_cap"].get<std::int64_t>() > 0) {
       std::string how = s["kind"] == "shared" ? "enforced by libgpuslice-cuda (LD_PRELOAD memory cap)"
                         : s["kind"] == "mps"  ? "enforced by MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"
@@ -335,9 +344,16 @@ Status Top(const ClientFlags& c, bool once, double interval_s) {
                         s["util_percent"].is_null() ? "n/a" : fmt::format("{}%", s["util_percent"].get<int>()),
                         s["memory_used"].is_null() ? "n/a" : FormatBytes(s["memory_used"].get<std::int64_t>()),
                         s["idle_seconds"].is_null() ? "-" : fmt::format("{:.0f}s", s["idle_seconds"].get<double>()),
-                        s.value("idle_state", "")});
+                        s.value("idle_state", ""),
+                        s.value("activity", json()).is_string()
+                            ? ForTerminal(s["activity"].get<std::string>()) +
+                                  (s.value("activity_basis", json()).is_string() && !s["activity_basis"].get<std::string>().empty()
+                                       ? " (" + ForTerminal(s["activity_basis"].get<std::string>()) + ")"
+                                       : "")
+                            : "-"});
       }
-      PrintTable({"SLICE", "JOB", "USER", "QUEUE", "KIND", "SHARE", "DEV", "UTIL", "MEM", "IDLE", "STATE"}, rows);
+      PrintTable({"SLICE", "JOB", "USER", "QUEUE", "KIND", "SHARE", "DEV", "UTIL", "MEM", "IDLE", "STATE", "ACTIVITY"},
+                 rows);
       if (rows.empty()) std::cout << "(no slices)\n";
     }
     std::cout << std::flush;

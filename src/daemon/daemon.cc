@@ -21,7 +21,6 @@
 
 #include "agent/agent.h"
 #include "daemon/journal.h"
-#include "devices/fake.h"
 #include "exec/proc.h"
 #include "memcap/env.h"
 #include "store/codec.h"
@@ -117,7 +116,6 @@ class Daemon::Impl {
         backend_(std::move(backend)),
         launcher_(std::move(launcher)),
         clock_(std::move(clock)) {
-    fake_ = dynamic_cast<devices::FakeBackend*>(backend_.get());
     agent::AgentOptions ao;
     ao.interval = opt_.sample_interval;
     ao.downsample_bucket = opt_.downsample_window;
@@ -773,6 +771,13 @@ class Daemon::Impl {
     Json o = store::JobToJson(j);
     o.erase("env");
     o.erase("pid_start_ticks");
+    // The running slice's last verdict (active / idle / unmeasured) and the signals behind it.
+    o["activity"] = nullptr;
+    o["activity_basis"] = nullptr;
+    if (auto u = slice_util_.find(j.slice); u != slice_util_.end() && !store::IsTerminal(j.state)) {
+      o["activity"] = agent::ActivityLabel(u->second.verdict.activity);
+      o["activity_basis"] = u->second.verdict.basis;
+    }
     return o;
   }
 
@@ -1277,46 +1282,6 @@ class Daemon::Impl {
     agent_->Unbind(sid);
   }
 
-  // Scripted activity for the fake backend (tests, demos): turns the script into fake
-  // processes carrying the jobs' real pids, so attribution runs the same code as on NVML.
-  void ApplyScript(Micros now) {
-    if (fake_ == nullptr || opt_.simulate_script.empty()) return;
-    std::ifstream in(opt_.simulate_script);
-    Json script = Json::parse(in, nullptr, false);
-    if (script.is_discarded() || !script.is_object()) return;
-    std::map<int, devices::FakeStep> steps;
-    for (const auto& [idx, info] : device_info_) {
-      devices::FakeStep idle;
-      idle.at = now;
-      steps[idx] = idle;
-    }
-    if (script.contains("devices") && script["devices"].is_object()) {
-      for (const auto& [k, v] : script["devices"].items()) {
-        int idx = std::atoi(k.c_str());
-        if (steps.contains(idx) && v.is_number()) steps[idx].gpu_util = static_cast<int>(v.get<double>() * 10);
-      }
-    }
-    if (script.contains("jobs") && script["jobs"].is_object()) {
-      for (const auto& [k, v] : script["jobs"].items()) {
-        JobId id(std::strtoull(k.c_str(), nullptr, 10));
-        auto p = procs_.find(id);
-        if (p == procs_.end()) continue;
-        devices::FakeProcess fp;
-        fp.pid = p->second.handle.pid;
-        fp.sm_util = static_cast<int>(v.value("sm", 0.0) * 10);
-        if (v.contains("memory") && v["memory"].is_string()) {
-          fp.memory = ParseBytes(v["memory"].get<std::string>()).value_or(0);
-        }
-        for (int d : p->second.devices) {
-          if (!steps.contains(d)) continue;
-          steps[d].processes.push_back(fp);
-          steps[d].gpu_util = std::max(steps[d].gpu_util, fp.sm_util);
-        }
-      }
-    }
-    for (auto& [idx, step] : steps) fake_->SetState(DeviceIndex(static_cast<std::uint32_t>(idx)), step);
-  }
-
   // Tells the agent who owns a running job's processes: the job's process group (its
   // leader's pid), its cgroup, its slice id in the environment, its MIG device.
   void BindSlice(JobId id) {
@@ -1350,7 +1315,6 @@ class Daemon::Impl {
   // One agent round: device figures for the views and the store, each running slice's verdict
   // for the views, and to the scheduler the samples that can change its state.
   void SampleDevices(Micros now, store::WriteBatch& b, Actions& act) {
-    ApplyScript(now);
     const agent::Round round = agent_->SampleOnce();
     for (const auto& s : round.samples) {
       const int idx = static_cast<int>(s.index.value());
@@ -1539,7 +1503,6 @@ class Daemon::Impl {
   std::unique_ptr<devices::DeviceBackend> backend_;
   std::unique_ptr<exec::Launcher> launcher_;
   WallClock clock_;
-  devices::FakeBackend* fake_ = nullptr;
 
   mutable std::shared_mutex mu_;
   std::uint64_t seed_ = 0;

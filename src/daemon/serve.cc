@@ -16,6 +16,7 @@
 #include "daemon/routes.h"
 #include "devices/clock.h"
 #include "devices/fake.h"
+#include "devices/scripted.h"
 #include "exec/launcher.h"
 #include "sched/config.h"
 #include "store/store.h"
@@ -82,6 +83,12 @@ int RunServe(const ServeOptions& o) {
   if (!o.simulate_script.empty() && !simulated) {
     return Fail(kExitUsage, InvalidArgument("--simulate-script: only with simulated devices"));
   }
+  if (!o.simulate_script.empty()) {
+    // Scripted activity is a wrapper at the interface: the daemon sees a DeviceBackend.
+    auto scripted = std::make_unique<devices::ScriptedBackend>(std::move(backend), o.simulate_script);
+    if (Status st = scripted->Load(); !st.ok()) return Fail(kExitUsage, st);
+    backend = std::move(scripted);
+  }
 
   // Store.
   auto store = store::OpenSqliteStore(
@@ -93,7 +100,6 @@ int RunServe(const ServeOptions& o) {
   dopt.simulated = simulated;
   dopt.grace = o.grace;
   dopt.sample_interval = o.sample_interval;
-  dopt.simulate_script = o.simulate_script;
   dopt.cgroup_parent = DetectCgroupParent();
   Daemon daemon(*config, dopt, std::move(store).value(), std::move(backend),
                 exec::NewProcessLauncher(), devices::SystemClock());

@@ -184,7 +184,7 @@ TEST_P(ActivityTest, BusyJobsStayIdleOnesGo) {
   }
   const std::string metrics = d->Metrics();
   for (std::size_t i = 0; i < world_.jobs.size(); ++i) {
-    EXPECT_NE(metrics.find("job=\"" + std::to_string(world_.jobs[i].id) + "\""), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("job_id=\"" + std::to_string(world_.jobs[i].id) + "\""), std::string::npos) << metrics;
     EXPECT_NE(metrics.find("activity=\"" + c.activity[i] + "\""), std::string::npos) << metrics;
   }
   for (Micros t = 0; t < c.run_for; t += c.step) {
