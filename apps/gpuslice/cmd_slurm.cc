@@ -52,8 +52,9 @@ void AddAgentCommand(CLI::App* parent, const char* name, const std::string& spel
   agent->footer(
       "Examples:\n"
       "  " + spelled + " --policy /etc/gpuslice/gpuslice.toml --listen 0.0.0.0:9400\n"
-      "  " + spelled + " --backend fake --simulate 2xH100-80GB --simulate-script gpus.sim --interval 1s\n"
-      "Simulate script lines: '<device> <pid> <sm-util-percent> [<memory>]'. Stops on SIGINT/SIGTERM.");
+      "  " + spelled + " --backend fake --simulate 2xH100-80GB --simulate-script gpus.json --interval 1s\n"
+      "Simulate script: JSON, e.g. {\"processes\": [{\"pid\": 123, \"device\": 0, \"sm\": 80, \"memory\": \"2GiB\"}]}\n"
+      "or {\"jobs\": {\"<slurm job id>\": {\"sm\": 80}}} (the same format as serve's). Stops on SIGINT/SIGTERM.");
   if (needs_slurm_flag) {
     // Only the Slurm agent exists; the flag keeps room for a future standalone mode.
     static bool slurm_mode = false;  // outlives parsing; the command is registered once
@@ -62,7 +63,7 @@ void AddAgentCommand(CLI::App* parent, const char* name, const std::string& spel
   agent->add_option("--policy", af->policy, "gpuslice queue policy (TOML); default: the built-in queues");
   agent->add_option("--backend", af->backend, "device backend: nvml or fake")->capture_default_str();
   agent->add_option("--simulate", af->simulate, "fake backend devices, e.g. 2xH100-80GB")->capture_default_str();
-  agent->add_option("--simulate-script", af->simulate_script, "fake backend: GPU processes file, re-read on change");
+  agent->add_option("--simulate-script", af->simulate_script, "fake backend: JSON activity script, re-read on change");
   agent->add_option("--listen", af->listen, "HOST:PORT for /metrics (port 0: any)")->capture_default_str();
   agent->add_option("--nodes", af->nodes, "Slurm node names this agent serves (default: all)")->delimiter(',');
   agent->add_option("--interval", af->interval, "sampling round")->capture_default_str();

@@ -30,6 +30,14 @@ std::string KindName(sched::SliceKind k) {
   return "unknown";
 }
 
+}  // namespace
+
+std::string ActivityLabel(sched::Activity a) {
+  return a == sched::Activity::kUnknown ? "unmeasured" : std::string(sched::ActivityName(a));
+}
+
+namespace {
+
 // A missing reading that means "the read failed" rather than "the driver cannot say".
 bool IsFailure(const Status& s) {
   return !s.ok() && s.code() != StatusCode::kUnsupported && s.code() != StatusCode::kNotFound;
@@ -37,11 +45,13 @@ bool IsFailure(const Status& s) {
 
 }  // namespace
 
-Agent::Agent(devices::DeviceBackend& backend, AgentOptions options, devices::Clock clock)
+Agent::Agent(devices::DeviceBackend& backend, AgentOptions options, devices::Clock clock,
+             std::unique_ptr<OwnerResolver> resolver)
     : backend_(backend),
       options_(std::move(options)),
       clock_(clock ? std::move(clock) : devices::SystemClock()),
-      attributor_(ProcessTable(options_.proc_root)) {}
+      resolver_(resolver ? std::move(resolver)
+                         : std::make_unique<Attributor>(ProcessTable(options_.proc_root))) {}
 
 Agent::~Agent() { Stop(); }
 
@@ -64,7 +74,8 @@ void Agent::Bind(const SliceBinding& binding) {
     return;
   }
   slices_.emplace(binding.slice,
-                  SliceState{binding, SeriesRing(options_.series_capacity), IdleDetector(binding.idle), {}});
+                  SliceState{binding, SeriesRing(options_.series_capacity), IdleDetector(binding.idle), {}, std::nullopt,
+                             sched::Activity::kUnknown});
 }
 
 void Agent::Unbind(SliceId slice) {
@@ -111,27 +122,22 @@ void Agent::Loop() {
   }
 }
 
-SliceActivity Agent::Compute(const SliceBinding& b, Micros now,
-                             const std::map<std::uint32_t, const devices::DeviceSample*>& by_device,
-                             const std::map<std::uint32_t, Status>& failed,
+SliceActivity Agent::Compute(const SliceBinding& b, Micros now, const std::map<std::uint32_t, DeviceRound>& devs,
                              const std::map<int, SliceId>& owner) const {
   SliceActivity a;
   a.slice = b.slice;
   a.now = now;
+  auto unknown_all = [&](const Status& why) {
+    a.sm_util = Reading<Permille>::Missing(why);
+    a.mem_util = a.sm_util;
+    a.memory_used = Reading<Bytes>::Missing(why);
+    a.processes_known = false;
+    return a;
+  };
   for (const auto& d : b.devices) {
-    if (auto f = failed.find(d.value()); f != failed.end()) {
-      a.sm_util = Reading<Permille>::Missing(f->second);
-      a.mem_util = a.sm_util;
-      a.memory_used = Reading<Bytes>::Missing(f->second);
-      return a;
-    }
-    if (!by_device.contains(d.value())) {
-      Status gone = NotFound(fmt::format("device {} not sampled", d.value()));
-      a.sm_util = Reading<Permille>::Missing(gone);
-      a.mem_util = a.sm_util;
-      a.memory_used = Reading<Bytes>::Missing(gone);
-      return a;
-    }
+    auto it = devs.find(d.value());
+    if (it == devs.end()) return unknown_all(NotFound(fmt::format("device {} not sampled", d.value())));
+    if (it->second.sample == nullptr) return unknown_all(it->second.failure);
   }
   auto owned = [&](const devices::ProcessSample& p) {
     auto it = owner.find(p.pid);
@@ -140,20 +146,16 @@ SliceActivity Agent::Compute(const SliceBinding& b, Micros now,
 
   if (b.kind == sched::SliceKind::kMig) {
     for (const auto& d : b.devices) {
-      for (const auto& m : by_device.at(d.value())->mig) {
+      for (const auto& m : devs.at(d.value()).sample->mig) {
         if (m.uuid != b.mig_uuid) continue;
         a.sm_util = m.util;
         a.mem_util = Reading<Permille>::NotSupported("no memory-traffic figure per MIG instance");
         a.memory_used = m.memory_used;
-        a.pids = m.pids;
+        a.pids = m.pids;  // the driver lists the instance's processes: no guessing
         return a;
       }
     }
-    Status gone = NotFound(fmt::format("MIG device {} not present", b.mig_uuid));
-    a.sm_util = Reading<Permille>::Missing(gone);
-    a.mem_util = a.sm_util;
-    a.memory_used = Reading<Bytes>::Missing(gone);
-    return a;
+    return unknown_all(NotFound(fmt::format("MIG device {} not present", b.mig_uuid)));
   }
 
   if (b.kind == sched::SliceKind::kWhole) {
@@ -163,13 +165,15 @@ SliceActivity Agent::Compute(const SliceBinding& b, Micros now,
     a.mem_util = Reading<Permille>::Of(0);
     a.memory_used = Reading<Bytes>::Of(0);
     for (const auto& d : b.devices) {
-      const auto* s = by_device.at(d.value());
+      const auto* s = devs.at(d.value()).sample;
       if (s->gpu_util.ok()) sm += s->gpu_util.value(); else a.sm_util = s->gpu_util;
       if (s->mem_util.ok()) mem += s->mem_util.value(); else a.mem_util = s->mem_util;
       if (s->memory_used.ok()) used += s->memory_used.value(); else a.memory_used = s->memory_used;
       for (const auto& p : s->processes) {
         if (owned(p) && std::find(a.pids.begin(), a.pids.end(), p.pid) == a.pids.end()) a.pids.push_back(p.pid);
       }
+      // The devices are the slice's alone: a process nobody claims still is its work.
+      if (devs.at(d.value()).strangers > 0) a.processes_known = false;
     }
     const auto n = static_cast<long long>(b.devices.size());
     if (a.sm_util.ok()) a.sm_util = Reading<Permille>::Of(static_cast<Permille>(sm / n));
@@ -185,15 +189,31 @@ SliceActivity Agent::Compute(const SliceBinding& b, Micros now,
   a.mem_util = Reading<Permille>::Of(0);
   a.memory_used = Reading<Bytes>::Of(0);
   for (const auto& d : b.devices) {
-    for (const auto& p : by_device.at(d.value())->processes) {
+    const DeviceRound& dr = devs.at(d.value());
+    // A stranger on the device may be this slice's (a process we could not place): the
+    // process count is then not evidence of idleness.
+    if (dr.strangers > 0) a.processes_known = false;
+    for (const auto& p : dr.sample->processes) {
       if (!owned(p)) continue;
       a.pids.push_back(p.pid);
       // A process that vanished mid-read contributes nothing; "unsupported" spreads.
       if (p.sm_util.ok()) sm += p.sm_util.value();
-      else if (p.sm_util.unsupported()) a.sm_util = p.sm_util;
+      else if (p.sm_util.status().code() != StatusCode::kNotFound) a.sm_util = p.sm_util;
       if (p.mem_util.ok()) mem += p.mem_util.value();
-      else if (p.mem_util.unsupported()) a.mem_util = p.mem_util;
+      else if (p.mem_util.status().code() != StatusCode::kNotFound) a.mem_util = p.mem_util;
       if (p.memory_used.ok()) used += p.memory_used.value();
+    }
+    if (dr.mps_server) {
+      // The driver charges MPS clients' kernels to the server process.
+      if (b.kind == sched::SliceKind::kMps && dr.mps_slices == 1) {
+        a.sm_util = dr.mps_sm;
+        a.mem_util = dr.mps_mem;
+        sm = a.sm_util.ok() ? a.sm_util.value() : 0;
+        mem = a.mem_util.ok() ? a.mem_util.value() : 0;
+      } else if (b.kind == sched::SliceKind::kMps) {
+        a.sm_util = Reading<Permille>::NotSupported("kernels are attributed to the MPS server, shared by several slices");
+        a.mem_util = a.sm_util;
+      }
     }
   }
   if (a.sm_util.ok()) a.sm_util = Reading<Permille>::Of(static_cast<Permille>(std::min<long long>(sm, 1000)));
@@ -235,28 +255,63 @@ Round Agent::SampleOnce() {
       round.errors.push_back(s.status().WithContext(fmt::format("device {}", d.index.value())));
     }
   }
-  std::map<std::uint32_t, const devices::DeviceSample*> by_device;
-  for (const auto& s : round.samples) by_device[s.index.value()] = &s;
+  std::map<std::uint32_t, DeviceRound> by_device;
+  for (const auto& [idx, st] : failed) by_device[idx].failure = st;
+  for (const auto& s : round.samples) by_device[s.index.value()].sample = &s;
+  for (const auto& b : bindings) {
+    if (b.kind != sched::SliceKind::kMps) continue;
+    for (const auto& d : b.devices) ++by_device[d.value()].mps_slices;
+  }
 
   std::map<int, SliceId> owner;
   for (const auto& s : round.samples) {
+    DeviceRound& dr = by_device[s.index.value()];
     for (const auto& p : s.processes) {
-      if (auto slice = attributor_.Attribute(s.index, p, bindings, &round.attribution)) owner[p.pid] = *slice;
+      const Owner o = resolver_->Resolve(s.index, p, bindings, &round.attribution);
+      if (o.slice) owner[p.pid] = *o.slice;
+      if (o.stranger) ++dr.strangers;
+      if (o.mps_server) {
+        if (!dr.mps_server) {
+          dr.mps_server = true;
+          dr.mps_sm = p.sm_util;
+          dr.mps_mem = p.mem_util;
+        } else {
+          dr.mps_sm = dr.mps_sm.ok() && p.sm_util.ok() ? Reading<Permille>::Of(dr.mps_sm.value() + p.sm_util.value())
+                                                       : (dr.mps_sm.ok() ? p.sm_util : dr.mps_sm);
+          dr.mps_mem = dr.mps_mem.ok() && p.mem_util.ok()
+                           ? Reading<Permille>::Of(dr.mps_mem.value() + p.mem_util.value())
+                           : (dr.mps_mem.ok() ? p.mem_util : dr.mps_mem);
+        }
+      }
     }
   }
-  attributor_.EndRound();
+  resolver_->EndRound();
+
+  std::map<SliceId, std::pair<std::optional<Bytes>, sched::Activity>> history;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, st] : slices_) {
+      history[id] = {st.last_memory, st.external};
+      st.external = sched::Activity::kUnknown;  // a report counts for one round
+    }
+  }
 
   round.event.now = round.now;
   for (const auto& b : bindings) {
-    SliceActivity a = Compute(b, round.now, by_device, failed, owner);
-    if (!IsFailure(a.sm_util.status()) && !IsFailure(a.memory_used.status())) {
-      sched::SliceSample ss;
-      ss.slice = b.slice;
-      ss.sm_percent = ToPercent(a.sm_util);
-      ss.memory_percent = ToPercent(a.mem_util);
-      ss.processes = static_cast<int>(a.pids.size());
-      round.event.slices.push_back(ss);
-    }
+    SliceActivity a = Compute(b, round.now, by_device, owner);
+    sched::SliceSample& ss = a.sample;
+    ss.slice = b.slice;
+    ss.sm_known = a.sm_util.ok();
+    ss.sm_percent = ToPercent(a.sm_util);
+    ss.memory_known = a.mem_util.ok();
+    ss.memory_percent = ToPercent(a.mem_util);
+    ss.processes_known = a.processes_known;
+    ss.processes = static_cast<int>(a.pids.size());
+    const auto& [last_memory, external] = history[b.slice];
+    ss.memory_change = MemoryChange(last_memory, a.memory_used.optional());
+    ss.external = external;
+    a.verdict = sched::ClassifySample(b.idle, ss);
+    round.event.slices.push_back(ss);
     round.slices.push_back(std::move(a));
   }
 
@@ -266,16 +321,17 @@ Round Agent::SampleOnce() {
     for (const auto& a : round.slices) {
       auto it = slices_.find(a.slice);
       if (it == slices_.end()) continue;  // unbound during the round
+      it->second.idle.Observe(a.now, a.sample);
+      it->second.latest = a;
+      if (a.memory_used.ok()) it->second.last_memory = a.memory_used.value();
+      if (IsFailure(a.sm_util.status())) continue;  // the read failed: no point for the series
       SeriesPoint p;
       p.t = a.now;
       p.sm_util = a.sm_util.optional();
       p.mem_util = a.mem_util.optional();
       p.memory_used = a.memory_used.optional();
       p.processes = static_cast<int>(a.pids.size());
-      if (IsFailure(a.sm_util.status())) continue;  // no evidence this round
       it->second.ring.Push(p);
-      it->second.idle.Observe(p);
-      it->second.latest = a;
       if (downsampler_) downsampler_->Add(a.slice, p);
     }
     // Keep the newest successful read per device for /metrics.
@@ -292,6 +348,11 @@ Round Agent::SampleOnce() {
   }
   if (sink) sink(round.event);
   return round;
+}
+
+void Agent::ReportActivity(SliceId slice, sched::Activity activity) {
+  std::lock_guard lock(mu_);
+  if (auto it = slices_.find(slice); it != slices_.end()) it->second.external = activity;
 }
 
 MetricsInput Agent::MetricsSnapshot() const {
@@ -318,6 +379,10 @@ MetricsInput Agent::MetricsSnapshot() const {
     m.processes = static_cast<int>(st.latest.pids.size());
     m.idle = st.idle.state().idle;
     m.idle_for = st.idle.state().idle_for;
+    if (st.latest.now != 0) {
+      m.activity = ActivityLabel(st.latest.verdict.activity);
+      m.basis = st.latest.verdict.basis;
+    }
     in.slices.push_back(std::move(m));
   }
   return in;

@@ -7,11 +7,22 @@
 //
 // Slice activity per kind:
 //   whole   device utilisation and memory (mean / sum over its devices)
-//   mig     the MIG device's figures (utilisation Unsupported on pre-Hopper), its processes
-//   shared, mps  sums over the slice's attributed processes (per-process figures)
-// sched::SliceSample has plain ints: a slice whose utilisation is *unsupported* is sent with
-// sm 0 and its process count (the scheduler's idle policy can still use processes); a slice
-// whose device read *failed* this round is left out of the Sample (no evidence either way).
+//   mig     the MIG device's figures (utilisation through GPM; Unsupported where the driver
+//           has none, e.g. A100), its processes
+//   shared, mps  over the slice's attributed processes: per-process SM (and memory traffic)
+//           summed and capped at 100% — NVML's per-process figure is the share of time the
+//           process had a kernel running, so processes that take turns add up (max would call
+//           two alternating 40% processes 40%), and where they overlap the sum overstates,
+//           which errs towards "busy", the safe side for reclaim; a slice cannot exceed its
+//           device. One per-process figure unsupported makes the sum unknown. On a device
+//           where an MPS server runs, the driver charges its clients' kernels to the server:
+//           the server's figure is the slice's when the slice is the device's only mps slice,
+//           otherwise the slice's SM figure is unknown.
+// Each bound slice goes to the sink every round as a sched::SliceSample saying which figures
+// were measured (unknown is never sent as 0) — also when its device read failed (then nothing
+// is known). The same rule as the scheduler's (sched::ClassifySample) gives each slice its
+// verdict (active / idle / unknown) and the signals that decided it.
+// Who owns a GPU process is the OwnerResolver's call (default: Attributor).
 //
 // Thread-safe: Bind/Unbind/snapshots may be called from any thread while the sampler runs.
 
@@ -31,6 +42,7 @@
 #include "devices/backend.h"
 #include "devices/clock.h"
 #include "sched/events.h"
+#include "sched/scheduler.h"
 
 namespace gpuslice::agent {
 
@@ -49,6 +61,9 @@ struct SliceActivity {
   devices::Reading<devices::Permille> mem_util;
   devices::Reading<Bytes> memory_used;
   std::vector<int> pids;
+  bool processes_known = true;  // false: a process on its device is claimed by no slice
+  sched::SliceSample sample;    // what the scheduler is told
+  sched::SampleVerdict verdict; // by the queue's policy; basis names the deciding signals
 };
 
 // What one sampling round saw (returned by SampleOnce, for tests and tools).
@@ -61,11 +76,16 @@ struct Round {
   sched::Sample event;
 };
 
+// "active", "idle" or "unmeasured" (what views and /metrics call an unknown verdict).
+std::string ActivityLabel(sched::Activity a);
+
 class Agent {
  public:
   using SampleSink = std::function<void(const sched::Sample&)>;
 
-  Agent(devices::DeviceBackend& backend, AgentOptions options, devices::Clock clock = nullptr);
+  // `resolver` decides who owns a GPU process; nullptr: an Attributor on options.proc_root.
+  Agent(devices::DeviceBackend& backend, AgentOptions options, devices::Clock clock = nullptr,
+        std::unique_ptr<OwnerResolver> resolver = nullptr);
   ~Agent();
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -75,6 +95,9 @@ class Agent {
 
   void Bind(const SliceBinding& binding);
   void Unbind(SliceId slice);  // flushes its open downsample bucket
+  // A report from outside the driver (e.g. a notebook's kernel busy or idle), used as the
+  // "external" signal of the slice's next round.
+  void ReportActivity(SliceId slice, sched::Activity activity);
 
   // Lists devices, then runs the sampling thread. FailedPrecondition if already running.
   Status Start();
@@ -94,11 +117,20 @@ class Agent {
     SeriesRing ring;
     IdleDetector idle;
     SliceActivity latest;
+    std::optional<Bytes> last_memory;                     // for the memory-change signal
+    sched::Activity external = sched::Activity::kUnknown;  // reported since the last round
+  };
+  // What a round learnt about one device beyond its sample.
+  struct DeviceRound {
+    const devices::DeviceSample* sample = nullptr;  // nullptr: read failed or not listed
+    Status failure;                                 // when sample is nullptr
+    int strangers = 0;                              // processes no slice claims
+    bool mps_server = false;
+    devices::Reading<devices::Permille> mps_sm, mps_mem;  // the servers' figures, summed
+    int mps_slices = 0;                             // mps slices bound on it
   };
   void Loop();
-  SliceActivity Compute(const SliceBinding& b, Micros now,
-                        const std::map<std::uint32_t, const devices::DeviceSample*>& by_device,
-                        const std::map<std::uint32_t, Status>& failed,
+  SliceActivity Compute(const SliceBinding& b, Micros now, const std::map<std::uint32_t, DeviceRound>& devs,
                         const std::map<int, SliceId>& owner) const;
 
   devices::DeviceBackend& backend_;
@@ -116,7 +148,7 @@ class Agent {
   std::unique_ptr<Downsampler> downsampler_;
 
   std::mutex round_mu_;  // one round at a time (thread vs direct SampleOnce)
-  Attributor attributor_;
+  std::unique_ptr<OwnerResolver> resolver_;
 
   std::mutex run_mu_;
   std::condition_variable cv_;

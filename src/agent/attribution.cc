@@ -43,10 +43,13 @@ Result<ProcStat> ProcessTable::Stat(int pid) const {
   std::string state;
   ProcStat st;
   st.pid = pid;
-  rest >> state >> st.ppid;
-  // Fields 5..21 then starttime (22); we are at field 4 (ppid) now.
+  if (const auto open = s.find('('); open != std::string::npos && open < close) {
+    st.comm = s.substr(open + 1, close - open - 1);
+  }
+  rest >> state >> st.ppid >> st.pgrp;
+  // Fields 6..21 then starttime (22); we are at field 5 (pgrp) now.
   std::string skip;
-  for (int f = 5; f <= 21; ++f) rest >> skip;
+  for (int f = 6; f <= 21; ++f) rest >> skip;
   rest >> st.start_time;
   if (!rest) return Internal(fmt::format("/proc/{}/stat: unparsable", pid));
   return st;
@@ -94,6 +97,8 @@ Result<Attributor::Cached*> Attributor::Lookup(int pid) {
   // tree, and cgroup/environment still identify it.
   Cached c;
   c.start_time = st.start_time;
+  c.pgrp = st.pgrp;
+  c.mps_server = std::string_view(st.comm).substr(0, kMpsServerComm.size()) == kMpsServerComm;
   c.ancestors.push_back(pid);
   int parent = st.ppid;
   for (int depth = 0; depth < 128 && parent > 0; ++depth) {
@@ -109,43 +114,59 @@ Result<Attributor::Cached*> Attributor::Lookup(int pid) {
   return &pos->second;
 }
 
-std::optional<SliceId> Attributor::Attribute(DeviceIndex device, const devices::ProcessSample& p,
-                                             const std::vector<SliceBinding>& slices,
-                                             AttributionStats* stats) {
+Owner Attributor::Resolve(DeviceIndex device, const devices::ProcessSample& p,
+                          const std::vector<SliceBinding>& slices, AttributionStats* stats) {
   AttributionStats ignored;
   if (stats == nullptr) stats = &ignored;
+  auto is_root = [](const SliceBinding& s, int pid) {
+    return std::find(s.root_pids.begin(), s.root_pids.end(), pid) != s.root_pids.end();
+  };
   // MIG: the instance names its owner, even when the process is already gone.
   if (!p.mig_uuid.empty()) {
     for (const auto& s : slices) {
       if (s.mig_uuid == p.mig_uuid) {
         ++stats->attributed;
-        return s.slice;
+        return Owner{s.slice, false, false};
       }
+    }
+  }
+  // A job's own top process needs no /proc (and is known even where /proc is not ours).
+  for (const auto& s : slices) {
+    if (HoldsDevice(s, device) && (s.mig_uuid.empty() || s.mig_uuid == p.mig_uuid) && is_root(s, p.pid)) {
+      ++stats->attributed;
+      return Owner{s.slice, false, false};
     }
   }
   auto looked = Lookup(p.pid);
   if (!looked.ok()) {
-    if (looked.status().code() == StatusCode::kNotFound) ++stats->vanished;
-    else ++stats->unattributed;
-    return std::nullopt;
+    if (looked.status().code() == StatusCode::kNotFound) {
+      ++stats->vanished;
+      return Owner{std::nullopt, false, false};
+    }
+    ++stats->unattributed;
+    return Owner{std::nullopt, false, true};
   }
   const Cached& c = **looked;
+  if (c.mps_server) {
+    ++stats->mps_servers;
+    return Owner{std::nullopt, true, false};
+  }
   for (const auto& s : slices) {
     if (!HoldsDevice(s, device)) continue;
     if (!s.mig_uuid.empty() && s.mig_uuid != p.mig_uuid) continue;
-    bool mine = false;
+    bool mine = c.pgrp > 0 && is_root(s, c.pgrp);
     for (int a : c.ancestors) {
-      if (std::find(s.root_pids.begin(), s.root_pids.end(), a) != s.root_pids.end()) mine = true;
+      if (is_root(s, a)) mine = true;
     }
     if (!mine && UnderCgroup(c.cgroup, s.cgroup)) mine = true;
     if (!mine && !c.slice_env.empty() && c.slice_env == std::to_string(s.slice.value())) mine = true;
     if (mine) {
       ++stats->attributed;
-      return s.slice;
+      return Owner{s.slice, false, false};
     }
   }
   ++stats->unattributed;
-  return std::nullopt;
+  return Owner{std::nullopt, false, true};
 }
 
 void Attributor::EndRound() {

@@ -1,11 +1,18 @@
 #pragma once
-// Attribution of GPU processes to slices. A process belongs to a slice when
+// Attribution of GPU processes to slices: which slice owns a GPU process. OwnerResolver is
+// the interface the Agent asks (one per agent; the daemon, the Slurm agent and the profiler
+// each plug theirs in). Attributor, the default, says a process belongs to a slice when
 //   1. it runs on the slice's MIG device (by instance UUID; no /proc needed), or
-//   2. one of its ancestors (pid -> ppid chain in /proc) is one of the slice's root pids, or
-//   3. its cgroup path lies under the slice's cgroup, or
-//   4. its environment carries GPUSLICE_SLICE_ID=<slice id> (readable only with privileges),
+//   2. it is one of the slice's root pids (no /proc needed), or
+//   3. one of its ancestors (pid -> ppid chain in /proc) is one of the slice's root pids, or
+//      its process group is one (the daemon starts each job as a process-group leader, so a
+//      child that outlives its parent and is re-parented to init still belongs), or
+//   4. its cgroup path lies under the slice's cgroup, or
+//   5. its environment carries GPUSLICE_SLICE_ID=<slice id> (readable only with privileges),
 // and the slice holds the device it runs on. A process that exits between the driver listing
-// it and our /proc lookup is "vanished", not an error.
+// it and our /proc lookup is "vanished", not an error. An MPS server process
+// (nvidia-cuda-mps-server: the driver attributes its clients' kernels to it) belongs to no
+// slice and is reported as such, not as a stranger.
 // ProcessTable reads /proc (root injectable for tests); Attributor caches ancestry per
 // (pid, start time) so steady-state sampling reads one file per process.
 // Not thread-safe: owned by the agent's sampling thread.
@@ -13,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/ids.h"
@@ -41,6 +49,8 @@ struct SliceBinding {
 struct ProcStat {
   int pid = 0;
   int ppid = 0;
+  int pgrp = 0;
+  std::string comm;  // as the kernel truncates it (15 characters)
   unsigned long long start_time = 0;  // clock ticks since boot (field 22): tells reused pids apart
 };
 
@@ -62,21 +72,46 @@ struct AttributionStats {
   int attributed = 0;
   int unattributed = 0;  // alive, but no slice claims it
   int vanished = 0;      // exited before we could look it up
+  int mps_servers = 0;   // MPS server processes (owned by no slice)
 };
 
-class Attributor {
+// What the resolver says about one GPU process.
+struct Owner {
+  std::optional<SliceId> slice;
+  bool mps_server = false;  // the process is an MPS server (its figures are its clients')
+  bool stranger = false;    // alive and claimed by no slice (vanished processes are neither)
+};
+
+class OwnerResolver {
+ public:
+  virtual ~OwnerResolver() = default;
+  virtual Owner Resolve(DeviceIndex device, const devices::ProcessSample& p,
+                        const std::vector<SliceBinding>& slices, AttributionStats* stats) = 0;
+  // End of a sampling round (caches may drop processes not seen in it).
+  virtual void EndRound() {}
+};
+
+inline constexpr std::string_view kMpsServerComm = "nvidia-cuda-mps";  // comm of the server
+
+class Attributor : public OwnerResolver {
  public:
   explicit Attributor(ProcessTable table = ProcessTable()) : table_(std::move(table)) {}
 
+  Owner Resolve(DeviceIndex device, const devices::ProcessSample& p,
+                const std::vector<SliceBinding>& slices, AttributionStats* stats) override;
   std::optional<SliceId> Attribute(DeviceIndex device, const devices::ProcessSample& p,
-                                   const std::vector<SliceBinding>& slices, AttributionStats* stats);
+                                   const std::vector<SliceBinding>& slices, AttributionStats* stats) {
+    return Resolve(device, p, slices, stats).slice;
+  }
   // Drops cache entries for pids not seen since the previous call.
-  void EndRound();
+  void EndRound() override;
 
  private:
   struct Cached {
     unsigned long long start_time = 0;
     std::vector<int> ancestors;  // pid itself first, up to init
+    int pgrp = 0;
+    bool mps_server = false;
     std::string cgroup;
     std::string slice_env;
     bool seen = false;

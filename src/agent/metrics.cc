@@ -99,6 +99,24 @@ std::string RenderPrometheus(const MetricsInput& in) {
     return s.mem_clock_mhz.ok() ? std::optional(fmt::format("{}", s.mem_clock_mhz.value())) : std::nullopt;
   });
 
+  // Per MIG instance engine activity (GPM), as dcgm-exporter reports MIG instances: the
+  // profiling field with the GPU_I_ID label, a ratio 0..1. Absent where the driver has none.
+  bool prof_begun = false;
+  for (const auto& s : in.samples) {
+    for (const auto& m : s.mig) {
+      if (!m.util.ok()) continue;
+      if (!prof_begun) {
+        w.Begin({"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."});
+        prof_begun = true;
+      }
+      w.Line("DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+             device_labels(s) + fmt::format(",GPU_I_ID=\"{}\",GPU_CI_ID=\"{}\",mig_uuid=\"{}\"",
+                                            m.gpu_instance.value(), m.compute_instance.value(),
+                                            EscapeLabel(m.uuid)),
+             Ratio(m.util.value()));
+    }
+  }
+
   // Per MIG device memory, dcgm-exporter style (GPU_I_ID label) under the FB_USED name would
   // clash with the parent's series; gpuslice keeps them separate.
   bool mig_begun = false;
@@ -117,7 +135,8 @@ std::string RenderPrometheus(const MetricsInput& in) {
   }
 
   auto slice_labels = [](const SliceMetrics& m) {
-    std::string l = fmt::format("slice=\"{}\",job=\"{}\",user=\"{}\",queue=\"{}\",kind=\"{}\",gpu=\"{}\"",
+    // job_id, not job: Prometheus owns "job" (the scrape job) and would rename ours.
+    std::string l = fmt::format("slice=\"{}\",job_id=\"{}\",user=\"{}\",queue=\"{}\",kind=\"{}\",gpu=\"{}\"",
                                 m.slice.value(), m.job.value(), EscapeLabel(m.user), EscapeLabel(m.queue),
                                 EscapeLabel(m.kind), EscapeLabel(m.gpu));
     if (!m.mig_uuid.empty()) l += fmt::format(",mig_uuid=\"{}\"", EscapeLabel(m.mig_uuid));
@@ -149,6 +168,23 @@ std::string RenderPrometheus(const MetricsInput& in) {
                [](const M& m) { return std::optional(std::string(m.idle ? "1" : "0")); });
   slice_family({"gpuslice_slice_idle_seconds", "gauge", "Seconds since the slice's last activity."},
                [](const M& m) { return std::optional(fmt::format("{}", m.idle_for / kSecond)); });
+  {
+    // Info-style: which verdict the last round gave and the signals that decided it.
+    bool begun = false;
+    for (const auto& m : in.slices) {
+      if (m.activity.empty()) continue;
+      if (!begun) {
+        w.Begin({"gpuslice_slice_activity_info", "gauge",
+                 "1 per slice, labelled with the last round's verdict (active, idle, unmeasured) and the signals "
+                 "that decided it."});
+        begun = true;
+      }
+      w.Line("gpuslice_slice_activity_info",
+             slice_labels(m) + fmt::format(",activity=\"{}\",basis=\"{}\"", EscapeLabel(m.activity),
+                                           EscapeLabel(m.basis)),
+             "1");
+    }
+  }
 
   w.Begin({"gpuslice_unattributed_processes", "gauge", "GPU processes no slice claims."});
   w.Line("gpuslice_unattributed_processes",

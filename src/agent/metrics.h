@@ -4,8 +4,8 @@
 // dcgm-exporter where they overlap (DCGM_FI_DEV_GPU_UTIL, DCGM_FI_DEV_MEM_COPY_UTIL,
 // DCGM_FI_DEV_FB_USED/FREE in MiB, DCGM_FI_DEV_POWER_USAGE in W, DCGM_FI_DEV_GPU_TEMP,
 // DCGM_FI_DEV_SM_CLOCK/MEM_CLOCK in MHz, DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION in mJ) with its
-// labels (gpu, UUID, modelName, Hostname); per-slice series are gpuslice_slice_* labelled
-// with slice, job, user, queue, kind, gpu. A figure the driver cannot give is omitted, never
+// labels (gpu, UUID, modelName, Hostname; MIG instances add GPU_I_ID); per-slice series are
+// gpuslice_slice_* labelled with slice, job_id, user, queue, kind, gpu, in base units. A figure the driver cannot give is omitted, never
 // rendered as 0. Pure functions; thread-safe.
 
 #include <string>
@@ -30,6 +30,8 @@ struct SliceMetrics {
   int processes = 0;
   bool idle = false;
   Micros idle_for = 0;
+  std::string activity;  // "active", "idle", "unmeasured"; empty: not sampled yet
+  std::string basis;     // the signals that decided it, e.g. "sm,mem"
 };
 
 struct MetricsInput {

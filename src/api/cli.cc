@@ -310,6 +310,14 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
     kv("slice", fmt::format("{} ({}, {} GPU per device) on {}", s["id"].get<std::uint64_t>(), Str(s, "kind"),
                             FormatMilliGpu(s["milli"].get<std::int64_t>()), devs));
     if (!Str(s, "mig").empty()) kv("mig", Str(s, "mig"));
+    // What the last sample said and which signals decided; "unmeasured" is never reclaimed
+    // for idleness (its time limit still applies).
+    if (j.value("activity", json()).is_string()) {
+      const std::string basis = Str(j, "activity_basis");
+      kv("activity", Str(j, "activity") +
+                         (basis.empty() ? std::string(" (no usable signal; not reclaimed for idleness)")
+                                        : " (by " + basis + ")"));
+    }
     if (s["memory_cap"].get<std::int64_t>() > 0) {
       std::string how = s["kind"] == "shared" ? "enforced by libgpuslice-cuda (LD_PRELOAD memory cap; not capped: "
                                                 "CUDA graph memory nodes, context memory; docs/memcap.md)"
@@ -450,9 +458,16 @@ Status Top(const ClientFlags& c, bool once, const std::string& interval_text) {
                         s["util_percent"].is_null() ? "n/a" : fmt::format("{}%", s["util_percent"].get<int>()),
                         s["memory_used"].is_null() ? "n/a" : FormatBytes(s["memory_used"].get<std::int64_t>()),
                         s["idle_seconds"].is_null() ? "-" : fmt::format("{:.0f}s", s["idle_seconds"].get<double>()),
-                        Str(s, "idle_state")});
+                        Str(s, "idle_state"),
+                        s.value("activity", json()).is_string()
+                            ? Str(s, "activity") +
+                                  (Str(s, "activity_basis").empty()
+                                       ? ""
+                                       : " (" + Str(s, "activity_basis") + ")")
+                            : "-"});
       }
-      PrintTable({"SLICE", "JOB", "USER", "QUEUE", "KIND", "SHARE", "DEV", "UTIL", "MEM", "IDLE", "STATE"}, rows);
+      PrintTable({"SLICE", "JOB", "USER", "QUEUE", "KIND", "SHARE", "DEV", "UTIL", "MEM", "IDLE", "STATE", "ACTIVITY"},
+                 rows);
       if (rows.empty()) std::cout << "(no slices)\n";
     }
     std::cout << std::flush;

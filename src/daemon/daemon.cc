@@ -22,8 +22,8 @@
 #include <spdlog/spdlog.h>
 
 #include "core/text.h"
+#include "agent/agent.h"
 #include "daemon/journal.h"
-#include "devices/fake.h"
 #include "exec/proc.h"
 #include "memcap/env.h"
 #include "store/codec.h"
@@ -128,7 +128,19 @@ class Daemon::Impl {
         backend_(std::move(backend)),
         launcher_(std::move(launcher)),
         clock_(std::move(clock)) {
-    fake_ = dynamic_cast<devices::FakeBackend*>(backend_.get());
+    agent::AgentOptions ao;
+    ao.interval = opt_.sample_interval;
+    ao.downsample_bucket = opt_.downsample_window;
+    ao.hostname = Hostname();
+    // The daemon samples on its own step (under its lock, on its clock), not on the agent's
+    // thread: one round per sample interval, in order with the scheduler's events.
+    agent_ = std::make_unique<agent::Agent>(*backend_, ao, clock_);
+  }
+
+  static std::string Hostname() {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
+    return buf;
   }
 
   // ---- processes we are responsible for
@@ -227,6 +239,7 @@ class Daemon::Impl {
           if (j.pid > 0 && launcher_->StillAlive(h)) {
             if (p.stopping) act.terminate.push_back(id);
             procs_[id] = std::move(p);
+            BindSlice(id);
             AddEvent(batch, id, "adopt", fmt::format("job {} re-adopted after restart (pid {})",
                                                      id.value(), j.pid));
           } else {
@@ -464,14 +477,23 @@ class Daemon::Impl {
       o["util_percent"] = nullptr;
       o["memory_used"] = nullptr;
       o["idle_seconds"] = nullptr;
+      o["activity"] = nullptr;        // active | idle | unmeasured (the last sample's verdict)
+      o["activity_basis"] = nullptr;  // the signals that decided it, e.g. "sm,mem"
       if (auto u = slice_util_.find(id); u != slice_util_.end()) {
-        o["util_percent"] = u->second.first;
-        o["memory_used"] = u->second.second;
+        if (u->second.sm_permille) o["util_percent"] = (*u->second.sm_permille + 5) / 10;
+        if (u->second.memory_used) o["memory_used"] = *u->second.memory_used;
+        o["activity"] = agent::ActivityLabel(u->second.verdict.activity);
+        o["activity_basis"] = u->second.verdict.basis;
       }
       if (auto v = sched_->slices().find(id); v != sched_->slices().end()) {
-        o["idle_seconds"] = static_cast<double>(std::max<Micros>(0, now - LastActive(v->second))) / kSecond;
-        o["idle_state"] = v->second.idle == sched::IdleState::kActive ? "active"
-                          : v->second.idle == sched::IdleState::kWarned ? "warned" : "reported";
+        // Unmeasured: how long it has been idle is not known.
+        if (!v->second.unmeasured) {
+          o["idle_seconds"] = static_cast<double>(std::max<Micros>(0, now - LastActive(v->second))) / kSecond;
+        }
+        o["idle_state"] = v->second.idle == sched::IdleState::kWarned     ? "warned"
+                          : v->second.idle == sched::IdleState::kReported ? "reported"
+                          : v->second.unmeasured                           ? "unmeasured"
+                                                                           : "active";
       } else {
         o["idle_state"] = "stopping";
       }
@@ -505,40 +527,15 @@ class Daemon::Impl {
                        opt_.simulated ? " -- SIMULATED devices (no NVIDIA driver)" : "");
     head("gpuslice_simulated", "gauge", "1 when the devices are simulated (no NVIDIA driver).");
     out += fmt::format("gpuslice_simulated {}\n", opt_.simulated ? 1 : 0);
-    head("gpuslice_device_utilization_ratio", "gauge", "GPU utilisation of a device (0..1).");
-    for (const auto& [idx, s] : latest_) {
-      if (s.gpu_util.ok()) {
-        out += fmt::format("gpuslice_device_utilization_ratio{{device=\"{}\",uuid=\"{}\"}} {:.3f}\n",
-                           idx, s.uuid, s.gpu_util.value() / 1000.0);
-      }
-    }
-    head("gpuslice_device_memory_used_bytes", "gauge", "Device memory in use.");
-    for (const auto& [idx, s] : latest_) {
-      if (s.memory_used.ok()) {
-        out += fmt::format("gpuslice_device_memory_used_bytes{{device=\"{}\",uuid=\"{}\"}} {}\n",
-                           idx, s.uuid, s.memory_used.value());
-      }
-    }
-    head("gpuslice_slice_utilization_ratio", "gauge", "SM utilisation attributed to a slice (0..1).");
-    head("gpuslice_slice_memory_used_bytes", "gauge", "Device memory used by a slice's processes.");
-    head("gpuslice_slice_idle_seconds", "gauge", "Seconds since the slice was last active.");
-    for (const auto& [sid, v] : sched_->slices()) {
-      auto j = jobs_.find(v.job);
-      std::string labels = fmt::format(
-          "slice=\"{}\",job=\"{}\",kind=\"{}\",queue=\"{}\",user=\"{}\"", sid.value(),
-          v.job.value(), sched::SliceKindName(v.kind), j != jobs_.end() ? j->second.queue : "",
-          j != jobs_.end() ? j->second.user : "");
-      auto u = slice_util_.find(sid);
-      out += fmt::format("gpuslice_slice_utilization_ratio{{{}}} {:.3f}\n", labels,
-                         u != slice_util_.end() ? u->second.first / 100.0 : 0.0);
-      out += fmt::format("gpuslice_slice_memory_used_bytes{{{}}} {}\n", labels,
-                         u != slice_util_.end() ? u->second.second : 0);
-      out += fmt::format("gpuslice_slice_idle_seconds{{{}}} {:.1f}\n", labels,
-                         static_cast<double>(std::max<Micros>(0, now - LastActive(v))) / kSecond);
-    }
-    head("gpuslice_queue_pending_jobs", "gauge", "Jobs waiting for a slice.");
-    head("gpuslice_queue_oldest_wait_seconds", "gauge", "Wait of the oldest pending job.");
-    head("gpuslice_queue_mean_wait_seconds", "gauge", "Mean submit-to-start wait of started jobs.");
+    // Device and slice families come from the agent's exporter (dcgm-exporter names for
+    // devices, gpuslice_slice_* for slices), the same text the Slurm agent serves.
+    out += agent::RenderPrometheus(agent_->MetricsSnapshot());
+    // Each family's samples follow its HELP/TYPE lines (the text format wants them grouped).
+    struct QueueFigures {
+      int pending = 0;
+      double oldest_s = 0, mean_wait_s = 0;
+    };
+    std::vector<std::pair<std::string, QueueFigures>> queues;
     for (const auto& q : config_.queues) {
       int pending = 0, started = 0;
       Micros oldest = 0, waited = 0;
@@ -553,16 +550,27 @@ class Daemon::Impl {
           waited += j.start_time - j.submit_time;
         }
       }
-      out += fmt::format("gpuslice_queue_pending_jobs{{queue=\"{}\"}} {}\n", q.name, pending);
-      out += fmt::format("gpuslice_queue_oldest_wait_seconds{{queue=\"{}\"}} {:.3f}\n", q.name,
-                         static_cast<double>(oldest) / kSecond);
-      out += fmt::format("gpuslice_queue_mean_wait_seconds{{queue=\"{}\"}} {:.3f}\n", q.name,
-                         started ? static_cast<double>(waited) / started / kSecond : 0.0);
+      queues.emplace_back(q.name, QueueFigures{pending, static_cast<double>(oldest) / kSecond,
+                                               started ? static_cast<double>(waited) / started / kSecond : 0.0});
     }
-    head("gpuslice_reclaimed_gpu_hours_total", "counter",
-         "GPU-hours returned to the pool by idle reclaim: share x time from reclaim to the "
+    head("gpuslice_queue_pending_jobs", "gauge", "Jobs waiting for a slice.");
+    for (const auto& [name, f] : queues) {
+      out += fmt::format("gpuslice_queue_pending_jobs{{queue=\"{}\"}} {}\n", agent::EscapeLabel(name), f.pending);
+    }
+    head("gpuslice_queue_oldest_wait_seconds", "gauge", "Wait of the oldest pending job.");
+    for (const auto& [name, f] : queues) {
+      out += fmt::format("gpuslice_queue_oldest_wait_seconds{{queue=\"{}\"}} {:.3f}\n", agent::EscapeLabel(name),
+                         f.oldest_s);
+    }
+    head("gpuslice_queue_mean_wait_seconds", "gauge", "Mean submit-to-start wait of started jobs.");
+    for (const auto& [name, f] : queues) {
+      out += fmt::format("gpuslice_queue_mean_wait_seconds{{queue=\"{}\"}} {:.3f}\n", agent::EscapeLabel(name),
+                         f.mean_wait_s);
+    }
+    head("gpuslice_reclaimed_gpu_seconds_total", "counter",
+         "GPU-seconds returned to the pool by idle reclaim: share x time from reclaim to the "
          "job's time limit (or to now when it had none).");
-    double hours = 0;
+    double seconds = 0;
     for (const auto& [id, j] : jobs_) {
       if (j.state != JobState::kReclaimed) continue;
       auto s = all_slices_share_.find(j.id);
@@ -570,9 +578,9 @@ class Daemon::Impl {
       // The share was returned for the rest of the job's time limit (documented above), not
       // only until now: reading it right after a reclaim must not show ~0.
       Micros until = j.deadline > 0 ? j.deadline : now;
-      hours += share * static_cast<double>(std::max<Micros>(0, until - j.end_time)) / kHour;
+      seconds += share * static_cast<double>(std::max<Micros>(0, until - j.end_time)) / kSecond;
     }
-    out += fmt::format("gpuslice_reclaimed_gpu_hours_total {:.6f}\n", hours);
+    out += fmt::format("gpuslice_reclaimed_gpu_seconds_total {:.3f}\n", seconds);
     head("gpuslice_jobs", "gauge", "Jobs by state.");
     std::map<std::string, int> by_state;
     for (const auto& [id, j] : jobs_) ++by_state[std::string(store::JobStateName(j.state))];
@@ -912,6 +920,13 @@ class Daemon::Impl {
     if (!ended && j.deadline > 0 && j.start_time > 0 && j.state != JobState::kPending) {
       o["time_left_us"] = std::max<Micros>(0, j.deadline - Now());
     }
+    // The running slice's last verdict (active / idle / unmeasured) and the signals behind it.
+    o["activity"] = nullptr;
+    o["activity_basis"] = nullptr;
+    if (auto u = slice_util_.find(j.slice); u != slice_util_.end() && !store::IsTerminal(j.state)) {
+      o["activity"] = agent::ActivityLabel(u->second.verdict.activity);
+      o["activity_basis"] = u->second.verdict.basis;
+    }
     return o;
   }
 
@@ -1065,6 +1080,7 @@ class Daemon::Impl {
     if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(s->first));
     slices_.erase(s);
     slice_util_.erase(j.slice);
+    agent_->Unbind(j.slice);
   }
 
   static std::string SliceKey(SliceId id) { return fmt::format("slice-{}", id.value()); }
@@ -1487,6 +1503,7 @@ class Daemon::Impl {
         p.slice = s.id;
         p.devices = s.devices;
         procs_[j.id] = std::move(p);
+        BindSlice(j.id);
         return;
       }
       st = h.status();
@@ -1590,112 +1607,82 @@ class Daemon::Impl {
     if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(sid));
     slices_.erase(s);
     slice_util_.erase(sid);
+    agent_->Unbind(sid);
   }
 
-  // Scripted activity for the fake backend (tests, demos): turns the script into fake
-  // processes carrying the jobs' real pids, so attribution runs the same code as on NVML.
-  void ApplyScript(Micros now) {
-    if (fake_ == nullptr || opt_.simulate_script.empty()) return;
-    std::ifstream in(opt_.simulate_script);
-    Json script = Json::parse(in, nullptr, false);
-    if (script.is_discarded() || !script.is_object()) return;
-    std::map<int, devices::FakeStep> steps;
-    for (const auto& [idx, info] : device_info_) {
-      devices::FakeStep idle;
-      idle.at = now;
-      steps[idx] = idle;
+  // Tells the agent who owns a running job's processes: the job's process group (its
+  // leader's pid), its cgroup, its slice id in the environment, its MIG device.
+  void BindSlice(JobId id) {
+    auto p = procs_.find(id);
+    auto j = jobs_.find(id);
+    if (p == procs_.end() || j == jobs_.end()) return;
+    auto s = slices_.find(p->second.slice);
+    if (s == slices_.end()) return;
+    agent::SliceBinding bd;
+    bd.slice = s->first;
+    bd.job = id;
+    bd.user = j->second.user;
+    bd.queue = j->second.queue;
+    if (auto k = sched::ParseSliceKind(s->second.kind); k.ok()) bd.kind = *k;
+    for (int d : s->second.devices) bd.devices.push_back(DeviceIndex(static_cast<std::uint32_t>(d)));
+    if (bd.kind == sched::SliceKind::kMig) {
+      if (auto u = MigUuid(s->second); u.ok()) bd.mig_uuid = *u;
     }
-    if (script.contains("devices") && script["devices"].is_object()) {
-      for (const auto& [k, v] : script["devices"].items()) {
-        int idx = std::atoi(k.c_str());
-        if (steps.contains(idx) && v.is_number()) steps[idx].gpu_util = static_cast<int>(v.get<double>() * 10);
-      }
+    bd.root_pids = {p->second.handle.pid};
+    if (!opt_.cgroup_parent.empty()) {
+      // /proc/<pid>/cgroup names the path below the cgroup v2 mount.
+      std::string dir = fmt::format("{}/job-{}", opt_.cgroup_parent, id.value());
+      constexpr std::string_view kMount = "/sys/fs/cgroup";
+      if (dir.starts_with(kMount)) dir = dir.substr(kMount.size());
+      bd.cgroup = dir;
     }
-    if (script.contains("jobs") && script["jobs"].is_object()) {
-      for (const auto& [k, v] : script["jobs"].items()) {
-        JobId id(std::strtoull(k.c_str(), nullptr, 10));
-        auto p = procs_.find(id);
-        if (p == procs_.end()) continue;
-        devices::FakeProcess fp;
-        fp.pid = p->second.handle.pid;
-        fp.sm_util = static_cast<int>(v.value("sm", 0.0) * 10);
-        if (v.contains("memory") && v["memory"].is_string()) {
-          fp.memory = ParseBytes(v["memory"].get<std::string>()).value_or(0);
-        }
-        for (int d : p->second.devices) {
-          if (!steps.contains(d)) continue;
-          steps[d].processes.push_back(fp);
-          steps[d].gpu_util = std::max(steps[d].gpu_util, fp.sm_util);
-        }
-      }
-    }
-    for (auto& [idx, step] : steps) fake_->SetState(DeviceIndex(static_cast<std::uint32_t>(idx)), step);
+    if (const sched::QueueConfig* q = config_.FindQueue(j->second.queue)) bd.idle = q->idle;
+    agent_->Bind(bd);
   }
 
+  // One agent round: device figures for the views and the store, each running slice's verdict
+  // for the views, and to the scheduler the samples that can change its state.
   void SampleDevices(Micros now, store::WriteBatch& b, Actions& act) {
-    ApplyScript(now);
-    std::map<int, JobId> by_pgid;
-    for (const auto& [id, p] : procs_) by_pgid[p.handle.pid] = id;
-    struct Acc {
-      int sm = 0;
-      int mem = 0;
-      Bytes used = 0;
-      int procs = 0;
-    };
-    std::map<SliceId, Acc> acc;
-    for (const auto& [idx, info] : device_info_) {
-      auto s = backend_->Sample(DeviceIndex(static_cast<std::uint32_t>(idx)));
-      if (!s.ok()) continue;
-      latest_[idx] = *s;
-      Downsample(now, fmt::format("device/{}", idx), s->gpu_util.value_or(0),
-                 s->memory_used.value_or(0), b);
-      for (const auto& pr : s->processes) {
-        auto pg = exec::ProcessGroupOf(pr.pid);
-        auto it = by_pgid.find(pg.value_or(pr.pid));
-        if (it == by_pgid.end()) it = by_pgid.find(pr.pid);
-        if (it == by_pgid.end()) continue;
-        auto& a = acc[procs_.at(it->second).slice];
-        a.sm = std::max(a.sm, pr.sm_util.value_or(0) / 10);
-        a.mem = std::max(a.mem, pr.mem_util.value_or(0) / 10);
-        a.used += pr.memory_used.value_or(0);
-        a.procs += 1;
-      }
+    const agent::Round round = agent_->SampleOnce();
+    for (const auto& s : round.samples) {
+      const int idx = static_cast<int>(s.index.value());
+      latest_[idx] = s;
+      Downsample(now, fmt::format("device/{}", idx), s.gpu_util.optional(), s.memory_used.optional(), b);
     }
-    // A slice alone on its device also owns the device-level figures (NVML may not list
-    // per-process utilisation).
-    for (const auto& [ref, d] : sched_->devices()) {
-      if (d.slices.size() != 1 || d.mode == sched::DeviceMode::kMig) continue;
-      auto s = latest_.find(static_cast<int>(ref.index.value()));
-      if (s == latest_.end()) continue;
-      auto& a = acc[d.slices[0]];
-      a.sm = std::max(a.sm, s->second.gpu_util.value_or(0) / 10);
-      a.mem = std::max(a.mem, s->second.mem_util.value_or(0) / 10);
-    }
+    std::map<SliceId, const agent::SliceActivity*> by_slice;
+    for (const auto& a : round.slices) by_slice[a.slice] = &a;
     sched::Sample ev{now, {}};
     bool due = false;
     for (const auto& [sid, v] : sched_->slices()) {
-      Acc a = acc.contains(sid) ? acc[sid] : Acc{};
-      const sched::SliceSample ss{sid, a.sm, a.mem, a.procs};
-      // Only activity changes the scheduler (an inactive sample moves nothing), and each
-      // activity sample is journaled: feeding every one would journal an entry a second for
-      // as long as anything runs. So an active slice is fed once per ActivityQuantum, or at
-      // once while it is warned or idle; when one is due, every active slice goes with it.
-      // The scheduler's last_active then lags by less than the quantum (a tenth of the idle
-      // window, at most a minute): a warning may come that much early, never a reclaim while
-      // the job is active during the grace period. Views use the full-resolution time.
+      auto it = by_slice.find(sid);
+      if (it == by_slice.end()) continue;  // not running yet (or no longer): nothing measured
+      const agent::SliceActivity& a = *it->second;
+      // Only what can change the scheduler is fed, and each fed sample is journaled: feeding
+      // every one would journal an entry a second for as long as anything runs. An active
+      // slice is fed once per ActivityQuantum, or at once while it is warned or idle; a slice
+      // going blind (unknown) or seeing again (idle after unknown) at once. When one is due,
+      // every slice with news goes with it. The scheduler's last_active then lags by less
+      // than the quantum (a tenth of the idle window, at most a minute): a warning may come
+      // that much early, never a reclaim while the job is active during the grace period.
+      // Views use the full-resolution time.
+      const sched::Activity act_now = a.verdict.activity;
       const sched::QueueConfig* queue = QueueOf(v.job);
-      if (queue != nullptr && sched::SampleShowsActivity(queue->idle, ss)) {
+      if (act_now == sched::Activity::kActive) {
         seen_active_[sid] = now;
-        if (v.idle != sched::IdleState::kActive || now - v.last_active >= ActivityQuantum(queue->idle)) {
+        if (queue != nullptr && (v.idle != sched::IdleState::kActive || v.unmeasured ||
+                                 now - v.last_active >= ActivityQuantum(queue->idle))) {
           due = true;
         }
-        ev.slices.push_back(ss);
+        ev.slices.push_back(a.sample);
+      } else if ((act_now == sched::Activity::kUnknown) != v.unmeasured) {
+        due = true;
+        ev.slices.push_back(a.sample);
       }
-      slice_util_[sid] = {a.sm, a.used};
-      Downsample(now, fmt::format("slice/{}", sid.value()), a.sm * 10, a.used, b);
+      slice_util_[sid] = SliceFigures{a.sm_util.optional(), a.memory_used.optional(), a.verdict};
+      Downsample(now, fmt::format("slice/{}", sid.value()), a.sm_util.optional(), a.memory_used.optional(), b);
       if (auto sr = slices_.find(sid); sr != slices_.end()) {
         auto& q = recent_[sr->second.job];
-        q.push_back({now, a.sm * 10, a.used});
+        q.push_back({now, a.sm_util.optional(), a.memory_used.optional()});
         if (q.size() > kRecentPoints) q.pop_front();
       }
     }
@@ -1722,23 +1709,38 @@ class Daemon::Impl {
     return it == seen_active_.end() ? v.last_active : std::max(v.last_active, it->second);
   }
 
-  void Downsample(Micros now, const std::string& subject, int permille, Bytes used,
-                  store::WriteBatch& b) {
+  // Stored points are means of the known figures; a window with no known utilisation is
+  // stored as kUnknownPermille (the store's column is an integer), never as 0.
+  static constexpr int kUnknownPermille = -1;
+  void Downsample(Micros now, const std::string& subject, std::optional<int> permille,
+                  std::optional<Bytes> used, store::WriteBatch& b) {
     auto& d = down_[subject];
     if (d.count == 0) d.start = now;
-    d.util += permille;
-    d.used += used;
+    if (permille) {
+      d.util += *permille;
+      ++d.util_n;
+    }
+    if (used) {
+      d.used += *used;
+      ++d.used_n;
+    }
     d.count += 1;
     if (now - d.start >= opt_.downsample_window) {
-      b.samples.push_back({now, subject, static_cast<int>(d.util / d.count), d.used / d.count});
+      b.samples.push_back({now, subject, d.util_n ? static_cast<int>(d.util / d.util_n) : kUnknownPermille,
+                           d.used_n ? d.used / d.used_n : 0});
       d = {};
     }
   }
 
   struct Point {
     Micros t = 0;
-    int util_permille = 0;
-    Bytes used = 0;
+    std::optional<int> util_permille;  // nullopt: not measured
+    std::optional<Bytes> used;
+  };
+  struct SliceFigures {
+    std::optional<int> sm_permille;
+    std::optional<Bytes> memory_used;
+    sched::SampleVerdict verdict;
   };
   static constexpr size_t kRecentPoints = 3600;  // an hour at the default 1 s sample interval
   static constexpr size_t kRecentJobs = 64;
@@ -1780,22 +1782,24 @@ class Daemon::Impl {
     Micros first_raw = rec != recent_.end() && !rec->second.empty()
                            ? rec->second.front().t
                            : std::numeric_limits<Micros>::max();
-    std::vector<std::tuple<Micros, int, Bytes, bool>> pts;
+    std::vector<std::tuple<Micros, std::optional<int>, Bytes, bool>> pts;
     for (const auto& s : mine) {
       GPUSLICE_ASSIGN_OR_RETURN(auto stored,
                                 store_->ListSamples(fmt::format("slice/{}", s.id.value()),
                                                     j.submit_time));
       for (const auto& p : stored) {
-        if (p.time < first_raw) pts.emplace_back(p.time, p.util_permille, p.memory_used, false);
+        if (p.time >= first_raw) continue;
+        pts.emplace_back(p.time, p.util_permille == kUnknownPermille ? std::nullopt : std::optional(p.util_permille),
+                         p.memory_used, false);
       }
     }
     if (rec != recent_.end()) {
-      for (const auto& p : rec->second) pts.emplace_back(p.t, p.util_permille, p.used, true);
+      for (const auto& p : rec->second) pts.emplace_back(p.t, p.util_permille, p.used.value_or(0), true);
     }
     std::sort(pts.begin(), pts.end());
     Json samples = Json::array();
     for (const auto& [t, u, used, raw] : pts) {
-      samples.push_back({{"t", t}, {"util_permille", u}, {"memory_used", used},
+      samples.push_back({{"t", t}, {"util_permille", u ? Json(*u) : Json(nullptr)}, {"memory_used", used},
                          {"downsampled", !raw}});
     }
     return Json{{"job", JobJson(j)},
@@ -1816,6 +1820,8 @@ class Daemon::Impl {
     Micros start = 0;
     std::int64_t util = 0;
     Bytes used = 0;
+    int util_n = 0;
+    int used_n = 0;
     int count = 0;
   };
 
@@ -1825,7 +1831,6 @@ class Daemon::Impl {
   std::unique_ptr<devices::DeviceBackend> backend_;
   std::unique_ptr<exec::Launcher> launcher_;
   WallClock clock_;
-  devices::FakeBackend* fake_ = nullptr;
 
   mutable std::shared_mutex mu_;
   std::uint64_t seed_ = 0;
@@ -1840,7 +1845,8 @@ class Daemon::Impl {
   std::map<int, devices::DeviceInfo> device_info_;
   std::map<int, devices::DeviceSample> latest_;
   std::map<SliceId, Micros> seen_active_;  // last sample showing activity, every round
-  std::map<SliceId, std::pair<int, Bytes>> slice_util_;  // sm percent, memory used
+  std::map<SliceId, SliceFigures> slice_util_;  // the agent's last round, per running slice
+  std::unique_ptr<agent::Agent> agent_;          // samples backend_; bound to running jobs
   std::map<std::string, Down> down_;
   Micros last_sample_ = 0;
   std::map<JobId, off_t> log_limit_;  // logs cut at their cap: the size they are kept at

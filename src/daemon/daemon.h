@@ -40,9 +40,6 @@ struct DaemonOptions {
   Micros grace = 10 * kSecond;         // SIGTERM -> SIGKILL
   Micros sample_interval = kSecond;    // device sampling -> Sample events
   Micros downsample_window = kMinute;  // stored utilisation points are averages over this
-  // Fake backend only: a JSON file scripting utilisation per job / device, re-read at every
-  // sample: {"jobs": {"<id>": {"sm": 80, "memory": "2GiB"}}, "devices": {"<index>": 50}}.
-  std::string simulate_script;
   std::string cgroup_parent;           // cgroup v2 dir for per-job cgroups; "" : none
   // Each job's log is cut at this size, with a line saying so (see EnforceLogCaps in
   // daemon.cc for how and why); 0: no cap.

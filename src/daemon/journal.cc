@@ -62,7 +62,16 @@ std::string EncodeEvent(const sched::Event& e) {
           [](const sched::Sample& s) -> json {
             json a = json::array();
             for (const auto& x : s.slices) {
-              a.push_back({x.slice.value(), x.sm_percent, x.memory_percent, x.processes});
+              json e = {x.slice.value(), x.sm_percent, x.memory_percent, x.processes};
+              // Which figures were measured, only when not all (older entries have 4 fields).
+              const int unknown = (x.sm_known ? 0 : 1) | (x.memory_known ? 0 : 2) | (x.processes_known ? 0 : 4);
+              if (unknown != 0 || x.memory_change != sched::Activity::kUnknown ||
+                  x.external != sched::Activity::kUnknown) {
+                e.push_back(unknown);
+                e.push_back(static_cast<int>(x.memory_change));
+                e.push_back(static_cast<int>(x.external));
+              }
+              a.push_back(e);
             }
             return {{"t", "sample"}, {"now", s.now}, {"slices", a}};
           },
@@ -117,9 +126,24 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
     if (t == "sample") {
       sched::Sample s{now, {}};
       for (const auto& x : o.at("slices")) {
-        s.slices.push_back(sched::SliceSample{SliceId(x.at(0).get<std::uint64_t>()),
-                                              x.at(1).get<int>(), x.at(2).get<int>(),
-                                              x.at(3).get<int>()});
+        sched::SliceSample ss{SliceId(x.at(0).get<std::uint64_t>()), x.at(1).get<int>(),
+                              x.at(2).get<int>(), x.at(3).get<int>()};
+        if (x.size() > 4) {
+          const int unknown = x.at(4).get<int>();
+          auto activity = [&](const json& v) -> Result<sched::Activity> {
+            const int n = v.get<int>();
+            if (n < 0 || n > 2) {
+              return Status(StatusCode::kDataLoss, fmt::format("journal entry '{}': activity {}", text, n));
+            }
+            return static_cast<sched::Activity>(n);
+          };
+          ss.sm_known = (unknown & 1) == 0;
+          ss.memory_known = (unknown & 2) == 0;
+          ss.processes_known = (unknown & 4) == 0;
+          GPUSLICE_ASSIGN_OR_RETURN(ss.memory_change, activity(x.at(5)));
+          GPUSLICE_ASSIGN_OR_RETURN(ss.external, activity(x.at(6)));
+        }
+        s.slices.push_back(ss);
       }
       return sched::Event(std::move(s));
     }
@@ -137,12 +161,8 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
 
 bool CanChangeState(const sched::Event& e) {
   if (std::holds_alternative<sched::Tick>(e)) return false;
-  if (const auto* s = std::get_if<sched::Sample>(&e)) {
-    for (const auto& x : s->slices) {
-      if (x.sm_percent > 0 || x.memory_percent > 0 || x.processes > 0) return true;
-    }
-    return false;
-  }
+  // Any slice's sample may change state: an idle-looking one ends an "unmeasured" stretch.
+  if (const auto* s = std::get_if<sched::Sample>(&e)) return !s->slices.empty();
   return true;
 }
 

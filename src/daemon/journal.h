@@ -20,9 +20,10 @@ namespace gpuslice::daemon {
 std::string EncodeEvent(const sched::Event& e);
 Result<sched::Event> DecodeEvent(std::string_view text);
 
-// Whether feeding `e` can change the Scheduler's state. Ticks and all-zero Samples cannot
-// (they only move its clock forward, which the next recorded event does too), so they need
-// not be journaled unless they produced decisions.
+// Whether feeding `e` can change the Scheduler's state. Ticks and empty Samples cannot (they
+// only move its clock forward, which the next recorded event does too), so they need not be
+// journaled unless they produced decisions. Any slice's sample can (an idle-looking one ends
+// an "unmeasured" stretch).
 bool CanChangeState(const sched::Event& e);
 
 // Journal compaction: the replay of a journal observed entry by entry, then rewritten without

@@ -19,6 +19,7 @@
 #include "daemon/state_dir.h"
 #include "devices/clock.h"
 #include "devices/fake.h"
+#include "devices/scripted.h"
 #include "exec/launcher.h"
 #include "sched/config.h"
 #include "store/store.h"
@@ -113,6 +114,12 @@ int RunServe(const ServeOptions& o) {
   if (!o.simulate_script.empty() && !simulated) {
     return Fail(kExitUsage, InvalidArgument("--simulate-script: only with simulated devices"));
   }
+  if (!o.simulate_script.empty()) {
+    // Scripted activity is a wrapper at the interface: the daemon sees a DeviceBackend.
+    auto scripted = std::make_unique<devices::ScriptedBackend>(std::move(backend), o.simulate_script);
+    if (Status st = scripted->Load(); !st.ok()) return Fail(kExitUsage, st);
+    backend = std::move(scripted);
+  }
 
   // State directory: private, and ours alone for as long as we run. Checked before anything
   // is opened or started, so a refused second daemon changes nothing.
@@ -133,7 +140,6 @@ int RunServe(const ServeOptions& o) {
   dopt.simulated = simulated;
   dopt.grace = o.grace;
   dopt.sample_interval = o.sample_interval;
-  dopt.simulate_script = o.simulate_script;
   dopt.cgroup_parent = DetectCgroupParent();
   dopt.max_log_size = o.max_log_size;
   // MPS clients of every user reach the pipes; the state directory is 0700.

@@ -126,6 +126,11 @@ void FakeBackend::SetMigUtilSupported(DeviceIndex index, bool supported) {
   devices_.at(index.value()).mig_util_supported = supported;
 }
 
+void FakeBackend::SetProcessUtilSupported(DeviceIndex index, bool supported) {
+  std::lock_guard lock(mu_);
+  devices_.at(index.value()).process_util_supported = supported;
+}
+
 Status FakeBackend::TakeInjected(FakeCall call) {
   auto it = injected_.find(call);
   if (it == injected_.end() || it->second.empty()) return Status::Ok();
@@ -255,6 +260,9 @@ Result<DeviceSample> FakeBackend::Sample(DeviceIndex index) {
         ps.memory_used = Reading<Bytes>::Of(p.memory);
         if (mig) {
           ps.sm_util = Reading<Permille>::NotSupported("no per-process utilisation in MIG mode");
+          ps.mem_util = ps.sm_util;
+        } else if (!d->process_util_supported) {
+          ps.sm_util = Reading<Permille>::NotSupported("the driver gives no per-process utilisation");
           ps.mem_util = ps.sm_util;
         } else {
           ps.sm_util = Reading<Permille>::Of(p.sm_util);

@@ -74,6 +74,9 @@ class FakeBackend : public DeviceBackend {
   // Marks MIG utilisation as unsupported (pre-Hopper) or supported per the step's mig_util.
   // Default: unsupported for A100/A30, supported otherwise.
   void SetMigUtilSupported(DeviceIndex index, bool supported);
+  // Whether per-process utilisation is given (default yes); off, every process's figures read
+  // Unsupported, as with drivers that keep no per-process sample buffer.
+  void SetProcessUtilSupported(DeviceIndex index, bool supported);
 
   // ---- DeviceBackend ----
   std::string_view kind() const override { return "fake"; }
@@ -101,6 +104,7 @@ class FakeBackend : public DeviceBackend {
     std::vector<GpuInstanceInfo> gpu_instances;
     std::uint32_t next_gi = 1;
     bool mig_util_supported = true;
+    bool process_util_supported = true;
     bool mps_running = false;
     bool mps_died = false;
     MpsConfig mps_config;

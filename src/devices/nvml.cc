@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -197,6 +199,7 @@ NvmlBackend::NvmlBackend(void* lib, std::unique_ptr<Api> api, const BackendOptio
 }
 
 NvmlBackend::~NvmlBackend() {
+  gpm_.reset();  // frees its samples while the library is loaded
   api_->shutdown();
   ::dlclose(lib_);
 }
@@ -616,14 +619,97 @@ Result<DeviceSample> NvmlBackend::Sample(DeviceIndex index) {
     ms.compute_instance = ComputeInstanceId(m.ci);
     // The same call and meaning of "used" as the device rows (v2: without reserved memory).
     ReadMemory(m.handle, &ms.memory_total, &ms.memory_used);
-    // Per-instance activity needs GPM (Hopper+), which this backend does not read yet.
-    ms.util = Reading<Permille>::NotSupported("per-MIG-instance utilisation (GPM) not implemented");
+    ms.util = MigUtilization(dev, key, m.gi);  // GPM, per GPU instance
     for (const auto& p : s.processes) {
       if (p.mig_uuid == m.uuid) ms.pids.push_back(p.pid);
     }
     s.mig.push_back(std::move(ms));
   }
   return s;
+}
+
+// ---- GPM ----------------------------------------------------------------------------------
+
+// The GPM entry points (all or nothing: measurement.md §1.3) and the previous sample of each
+// (device, GPU instance), whose difference with the next one is the figure.
+struct NvmlBackend::Gpm {
+  GpmQueryDeviceSupportFn query = nullptr;
+  GpmSampleAllocFn alloc = nullptr;
+  GpmSampleFreeFn free = nullptr;
+  GpmMigSampleGetFn mig_sample = nullptr;
+  GpmMetricsGetFn metrics = nullptr;
+  struct Window {
+    GpmSample sample = nullptr;
+    std::chrono::steady_clock::time_point taken;
+    std::optional<Permille> last;  // the figure of the previous window
+  };
+  std::map<std::pair<std::uint32_t, unsigned>, Window> windows;
+  std::map<std::uint32_t, bool> supported;  // per device
+
+  explicit Gpm(void* lib) {
+    query = reinterpret_cast<GpmQueryDeviceSupportFn>(::dlsym(lib, "nvmlGpmQueryDeviceSupport"));
+    alloc = reinterpret_cast<GpmSampleAllocFn>(::dlsym(lib, "nvmlGpmSampleAlloc"));
+    free = reinterpret_cast<GpmSampleFreeFn>(::dlsym(lib, "nvmlGpmSampleFree"));
+    mig_sample = reinterpret_cast<GpmMigSampleGetFn>(::dlsym(lib, "nvmlGpmMigSampleGet"));
+    metrics = reinterpret_cast<GpmMetricsGetFn>(::dlsym(lib, "nvmlGpmMetricsGet"));
+  }
+  ~Gpm() {
+    for (auto& [k, w] : windows) {
+      if (w.sample != nullptr && free != nullptr) free(w.sample);
+    }
+  }
+  bool present() const { return query && alloc && free && mig_sample && metrics; }
+};
+
+Reading<Permille> NvmlBackend::MigUtilization(Device dev, std::uint32_t device, unsigned gpu_instance) {
+  if (!gpm_) gpm_ = std::make_unique<Gpm>(lib_);
+  Gpm& g = *gpm_;
+  if (!g.present()) return Reading<Permille>::NotSupported("per-MIG-instance utilisation needs GPM (driver lacks nvmlGpm*)");
+  auto sup = g.supported.find(device);
+  if (sup == g.supported.end()) {
+    GpmSupport s{kGpmSupportVersion, 0};
+    const bool ok = g.query(dev, &s) == kSuccess && s.is_supported_device != 0;
+    sup = g.supported.emplace(device, ok).first;
+  }
+  if (!sup->second) return Reading<Permille>::NotSupported("per-MIG-instance utilisation needs GPM (Hopper or newer)");
+  auto& w = g.windows[{device, gpu_instance}];
+  const auto now = std::chrono::steady_clock::now();
+  // Samples closer than the driver's refresh (100 ms) give nothing new: keep the last figure.
+  if (w.sample != nullptr && now - w.taken < std::chrono::milliseconds(100)) {
+    if (w.last) return Reading<Permille>::Of(*w.last);
+    return Reading<Permille>::Missing(Unavailable("GPM: window too short yet"));
+  }
+  GpmSample cur = nullptr;
+  if (Return r = g.alloc(&cur); r != kSuccess) return Reading<Permille>::Missing(Error("nvmlGpmSampleAlloc", r));
+  if (Return r = g.mig_sample(dev, gpu_instance, cur); r != kSuccess) {
+    g.free(cur);
+    if (r == kErrorNotSupported) return Reading<Permille>::NotSupported("GPM: not supported for this GPU instance");
+    return Reading<Permille>::Missing(Error("nvmlGpmMigSampleGet", r));
+  }
+  if (w.sample == nullptr) {
+    // The first sample only opens the window: no figure yet (unknown, never 0).
+    w.sample = cur;
+    w.taken = now;
+    return Reading<Permille>::Missing(Unavailable("GPM: first sample of this instance; the figure comes next round"));
+  }
+  auto get = std::make_unique<GpmMetricsGet>();
+  *get = GpmMetricsGet{};
+  get->version = kGpmMetricsGetVersion;
+  get->num_metrics = 1;
+  get->sample1 = w.sample;
+  get->sample2 = cur;
+  get->metrics[0].metric_id = kGpmGraphicsUtil;
+  const Return r = g.metrics(get.get());
+  g.free(w.sample);
+  w.sample = cur;
+  w.taken = now;
+  if (r != kSuccess) return Reading<Permille>::Missing(Error("nvmlGpmMetricsGet", r));
+  if (get->metrics[0].nvml_return != kSuccess) {
+    return Reading<Permille>::Missing(Error("GPM graphics utilisation", get->metrics[0].nvml_return));
+  }
+  const double pct = std::clamp(get->metrics[0].value, 0.0, 100.0);
+  w.last = static_cast<Permille>(pct * 10 + 0.5);
+  return Reading<Permille>::Of(*w.last);
 }
 
 // ---- MPS ----------------------------------------------------------------------------------

@@ -84,6 +84,12 @@ class NvmlBackend : public DeviceBackend {
   std::map<std::uint32_t, unsigned long long> last_proc_seen_;
   std::map<std::uint32_t, Micros> last_read_wall_;  // per device, wall clock of the last Sample
   std::map<std::uint32_t, MpsConfig> mps_configs_;
+
+  // GPM: per-MIG-instance utilisation (Hopper+). Unsupported where the driver or the device
+  // has no GPM; the first read of an instance only starts its window. Requires mu_.
+  struct Gpm;
+  Reading<Permille> MigUtilization(nvml::Device dev, std::uint32_t device, unsigned gpu_instance);
+  std::unique_ptr<Gpm> gpm_;
 };
 
 }  // namespace gpuslice::devices

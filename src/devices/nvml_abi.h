@@ -170,4 +170,46 @@ using ComputeInstanceGetInfoFn = Return (*)(ComputeInstance, ComputeInstanceInfo
 using ComputeInstanceDestroyFn = Return (*)(ComputeInstance);
 }
 
+// ---- GPM (GPU performance monitoring; Hopper and newer): per-MIG-instance activity --------
+// measurement.md §1.3. Two samples >100 ms apart give a metric over the time between them.
+struct GpmSampleSt;
+using GpmSample = GpmSampleSt*;
+inline constexpr unsigned kGpmSupportVersion = 1;     // NVML_GPM_SUPPORT_VERSION
+inline constexpr unsigned kGpmMetricsGetVersion = 1;  // NVML_GPM_METRICS_GET_VERSION
+inline constexpr unsigned kGpmMetricMax = 333;        // NVML_GPM_METRIC_MAX
+inline constexpr unsigned kGpmGraphicsUtil = 1;       // NVML_GPM_METRIC_GRAPHICS_UTIL: % time any work ran
+
+struct GpmSupport {  // nvmlGpmSupport_t
+  unsigned version;
+  unsigned is_supported_device;
+};
+struct GpmMetric {  // nvmlGpmMetric_t
+  unsigned metric_id;
+  Return nvml_return;
+  double value;
+  struct {
+    char* short_name;
+    char* long_name;
+    char* unit;
+  } metric_info;
+};
+static_assert(sizeof(GpmMetric) == 40);
+struct GpmMetricsGet {  // nvmlGpmMetricsGet_t
+  unsigned version;
+  unsigned num_metrics;
+  GpmSample sample1;
+  GpmSample sample2;
+  GpmMetric metrics[kGpmMetricMax];
+};
+static_assert(sizeof(GpmMetricsGet) == 13344);
+static_assert(offsetof(GpmMetricsGet, metrics) == 24);
+
+extern "C" {
+using GpmQueryDeviceSupportFn = Return (*)(Device, GpmSupport*);
+using GpmSampleAllocFn = Return (*)(GpmSample*);
+using GpmSampleFreeFn = Return (*)(GpmSample);
+using GpmMigSampleGetFn = Return (*)(Device, unsigned int, GpmSample);
+using GpmMetricsGetFn = Return (*)(GpmMetricsGet*);
+}
+
 }  // namespace gpuslice::devices::nvml

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "agent/agent.h"
 #include "devices/backend.h"
 
 namespace gpuslice::profile {
@@ -53,25 +54,45 @@ bool ReadWholeFile(const std::string& path, std::string* out) {
   return true;
 }
 
-class BackendSampler : public GpuSampler {
+// The device figures through the one sampler (agent::Agent), as the daemon and the Slurm
+// agent read them: the profiled device is bound as a whole slice, so a figure the driver
+// cannot give stays unknown here too.
+class AgentSampler : public GpuSampler {
  public:
-  BackendSampler(devices::DeviceBackend* b, int index) : b_(b), index_(index) {}
+  AgentSampler(devices::DeviceBackend* b, int index)
+      : b_(b), index_(index), agent_(*b, agent::AgentOptions{}) {
+    agent::SliceBinding bd;
+    bd.slice = SliceId(1);
+    bd.kind = sched::SliceKind::kWhole;
+    bd.devices = {DeviceIndex(static_cast<std::uint32_t>(index))};
+    agent_.Bind(bd);
+  }
   std::string Describe() const override {
     return fmt::format("{} ({}), device {}", b_->kind(), b_->description(), index_);
   }
   Result<GpuReading> Read() override {
-    auto s = b_->Sample(DeviceIndex(static_cast<std::uint32_t>(index_)));
-    if (!s.ok()) return s.status();
+    const agent::Round round = agent_.SampleOnce();
+    const devices::DeviceSample* sample = nullptr;
+    for (const auto& s : round.samples) {
+      if (s.index.value() == static_cast<std::uint32_t>(index_)) sample = &s;
+    }
+    if (sample == nullptr) {
+      for (const auto& e : round.errors) return e;
+      return NotFound(fmt::format("device {}: not sampled", index_));
+    }
     GpuReading r;
-    if (s->gpu_util.ok()) r.util_permille = s->gpu_util.value();
-    if (s->memory_used.ok()) r.memory_used = s->memory_used.value();
-    if (s->memory_total.ok()) r.memory_total = s->memory_total.value();
+    for (const auto& a : round.slices) {
+      if (a.sm_util.ok()) r.util_permille = a.sm_util.value();
+      if (a.memory_used.ok()) r.memory_used = a.memory_used.value();
+    }
+    if (sample->memory_total.ok()) r.memory_total = sample->memory_total.value();
     return r;
   }
 
  private:
   devices::DeviceBackend* b_;
   int index_;
+  agent::Agent agent_;
 };
 
 ProcState Classify(const ProcStat& now, const ProcStat* before, std::int64_t interval_ticks) {
@@ -105,7 +126,7 @@ bool IsAncestor(int p, int main_pid, const std::map<int, ProcStat>& seen, int ro
 }  // namespace
 
 std::unique_ptr<GpuSampler> MakeBackendSampler(devices::DeviceBackend* backend, int device_index) {
-  return std::make_unique<BackendSampler>(backend, device_index);
+  return std::make_unique<AgentSampler>(backend, device_index);
 }
 
 std::string_view ProcStateName(ProcState s) {

@@ -32,8 +32,8 @@ struct GpuReading {
   std::optional<Bytes> memory_total;
 };
 
-// What Recorder needs from the GPU side. Implementations: BackendGpuSampler (device layer:
-// NVML, or the fake backend for --simulate and tests).
+// What Recorder needs from the GPU side. Implementation: MakeBackendSampler (the device
+// layer — NVML, or the fake backend for --simulate and tests — through agent::Agent).
 class GpuSampler {
  public:
   virtual ~GpuSampler() = default;
@@ -41,7 +41,8 @@ class GpuSampler {
   virtual Result<GpuReading> Read() = 0;
 };
 
-// Samples one device of a DeviceBackend; the backend must outlive the sampler.
+// Samples one device of a DeviceBackend through agent::Agent (the one sampler); the backend
+// must outlive the sampler.
 std::unique_ptr<GpuSampler> MakeBackendSampler(devices::DeviceBackend* backend, int device_index);
 
 enum class ProcState { kRunning, kIoWait, kSleeping, kGone };

@@ -534,7 +534,8 @@ Result<Recording> RecordingFromJobSamples(const Json& body) {
     for (const Json& p : body.at("samples")) {
       Sample smp;
       smp.t = p.at("t").get<Micros>();
-      smp.gpu_util_permille = p.at("util_permille").get<int>();
+      // null: the daemon could not measure the slice's utilisation then (unknown, not 0).
+      if (!p.at("util_permille").is_null()) smp.gpu_util_permille = p.at("util_permille").get<int>();
       smp.gpu_memory_used = p.at("memory_used").get<Bytes>();
       if (total > 0) smp.gpu_memory_total = total;
       rec.samples.push_back(smp);

@@ -3,6 +3,7 @@
 // non-decreasing); the scheduler never reads a clock. Plain values; thread-compatible.
 
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -51,12 +52,28 @@ struct Cancel {
   JobId job;
 };
 
-// One slice's activity over the last sampling interval.
+// What one signal says about a slice over an interval. kUnknown (the figure could not be
+// measured: per-process utilisation unsupported, read failed, kernels hidden behind an MPS
+// server) is never taken as idle.
+enum class Activity { kUnknown = 0, kIdle = 1, kActive = 2 };
+std::string_view ActivityName(Activity a);  // "unknown", "idle", "active"
+
+// One slice's activity over the last sampling interval. The *_known flags say which figures
+// were measured; a figure that is not known is unknown, never 0 (its int is then ignored).
+// The defaults (all measured) keep the simulator and tests, which measure everything, short.
 struct SliceSample {
   SliceId slice;
   int sm_percent = 0;      // SM utilisation 0..100
   int memory_percent = 0;  // memory-controller (traffic) utilisation 0..100
   int processes = 0;       // processes attributed to the slice
+  bool sm_known = true;
+  bool memory_known = true;
+  bool processes_known = true;
+  // Memory used moved by more than the agent's threshold since its previous sample (the agent
+  // keeps the history); consulted only when neither GPU utilisation figure is known.
+  Activity memory_change = Activity::kUnknown;
+  // Reported from outside the driver (e.g. a notebook kernel busy/idle); unknown when none.
+  Activity external = Activity::kUnknown;
 };
 
 struct Sample {

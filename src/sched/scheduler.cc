@@ -1140,7 +1140,8 @@ class Scheduler::Impl {
       auto it = slices_.find(s.slice);
       if (it == slices_.end()) continue;
       SliceView& sv = it->second;
-      if (SampleShowsActivity(resolved_.at(sv.job).queue->idle, s)) {
+      const Activity a = ClassifySample(resolved_.at(sv.job).queue->idle, s).activity;
+      if (a == Activity::kActive) {
         if (sv.idle != IdleState::kActive) {
           // The owner was told the slice is idle (and, when warned, that it will be taken):
           // no longer true, so say so rather than let the warning stand.
@@ -1151,6 +1152,24 @@ class Scheduler::Impl {
         sv.last_active = now_;
         sv.idle = IdleState::kActive;
         sv.idle_deadline = 0;
+        sv.unmeasured = false;
+        Retime(sv);
+      } else if (a == Activity::kUnknown && !sv.unmeasured) {
+        // Unknown is not idle: a warning given on earlier evidence is withdrawn, not carried
+        // out while blind.
+        sv.unmeasured = true;
+        if (sv.idle == IdleState::kWarned) {
+          out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
+                                      fmt::format("slice {} can no longer be measured; idle "
+                                                  "warning withdrawn", sv.slice.value())});
+        }
+        if (sv.idle == IdleState::kWarned) sv.idle = IdleState::kActive;
+        sv.idle_deadline = 0;
+        Retime(sv);
+      } else if (a == Activity::kIdle && sv.unmeasured) {
+        // Measured again: idleness is counted from here, not across the blind stretch.
+        sv.unmeasured = false;
+        sv.last_active = now_;
         Retime(sv);
       }
     }
@@ -1195,7 +1214,7 @@ class Scheduler::Impl {
                                         j.user, FormatDuration(s.deadline - now_))});
       }
     }
-    if (!q.idle.enabled) return false;
+    if (!q.idle.enabled || s.unmeasured) return false;
     if (s.idle == IdleState::kActive && now_ - s.last_active >= q.idle.window) {
       Micros idle_for = now_ - s.last_active;
       if (q.idle.action == ReclaimAction::kReport) {
@@ -1229,7 +1248,7 @@ class Scheduler::Impl {
       t = s.deadline;
       if (q.warn_before > 0 && !s.limit_warned) t = std::min(t, s.deadline - q.warn_before);
     }
-    if (q.idle.enabled) {
+    if (q.idle.enabled && !s.unmeasured) {
       if (s.idle == IdleState::kActive) t = std::min(t, s.last_active + q.idle.window);
       else if (s.idle == IdleState::kWarned) t = std::min(t, s.idle_deadline);
     }
@@ -1420,11 +1439,45 @@ Status Scheduler::Impl::CheckInvariants() const {
   return Status::Ok();
 }
 
-bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s) {
+std::string_view ActivityName(Activity a) {
+  switch (a) {
+    case Activity::kUnknown: return "unknown";
+    case Activity::kIdle: return "idle";
+    case Activity::kActive: return "active";
+  }
+  return "unknown";
+}
+
+SampleVerdict ClassifySample(const IdlePolicy& idle, const SliceSample& s) {
   const int thr = idle.util_threshold_percent;
-  return (idle.activity.sm_utilisation && s.sm_percent >= thr && s.sm_percent > 0) ||
-         (idle.activity.memory_traffic && s.memory_percent >= thr && s.memory_percent > 0) ||
-         (idle.activity.process_presence && s.processes > 0);
+  std::string active, idled;
+  auto say = [&](bool is_active, const char* name) {
+    std::string& to = is_active ? active : idled;
+    to += to.empty() ? name : std::string(",") + name;
+  };
+  if (idle.activity.sm_utilisation && s.sm_known) say(s.sm_percent >= thr && s.sm_percent > 0, "sm");
+  if (idle.activity.memory_traffic && s.memory_known) {
+    say(s.memory_percent >= thr && s.memory_percent > 0, "mem");
+  }
+  if (s.processes_known) {
+    // No process holding the GPU is idle whatever the driver can or cannot measure; a
+    // process is activity only where the policy says presence counts.
+    if (s.processes == 0) say(false, "procs");
+    else if (idle.activity.process_presence) say(true, "procs");
+  }
+  const bool gpu_blind = !(idle.activity.sm_utilisation && s.sm_known) &&
+                         !(idle.activity.memory_traffic && s.memory_known);
+  if (gpu_blind && s.memory_change != Activity::kUnknown) {
+    say(s.memory_change == Activity::kActive, "memchange");
+  }
+  if (s.external != Activity::kUnknown) say(s.external == Activity::kActive, "external");
+  if (!active.empty()) return {Activity::kActive, active};
+  if (!idled.empty()) return {Activity::kIdle, idled};
+  return {Activity::kUnknown, ""};
+}
+
+bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s) {
+  return ClassifySample(idle, s).activity == Activity::kActive;
 }
 
 Scheduler::Scheduler(Config config, std::uint64_t seed)

@@ -58,6 +58,9 @@ struct SliceView {
   Micros last_active = 0;        // last sample showing activity (or start)
   IdleState idle = IdleState::kActive;
   Micros idle_deadline = 0;      // when warned: reclaim time
+  // The last sample had no usable signal: no idle warning or reclaim until one comes (its
+  // idle time then starts from that sample); the time limit still applies.
+  bool unmeasured = false;
 };
 
 struct DeviceView {
@@ -91,8 +94,19 @@ struct SchedulerStats {
   std::uint64_t placement_attempts = 0;
 };
 
-// Whether one slice's sample counts as activity under a queue's idle policy (the rule the
-// Scheduler applies to every Sample; the daemon and the simulator ask it too).
+// What one slice's sample says under a queue's idle policy, and which signals said it.
+// Per signal: active, idle or unknown. Any enabled signal active -> active (basis: those
+// signals); else any signal measured idle -> idle (basis: those); else unknown (basis empty):
+// the slice is "unmeasured" and is never reclaimed for idleness. Signals: "sm" and "mem"
+// (>= threshold, when enabled), "procs" (no process on the slice is idle; a process counts as
+// activity only with process_presence), "memchange" (only when sm and mem are both unknown),
+// "external". The rule the Scheduler applies to every Sample; the daemon and agent ask it too.
+struct SampleVerdict {
+  Activity activity = Activity::kUnknown;
+  std::string basis;  // e.g. "sm,mem" or "procs"
+};
+SampleVerdict ClassifySample(const IdlePolicy& idle, const SliceSample& s);
+// ClassifySample(...).activity == kActive.
 bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s);
 
 class Scheduler {

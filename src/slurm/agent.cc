@@ -16,13 +16,6 @@
 namespace gpuslice::slurm {
 namespace {
 
-std::string Trim(std::string_view s) {
-  auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string_view::npos) return "";
-  auto e = s.find_last_not_of(" \t\r\n");
-  return std::string(s.substr(b, e - b + 1));
-}
-
 std::string Timestamp(Micros t) {
   std::time_t secs = static_cast<std::time_t>(t / kSecond);
   std::tm tm{};
@@ -37,73 +30,70 @@ std::optional<std::uint64_t> Numeric(const std::string& s) {
   return std::stoull(s);
 }
 
-}  // namespace
+// Slurm's owner resolver: a GPU process is a job's when SLURM_JOB_ID is in its environment or
+// its cgroup path holds job_<id>. Sampling thread only (RunRound's).
+class SlurmResolver : public agent::OwnerResolver {
+ public:
+  SlurmResolver(std::string proc_root, const std::map<std::string, SliceId>* slice_of)
+      : proc_(std::move(proc_root)), slice_of_(slice_of) {}
 
-Result<std::vector<SimulatedProcess>> ParseSimulateScript(const std::string& text) {
-  std::vector<SimulatedProcess> out;
-  std::istringstream lines(text);
-  std::string line;
-  int n = 0;
-  while (std::getline(lines, line)) {
-    ++n;
-    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    if (Trim(line).empty()) continue;
-    std::istringstream words(line);
-    SimulatedProcess p;
-    int percent = -1;
-    std::string memory;
-    if (!(words >> p.device >> p.pid >> percent) || p.device < 0 || p.pid <= 0 || percent < 0 || percent > 100)
-      return InvalidArgument(fmt::format("simulate script line {}: '{}': expected '<device> <pid> <sm-util 0-100> [<memory>]'",
-                                         n, Trim(line)));
-    p.sm_util = percent * 10;
-    if (words >> memory) {
-      auto b = ParseBytes(memory);
-      if (!b.ok()) return InvalidArgument(fmt::format("simulate script line {}: {}", n, b.status().message()));
-      p.memory = *b;
+  agent::Owner Resolve(DeviceIndex, const devices::ProcessSample& p, const std::vector<agent::SliceBinding>&,
+                       agent::AttributionStats* stats) override {
+    if (auto job = JobOfProcess(p.pid)) {
+      if (auto it = slice_of_->find(*job); it != slice_of_->end()) {
+        ++stats->attributed;
+        return agent::Owner{it->second, false, false};
+      }
     }
-    out.push_back(p);
+    if (!proc_.Stat(p.pid).ok()) {
+      ++stats->vanished;
+      return agent::Owner{std::nullopt, false, false};
+    }
+    ++stats->unattributed;
+    return agent::Owner{std::nullopt, false, true};
   }
-  return out;
+
+ private:
+  std::optional<std::string> JobOfProcess(int pid) const {
+    if (auto v = proc_.EnvironValue(pid, "SLURM_JOB_ID"); v.ok() && Numeric(*v)) return *v;
+    // Slurm's cgroup plugins put job processes under .../job_<id>/step_<s>/...
+    if (auto cg = proc_.Cgroup(pid); cg.ok()) {
+      auto pos = cg->find("/job_");
+      if (pos != std::string::npos) {
+        std::string digits;
+        for (std::size_t i = pos + 5; i < cg->size() && std::isdigit(static_cast<unsigned char>((*cg)[i])); ++i)
+          digits += (*cg)[i];
+        if (!digits.empty()) return digits;
+      }
+    }
+    return std::nullopt;
+  }
+
+  agent::ProcessTable proc_;
+  const std::map<std::string, SliceId>* slice_of_;
+};
+
+agent::AgentOptions AgentOptionsFor(const SlurmAgentOptions& o) {
+  agent::AgentOptions a;
+  a.interval = o.interval;
+  a.hostname = o.hostname;
+  a.proc_root = o.proc_root;
+  return a;
 }
 
-SlurmAgent::SlurmAgent(devices::DeviceBackend& backend, devices::FakeBackend* fake, SlurmAgentOptions options)
+}  // namespace
+
+SlurmAgent::SlurmAgent(devices::DeviceBackend& backend, SlurmAgentOptions options)
     : backend_(backend),
-      fake_(fake),
       options_(std::move(options)),
-      proc_(options_.proc_root),
+      // RunRound samples synchronously (the agent's own thread is not started).
+      agent_(backend, AgentOptionsFor(options_), nullptr,
+             std::make_unique<SlurmResolver>(options_.proc_root, &slice_of_)),
       tracker_(options_.policy) {}
 
 void SlurmAgent::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
   else std::cerr << Timestamp(devices::WallMicros()) << " " << line << std::endl;
-}
-
-Status SlurmAgent::ApplySimulateScript() {
-  if (fake_ == nullptr || options_.simulate_script.empty()) return Status::Ok();
-  std::ifstream f(options_.simulate_script);
-  if (!f) return NotFound(fmt::format("--simulate-script '{}': cannot be opened", options_.simulate_script));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  if (ss.str() == script_seen_) return Status::Ok();
-  GPUSLICE_ASSIGN_OR_RETURN(auto procs, ParseSimulateScript(ss.str()));
-  GPUSLICE_ASSIGN_OR_RETURN(auto devices, backend_.ListDevices());
-  for (const auto& d : devices) {
-    devices::FakeStep step;
-    for (const auto& p : procs) {
-      if (p.device != static_cast<int>(d.index.value())) continue;
-      step.gpu_util = std::min(1000, step.gpu_util + p.sm_util);
-      step.processes.push_back(devices::FakeProcess{.pid = p.pid, .memory = p.memory, .sm_util = p.sm_util,
-                                                    .mem_util = 0, .mig_uuid = "", .exits_during_lookup = false});
-    }
-    fake_->SetState(d.index, step);
-  }
-  for (const auto& p : procs) {
-    if (p.device >= static_cast<int>(devices.size()))
-      return InvalidArgument(fmt::format("--simulate-script: device {} does not exist ({} devices)", p.device,
-                                         devices.size()));
-  }
-  script_seen_ = ss.str();
-  return Status::Ok();
 }
 
 Result<std::map<std::string, SlurmAgent::RunningJob>> SlurmAgent::ListRunning() {
@@ -127,98 +117,78 @@ Result<std::map<std::string, SlurmAgent::RunningJob>> SlurmAgent::ListRunning() 
   return jobs;
 }
 
-std::optional<std::string> SlurmAgent::JobOfProcess(int pid) const {
-  if (auto v = proc_.EnvironValue(pid, "SLURM_JOB_ID"); v.ok() && Numeric(*v)) return *v;
-  // Slurm's cgroup plugins put job processes under .../job_<id>/step_<s>/...
-  if (auto cg = proc_.Cgroup(pid); cg.ok()) {
-    auto pos = cg->find("/job_");
-    if (pos != std::string::npos) {
-      std::string digits;
-      for (std::size_t i = pos + 5; i < cg->size() && std::isdigit(static_cast<unsigned char>((*cg)[i])); ++i)
-        digits += (*cg)[i];
-      if (!digits.empty()) return digits;
-    }
-  }
-  return std::nullopt;
-}
-
 std::vector<ReclaimDecision> SlurmAgent::RunRound(Micros now) {
-  if (Status st = ApplySimulateScript(); !st.ok()) Log("simulate script: " + st.ToString());
   auto running = ListRunning();
   if (!running.ok()) Log("cannot list Slurm jobs: " + running.status().ToString());
 
-  // Devices and their processes.
-  agent::MetricsInput metrics;
-  metrics.hostname = options_.hostname;
-  if (auto devs = backend_.ListDevices(); devs.ok()) metrics.devices = *devs;
-  struct Acc {
-    std::vector<int> pids;
-    std::vector<DeviceIndex> devices;
-    devices::Permille sm = 0, mem = 0;
-    bool sm_known = true, mem_known = true;
-    Bytes memory = 0;
-  };
-  std::map<std::string, Acc> acc;
-  for (const auto& d : metrics.devices) {
-    auto s = backend_.Sample(d.index);
-    if (!s.ok()) {
-      ++metrics.sample_errors;
-      Log(fmt::format("sample of GPU {} failed: {}", d.index.value(), s.status().ToString()));
-      continue;
-    }
-    for (const auto& p : s->processes) {
-      auto job = JobOfProcess(p.pid);
-      if (!job) {
-        ++metrics.unattributed_processes;
+  // Running jobs are the agent's slices; then one sampling round over every device.
+  if (running.ok()) {
+    for (auto it = slice_of_.begin(); it != slice_of_.end();) {
+      if (running->count(it->first)) {
+        ++it;
         continue;
       }
-      Acc& a = acc[*job];
-      a.pids.push_back(p.pid);
-      if (std::find(a.devices.begin(), a.devices.end(), d.index) == a.devices.end()) a.devices.push_back(d.index);
-      if (p.sm_util.ok()) a.sm += p.sm_util.value(); else a.sm_known = false;
-      if (p.mem_util.ok()) a.mem += p.mem_util.value(); else a.mem_known = false;
-      if (p.memory_used.ok()) a.memory += p.memory_used.value();
+      agent_.Unbind(it->second);
+      job_of_.erase(it->second);
+      it = slice_of_.erase(it);
     }
-    metrics.samples.push_back(std::move(*s));
+    std::vector<DeviceIndex> all;
+    if (auto devs = backend_.ListDevices(); devs.ok()) {
+      for (const auto& d : *devs) all.push_back(d.index);
+    }
+    for (const auto& [id, job] : *running) {
+      const sched::QueueConfig* q = options_.policy.FindQueue(job.partition);
+      auto [it, fresh] = slice_of_.try_emplace(id, SliceId());
+      if (fresh) {
+        it->second = Numeric(id) ? SliceId(*Numeric(id)) : SliceId(next_slice_++);
+        job_of_[it->second] = id;
+      }
+      agent::SliceBinding b;
+      b.slice = it->second;
+      b.job = Numeric(id) ? JobId(*Numeric(id)) : JobId();
+      b.user = job.user;
+      b.queue = job.partition;
+      // Which of the node's GPUs Slurm gave the job is not known here: its processes say;
+      // the figures are per process (summed, capped at 100%), as for a shared slice.
+      b.kind = sched::SliceKind::kShared;
+      b.devices = all;
+      b.idle = q->idle;
+      agent_.Bind(b);  // re-binding keeps the history
+    }
   }
+  const agent::Round round = agent_.SampleOnce();
+  for (const auto& e : round.errors) Log("sample failed: " + e.ToString());
+  agent::MetricsInput metrics = agent_.MetricsSnapshot();
 
   std::vector<ReclaimDecision> applied;
   std::vector<JobUsage> usage;
   if (running.ok()) {
     std::map<std::string, ReclaimTracker::JobIdle> idle_in;
-    for (auto it = detectors_.begin(); it != detectors_.end();) {
-      it = running->count(it->first) ? std::next(it) : detectors_.erase(it);
+    for (const auto& a : round.slices) {
+      auto job = job_of_.find(a.slice);
+      if (job == job_of_.end()) continue;
+      const RunningJob& rj = running->at(job->second);
+      const agent::IdleState st = agent_.Idle(a.slice).value_or(agent::IdleState{});
+      idle_in[job->second] = {rj.partition, st};
+      usage.push_back(JobUsage{job->second, rj.partition, rj.user, a.pids, a.sm_util.optional(),
+                               a.memory_used.value_or(0), st, ReclaimTracker::Phase::kActive});
     }
-    for (const auto& [id, job] : *running) {
-      const sched::QueueConfig* q = options_.policy.FindQueue(job.partition);
-      auto det = detectors_.try_emplace(id, q->idle).first;
-      const Acc a = acc.count(id) ? acc[id] : Acc{};
-      // A job with no GPU process has measurably zero utilisation on its GPUs.
-      agent::SeriesPoint point{now, a.sm_known ? std::optional(a.sm) : std::nullopt,
-                               a.mem_known ? std::optional(a.mem) : std::nullopt, a.memory,
-                               static_cast<int>(a.pids.size())};
-      const agent::IdleState& st = det->second.Observe(point);
-      idle_in[id] = {job.partition, st};
-      usage.push_back(JobUsage{id, job.partition, job.user, a.pids, point.sm_util, a.memory, st,
-                               ReclaimTracker::Phase::kActive});
-      agent::SliceMetrics sm;
-      if (auto num = Numeric(id)) {
-        sm.slice = SliceId(*num);
-        sm.job = JobId(*num);
+    // The agent knows slices by number; the metrics show the Slurm job id and its devices.
+    for (auto& m : metrics.slices) {
+      auto job = job_of_.find(m.slice);
+      if (job == job_of_.end()) continue;
+      m.kind = std::string(sched::SliceKindName(options_.policy.FindQueue(running->at(job->second).partition)->default_kind));
+      m.gpu.clear();
+      for (const auto& a : round.slices) {
+        if (a.slice != m.slice) continue;
+        for (const auto& s : round.samples) {
+          for (const auto& p : s.processes) {
+            if (std::find(a.pids.begin(), a.pids.end(), p.pid) == a.pids.end()) continue;
+            const std::string g = std::to_string(s.index.value());
+            if (("," + m.gpu + ",").find("," + g + ",") == std::string::npos) m.gpu += (m.gpu.empty() ? "" : ",") + g;
+          }
+        }
       }
-      sm.user = job.user;
-      sm.queue = job.partition;
-      sm.kind = std::string(sched::SliceKindName(q->default_kind));
-      for (auto dev : a.devices) sm.gpu += (sm.gpu.empty() ? "" : ",") + std::to_string(dev.value());
-      sm.sm_util = point.sm_util ? devices::Reading<devices::Permille>::Of(*point.sm_util)
-                                 : devices::Reading<devices::Permille>::NotSupported("MIG: per-process utilisation");
-      sm.mem_util = point.mem_util ? devices::Reading<devices::Permille>::Of(*point.mem_util)
-                                   : devices::Reading<devices::Permille>::NotSupported("per-process memory traffic");
-      sm.memory_used = devices::Reading<Bytes>::Of(a.memory);
-      sm.processes = static_cast<int>(a.pids.size());
-      sm.idle = st.idle;
-      sm.idle_for = st.idle_for;
-      metrics.slices.push_back(sm);
     }
     for (const ReclaimDecision& d : tracker_.Observe(idle_in, now)) {
       Apply(d);

@@ -1,14 +1,15 @@
 #pragma once
 // The node agent in Slurm mode (`gpuslice agent --slurm`): every round it
 //   1. lists the running jobs of the policy's partitions on its nodes (squeue, with timeout),
-//   2. samples every device through the device layer,
-//   3. maps each GPU process to its Slurm job (SLURM_JOB_ID in /proc/PID/environ, or a
-//      cgroup path containing job_<id> as Slurm's cgroup plugins make),
-//   4. feeds each job's utilisation to an idle detector built from its queue's IdlePolicy, and
-//      applies the ReclaimTracker's decisions: a warning line appended to the job's output
+//   2. binds each running job as a slice of the node's agent::Agent (the one sampler the
+//      daemon uses too), whose owner resolver maps a GPU process to its Slurm job
+//      (SLURM_JOB_ID in /proc/PID/environ, or a cgroup path containing job_<id> as Slurm's
+//      cgroup plugins make), and runs one sampling round,
+//   3. feeds each job's verdict (active / idle / unmeasured; unmeasured is never idle) to the
+//      ReclaimTracker and applies its decisions: a warning line appended to the job's output
 //      file (StdOut from `scontrol show job`) and to the agent's log, then scancel — or
 //      `scontrol requeue` for preemptible queues — after the grace period,
-//   5. keeps a Prometheus text snapshot (device metrics with dcgm-exporter names, plus
+//   4. keeps a Prometheus text snapshot (device metrics with dcgm-exporter names, plus
 //      gpuslice_slurm_job_* per job) that Serve() exposes on /metrics.
 // It never acts on a job whose partition is not a queue of the policy. When Slurm is down, a
 // round still samples and serves metrics (gpuslice_slurm_up 0) and reclaims nothing.
@@ -22,10 +23,10 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent.h"
 #include "agent/attribution.h"
 #include "agent/idle.h"
 #include "devices/backend.h"
-#include "devices/fake.h"
 #include "sched/config.h"
 #include "slurm/client.h"
 #include "slurm/reclaim.h"
@@ -39,10 +40,6 @@ struct SlurmAgentOptions {
   std::string hostname;            // metrics label
   Micros interval = 15 * kSecond;
   std::string proc_root = "/proc";
-  // Fake backend only: a file re-read whenever it changes, one GPU process per line:
-  //   <device> <pid> <sm-util-percent> [<memory, e.g. 2GiB>]
-  // ('#' starts a comment). Devices not named are idle with no processes.
-  std::string simulate_script;
   std::function<void(const std::string&)> log;  // one line per event; default: stderr
 };
 
@@ -52,7 +49,7 @@ struct JobUsage {
   std::string partition;
   std::string user;
   std::vector<int> pids;
-  std::optional<devices::Permille> sm_util;  // sum over its processes; nullopt: unmeasurable
+  std::optional<devices::Permille> sm_util;  // sum over its processes, capped at 100%; nullopt: unmeasurable
   Bytes memory_used = 0;
   agent::IdleState idle;
   ReclaimTracker::Phase phase = ReclaimTracker::Phase::kActive;
@@ -60,9 +57,8 @@ struct JobUsage {
 
 class SlurmAgent {
  public:
-  // `backend` must outlive the agent. `fake` (may be null) is the same backend when it is the
-  // fake one, for the simulate script.
-  SlurmAgent(devices::DeviceBackend& backend, devices::FakeBackend* fake, SlurmAgentOptions options);
+  // `backend` must outlive the agent (scripted activity: wrap it in devices::ScriptedBackend).
+  SlurmAgent(devices::DeviceBackend& backend, SlurmAgentOptions options);
 
   // One round; the decisions it applied. A failing Slurm or device read is logged, not fatal.
   std::vector<ReclaimDecision> RunRound(Micros now);
@@ -79,18 +75,17 @@ class SlurmAgent {
     std::string user;
   };
   Result<std::map<std::string, RunningJob>> ListRunning();
-  std::optional<std::string> JobOfProcess(int pid) const;
-  Status ApplySimulateScript();
   void Apply(const ReclaimDecision& d);
   void Log(const std::string& line) const;
 
   devices::DeviceBackend& backend_;
-  devices::FakeBackend* fake_;
   SlurmAgentOptions options_;
-  agent::ProcessTable proc_;
+  // Slurm job id <-> the agent's slice id for it (numeric ids map to themselves).
+  std::map<std::string, SliceId> slice_of_;
+  std::map<SliceId, std::string> job_of_;
+  std::uint64_t next_slice_ = 1ull << 62;  // for non-numeric job ids
+  agent::Agent agent_;
   ReclaimTracker tracker_;
-  std::map<std::string, agent::IdleDetector> detectors_;
-  std::string script_seen_;  // content last applied
   int reclaims_ = 0;
 
   mutable std::mutex mu_;  // guards the snapshot below
@@ -98,15 +93,6 @@ class SlurmAgent {
   std::vector<JobUsage> jobs_;
   std::atomic<bool> stop_{false};
 };
-
-// Parses the simulate script (exposed for tests). Errors name the line.
-struct SimulatedProcess {
-  int device = 0;
-  int pid = 0;
-  devices::Permille sm_util = 0;
-  Bytes memory = 0;
-};
-Result<std::vector<SimulatedProcess>> ParseSimulateScript(const std::string& text);
 
 // Runs the agent with a /metrics HTTP server on `listen` ("127.0.0.1:9400") until Stop() is
 // called on it from another thread (the CLI stops it on SIGINT/SIGTERM).

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "devices/fake.h"
+#include "devices/scripted.h"
 #include "slurm/agent.h"
 #include "slurm/process.h"
 
@@ -105,7 +105,6 @@ Status RunSlurmAgent(const AgentFlags& f, std::ostream& err) {
   o.interval = *interval;
   o.slurm = f.slurm;
   o.nodes = f.nodes;
-  o.simulate_script = f.simulate_script;
   o.hostname = f.hostname;
   if (o.hostname.empty()) {
     char host[256] = {};
@@ -118,10 +117,11 @@ Status RunSlurmAgent(const AgentFlags& f, std::ostream& err) {
   bo.kind = f.backend;
   bo.simulate = f.simulate;
   GPUSLICE_ASSIGN_OR_RETURN(auto backend, devices::OpenBackend(bo));
-  auto* fake = dynamic_cast<devices::FakeBackend*>(backend.get());
   if (!f.simulate_script.empty()) {
-    std::ifstream script(f.simulate_script);
-    if (!script) return NotFound(fmt::format("--simulate-script '{}': cannot be opened", f.simulate_script));
+    // The one script format (devices/scripted.h), as a wrapper at the interface.
+    auto scripted = std::make_unique<devices::ScriptedBackend>(std::move(backend), f.simulate_script);
+    GPUSLICE_RETURN_IF_ERROR(scripted->Load());
+    backend = std::move(scripted);
   }
 
   // SIGINT/SIGTERM are taken by sigwait below; threads started after this inherit the mask.
@@ -131,7 +131,7 @@ Status RunSlurmAgent(const AgentFlags& f, std::ostream& err) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  SlurmAgent agent(*backend, fake, o);
+  SlurmAgent agent(*backend, o);
   SlurmAgentServer server(agent, f.listen);
   GPUSLICE_RETURN_IF_ERROR(server.Start());
   err << fmt::format("gpuslice slurm agent: {} backend, serving http://{}/metrics, every {}\n", backend->kind(),

@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -235,7 +238,7 @@ TEST_F(AgentTest, MigSliceIsAttributedByInstanceAndUtilisationStaysUnsupported) 
   EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"2\""), std::string::npos) << text;
 }
 
-TEST_F(AgentTest, DriverErrorMidSampleDropsTheSliceForThatRoundOnly) {
+TEST_F(AgentTest, DriverErrorMidSampleMakesTheSliceUnknownForThatRoundOnly) {
   ProcessTree job;
   FakeStep s;
   s.processes = {{job.child(), kGiB, 500, 0, "", false}};
@@ -247,7 +250,14 @@ TEST_F(AgentTest, DriverErrorMidSampleDropsTheSliceForThatRoundOnly) {
   ASSERT_EQ(bad.errors.size(), 1u);
   EXPECT_NE(bad.errors[0].message().find("fell off"), std::string::npos);
   EXPECT_EQ(bad.samples.size(), 2u) << "the other devices were still read";
-  EXPECT_EQ(FindEvent(bad, 1), nullptr) << "no evidence this round: not reported as idle";
+  // No evidence this round: the scheduler hears "unknown", not "idle" and not nothing (an
+  // absent sample would let idle time run on).
+  const sched::SliceSample* unknown = FindEvent(bad, 1);
+  ASSERT_NE(unknown, nullptr);
+  EXPECT_FALSE(unknown->sm_known);
+  EXPECT_FALSE(unknown->memory_known);
+  EXPECT_FALSE(unknown->processes_known);
+  EXPECT_EQ(Find(bad, 1)->verdict.activity, sched::Activity::kUnknown);
   EXPECT_TRUE(agent_.Series(SliceId(1)).empty());
   clock_.Advance(kSecond);
   Round good = agent_.SampleOnce();
@@ -347,18 +357,31 @@ TEST(Downsampler, MeansKnownValuesOnlyAndPeaksMemory) {
   EXPECT_FALSE(out[0].mem_util.has_value());
 }
 
-TEST(IdleDetector, BlindSignalsFallBackToMemoryChange) {
+TEST(IdleDetector, BlindSignalsAreUnmeasuredNeverIdleAndMemoryChangeIsActivity) {
   sched::IdlePolicy p;
   p.window = 2 * kSecond;
   IdleDetector d(p);
-  // SM unsupported (MIG on A100) and no memory traffic figure: memory growth is activity.
-  d.Observe(Pt(0, std::nullopt, kGiB));
-  d.Observe(Pt(kSecond, std::nullopt, kGiB));
-  d.Observe(Pt(2 * kSecond, std::nullopt, kGiB));
-  EXPECT_TRUE(d.state().idle);
-  EXPECT_EQ(d.state().basis, "memchange");
-  d.Observe(Pt(3 * kSecond, std::nullopt, 3 * kGiB));
+  // SM unsupported (MIG on A100), no memory traffic figure, a process present: steady memory
+  // says nothing (a training step keeps its memory), so the slice stays unmeasured.
+  for (Micros t : {Micros{0}, kSecond, 2 * kSecond, 3 * kSecond}) d.Observe(Pt(t, std::nullopt, kGiB, 1));
   EXPECT_FALSE(d.state().idle);
+  EXPECT_TRUE(d.state().unmeasured);
+  EXPECT_EQ(d.state().basis, "");
+  // Memory used moving is activity.
+  d.Observe(Pt(4 * kSecond, std::nullopt, 3 * kGiB, 1));
+  EXPECT_FALSE(d.state().unmeasured);
+  EXPECT_EQ(d.state().activity, sched::Activity::kActive);
+  EXPECT_EQ(d.state().basis, "memchange");
+  // No process at all is measurably idle: idle a window after the last activity.
+  d.Observe(Pt(5 * kSecond, std::nullopt, 3 * kGiB, 0));
+  EXPECT_FALSE(d.state().idle);
+  d.Observe(Pt(6 * kSecond, std::nullopt, 3 * kGiB, 0));
+  EXPECT_TRUE(d.state().idle);
+  EXPECT_EQ(d.state().basis, "procs");
+  // Blind again: not idle, however long.
+  d.Observe(Pt(60 * kSecond, std::nullopt, 3 * kGiB, 1));
+  EXPECT_FALSE(d.state().idle);
+  EXPECT_TRUE(d.state().unmeasured);
 }
 
 TEST(IdleDetector, ProcessPresenceCountsOnlyWhenThePolicySaysSo) {
@@ -411,13 +434,218 @@ TEST(Prometheus, DcgmNamesLabelsAndEscaping) {
   EXPECT_NE(text.find("DCGM_FI_DEV_FB_FREE{" + labels + "} 79872\n"), std::string::npos);
   EXPECT_NE(text.find("DCGM_FI_DEV_POWER_USAGE{" + labels + "} 312.500\n"), std::string::npos);
   EXPECT_EQ(text.find("DCGM_FI_DEV_GPU_TEMP"), std::string::npos) << "unsupported: omitted, not 0";
-  EXPECT_NE(text.find("gpuslice_slice_sm_utilization_ratio{slice=\"5\",job=\"42\","
+  EXPECT_NE(text.find("gpuslice_slice_sm_utilization_ratio{slice=\"5\",job_id=\"42\","
                       "user=\"bob \\\"the\\\" \\\\builder\",queue=\"interactive\",kind=\"shared\",gpu=\"0\"} 0.250\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("gpuslice_slice_processes{slice=\"5\""), std::string::npos);
   EXPECT_EQ(text.find("gpuslice_slice_memory_used_bytes"), std::string::npos) << "not read: omitted";
 }
+
+
+// ---- the cases a shared GPU really produces, one table -------------------------------------
+
+// A job leader in its own process group that starts a child and exits: the child, now the
+// GPU user, is re-parented to init and keeps only the group.
+class ReplacedByChild {
+ public:
+  ReplacedByChild() {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    leader_ = ::fork();
+    if (leader_ == 0) {
+      ::setpgid(0, 0);
+      pid_t child = ::fork();
+      if (child == 0) {
+        ::execl("/bin/sleep", "sleep", "30", nullptr);
+        ::_exit(127);
+      }
+      (void)!::write(fds[1], &child, sizeof(child));
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    EXPECT_EQ(::read(fds[0], &child_, sizeof(child_)), static_cast<ssize_t>(sizeof(child_)));
+    ::close(fds[0]);
+    ::waitpid(leader_, nullptr, 0);  // the leader is gone
+    for (int i = 0; i < 200 && ProcessTree::ReadComm(child_) != "sleep"; ++i) ::usleep(5000);
+  }
+  ~ReplacedByChild() { ::kill(child_, SIGKILL); }
+  pid_t leader() const { return leader_; }
+  pid_t child() const { return child_; }
+
+ private:
+  pid_t leader_ = -1;
+  pid_t child_ = -1;
+};
+
+// A real process whose comm is the MPS server's.
+class MpsServerProcess {
+ public:
+  MpsServerProcess() {
+    exe_ = std::filesystem::temp_directory_path() / ("nvidia-cuda-mps-server." + std::to_string(getpid()));
+    std::filesystem::copy_file("/bin/sleep", exe_, std::filesystem::copy_options::overwrite_existing);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl(exe_.c_str(), "nvidia-cuda-mps-server", "30", nullptr);
+      ::_exit(127);
+    }
+    for (int i = 0; i < 200 && ProcessTree::ReadComm(pid_) != "nvidia-cuda-mps"; ++i) ::usleep(5000);
+  }
+  ~MpsServerProcess() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    std::filesystem::remove(exe_);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::filesystem::path exe_;
+  pid_t pid_ = -1;
+};
+
+struct Expect {
+  std::uint64_t slice;
+  sched::Activity activity;
+  std::string basis;
+};
+
+struct ActivityCase {
+  std::string name;
+  // Scripts `fake`, binds slices on `agent`; may keep processes alive in `keep`.
+  std::function<void(FakeBackend& fake, Agent& agent, std::vector<std::shared_ptr<void>>& keep)> setup;
+  std::vector<Expect> expect;
+};
+
+void PrintTo(const ActivityCase& c, std::ostream* os) { *os << c.name; }
+
+class ActivityTable : public ::testing::TestWithParam<ActivityCase> {};
+
+TEST_P(ActivityTable, VerdictAndTheSignalsThatDecided) {
+  ManualClock clock{1'000'000 * kSecond};
+  FakeBackend fake(*ParseSimulateSpec("2xH100-80GB,1xA100-40GB"), clock.AsClock());
+  Agent agent(fake, AgentOptions{}, clock.AsClock());
+  std::vector<std::shared_ptr<void>> keep;
+  GetParam().setup(fake, agent, keep);
+  (void)agent.SampleOnce();
+  clock.Advance(kSecond);
+  const Round r = agent.SampleOnce();
+  for (const Expect& e : GetParam().expect) {
+    const SliceActivity* a = nullptr;
+    for (const auto& x : r.slices) a = x.slice == SliceId(e.slice) ? &x : a;
+    ASSERT_NE(a, nullptr) << "slice " << e.slice;
+    EXPECT_EQ(a->verdict.activity, e.activity) << "slice " << e.slice << " basis " << a->verdict.basis;
+    EXPECT_EQ(a->verdict.basis, e.basis) << "slice " << e.slice;
+    const sched::SliceSample* s = nullptr;
+    for (const auto& x : r.event.slices) s = x.slice == SliceId(e.slice) ? &x : s;
+    ASSERT_NE(s, nullptr) << "every bound slice is reported, unknown ones too";
+    EXPECT_EQ(sched::ClassifySample(Binding(e.slice, sched::SliceKind::kShared, {}).idle, *s).activity, e.activity)
+        << "the scheduler reaches the same verdict from the event";
+  }
+}
+
+FakeProcess P(int pid, devices::Permille sm, std::string mig = "") {
+  FakeProcess p;
+  p.pid = pid;
+  p.memory = 2 * kGiB;
+  p.sm_util = sm;
+  p.mig_uuid = std::move(mig);
+  return p;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ActivityTable,
+    ::testing::Values(
+        ActivityCase{"PerProcessUnsupportedOnSharedGpu",
+                     [](FakeBackend& f, Agent& a, auto& keep) {
+                       auto job = std::make_shared<ProcessTree>();
+                       keep.push_back(job);
+                       f.SetProcessUtilSupported(DeviceIndex(0), false);
+                       FakeStep s;
+                       s.gpu_util = 800;
+                       s.processes = {P(job->child(), 800)};
+                       f.AddStep(DeviceIndex(0), s);
+                       a.Bind(Binding(1, sched::SliceKind::kShared, {job->parent()}));
+                       a.Bind(Binding(2, sched::SliceKind::kShared, {DeadPid()}));
+                     },
+                     {{1, sched::Activity::kUnknown, ""}, {2, sched::Activity::kIdle, "sm,mem,procs"}}},
+        ActivityCase{"TwoSlicesOnOneGpuOnlyOneBusy",
+                     [](FakeBackend& f, Agent& a, auto& keep) {
+                       auto busy = std::make_shared<ProcessTree>();
+                       auto idle = std::make_shared<ProcessTree>();
+                       keep.push_back(busy);
+                       keep.push_back(idle);
+                       FakeStep s;
+                       s.gpu_util = 700;
+                       s.processes = {P(busy->child(), 700), P(idle->child(), 0)};
+                       f.AddStep(DeviceIndex(0), s);
+                       a.Bind(Binding(1, sched::SliceKind::kShared, {busy->parent()}));
+                       a.Bind(Binding(2, sched::SliceKind::kShared, {idle->parent()}));
+                     },
+                     {{1, sched::Activity::kActive, "sm"}, {2, sched::Activity::kIdle, "sm,mem"}}},
+        ActivityCase{"MigInstancesWithAndWithoutInstanceUtilisation",
+                     [](FakeBackend& f, Agent& a, auto&) {
+                       std::vector<std::string> uuids;
+                       for (std::uint32_t dev : {0u, 2u}) {
+                         ASSERT_TRUE(f.SetMigMode(DeviceIndex(dev), true).ok());
+                         for (int start : {0, 4}) {
+                           auto gi = f.CreateGpuInstance(DeviceIndex(dev), dev == 0 ? 9 : 9, start);
+                           ASSERT_TRUE(gi.ok()) << gi.status().ToString();
+                           auto ci = f.CreateComputeInstance(DeviceIndex(dev), gi->id, 2);
+                           ASSERT_TRUE(ci.ok()) << ci.status().ToString();
+                           uuids.push_back(ci->uuid);
+                         }
+                       }
+                       FakeStep h100;
+                       h100.processes = {P(DeadPid(), 0, uuids[0]), P(DeadPid(), 0, uuids[1])};
+                       h100.mig_util = {{uuids[0], 650}, {uuids[1], 0}};
+                       f.AddStep(DeviceIndex(0), h100);
+                       FakeStep a100;  // no per-instance utilisation on A100
+                       a100.processes = {P(DeadPid(), 0, uuids[2])};
+                       f.AddStep(DeviceIndex(2), a100);
+                       for (std::uint64_t i = 0; i < 3; ++i) {
+                         SliceBinding b = Binding(i + 1, sched::SliceKind::kMig, {}, i < 2 ? 0 : 2);
+                         b.mig_uuid = uuids[i];
+                         a.Bind(b);
+                       }
+                     },
+                     {{1, sched::Activity::kActive, "sm"},
+                      {2, sched::Activity::kIdle, "sm"},
+                      {3, sched::Activity::kUnknown, ""}}},
+        ActivityCase{"KernelsAttributedToTheMpsServer",
+                     [](FakeBackend& f, Agent& a, auto& keep) {
+                       auto server = std::make_shared<MpsServerProcess>();
+                       auto one = std::make_shared<ProcessTree>();
+                       auto two = std::make_shared<ProcessTree>();
+                       auto alone = std::make_shared<ProcessTree>();
+                       keep.insert(keep.end(), {server, one, two, alone});
+                       // Device 0: two MPS slices behind one server; device 1: one.
+                       FakeStep s;
+                       s.gpu_util = 600;
+                       s.processes = {P(one->child(), 0), P(two->child(), 0), P(server->pid(), 600)};
+                       f.AddStep(DeviceIndex(0), s);
+                       FakeStep t;
+                       t.gpu_util = 500;
+                       t.processes = {P(alone->child(), 0), P(server->pid(), 500)};
+                       f.AddStep(DeviceIndex(1), t);
+                       a.Bind(Binding(1, sched::SliceKind::kMps, {one->parent()}));
+                       a.Bind(Binding(2, sched::SliceKind::kMps, {two->parent()}));
+                       a.Bind(Binding(3, sched::SliceKind::kMps, {alone->parent()}, 1));
+                     },
+                     {{1, sched::Activity::kUnknown, ""},
+                      {2, sched::Activity::kUnknown, ""},
+                      {3, sched::Activity::kActive, "sm"}}},
+        ActivityCase{"ProcessExitsAndIsReplacedByItsChild",
+                     [](FakeBackend& f, Agent& a, auto& keep) {
+                       auto job = std::make_shared<ReplacedByChild>();
+                       keep.push_back(job);
+                       FakeStep s;
+                       s.gpu_util = 600;
+                       s.processes = {P(job->child(), 600)};
+                       f.AddStep(DeviceIndex(0), s);
+                       a.Bind(Binding(1, sched::SliceKind::kShared, {job->leader()}));
+                     },
+                     {{1, sched::Activity::kActive, "sm"}}}),
+    [](const ::testing::TestParamInfo<ActivityCase>& i) { return i.param.name; });
 
 }  // namespace
 }  // namespace gpuslice::agent

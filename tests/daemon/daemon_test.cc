@@ -11,6 +11,7 @@
 
 #include "daemon/daemon.h"
 #include "devices/fake.h"
+#include "devices/scripted.h"
 #include "exec/fake_launcher.h"
 #include "store/store.h"
 
@@ -66,14 +67,18 @@ class DaemonTest : public ::testing::Test {
   std::unique_ptr<Daemon> NewDaemon(std::string script = "") {
     DaemonOptions o;
     o.state_dir = dir_.string();
-    o.simulate_script = std::move(script);
     o.simulated = true;
     o.grace = kSecond;
     o.compact_journal_at = compact_at_;
-    auto backend = devices::FakeBackend::Create("4xH100-80GB", [this] { return now_; });
+    auto fake = devices::FakeBackend::Create("4xH100-80GB", [this] { return now_; });
+    std::unique_ptr<devices::DeviceBackend> backend = std::move(fake).value();
+    if (!script.empty()) {
+      // As `serve --simulate-script` does: a wrapper at the interface.
+      backend = std::make_unique<devices::ScriptedBackend>(std::move(backend), std::move(script));
+    }
     auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o,
                                       std::make_unique<SharedStore>(store_.get()),
-                                      std::move(backend).value(),
+                                      std::move(backend),
                                       std::make_unique<SharedLauncher>(&launcher_),
                                       [this] { return now_; });
     EXPECT_TRUE(d->Start().ok());
@@ -149,7 +154,14 @@ TEST_F(DaemonTest, ActivityIsJournaledOncePerQuantumAndIdleReclaimStillWorks) {
   auto d = NewDaemon(script);
   auto busy = Submit(*d, {{"queue", "interactive"}});
   auto idle = Submit(*d, {{"queue", "interactive"}});
-  std::ofstream(script) << "{\"jobs\": {\"" << busy << "\": {\"sm\": 80}}}";  // percent
+  // The fake launcher's pids are not real processes: the script names the busy job's pid.
+  int device = -1;
+  const Json all = d->Slices();
+  for (const auto& sl : all["slices"]) {
+    if (sl["job"].get<std::uint64_t>() == busy) device = sl["devices"][0].get<int>();
+  }
+  std::ofstream(script) << "{\"processes\": [{\"pid\": " << Pid(*d, busy) << ", \"device\": " << device
+                        << ", \"sm\": 80}]}";  // percent
   auto samples = [&] {
     int n = 0;
     auto journal = store_->ReadJournal();

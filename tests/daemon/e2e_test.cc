@@ -97,8 +97,10 @@ TEST(DaemonE2E, EachQueuePlacesOnItsSliceKindAndTheJobSeesItsEnvironment) {
   EXPECT_NE(metrics->find("gpuslice_simulated 1"), std::string::npos);
   EXPECT_NE(metrics->find("gpuslice_queue_pending_jobs{queue=\"training\"} 0"), std::string::npos);
   EXPECT_NE(metrics->find("gpuslice_slice_idle_seconds{slice="), std::string::npos) << *metrics;
-  EXPECT_NE(metrics->find("gpuslice_device_utilization_ratio{device=\"0\""), std::string::npos);
-  EXPECT_NE(metrics->find("gpuslice_reclaimed_gpu_hours_total"), std::string::npos);
+  // Device figures under dcgm-exporter's names, reclaim in base units.
+  EXPECT_NE(metrics->find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\""), std::string::npos) << *metrics;
+  EXPECT_NE(metrics->find("gpuslice_reclaimed_gpu_seconds_total"), std::string::npos);
+  EXPECT_EQ(metrics->find("gpuslice_device_utilization_ratio"), std::string::npos) << "the old name is gone";
 
   EXPECT_EQ(h.Cli({"cancel", std::to_string(a), std::to_string(b), std::to_string(c)}, &out), 0)
       << out;
@@ -259,7 +261,7 @@ TEST(DaemonE2E, IdleReclaimTakesOnlyTheIdleJob) {
   EXPECT_EQ((*top)["slices"][0]["util_percent"], 80) << "attributed by pid";
   auto metrics = c.GetText("/metrics");
   ASSERT_TRUE(metrics.ok());
-  EXPECT_EQ(metrics->find("gpuslice_reclaimed_gpu_hours_total 0.000000"), std::string::npos)
+  EXPECT_EQ(metrics->find("gpuslice_reclaimed_gpu_seconds_total 0.000"), std::string::npos)
       << "the reclaimed share counts";
 }
 

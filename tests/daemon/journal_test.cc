@@ -28,6 +28,9 @@ std::vector<sched::Event> Events() {
       sched::Submit{2, JobId(1), "alice", "interactive", shared},
       sched::Submit{3, JobId(2), "bob", "training", whole},
       sched::Sample{4, {{SliceId(1), 50, 3, 1}}},
+      // Unmeasured SM and memory traffic, memory-used change seen: the flags round-trip.
+      sched::Sample{4, {{SliceId(1), 0, 0, 1, false, false, true, sched::Activity::kActive,
+                         sched::Activity::kUnknown}}},
       sched::Tick{5},
       sched::Cancel{6, JobId(2)},
       sched::Finish{7, JobId(1)},
@@ -50,11 +53,15 @@ TEST(Journal, CorruptEntriesAreDataLoss) {
   EXPECT_EQ(DecodeEvent("{nope").status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(DecodeEvent(R"({"t":"warp","now":1})").status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(DecodeEvent(R"({"t":"finish","now":1})").status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeEvent(R"({"t":"sample","now":1,"slices":[[1,0,0,1,3,7,0]]})").status().code(),
+            StatusCode::kDataLoss);
 }
 
-TEST(Journal, NoOpTicksAndIdleSamplesNeedNoEntry) {
+TEST(Journal, NoOpTicksAndEmptySamplesNeedNoEntry) {
   EXPECT_FALSE(CanChangeState(sched::Tick{5}));
-  EXPECT_FALSE(CanChangeState(sched::Sample{5, {{SliceId(1), 0, 0, 0}}}));
+  EXPECT_FALSE(CanChangeState(sched::Sample{5, {}}));
+  // An idle-looking sample ends an "unmeasured" stretch (the idle clock restarts there).
+  EXPECT_TRUE(CanChangeState(sched::Sample{5, {{SliceId(1), 0, 0, 0}}}));
   EXPECT_TRUE(CanChangeState(sched::Sample{5, {{SliceId(1), 0, 0, 1}}}));
   EXPECT_TRUE(CanChangeState(sched::Finish{5, JobId(1)}));
 }

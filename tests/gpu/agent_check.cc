@@ -3,6 +3,11 @@
 //       Binds slice 1 (shared, root pid P), slice 2 (shared, root pid Q) and slice 3 (whole)
 //       on the device, samples once a second and checks that P's memory and utilisation land
 //       on slice 1 only, and that /metrics carries both DCGM and gpuslice series.
+//   gpu_agent_check two-slices --busy-pid P --idle-pid Q [--seconds 8] [--device 0]
+//       Two shared slices on one GPU: the busy one is never idle; with per-process figures it
+//       is active and above the idle one.
+//   gpu_agent_check mig-util --device 0 [--busy-uuid MIG-...]
+//       MIG instance utilisation: a value or Unsupported, never a failed read; > 0 when busy.
 //   gpu_agent_check mps-start --device 0 --pipe DIR --log DIR [--threads 50] [--pinned-mib 1024]
 //   gpu_agent_check mps-status --pipe DIR      (prints running|stopped|died; exit 0 iff running)
 //   gpu_agent_check mps-stop --pipe DIR
@@ -14,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -115,6 +121,135 @@ int Attribute(const std::map<std::string, std::string>& f) {
   return fails == 0 ? 0 : 1;
 }
 
+gs::Result<std::unique_ptr<gs::devices::NvmlBackend>> OpenNvml() {
+  gs::devices::BackendOptions o;
+  return gs::devices::NvmlBackend::Open(o);
+}
+
+const char* Verdict(gs::sched::Activity a) {
+  return a == gs::sched::Activity::kActive ? "active" : a == gs::sched::Activity::kIdle ? "idle" : "unmeasured";
+}
+
+// Two shared slices on one GPU, one busy process each side: the busy one must never be called
+// idle (active where the driver gives per-process figures, unmeasured where it does not), and
+// when both are measured the busy slice's SM figure exceeds the idle one's.
+int TwoSlices(const std::map<std::string, std::string>& f) {
+  const int busy = std::atoi(Get(f, "--busy-pid").c_str());
+  const int idle = std::atoi(Get(f, "--idle-pid").c_str());
+  const int seconds = std::atoi(Get(f, "--seconds", "8").c_str());
+  const std::uint32_t device = static_cast<std::uint32_t>(std::atoi(Get(f, "--device", "0").c_str()));
+  auto backend = OpenNvml();
+  if (!backend.ok()) {
+    std::printf("FAIL: %s\n", backend.status().ToString().c_str());
+    return 1;
+  }
+  gs::agent::Agent agent(**backend, gs::agent::AgentOptions{});
+  for (auto [id, root] : {std::pair{1, busy}, std::pair{2, idle}}) {
+    gs::agent::SliceBinding b;
+    b.slice = gs::SliceId(static_cast<std::uint64_t>(id));
+    b.kind = gs::sched::SliceKind::kShared;
+    b.devices = {gs::DeviceIndex(device)};
+    b.root_pids = {root};
+    b.idle.enabled = true;
+    agent.Bind(b);
+  }
+  bool busy_called_idle = false, busy_active = false, measured_both = false, busy_higher = true;
+  bool busy_seen = false, idle_seen = false;
+  for (int i = 0; i < seconds; ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    gs::agent::Round r = agent.SampleOnce();
+    const gs::agent::SliceActivity* a[3] = {nullptr, nullptr, nullptr};
+    for (const auto& x : r.slices) a[x.slice.value()] = &x;
+    for (int k = 1; k <= 2; ++k) {
+      std::printf("round=%d slice=%d verdict=%s basis=%s sm=%s pids=%zu\n", i, k, Verdict(a[k]->verdict.activity),
+                  a[k]->verdict.basis.c_str(),
+                  a[k]->sm_util.ok() ? std::to_string(a[k]->sm_util.value() / 10.0).c_str()
+                                     : a[k]->sm_util.status().ToString().c_str(),
+                  a[k]->pids.size());
+    }
+    if (i == 0) continue;  // the first window may predate the kernels
+    busy_seen |= !a[1]->pids.empty();
+    idle_seen |= !a[2]->pids.empty();
+    busy_called_idle |= a[1]->verdict.activity == gs::sched::Activity::kIdle;
+    busy_active |= a[1]->verdict.activity == gs::sched::Activity::kActive;
+    if (a[1]->sm_util.ok() && a[2]->sm_util.ok()) {
+      measured_both = true;
+      busy_higher = busy_higher && a[1]->sm_util.value() > a[2]->sm_util.value();
+    }
+  }
+  int fails = 0;
+  auto check = [&](bool ok, const char* what) {
+    std::printf("%s: %s\n", ok ? "ok" : "FAIL", what);
+    if (!ok) ++fails;
+  };
+  check(busy_seen && idle_seen, "each slice's process attributed to it");
+  check(!busy_called_idle, "the busy slice is never idle (active, or unmeasured when per-process figures are missing)");
+  if (measured_both) {
+    check(busy_active, "per-process figures given: the busy slice is active");
+    check(busy_higher, "per-process figures given: busy slice SM > idle slice SM every round");
+  } else {
+    std::printf("note: per-process utilisation unsupported here; both slices unmeasured is the right answer\n");
+  }
+  return fails == 0 ? 0 : 1;
+}
+
+// MIG instance utilisation: every MIG device of --device is read; its figure is a value or
+// Unsupported, never a failure; with --busy-uuid (a MIG device running busy.cu) a supported
+// figure must be > 0 and the slice bound to it must not be idle.
+int MigUtil(const std::map<std::string, std::string>& f) {
+  const std::uint32_t device = static_cast<std::uint32_t>(std::atoi(Get(f, "--device", "0").c_str()));
+  const std::string busy_uuid = Get(f, "--busy-uuid");
+  auto backend = OpenNvml();
+  if (!backend.ok()) {
+    std::printf("FAIL: %s\n", backend.status().ToString().c_str());
+    return 1;
+  }
+  gs::agent::Agent agent(**backend, gs::agent::AgentOptions{});
+  if (!busy_uuid.empty()) {
+    gs::agent::SliceBinding b;
+    b.slice = gs::SliceId(1);
+    b.kind = gs::sched::SliceKind::kMig;
+    b.devices = {gs::DeviceIndex(device)};
+    b.mig_uuid = busy_uuid;
+    b.idle.enabled = true;
+    agent.Bind(b);
+  }
+  int fails = 0, instances = 0, supported = 0;
+  bool busy_positive = false, busy_idle = false;
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    gs::agent::Round r = agent.SampleOnce();
+    for (const auto& s : r.samples) {
+      if (s.index.value() != device) continue;
+      instances = static_cast<int>(s.mig.size());
+      for (const auto& m : s.mig) {
+        std::printf("round=%d mig=%s gi=%u ci=%u util=%s\n", i, m.uuid.c_str(), m.gpu_instance.value(),
+                    m.compute_instance.value(),
+                    m.util.ok() ? std::to_string(m.util.value() / 10.0).c_str() : m.util.status().ToString().c_str());
+        if (!m.util.ok() && !m.util.unsupported()) {
+          std::printf("FAIL: MIG utilisation read failed (not unsupported): %s\n", m.util.status().ToString().c_str());
+          ++fails;
+        }
+        if (m.util.ok()) ++supported;
+        if (i > 0 && m.uuid == busy_uuid && m.util.ok() && m.util.value() > 0) busy_positive = true;
+      }
+    }
+    for (const auto& a : r.slices) {
+      if (i > 0 && a.verdict.activity == gs::sched::Activity::kIdle) busy_idle = true;
+    }
+  }
+  std::printf("%s: MIG devices listed on GPU %u (%d)\n", instances > 0 ? "ok" : "FAIL", device, instances);
+  if (instances == 0) ++fails;
+  if (!busy_uuid.empty()) {
+    const bool ok = supported == 0 || busy_positive;
+    std::printf("%s: busy MIG device shows utilisation > 0 (or unsupported everywhere)\n", ok ? "ok" : "FAIL");
+    if (!ok) ++fails;
+    std::printf("%s: the busy MIG slice is never idle\n", busy_idle ? "FAIL" : "ok");
+    if (busy_idle) ++fails;
+  }
+  return fails == 0 ? 0 : 1;
+}
+
 int MpsStart(const std::map<std::string, std::string>& f) {
   gs::devices::BackendOptions o;
   auto backend = gs::devices::NvmlBackend::Open(o);
@@ -149,12 +284,14 @@ int MpsStart(const std::map<std::string, std::string>& f) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: gpu_agent_check attribute|mps-start|mps-status|mps-stop [flags]\n");
+    std::fprintf(stderr, "usage: gpu_agent_check attribute|two-slices|mig-util|mps-start|mps-status|mps-stop [flags]\n");
     return 64;
   }
   const std::string mode = argv[1];
   const auto f = Flags(argc, argv);
   if (mode == "attribute") return Attribute(f);
+  if (mode == "two-slices") return TwoSlices(f);
+  if (mode == "mig-util") return MigUtil(f);
   if (mode == "mps-start") return MpsStart(f);
   gs::devices::MpsController mps;
   if (mode == "mps-status") {

@@ -248,6 +248,53 @@ elif [ -e "$ROOT/tests/gpu/memcap.sh" ]; then
   record "memcap.sh" FAIL "present but not executable"
 fi
 
+# ==== measurement checks (issue 13; owned by the measurement helper) ============================
+# 7. Two slices on one GPU: a busy busy.cu and an idle one (memory, no kernels) as two shared
+#    slices; the busy slice is never called idle (active with per-process figures, unmeasured
+#    without), and above the idle one when both are measured.
+if [ -n "$BUSY" ] && [ "$BUILD_OK" = 1 ]; then
+  CUDA_VISIBLE_DEVICES="$GPU_INDEX" "$BUSY" --seconds 14 --mem-mib 512 >"$WORK/two-busy.out" 2>&1 &
+  TWO_BUSY=$!
+  CUDA_VISIBLE_DEVICES="$GPU_INDEX" "$BUSY" --seconds 14 --mem-mib 256 --duty 0 >"$WORK/two-idle.out" 2>&1 &
+  TWO_IDLE=$!
+  PIDS_TO_KILL+=("$TWO_BUSY" "$TWO_IDLE")
+  for _ in $(seq 1 100); do
+    grep -q '^ready=1' "$WORK/two-busy.out" && grep -q '^ready=1' "$WORK/two-idle.out" && break
+    sleep 0.2
+  done
+  if "$CHECK" two-slices --busy-pid "$TWO_BUSY" --idle-pid "$TWO_IDLE" --seconds 8 --device "$GPU_INDEX" \
+      >"$WORK/two-slices.log" 2>&1; then
+    grep -E "^(ok|note)" "$WORK/two-slices.log"; record "two slices on one GPU: busy never idle" PASS
+  else
+    sed -n '1,40p' "$WORK/two-slices.log"; record "two slices on one GPU: busy never idle" FAIL
+  fi
+  wait "$TWO_BUSY" "$TWO_IDLE" 2>/dev/null
+else
+  record "two slices on one GPU: busy never idle" SKIP "no busy binary or build"
+fi
+
+# 8. MIG instance utilisation: only where MIG is already enabled (this script never changes
+#    the GPU's MIG mode). busy.cu runs on the first MIG device; its figure must be > 0 or
+#    Unsupported (never a failed read or a 0 for a busy instance).
+MIG_MODE=$(nvidia-smi -i "$GPU_INDEX" --query-gpu=mig.mode.current --format=csv,noheader 2>/dev/null | tr -d ' ')
+MIG_UUID=$(nvidia-smi -L 2>/dev/null | awk -v g="GPU $GPU_INDEX:" '$0 ~ "^"g {on=1; next} /^GPU /{on=0} on && /MIG-/ {
+  match($0, /MIG-[0-9a-fA-F-]+/); print substr($0, RSTART, RLENGTH); exit }')
+if [ "$MIG_MODE" = "Enabled" ] && [ -n "$MIG_UUID" ] && [ -n "$BUSY" ] && [ "$BUILD_OK" = 1 ]; then
+  CUDA_VISIBLE_DEVICES="$MIG_UUID" "$BUSY" --seconds 10 --mem-mib 256 >"$WORK/mig-busy.out" 2>&1 &
+  MIG_BUSY=$!
+  PIDS_TO_KILL+=("$MIG_BUSY")
+  for _ in $(seq 1 100); do grep -q '^ready=1' "$WORK/mig-busy.out" && break; sleep 0.2; done
+  if "$CHECK" mig-util --device "$GPU_INDEX" --busy-uuid "$MIG_UUID" >"$WORK/mig-util.log" 2>&1; then
+    grep -E "^(ok|round=4 )" "$WORK/mig-util.log"; record "MIG instance utilisation" PASS
+  else
+    sed -n '1,40p' "$WORK/mig-util.log"; record "MIG instance utilisation" FAIL
+  fi
+  wait "$MIG_BUSY" 2>/dev/null
+else
+  record "MIG instance utilisation" SKIP "MIG mode '${MIG_MODE:-?}' on GPU $GPU_INDEX (not changed by this script)"
+fi
+# ==== end of measurement checks ==================================================================
+
 # ---- summary --------------------------------------------------------------------------------
 echo
 echo "================ gpuslice GPU check summary ($(( $(date +%s) - START )) s) ================"

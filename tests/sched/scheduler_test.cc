@@ -644,5 +644,80 @@ TEST_F(SchedTest, MigDrainNeverPreemptsNonPreemptibleQueues) {
   EXPECT_THAT(Only<Preempt>(ds), SizeIs(0));
 }
 
+// Unknown is never idle: a slice whose every signal is unknown is "unmeasured" — no idle
+// warning or reclaim however long that lasts, a warning already given is withdrawn, its time
+// limit still stops it; once measured again, idleness counts from that sample.
+SliceSample Blind(SliceId slice) {
+  SliceSample s;
+  s.slice = slice;
+  s.processes = 1;
+  s.sm_known = false;
+  s.memory_known = false;
+  return s;
+}
+
+TEST_F(SchedTest, UnmeasuredSlicesAreNeverReclaimedForIdlenessButTheirTimeLimitHolds) {
+  h().AddHost("1xH100-80GB");
+  auto s = Only<StartSlice>(h().Submit("interactive gpu=250m limit=8h"));
+  ASSERT_THAT(s, SizeIs(1));
+  const SliceId slice = s[0].slice;
+  h().Feed(Sample{0, {Blind(slice)}});
+  EXPECT_TRUE(h().scheduler().slices().at(slice).unmeasured);
+  auto ds = h().Advance(7 * kHour);
+  EXPECT_THAT(Only<Warn>(ds), SizeIs(0)) << "never warned for idleness while unmeasured";
+  EXPECT_THAT(Only<Reclaim>(ds), SizeIs(0));
+  ds = h().Advance(kHour);
+  for (const auto& w : Only<Warn>(ds)) EXPECT_EQ(w.reason, WarnReason::kTimeLimit);
+  auto st = Only<Stop>(ds);
+  ASSERT_THAT(st, SizeIs(1));
+  EXPECT_EQ(st[0].reason, StopReason::kTimeLimit);
+  EXPECT_EQ(h().violation(), "");
+}
+
+TEST_F(SchedTest, GoingBlindWithdrawsAWarningAndSeeingAgainRestartsTheIdleClock) {
+  h().AddHost("1xH100-80GB");
+  auto s = Only<StartSlice>(h().Submit("interactive gpu=250m"));
+  ASSERT_THAT(s, SizeIs(1));
+  const SliceId slice = s[0].slice;
+  ASSERT_THAT(Only<Warn>(h().Advance(30 * kMinute)), SizeIs(1));  // measured idle: warned
+  EXPECT_EQ(h().scheduler().slices().at(slice).idle, IdleState::kWarned);
+  h().Feed(Sample{0, {Blind(slice)}});
+  EXPECT_EQ(h().scheduler().slices().at(slice).idle, IdleState::kActive) << "withdrawn, not carried out blind";
+  EXPECT_THAT(Only<Reclaim>(h().Advance(2 * kHour)), SizeIs(0));
+  // Measured idle again (no process): the window starts now, not at the last activity.
+  SliceSample idle;
+  idle.slice = slice;
+  h().Feed(Sample{0, {idle}});
+  EXPECT_FALSE(h().scheduler().slices().at(slice).unmeasured);
+  EXPECT_THAT(Only<Warn>(h().Advance(29 * kMinute)), SizeIs(0));
+  EXPECT_THAT(Only<Warn>(h().Advance(kMinute)), SizeIs(1));
+  EXPECT_THAT(Only<Reclaim>(h().Advance(10 * kMinute)), SizeIs(1));
+}
+
+TEST(ClassifySample, SignalsAndWhatDecided) {
+  IdlePolicy p;
+  p.util_threshold_percent = 5;
+  SliceSample busy{SliceId(1), 40, 2, 1};
+  EXPECT_EQ(ClassifySample(p, busy).activity, Activity::kActive);
+  EXPECT_EQ(ClassifySample(p, busy).basis, "sm");
+  SliceSample quiet{SliceId(1), 1, 0, 1};
+  EXPECT_EQ(ClassifySample(p, quiet).activity, Activity::kIdle);
+  EXPECT_EQ(ClassifySample(p, quiet).basis, "sm,mem");
+  SliceSample blind = Blind(SliceId(1));
+  EXPECT_EQ(ClassifySample(p, blind).activity, Activity::kUnknown) << "a process present says nothing by default";
+  blind.memory_change = Activity::kActive;
+  EXPECT_EQ(ClassifySample(p, blind).activity, Activity::kActive);
+  EXPECT_EQ(ClassifySample(p, blind).basis, "memchange");
+  SliceSample gone = Blind(SliceId(1));
+  gone.processes = 0;
+  EXPECT_EQ(ClassifySample(p, gone).activity, Activity::kIdle) << "no process on the GPU is idle";
+  EXPECT_EQ(ClassifySample(p, gone).basis, "procs");
+  gone.processes_known = false;  // a stranger on the device may be ours
+  EXPECT_EQ(ClassifySample(p, gone).activity, Activity::kUnknown);
+  gone.external = Activity::kIdle;  // a notebook says its kernel is idle
+  EXPECT_EQ(ClassifySample(p, gone).activity, Activity::kIdle);
+  EXPECT_EQ(ClassifySample(p, gone).basis, "external");
+}
+
 }  // namespace
 }  // namespace gpuslice::sched

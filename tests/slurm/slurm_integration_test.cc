@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "devices/fake.h"
+#include "devices/scripted.h"
 #include "sched/config.h"
 #include "slurm/agent.h"
 #include "slurm/client.h"
@@ -328,14 +329,17 @@ TEST_F(SlurmTest, AgentReclaimsOnlyIdleJobsOfReclaimingQueuesAfterTheirWarning) 
   std::string training_pid = WaitForOutput(training, "PID");
 
   // The fake GPUs: the idle job's process does nothing, the busy one computes at 80 %.
-  std::string script = cluster().root() + "/gpus.sim";
-  std::ofstream(script) << "# device pid sm% memory\n"
-                        << "0 " << idle_pid << " 0 1GiB\n"
-                        << "1 " << busy_pid << " 80 2GiB\n"
-                        << "1 " << training_pid << " 0 1GiB\n"
-                        << "0 " << notebook_pid << " 0 1GiB\n";
-  auto backend = devices::FakeBackend::Create("2xH100-80GB");
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  std::string script = cluster().root() + "/gpus.json";
+  auto proc = [](const std::string& pid, int device, int sm, const char* memory) {
+    return fmt::format("{{\"pid\": {}, \"device\": {}, \"sm\": {}, \"memory\": \"{}\"}}", pid, device, sm, memory);
+  };
+  std::ofstream(script) << "{\"processes\": [" << proc(idle_pid, 0, 0, "1GiB") << ", " << proc(busy_pid, 1, 80, "2GiB")
+                        << ", " << proc(training_pid, 1, 0, "1GiB") << ", " << proc(notebook_pid, 0, 0, "1GiB")
+                        << "]}\n";
+  auto fake = devices::FakeBackend::Create("2xH100-80GB");
+  ASSERT_TRUE(fake.ok()) << fake.status().ToString();
+  devices::ScriptedBackend backend(std::move(fake).value(), script);
+  ASSERT_TRUE(backend.Load().ok()) << backend.Load().ToString();
   std::vector<std::string> log;
   std::mutex log_mu;
   SlurmAgentOptions opts;
@@ -343,12 +347,11 @@ TEST_F(SlurmTest, AgentReclaimsOnlyIdleJobsOfReclaimingQueuesAfterTheirWarning) 
   opts.slurm = cluster().context();
   opts.hostname = "testhost";
   opts.interval = 300 * kMillisecond;
-  opts.simulate_script = script;
   opts.log = [&](const std::string& line) {
     std::lock_guard lock(log_mu);
     log.push_back(line);
   };
-  SlurmAgent agent(**backend, backend->get(), opts);
+  SlurmAgent agent(backend, opts);
   SlurmAgentServer server(agent, "127.0.0.1:0");
   ASSERT_TRUE(server.Start().ok());
   std::thread loop([&] { agent.Run(); });

@@ -1,5 +1,5 @@
 // Slurm-mode logic that needs no Slurm: config generation, parsing Slurm's and the agents'
-// output, the idle-reclaim state machine, the agent's simulate script.
+// output, the idle-reclaim state machine.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -146,17 +146,6 @@ TEST(ParseJobUtilisation, ReadsOnlyTheJobFamily) {
   EXPECT_EQ(u.size(), 2u);
   EXPECT_DOUBLE_EQ(u["7"], 80.5);
   EXPECT_DOUBLE_EQ(u["8"], 0.0);
-}
-
-TEST(ParseSimulateScript, LinesAndErrors) {
-  auto p = ParseSimulateScript("# device pid util\n0 123 0 1GiB\n1 456 80   # busy\n\n");
-  ASSERT_TRUE(p.ok()) << p.status().ToString();
-  ASSERT_EQ(p->size(), 2u);
-  EXPECT_EQ((*p)[0].memory, kGiB);
-  EXPECT_EQ((*p)[1].sm_util, 800);
-  auto bad = ParseSimulateScript("0 123 150\n");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(bad.status().message(), HasSubstr("line 1: '0 123 150'"));
 }
 
 // ---- the reclaim state machine -------------------------------------------------------
