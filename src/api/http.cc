@@ -112,6 +112,34 @@ std::string UrlEncode(std::string_view s) {
   return out;
 }
 
+Result<HttpRequest> ParseRequestHead(std::string_view head) {
+  HttpRequest req;
+  std::string_view first = head.substr(0, head.find("\r\n"));
+  size_t sp1 = first.find(' ');
+  size_t sp2 = first.rfind(' ');
+  if (sp1 == std::string_view::npos || sp2 == sp1) {
+    return InvalidArgument("request line: expected 'METHOD TARGET HTTP/1.1'");
+  }
+  req.method = std::string(first.substr(0, sp1));
+  std::string_view target = first.substr(sp1 + 1, sp2 - sp1 - 1);
+  size_t q = target.find('?');
+  req.path = UrlDecode(target.substr(0, q));
+  if (q != std::string_view::npos) {
+    std::string_view qs = target.substr(q + 1);
+    while (!qs.empty()) {
+      size_t amp = qs.find('&');
+      std::string_view kv = qs.substr(0, amp);
+      size_t eq = kv.find('=');
+      req.query[UrlDecode(kv.substr(0, eq))] =
+          eq == std::string_view::npos ? "" : UrlDecode(kv.substr(eq + 1));
+      if (amp == std::string_view::npos) break;
+      qs.remove_prefix(amp + 1);
+    }
+  }
+  ParseHeaders(head, &req.headers);
+  return req;
+}
+
 // ---- server ---------------------------------------------------------------------------------
 
 HttpServer::HttpServer(Handler handler) : handler_(std::move(handler)) {}
@@ -254,33 +282,13 @@ void HttpServer::Serve(int fd, bool unix_socket) {
     while ((end = buf.find("\r\n\r\n")) == std::string::npos) {
       if (buf.size() > kMaxHead || !fill()) return;
     }
-    HttpRequest req;
-    req.peer = peer;
-    std::string_view head(buf.data(), end);
-    std::string_view first = head.substr(0, head.find("\r\n"));
-    size_t sp1 = first.find(' ');
-    size_t sp2 = first.rfind(' ');
-    if (sp1 == std::string_view::npos || sp2 == sp1) {
+    Result<HttpRequest> parsed = ParseRequestHead(std::string_view(buf.data(), end));
+    if (!parsed.ok()) {
       SendAll(fd, Head(400, "text/plain", "Content-Length: 0\r\nConnection: close\r\n"));
       return;
     }
-    req.method = std::string(first.substr(0, sp1));
-    std::string_view target = first.substr(sp1 + 1, sp2 - sp1 - 1);
-    size_t q = target.find('?');
-    req.path = UrlDecode(target.substr(0, q));
-    if (q != std::string_view::npos) {
-      std::string_view qs = target.substr(q + 1);
-      while (!qs.empty()) {
-        size_t amp = qs.find('&');
-        std::string_view kv = qs.substr(0, amp);
-        size_t eq = kv.find('=');
-        req.query[UrlDecode(kv.substr(0, eq))] =
-            eq == std::string_view::npos ? "" : UrlDecode(kv.substr(eq + 1));
-        if (amp == std::string_view::npos) break;
-        qs.remove_prefix(amp + 1);
-      }
-    }
-    ParseHeaders(head, &req.headers);
+    HttpRequest req = std::move(parsed).value();
+    req.peer = peer;
     size_t body_len = 0;
     if (auto it = req.headers.find("content-length"); it != req.headers.end()) {
       try {

@@ -143,6 +143,12 @@ class HttpClient {
   std::string buf_;
 };
 
+// Parses a request head: the request line and its header lines, without the blank line that
+// ends the head. Fills method, path, query and headers; the body and the peer are the caller's.
+// InvalidArgument when the request line is not "METHOD TARGET VERSION". Pure, so that it can be
+// fuzzed on its own (fuzz/http_fuzz.cc).
+Result<HttpRequest> ParseRequestHead(std::string_view head);
+
 // Percent-decoding for query strings; '+' is a space.
 std::string UrlDecode(std::string_view s);
 std::string UrlEncode(std::string_view s);
