@@ -11,6 +11,12 @@
 namespace gpuslice::sim {
 namespace {
 
+// The bounds openb's reader uses (sim/openb.cc): 2^40 s (35,000 years) keeps submit + duration
+// far from overflowing; a CPU count that fits an int32 keeps its milli-CPUs exact.
+constexpr double kMaxSeconds = static_cast<double>(std::int64_t{1} << 40);
+constexpr double kMaxCpus = 2147483647.0;
+constexpr MilliGpu kMaxGpus = 1024;
+
 // Seconds as a number ("90", "1.5") or a duration ("90s", "1h30m").
 Result<Micros> Seconds(const CsvTable& t, std::string_view column) {
   GPUSLICE_ASSIGN_OR_RETURN(std::string_view v, t.Field(column));
@@ -18,10 +24,13 @@ Result<Micros> Seconds(const CsvTable& t, std::string_view column) {
   auto d = t.Double(column);
   if (d.ok()) {
     if (*d < 0) return t.Error(column, v, "is negative");
+    // Out of range, llround's result is unspecified: 1e300 came back negative.
+    if (*d > kMaxSeconds) return t.Error(column, v, "is more than 2^40 seconds");
     return static_cast<Micros>(std::llround(*d * kSecond));
   }
   auto p = ParseDuration(v);
   if (!p.ok()) return t.Error(column, v, "is not seconds or a duration like 90s, 1h30m");
+  if (*p > static_cast<Micros>(kMaxSeconds) * kSecond) return t.Error(column, v, "is more than 2^40 seconds");
   return *p;
 }
 
@@ -52,6 +61,9 @@ Result<ReplayJob> ParseJob(const CsvTable& t, std::int64_t row) {
     if (*m < kOneGpu) {
       j.request.num_gpus = 1;
       j.request.milli_per_gpu = *m;
+    } else if (*m > kMaxGpus * kOneGpu) {
+      // The daemon's bound on one job; beyond int range the cast below would wrap.
+      return t.Error("gpus", gpus, "is more than 1024 GPUs");
     } else if (*m % kOneGpu == 0) {
       j.request.num_gpus = static_cast<int>(*m / kOneGpu);
       j.request.milli_per_gpu = kOneGpu;
@@ -72,6 +84,7 @@ Result<ReplayJob> ParseJob(const CsvTable& t, std::int64_t row) {
     if (!cpu.empty()) {
       GPUSLICE_ASSIGN_OR_RETURN(double c, t.Double("cpu"));
       if (c < 0) return t.Error("cpu", cpu, "is negative");
+      if (c > kMaxCpus) return t.Error("cpu", cpu, "is more than 2^31 CPUs");
       j.request.cpu_milli = static_cast<std::int64_t>(std::llround(c * 1000));
     }
   }
