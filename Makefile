@@ -4,6 +4,7 @@ BUILD_ASAN ?= build-asan
 BUILD_FUZZ ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_CI_SECONDS ?= 15
+FUZZ_TARGETS ?=
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
@@ -32,7 +33,7 @@ $(BUILD_FUZZ)/build.ninja:
 	  -DCMAKE_CXX_COMPILER=clang++ -DGPUSLICE_FUZZ=ON -DGPUSLICE_BUILD_BENCH=OFF $(CMAKE_FLAGS)
 
 build-fuzz: deps $(BUILD_FUZZ)/build.ninja
-	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target $(if $(FUZZ_TARGETS),$(addsuffix _fuzz,$(FUZZ_TARGETS)),fuzz_targets)
 
 # Runs gpuslice's main job (see README).
 run: build
@@ -51,14 +52,15 @@ test-asan: build-asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS) -LE no-asan
 
-# Every fuzz target for FUZZ_SECONDS each, one after another (docs/fuzzing.md).
+# Every fuzz target (or those in FUZZ_TARGETS, e.g. "http memcap") for FUZZ_SECONDS each, one
+# after another (docs/fuzzing.md).
 fuzz: build-fuzz
-	fuzz/run $(BUILD_FUZZ) $(FUZZ_SECONDS)
+	fuzz/run $(BUILD_FUZZ) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The same, briefly (FUZZ_CI_SECONDS each): the seed corpora, which hold every crash found so
 # far, plus a little new ground.
 fuzz-ci: build-fuzz
-	fuzz/run $(BUILD_FUZZ) $(FUZZ_CI_SECONDS)
+	fuzz/run $(BUILD_FUZZ) $(FUZZ_CI_SECONDS) $(FUZZ_TARGETS)
 
 bench: build
 	scripts/bench
