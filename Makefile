@@ -1,10 +1,14 @@
 # gpuslice — the two commands: `make run` and `make test`. Both install their own dependencies.
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
+BUILD_FUZZ ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CI_SECONDS ?= 15
+FUZZ_TARGETS ?=
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan run sim test test-asan bench clean
+.PHONY: all deps build build-asan build-fuzz run sim test test-asan fuzz fuzz-ci bench clean
 
 all: build
 
@@ -23,6 +27,14 @@ $(BUILD_ASAN)/build.ninja:
 build-asan: deps $(BUILD_ASAN)/build.ninja
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 
+# The libFuzzer targets (clang, ASan + UBSan); only they and the libraries they link are built.
+$(BUILD_FUZZ)/build.ninja:
+	cmake -S . -B $(BUILD_FUZZ) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	  -DCMAKE_CXX_COMPILER=clang++ -DGPUSLICE_FUZZ=ON -DGPUSLICE_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+
+build-fuzz: deps $(BUILD_FUZZ)/build.ninja
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target $(if $(FUZZ_TARGETS),$(addsuffix _fuzz,$(FUZZ_TARGETS)),fuzz_targets)
+
 # Runs gpuslice's main job (see README).
 run: build
 	scripts/run
@@ -40,8 +52,18 @@ test-asan: build-asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir $(BUILD_ASAN) --output-on-failure -j $(JOBS) -LE no-asan
 
+# Every fuzz target (or those in FUZZ_TARGETS, e.g. "http memcap") for FUZZ_SECONDS each, one
+# after another (docs/fuzzing.md).
+fuzz: build-fuzz
+	fuzz/run $(BUILD_FUZZ) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The same, briefly (FUZZ_CI_SECONDS each): the seed corpora, which hold every crash found so
+# far, plus a little new ground.
+fuzz-ci: build-fuzz
+	fuzz/run $(BUILD_FUZZ) $(FUZZ_CI_SECONDS) $(FUZZ_TARGETS)
+
 bench: build
 	scripts/bench
 
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)

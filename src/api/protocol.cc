@@ -78,7 +78,10 @@ int HttpStatusFor(StatusCode code) {
 }
 
 nlohmann::json ErrorJson(const Status& st) {
-  return {{"error", {{"code", std::string(StatusCodeName(st.code()))}, {"message", st.message()}}}};
+  // Messages echo the request (a path, a query value), which may be any bytes; a non-UTF-8
+  // one made dump() throw out of the request's thread and end the daemon.
+  return {{"error", {{"code", std::string(StatusCodeName(st.code()))},
+                     {"message", EscapeInvalidUtf8(st.message())}}}};
 }
 
 Status StatusFromResponse(int http_status, const std::string& body) {

@@ -1,6 +1,9 @@
 #include "devices/recording.h"
 
 #include <chrono>
+#include <limits>
+#include <optional>
+#include <type_traits>
 #include <fstream>
 #include <thread>
 #include <sstream>
@@ -29,7 +32,41 @@ Result<StatusCode> CodeFromName(std::string_view name) {
   return InvalidArgument(fmt::format("unknown status '{}'", name));
 }
 
-// Parsing edge: nlohmann throws on type mismatches; each reader names its field path.
+// A JSON value as T, or nullopt when it is not one. Integers must be JSON integers inside T's
+// range: nlohmann's get<int>() truncates a large integer and converts a float with a cast that is
+// undefined behaviour out of range; its value() and operator[] throw on a type mismatch.
+template <typename T>
+std::optional<T> As(const json& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    if (!v.is_string()) return std::nullopt;
+    return v.get<std::string>();
+  } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    if (!v.is_array()) return std::nullopt;
+    std::vector<int> out;
+    for (const json& e : v) {
+      std::optional<int> x = As<int>(e);
+      if (!x) return std::nullopt;
+      out.push_back(*x);
+    }
+    return out;
+  } else {
+    static_assert(std::is_integral_v<T> && (std::is_signed_v<T> || sizeof(T) < 8));
+    if (!v.is_number_integer()) return std::nullopt;
+    if (v.is_number_unsigned()) {
+      const std::uint64_t u = v.get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(std::numeric_limits<T>::max())) return std::nullopt;
+      return static_cast<T>(u);
+    }
+    const std::int64_t x = v.get<std::int64_t>();
+    if (x < static_cast<std::int64_t>(std::numeric_limits<T>::min()) ||
+        x > static_cast<std::int64_t>(std::numeric_limits<T>::max())) {
+      return std::nullopt;
+    }
+    return static_cast<T>(x);
+  }
+}
+
+// Each reader names its field path; every access goes through As<T>, so no input can throw.
 class Reader {
  public:
   explicit Reader(std::string path) : path_(std::move(path)) {}
@@ -38,35 +75,44 @@ class Reader {
   Result<T> Get(const json& obj, std::string_view key) const {
     auto it = obj.find(key);
     if (it == obj.end()) return InvalidArgument(fmt::format("{}.{}: missing", path_, key));
-    try {
-      return it->template get<T>();
-    } catch (const json::exception&) {
-      return InvalidArgument(fmt::format("{}.{}: bad value {}", path_, key, it->dump()));
-    }
+    std::optional<T> v = As<T>(*it);
+    if (!v) return InvalidArgument(fmt::format("{}.{}: bad value {}", path_, key, it->dump()));
+    return *std::move(v);
   }
 
   template <typename T>
   T GetOr(const json& obj, std::string_view key, T fallback) const {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return fallback;
-    try {
-      return it->template get<T>();
-    } catch (const json::exception&) {
-      return fallback;
+    std::optional<T> v = As<T>(*it);
+    return v ? *std::move(v) : fallback;
+  }
+
+  // An array member: missing or null is empty; anything else that is not an array is an error.
+  Result<json> Array(const json& obj, std::string_view key) const {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return json::array();
+    if (!it->is_array()) {
+      return InvalidArgument(fmt::format("{}.{}: expected an array, got {}", path_, key, it->dump()));
     }
+    return *it;
   }
 
   template <typename T>
   Result<Reading<T>> GetReading(const json& obj, std::string_view key) const {
     auto it = obj.find(key);
     if (it == obj.end()) return Reading<T>::NotSupported("not in recording");
-    if (it->is_number_integer()) return Reading<T>::Of(it->template get<T>());
+    if (it->is_number_integer()) {
+      std::optional<T> v = As<T>(*it);
+      if (!v) return InvalidArgument(fmt::format("{}.{}: {} is out of range", path_, key, it->dump()));
+      return Reading<T>::Of(*v);
+    }
     if (it->is_object() && it->contains("missing")) {
-      auto code = CodeFromName(it->value("missing", ""));
+      auto code = CodeFromName(GetOr<std::string>(*it, "missing", ""));
       if (!code.ok() || *code == StatusCode::kOk) {
         return InvalidArgument(fmt::format("{}.{}: bad status {}", path_, key, it->dump()));
       }
-      return Reading<T>::Missing(Status(*code, it->value("why", "")));
+      return Reading<T>::Missing(Status(*code, GetOr<std::string>(*it, "why", "")));
     }
     return InvalidArgument(
         fmt::format("{}.{}: expected an integer or {{\"missing\": ...}}, got {}", path_, key, it->dump()));
@@ -168,7 +214,7 @@ Result<DeviceInfo> DeviceFromJson(const json& j, const Reader& r) {
                             MigModeFromName(r.GetOr<std::string>(j, "mig_current", "unsupported"), "mig_current"));
   GPUSLICE_ASSIGN_OR_RETURN(d.mig_pending,
                             MigModeFromName(r.GetOr<std::string>(j, "mig_pending", "unsupported"), "mig_pending"));
-  const json gis = j.value("gpu_instances", json::array());
+  GPUSLICE_ASSIGN_OR_RETURN(const json gis, r.Array(j, "gpu_instances"));
   for (std::size_t i = 0; i < gis.size(); ++i) {
     Reader gr = r.Child("gpu_instances", i);
     GpuInstanceInfo gi;
@@ -178,7 +224,7 @@ Result<DeviceInfo> DeviceFromJson(const json& j, const Reader& r) {
     gi.start = gr.GetOr<int>(gis[i], "start", 0);
     gi.size = gr.GetOr<int>(gis[i], "size", 0);
     GPUSLICE_ASSIGN_OR_RETURN(gi.memory_total, gr.GetReading<Bytes>(gis[i], "memory_total"));
-    const json cis = gis[i].value("compute_instances", json::array());
+    GPUSLICE_ASSIGN_OR_RETURN(const json cis, gr.Array(gis[i], "compute_instances"));
     for (std::size_t k = 0; k < cis.size(); ++k) {
       Reader cr = gr.Child("compute_instances", k);
       ComputeInstanceInfo ci;
@@ -219,7 +265,7 @@ Result<DeviceSample> SampleFromJson(const json& j, const Reader& r) {
       return InvalidArgument(fmt::format("{}: utilisation {} out of range 0..1000", r.path(), v->value()));
     }
   }
-  const json procs = j.value("processes", json::array());
+  GPUSLICE_ASSIGN_OR_RETURN(const json procs, r.Array(j, "processes"));
   for (std::size_t i = 0; i < procs.size(); ++i) {
     Reader pr = r.Child("processes", i);
     ProcessSample p;
@@ -236,7 +282,7 @@ Result<DeviceSample> SampleFromJson(const json& j, const Reader& r) {
     p.mig_uuid = pr.GetOr<std::string>(procs[i], "mig_uuid", "");
     s.processes.push_back(std::move(p));
   }
-  const json migs = j.value("mig", json::array());
+  GPUSLICE_ASSIGN_OR_RETURN(const json migs, r.Array(j, "mig"));
   for (std::size_t i = 0; i < migs.size(); ++i) {
     Reader mr = r.Child("mig", i);
     MigSample m;
@@ -265,11 +311,11 @@ json ToJson(const Recording& r) {
 
 Result<Recording> RecordingFromJson(const json& j) {
   if (!j.is_object()) return InvalidArgument("recording: expected a JSON object");
-  if (j.value("format", "") != kFormat) {
+  Reader r("recording");
+  if (r.GetOr<std::string>(j, "format", "") != kFormat) {
     return InvalidArgument(fmt::format("recording: format must be '{}', got {}", kFormat,
                                        j.contains("format") ? j["format"].dump() : "nothing"));
   }
-  Reader r("recording");
   GPUSLICE_ASSIGN_OR_RETURN(int version, r.Get<int>(j, "version"));
   if (version != kRecordingVersion) {
     return InvalidArgument(fmt::format("recording.version: {} not supported (this build reads {})",
@@ -278,7 +324,7 @@ Result<Recording> RecordingFromJson(const json& j) {
   Recording rec;
   rec.source = r.GetOr<std::string>(j, "source", "");
   rec.interval = r.GetOr<Micros>(j, "interval_us", 0);
-  const json devices = j.value("devices", json::array());
+  GPUSLICE_ASSIGN_OR_RETURN(const json devices, r.Array(j, "devices"));
   for (std::size_t i = 0; i < devices.size(); ++i) {
     GPUSLICE_ASSIGN_OR_RETURN(auto d, DeviceFromJson(devices[i], r.Child("devices", i)));
     if (d.index.value() != i) {
@@ -287,7 +333,7 @@ Result<Recording> RecordingFromJson(const json& j) {
     }
     rec.devices.push_back(std::move(d));
   }
-  const json samples = j.value("samples", json::array());
+  GPUSLICE_ASSIGN_OR_RETURN(const json samples, r.Array(j, "samples"));
   for (std::size_t i = 0; i < samples.size(); ++i) {
     Reader sr = r.Child("samples", i);
     auto s = SampleFromJson(samples[i], sr);

@@ -242,19 +242,19 @@ void InitProcess() {
   g_process = new (g_process_storage) Process();
   const char* cap_text = std::getenv("GPUSLICE_MEMCAP_BYTES");
   if (cap_text == nullptr || cap_text[0] == '\0') return;
-  char* end = nullptr;
-  errno = 0;
-  long long cap = std::strtoll(cap_text, &end, 10);
-  if (errno != 0 || end == cap_text || *end != '\0' || cap < 0) {
+  std::int64_t cap = 0;
+  if (!ParseEnvBytes(cap_text, &cap)) {
     Log("GPUSLICE_MEMCAP_BYTES='%s' is not a byte count; memory cap NOT enforced", cap_text);
     return;
   }
   if (cap == 0) return;
   Process& p = *g_process;
   p.cap = cap;
+  // An unreadable charge is ignored (not a reason to drop the cap); an overflowing one used to
+  // become LLONG_MAX, overflow the slice's shared usage and leave the slice refusing everything.
   if (const char* ctx = std::getenv("GPUSLICE_MEMCAP_CONTEXT_BYTES"); ctx != nullptr && *ctx) {
-    long long v = std::strtoll(ctx, &end, 10);
-    if (*end == '\0' && v > 0) p.context_bytes = v;
+    std::int64_t v = 0;
+    if (ParseEnvBytes(ctx, &v) && v > 0) p.context_bytes = v;
   }
   p.slice = std::getenv("GPUSLICE_SLICE");
   const char* log = std::getenv("GPUSLICE_MEMCAP_LOG");

@@ -274,6 +274,19 @@ void UnmapSegment(Segment* seg) {
   if (seg != nullptr) munmap(seg, sizeof(Segment));
 }
 
+bool ParseEnvBytes(const char* text, std::int64_t* out) {
+  if (text == nullptr || text[0] == '\0') return false;
+  std::int64_t v = 0;
+  for (const char* p = text; *p != '\0'; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    const int digit = *p - '0';
+    if (v > (kMaxEnvBytes - digit) / 10) return false;  // before the multiply: no overflow
+    v = v * 10 + digit;
+  }
+  *out = v;
+  return true;
+}
+
 bool FormatSegmentName(const char* key, std::size_t key_len, char* out, std::size_t out_len) {
   static constexpr char kPrefix[] = "/gpuslice-memcap-";
   static constexpr std::size_t kMaxKeyChars = 64;

@@ -97,6 +97,15 @@ Snapshot Read(Segment* seg, AliveFn alive);
 Segment* MapSegment(const char* name, std::int64_t cap, bool create);
 void UnmapSegment(Segment* seg);
 
+// Largest byte count ParseEnvBytes accepts (4 EiB): a cap, a context charge and an allocation
+// added together can never overflow the int64 counters.
+inline constexpr std::int64_t kMaxEnvBytes = std::int64_t{1} << 62;
+
+// Parses a byte count from the environment (GPUSLICE_MEMCAP_BYTES,
+// GPUSLICE_MEMCAP_CONTEXT_BYTES): decimal digits only, at most kMaxEnvBytes. False for anything
+// else (null, empty, a sign, spaces, other characters, a larger value); *out is then unchanged.
+bool ParseEnvBytes(const char* text, std::int64_t* out);
+
 // Writes "/gpuslice-memcap-<sanitised key>[-<hash>]" into out (NUL-terminated). Returns false if
 // out_len is too small (128 always suffices).
 bool FormatSegmentName(const char* key, std::size_t key_len, char* out, std::size_t out_len);

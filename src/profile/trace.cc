@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <unordered_map>
 
@@ -145,9 +146,14 @@ class KinetoSax {
   bool boolean(bool) { return true; }
   bool number_integer(Json::number_integer_t v) { return Number(static_cast<double>(v), v, true); }
   bool number_unsigned(Json::number_unsigned_t v) {
+    if (v > static_cast<Json::number_unsigned_t>(std::numeric_limits<std::int64_t>::max())) {
+      return OutOfRange(static_cast<double>(v));
+    }
     return Number(static_cast<double>(v), static_cast<std::int64_t>(v), true);
   }
   bool number_float(Json::number_float_t v, const Json::string_t&) {
+    // Only in range is the cast to an integer defined (1e300 or inf would be undefined).
+    if (!(std::fabs(v) < 9.2e18)) return OutOfRange(v);
     return Number(v, static_cast<std::int64_t>(v), false);
   }
   bool binary(Json::binary_t&) { return true; }
@@ -203,6 +209,9 @@ class KinetoSax {
 
  private:
   static constexpr int kMaxDepth = 16;
+  // |ts| and dur at most 4e15 µs: Unix time up to 2096 (Kineto's ts are µs since the epoch).
+  // In ns that is 4e18, so ts + dur and any difference of two stay below 2^63.
+  static constexpr double kMaxTimeUs = 4e15;
 
   struct Current {
     char ph = 0;
@@ -237,12 +246,43 @@ class KinetoSax {
     return integral ? ius * 1000 : static_cast<Nanos>(std::llround(us * 1000.0));
   }
 
+  // Any number that does not fit an int64 is an error, named with its key; ts and dur are
+  // bounded further (kMaxTimeUs), so that ns, ts + dur and the differences the analysis takes
+  // never overflow.
+  bool OutOfRange(double v) {
+    error_ = fmt::format("'{}' = {} is out of range", KeyName(), v);
+    return false;
+  }
+  std::string_view KeyName() const {
+    if (depth_ < 0 || depth_ >= kMaxDepth) return "value";
+    switch (keys_[depth_]) {
+      case Key::kTs: return "ts";
+      case Key::kDur: return "dur";
+      case Key::kTid: return "tid";
+      case Key::kCorrelation: return "correlation";
+      default: return "value";
+    }
+  }
+  bool Time(double d, std::int64_t i, bool integral, Nanos* out) {
+    const double us = integral ? static_cast<double>(i) : d;
+    if (!(std::fabs(us) <= kMaxTimeUs)) {
+      error_ = fmt::format("'{}' = {} µs is out of range (at most {:.0e} µs, year 2096)", KeyName(), us,
+                           kMaxTimeUs);
+      return false;
+    }
+    *out = ToNanos(d, i, integral);
+    return true;
+  }
+  static int SmallInt(std::int64_t v) {  // -1 (unknown) when it does not fit an int
+    return v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max() ? -1 : static_cast<int>(v);
+  }
+
   bool Number(double d, std::int64_t i, bool integral) {
     const std::int64_t whole = integral ? i : static_cast<std::int64_t>(d);
     if (InEvent()) {
       switch (keys_[depth_]) {
-        case Key::kTs: ev_.ts = ToNanos(d, i, integral); ev_.has_ts = true; break;
-        case Key::kDur: ev_.dur = ToNanos(d, i, integral); ev_.has_dur = true; break;
+        case Key::kTs: ev_.has_ts = true; return Time(d, i, integral, &ev_.ts);
+        case Key::kDur: ev_.has_dur = true; return Time(d, i, integral, &ev_.dur);
         case Key::kTid: ev_.tid = whole; break;
         default: break;
       }
@@ -254,11 +294,11 @@ class KinetoSax {
         default: break;
       }
     } else if (InDeviceProps() && k0() == 0) {
-      if (keys_[depth_] == Key::kTotalGlobalMem) out_->device_memory = whole;
-      else if (keys_[depth_] == Key::kComputeMajor) out_->compute_major = static_cast<int>(whole);
+      if (keys_[depth_] == Key::kTotalGlobalMem) out_->device_memory = std::max<std::int64_t>(whole, 0);
+      else if (keys_[depth_] == Key::kComputeMajor) out_->compute_major = SmallInt(whole);
     } else if (depth_ == 2 && root_is_object_ && keys_[1] == Key::kDistributedInfo) {
-      if (keys_[2] == Key::kRank) out_->rank = static_cast<int>(whole);
-      else if (keys_[2] == Key::kWorldSize) out_->world_size = static_cast<int>(whole);
+      if (keys_[2] == Key::kRank) out_->rank = SmallInt(whole);
+      else if (keys_[2] == Key::kWorldSize) out_->world_size = SmallInt(whole);
     }
     return true;
   }
@@ -296,7 +336,7 @@ class KinetoSax {
           ProfilerStep s{-1, start, end, ev_.tid};
           std::string_view num = n.substr(13);
           std::int64_t v = 0;
-          bool ok = !num.empty();
+          bool ok = !num.empty() && num.size() <= 18;  // more digits could overflow
           for (char c : num) {
             if (c < '0' || c > '9') { ok = false; break; }
             v = v * 10 + (c - '0');

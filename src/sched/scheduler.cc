@@ -32,6 +32,8 @@ template <class... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
 };
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 (the fuzz build) deduces no aggregate
 
 // How the built-in policies order candidates (device level, see docs/config.md).
 enum class FastOrder { kNone, kTightest, kLoosest };
@@ -921,7 +923,8 @@ class Scheduler::Impl {
       if (auto c = ReservationFor(*r)) {
         reservation_ = Reservation{r->job, c->node, c->devices};
         for (DeviceIndex di : c->devices) {
-          Mutate({c->node, di}, [&](DeviceView& d) { d.reserved_for = r->job; });
+          // (`job` by value: clang 14, the fuzz build's compiler, cannot capture a binding.)
+          Mutate({c->node, di}, [job = r->job](DeviceView& d) { d.reserved_for = job; });
         }
         std::vector<std::uint32_t> devs;
         for (DeviceIndex di : c->devices) devs.push_back(di.value());

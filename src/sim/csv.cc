@@ -68,7 +68,13 @@ Result<CsvTable> CsvTable::Open(const std::string& path, const std::vector<std::
     ++t.line_no_;
     if (line.empty()) continue;
     const std::vector<std::string> names = SplitFields(line);
-    for (std::size_t i = 0; i < names.size(); ++i) t.columns_[names[i]] = static_cast<int>(i);
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      // A repeated name made the header's field count (names) differ from its column count,
+      // and Field() then indexed past the end of a record that had as many fields as columns.
+      if (!t.columns_.emplace(names[i], static_cast<int>(i)).second) {
+        return InvalidArgument(fmt::format("{}:{}: header names column '{}' twice", path, t.line_no_, names[i]));
+      }
+    }
     break;
   }
   if (t.columns_.empty()) return InvalidArgument(fmt::format("{}: empty file (no header row)", path));

@@ -11,6 +11,9 @@
 namespace gpuslice::sim {
 namespace {
 
+// A GPU count beyond any host (sim/openb.cc has the same bound).
+constexpr MilliGpu kMaxGpus = 1024;
+
 // Seconds as a number ("90", "1.5") or a duration ("90s", "1h30m").
 Result<Micros> Seconds(const CsvTable& t, std::string_view column) {
   GPUSLICE_ASSIGN_OR_RETURN(std::string_view v, t.Field(column));
@@ -59,6 +62,9 @@ Result<ReplayJob> ParseJob(const CsvTable& t, std::int64_t row) {
     if (*m < kOneGpu) {
       j.request.num_gpus = 1;
       j.request.milli_per_gpu = *m;
+    } else if (*m > kMaxGpus * kOneGpu) {
+      // The daemon's bound on one job; beyond int range the cast below would wrap.
+      return t.Error("gpus", gpus, "is more than 1024 GPUs");
     } else if (*m % kOneGpu == 0) {
       j.request.num_gpus = static_cast<int>(*m / kOneGpu);
       j.request.milli_per_gpu = kOneGpu;

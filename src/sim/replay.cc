@@ -26,6 +26,8 @@ template <class... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
 };
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 (the fuzz build) deduces no aggregate
 
 // The utilisation percent a job reports on every sample (unknown: busy).
 int ReportedPercent(const ReplayJob& j) {

@@ -1,5 +1,6 @@
 #include "slurm/agent.h"
 
+#include <charconv>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -25,9 +26,14 @@ std::string Timestamp(Micros t) {
   return buf;
 }
 
+// A Slurm job id, from squeue or from a process's SLURM_JOB_ID (which its user sets freely).
+// Digits that overflow are no job id: stoull threw out of the agent's round.
 std::optional<std::uint64_t> Numeric(const std::string& s) {
   if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-  return std::stoull(s);
+  std::uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
 }
 
 // Slurm's owner resolver: a GPU process is a job's when SLURM_JOB_ID is in its environment or

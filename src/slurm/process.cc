@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,8 +126,19 @@ Result<CommandResult> RunCommand(const CommandSpec& spec) {
     for (int i = 0; i < n; ++i) {
       if (fds[i].revents == 0) continue;
       if (fds[i].fd == in_w.fd) {
+        // A child that exits without reading its stdin (sbatch refusing an option) raised
+        // SIGPIPE, which ends the CLI silently: blocked in this thread for the write, a pending
+        // one swallowed (as devices/subprocess.cc does), so the write fails with EPIPE instead.
+        sigset_t pipe_set, old_set;
+        sigemptyset(&pipe_set);
+        sigaddset(&pipe_set, SIGPIPE);
+        ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
         ssize_t w = ::write(in_w.fd, spec.stdin_text.data() + stdin_off,
                             spec.stdin_text.size() - stdin_off);
+        const timespec zero{0, 0};
+        while (::sigtimedwait(&pipe_set, nullptr, &zero) == SIGPIPE) {
+        }
+        ::pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
         if (w > 0) stdin_off += static_cast<size_t>(w);
         if (w < 0 && errno != EAGAIN) in_w.Close();
         if (stdin_off == spec.stdin_text.size()) in_w.Close();

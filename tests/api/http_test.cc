@@ -135,5 +135,33 @@ TEST(Protocol, ErrorsRoundTripWithTheirCode) {
   EXPECT_EQ(HttpStatusFor(StatusCode::kNotFound), 404);
 }
 
+TEST(Protocol, ErrorEchoingInvalidUtf8StillDumps) {
+  // Found by fuzz/api_fuzz.cc (and the issue's `curl .../v1/%ff`): dump() threw type_error 316.
+  Status st = NotFound("path '/v1/\xff\x90': not an API resource");
+  std::string body;
+  ASSERT_NO_THROW(body = ErrorJson(st).dump());
+  EXPECT_NE(body.find(R"(/v1/\\xff\\x90)"), std::string::npos) << body;
+  EXPECT_EQ(StatusFromResponse(404, body).code(), StatusCode::kNotFound);
+}
+
+TEST(RequestParser, SplitsTheTargetAndLowerCasesHeaderNames) {
+  RequestParser p(64 * 1024, 4096);
+  std::string wire = "GET /v1/jobs%2F1?state=running&user=a+b&flag HTTP/1.1\r\nX-Thing:  v \r\nHost: g\r\n\r\n";
+  ASSERT_EQ(p.Parse(&wire), RequestParser::State::kDone) << p.error_message();
+  const HttpRequest& r = p.request();
+  EXPECT_EQ(r.method, "GET");
+  EXPECT_EQ(r.path, "/v1/jobs/1");
+  EXPECT_EQ(r.query.at("state"), "running");
+  EXPECT_EQ(r.query.at("user"), "a b");
+  EXPECT_EQ(r.query.at("flag"), "");
+  EXPECT_EQ(r.headers.at("x-thing"), "v");
+  EXPECT_EQ(r.headers.at("host"), "g");
+  for (const char* bad : {"GARBAGE\r\n\r\n", "GET /only-two\r\n\r\n"}) {
+    RequestParser q(64 * 1024, 4096);
+    std::string w = bad;
+    EXPECT_EQ(q.Parse(&w), RequestParser::State::kError) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice::api

@@ -90,6 +90,37 @@ TEST(Recording, BadInputIsNamedByField) {
   }
 }
 
+TEST(Recording, WrongTypesAreErrorsNotExceptions) {
+  // Each used to throw out of RecordingFromJson (nlohmann's value()/operator[] on the wrong
+  // type), ending `--backend replay:FILE`, or was undefined behaviour (a float into an int).
+  nlohmann::json j = ToJson(MakeRecording());
+  struct Case {
+    std::function<void(nlohmann::json&)> mutate;
+    std::string expect;
+  } cases[] = {
+      {[](auto& x) { x["format"] = 5; }, "format"},
+      {[](auto& x) { x["samples"][0]["gpu_util"] = {{"missing", 5}}; }, "samples[0].gpu_util: bad status"},
+      {[](auto& x) { x["samples"] = "many"; }, "recording.samples: expected an array"},
+      {[](auto& x) { x["samples"][0]["processes"] = 7; }, "samples[0].processes: expected an array"},
+      {[](auto& x) { x["devices"][0]["gpu_instances"] = {{"a", 1}}; }, "devices[0].gpu_instances"},
+      {[](auto& x) { x["version"] = 1e300; }, "recording.version: bad value"},
+      {[](auto& x) { x["samples"][0]["device"] = 4294967296; }, "samples[0].device: bad value"},
+      {[](auto& x) { x["samples"][0]["sm_clock_mhz"] = 4294967296; }, "samples[0].sm_clock_mhz"},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json bad = j;
+    c.mutate(bad);
+    auto r = RecordingFromJson(bad);
+    ASSERT_FALSE(r.ok()) << c.expect;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos) << r.status().message();
+  }
+  nlohmann::json why = j;  // a "why" that is not a string is dropped, not fatal
+  why["samples"][0]["gpu_util"] = {{"missing", "NOT_FOUND"}, {"why", 7}};
+  auto r = RecordingFromJson(why);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->samples[0].gpu_util.status().code(), StatusCode::kNotFound);
+}
+
 TEST(Recording, RecordRejectsBadIntervals) {
   FakeBackend fake(*ParseSimulateSpec("1xH100-80GB"), [] { return Micros{0}; });
   auto noop = [](Micros) {};

@@ -218,6 +218,23 @@ TEST(SegmentNameTest, KeepsSafeKeysAndHashesTheRest) {
   EXPECT_NE(n, SegmentName(long_key + "x"));
 }
 
+TEST(EnvBytesTest, OnlyPlainDecimalsInRange) {
+  std::int64_t v = -1;
+  EXPECT_TRUE(ParseEnvBytes("0", &v));
+  EXPECT_EQ(v, 0);
+  EXPECT_TRUE(ParseEnvBytes("1073741824", &v));
+  EXPECT_EQ(v, kGiB);
+  EXPECT_TRUE(ParseEnvBytes("4611686018427387904", &v));  // kMaxEnvBytes
+  EXPECT_EQ(v, kMaxEnvBytes);
+  v = 7;
+  for (const char* bad : {"", "4611686018427387905", "99999999999999999999", "-1", "+5", " 5",
+                          "5 ", "1e9", "1GiB", "0x10"}) {
+    EXPECT_FALSE(ParseEnvBytes(bad, &v)) << "'" << bad << "'";
+    EXPECT_EQ(v, 7) << "'" << bad << "'";
+  }
+  EXPECT_FALSE(ParseEnvBytes(nullptr, &v));
+}
+
 TEST(EnvTest, LibraryPathHonoursTheOverride) {
   setenv("GPUSLICE_CUDA_LIB", "/opt/x/libgpuslice-cuda.so", 1);
   EXPECT_EQ(LibraryPath(), "/opt/x/libgpuslice-cuda.so");

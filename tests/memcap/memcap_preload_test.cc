@@ -114,6 +114,18 @@ TEST_F(MemcapPreloadTest, ContextChargeIsTakenOncePerProcess) {
   EXPECT_EQ(usage->used, kGiB);
 }
 
+TEST_F(MemcapPreloadTest, OverflowingContextChargeIsIgnored) {
+  // strtoll made this LLONG_MAX; charged to a second process of the slice it overflowed the
+  // slice's shared usage (undefined behaviour) and left the slice full: every allocation of
+  // every process was refused. Now it is ignored like any other unreadable charge.
+  std::string slice = Slice("a");
+  auto a = Start(slice, kCap);
+  EXPECT_EQ(a->Send("alloc 512M"), "ok 0");
+  auto b = Start(slice, kCap, {{kEnvContextBytes, "99999999999999999999"}});
+  EXPECT_EQ(b->Send("alloc 4G"), kOom);
+  EXPECT_EQ(b->Send("alloc 512M"), "ok 0");
+}
+
 TEST_F(MemcapPreloadTest, ReportsNeverExceedTheDevice) {
   // A cap above the device's memory: totals are the device's, never the cap.
   auto child = Start(Slice("a"), 100 * kGiB, {{"FAKECUDA_TOTAL_BYTES", std::to_string(8 * kGiB)}});

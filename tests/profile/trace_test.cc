@@ -329,5 +329,33 @@ TEST(TraceErrors, SyntaxErrorAndNonTraceJson) {
   EXPECT_THAT(missing.status().message(), testing::HasSubstr("/nonexistent/trace.json: cannot open"));
 }
 
+TEST(TraceErrors, OutOfRangeNumbersAreNamedNotUndefined) {
+  // Found by fuzz/trace_fuzz.cc: a float ts converted to int64 out of range (undefined
+  // behaviour); huge integer ts overflowed when scaled to ns or added to dur.
+  for (const char* ts : {"6.55392e+22", "9000000000000000000", "18446744073709551615",
+                         "-4000000000000001"}) {
+    std::string json = std::string(R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":)") + ts +
+                       R"(,"dur":1}]})";
+    auto r = ParseTraceText(json, "big.json");
+    ASSERT_FALSE(r.ok()) << ts;
+    EXPECT_THAT(r.status().message(), testing::HasSubstr("big.json: 'ts' = ")) << ts;
+    EXPECT_THAT(r.status().message(), testing::HasSubstr("out of range")) << ts;
+  }
+  auto dur = ParseTraceText(R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":1,"dur":5e15}]})", "d.json");
+  ASSERT_FALSE(dur.ok());
+  EXPECT_THAT(dur.status().message(), testing::HasSubstr("'dur' = "));
+  // The largest accepted times still add up without overflow.
+  auto edge = ParseTraceText(
+      R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":4e15,"dur":4000000000000000}]})", "e.json");
+  ASSERT_TRUE(edge.ok()) << edge.status().ToString();
+  EXPECT_EQ(edge->gpu.at(0).end, 8'000'000'000'000'000'000);
+  // A step number too long for int64 is unknown, not an overflow.
+  auto step = ParseTraceText(
+      R"({"traceEvents":[{"ph":"X","cat":"user_annotation","name":"ProfilerStep#99999999999999999999","ts":0,"dur":9}]})",
+      "s.json");
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  EXPECT_EQ(step->steps.at(0).number, -1);
+}
+
 }  // namespace
 }  // namespace gpuslice::profile

@@ -123,5 +123,14 @@ TEST(OpenbReader, MissingFileAndMissingColumnAreClearErrors) {
   EXPECT_THAT(nocol.status().message(), HasSubstr("lacks required column 'gpu_milli'"));
 }
 
+TEST(OpenbReader, HeaderNamingAColumnTwiceIsAnError) {
+  // Found by fuzz/openb_fuzz.cc: 5 names but 4 columns, so a 4-field row passed the field-count
+  // check and the last column was read past the end of the row (heap overflow).
+  const std::string path = WriteTemp("dup.csv", "sn,cpu_milli,memory_mib,gpu,sn\nn1,1000,1024,1\n");
+  auto r = ReadOpenbNodes(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr(path + ":1: header names column 'sn' twice"));
+}
+
 }  // namespace
 }  // namespace gpuslice::sim

@@ -68,6 +68,23 @@ TEST(GenericTrace, BadRowsNameFileLineColumnOrAreCounted) {
   EXPECT_THAT(lax->skipped.first_errors[1], HasSubstr(":4: column 'gpus': value '1.5'"));
 }
 
+TEST(GenericTrace, HugeNumbersAreErrorsNotNegativeTimes) {
+  // Found by fuzz/generic_trace_fuzz.cc: llround(1e306) is unspecified and came back negative,
+  // a submit time before the trace (and a negative CPU demand from cpu = 1e300).
+  for (const char* row : {"1e300,10,1,", "0,1e300,1,", "0,106751991d,1,", "0,10,1,1e300", "0,10,4294967297,"}) {
+    const std::string path = WriteTemp("huge.csv", std::string("submit,duration,gpus,cpu\n") + row + "\n");
+    auto r = ReadGenericJobs(path);
+    ASSERT_FALSE(r.ok()) << row;
+    EXPECT_THAT(r.status().message(), HasSubstr(":2: column '")) << row;
+    EXPECT_THAT(r.status().message(), HasSubstr("is more than ")) << row;
+  }
+  const std::string path = WriteTemp("edge.csv", "submit,duration,gpus,cpu\n1099511627776,1099511627776,1,2147483647\n");
+  auto r = ReadGenericJobs(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->jobs.at(0).submit, (std::int64_t{1} << 40) * kSecond);
+  EXPECT_EQ(r->jobs.at(0).request.cpu_milli, 2147483647000);
+}
+
 ReplayJob Job(std::string id, double submit_s, double duration_s, int num, MilliGpu milli) {
   ReplayJob j;
   j.id = std::move(id);

@@ -1,13 +1,21 @@
 // Slurm-mode logic that needs no Slurm: config generation, parsing Slurm's and the agents'
 // output, the idle-reclaim state machine.
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "devices/fake.h"
+#include "devices/scripted.h"
 #include "sched/config.h"
 #include "slurm/agent.h"
 #include "slurm/client.h"
 #include "slurm/config_gen.h"
+#include "slurm/process.h"
 #include "slurm/reclaim.h"
 
 namespace gpuslice::slurm {
@@ -146,6 +154,41 @@ TEST(ParseJobUtilisation, ReadsOnlyTheJobFamily) {
   EXPECT_EQ(u.size(), 2u);
   EXPECT_DOUBLE_EQ(u["7"], 80.5);
   EXPECT_DOUBLE_EQ(u["8"], 0.0);
+}
+
+TEST(RunCommand, ChildThatIgnoresItsStdinIsNotADeadlySignal) {
+  // The child exits without reading; writing the rest of its stdin raised SIGPIPE, which killed
+  // the caller (the CLI, and this test) instead of returning the child's exit status.
+  CommandSpec spec;
+  spec.argv = {"/bin/sh", "-c", "exit 3"};
+  spec.stdin_text.assign(4 << 20, 'x');  // far beyond a pipe's buffer
+  auto r = RunCommand(spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->exit_code, 3);
+}
+
+TEST(SlurmAgent, OverflowingSlurmJobIdOfAProcessIsNoJob) {
+  // SLURM_JOB_ID is whatever the process's owner put there; stoull threw out of the round.
+  const std::string dir = ::testing::TempDir() + "slurm_agent_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir + "/proc/4242");
+  const char kEnviron[] = "SLURM_JOB_ID=99999999999999999999999\0PATH=/bin";
+  std::ofstream(dir + "/proc/4242/environ") << std::string(kEnviron, sizeof kEnviron - 1);
+  std::ofstream(dir + "/script.json") << R"({"processes": [{"pid": 4242, "device": 0, "sm": 80}]})";
+  auto fake = devices::FakeBackend::Create("1xH100-80GB");
+  ASSERT_TRUE(fake.ok());
+  devices::ScriptedBackend backend(std::move(fake).value(), dir + "/script.json", dir + "/proc");
+  ASSERT_TRUE(backend.Load().ok());
+  SlurmAgentOptions o;
+  o.policy = sched::DefaultConfig();
+  o.slurm.bin_dir = dir + "/no-slurm-here";  // squeue fails: logged, the round goes on
+  o.proc_root = dir + "/proc";
+  std::vector<std::string> log;
+  o.log = [&](const std::string& line) { log.push_back(line); };
+  SlurmAgent agent(backend, o);
+  agent.RunRound(1000 * kSecond);
+  EXPECT_TRUE(agent.Jobs().empty());
+  EXPECT_THAT(agent.MetricsText(), HasSubstr("gpuslice_"));
+  std::filesystem::remove_all(dir);
 }
 
 // ---- the reclaim state machine -------------------------------------------------------
