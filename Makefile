@@ -7,6 +7,12 @@ FUZZ_CI_SECONDS ?= 15
 FUZZ_TARGETS ?=
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# A compiler cache, when the machine has one (it is not a dependency): rebuilds of the three
+# build trees share it.
+CCACHE := $(shell command -v ccache 2>/dev/null)
+ifneq ($(CCACHE),)
+CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
+endif
 
 .PHONY: all deps build build-asan build-fuzz run sim test test-asan fuzz fuzz-ci bench clean
 
