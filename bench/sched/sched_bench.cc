@@ -11,9 +11,7 @@
 // cluster, so it is a lower bound on its cost). Also shown: the frag-aware "gpuslice" policy
 // through the scheduler's generic path (hosts pre-filtered by the indexes).
 // Usage: sched_bench [steps] [--no-baseline]   (default 200000 steps)
-#include <algorithm>
 #include <ctime>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -190,72 +188,6 @@ double NaiveScanDecisionsPerSecond(std::uint64_t decisions) {
   return static_cast<double>(decisions) / secs;
 }
 
-// Forwards to a policy but denies state-only scoring, so Place() scores every host: the
-// baseline for the memo of identical node states (placement.h, ScoresNodeStateOnly).
-class NoMemo final : public PlacementPolicy {
- public:
-  explicit NoMemo(const PlacementPolicy& p) : p_(p) {}
-  std::string_view name() const override { return p_.name(); }
-  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
-                                  const PlacementContext& ctx) const override {
-    return p_.Score(req, node, ctx);
-  }
-
- private:
-  const PlacementPolicy& p_;
-};
-
-// The frag-aware "gpuslice" policy: Place() over all 1,250 hosts of a busy static snapshot,
-// with and without the memo; checks both pick the same host and GPUs for every request.
-void GpusliceMemoVsScan(std::uint64_t decisions) {
-  std::mt19937_64 rng(11);
-  std::vector<std::vector<GpuView>> gpus(1250, std::vector<GpuView>(8));
-  std::vector<NodeView> nodes(1250);
-  for (std::uint32_t n = 0; n < 1250; ++n) {
-    for (GpuView& g : gpus[n]) {
-      int r = static_cast<int>(rng() % 10);
-      g.free_milli = r < 6 ? 0 : r < 9 ? 100 * static_cast<MilliGpu>(1 + rng() % 9) : kOneGpu;
-      g.free_memory = 80 * kGiB * g.free_milli / kOneGpu;
-    }
-    nodes[n].index = n;
-    nodes[n].model = "H100-80GB";
-    nodes[n].cpu_milli_free = nodes[n].cpu_milli_total = 1 << 30;
-    nodes[n].memory_free = nodes[n].memory_total = Bytes{1} << 50;
-    nodes[n].gpus = gpus[n];
-  }
-  std::vector<WorkloadShape> shapes;
-  for (MilliGpu m : {100, 200, 300, 400, 500}) shapes.push_back({0, 1, m, {}, 0.09});
-  for (int k : {1, 2, 4, 8}) shapes.push_back({0, k, kOneGpu, {}, 0.55 / 4});
-  auto policy = MakePolicy("gpuslice");
-  NoMemo plain(**policy);
-  std::vector<PlacementRequest> reqs;
-  for (std::uint64_t i = 0; i < decisions; ++i) {
-    PlacementRequest req;
-    int p = static_cast<int>(rng() % 10);
-    req.num_gpus = p < 6 ? 1 : p < 8 ? 2 : 1;
-    req.milli_per_gpu = p < 6 ? 100 * static_cast<MilliGpu>(1 + rng() % 5) : kOneGpu;
-    reqs.push_back(req);
-  }
-  PlacementContext ctx{shapes, nullptr};
-  std::vector<std::optional<Placement>> a, b;
-  double t0 = CpuSeconds();
-  for (const PlacementRequest& r : reqs) a.push_back(Place(**policy, r, nodes, ctx));
-  double memo = CpuSeconds() - t0;
-  t0 = CpuSeconds();
-  for (const PlacementRequest& r : reqs) b.push_back(Place(plain, r, nodes, ctx));
-  double scan = CpuSeconds() - t0;
-  std::size_t same = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    same += a[i].has_value() == b[i].has_value() &&
-            (!a[i] || (a[i]->node_index == b[i]->node_index && a[i]->gpu_indices == b[i]->gpu_indices));
-  }
-  std::printf("%-28s %9.0f decisions/s  (Place() over 1250 hosts, each distinct state scored once)\n",
-              "gpuslice Place() memo", static_cast<double>(decisions) / memo);
-  std::printf("%-28s %9.0f decisions/s  (same, every host scored)\n", "gpuslice Place() scan",
-              static_cast<double>(decisions) / scan);
-  std::printf("ratio memo/scan: %.1fx; identical choices: %zu of %zu\n", scan / memo, same, a.size());
-}
-
 void Print(const std::string& name, const Result& r) {
   std::printf("%-28s %9.0f decisions/s  %9.0f events/s  (%llu starts in %.2fs; %zu running, "
               "%zu pending, ~%.0f%% of GPU share allocated)\n",
@@ -284,7 +216,6 @@ int main(int argc, char** argv) {
     if (std::find(names.begin(), names.end(), "gpuslice") != names.end()) {
       Result frag = Run("gpuslice", std::max<std::uint64_t>(steps / 10, 1000), 1);
       Print("gpuslice (generic path)", frag);
-      GpusliceMemoVsScan(std::max<std::uint64_t>(steps / 100, 500));
     }
   }
   std::printf("target: >= 100000 decisions/s -> %s\n", fast.starts / fast.seconds >= 100000 ? "met" : "NOT met");

@@ -127,50 +127,5 @@ TEST(RegistryTest, KnowsTheSimplePoliciesAndRejectsOthers) {
   EXPECT_THAT(p.status().message(), HasSubstr("best-fit"));
 }
 
-// Wraps a policy and counts its Score() calls; claims state-only scoring iff `state_only`.
-class Counting final : public PlacementPolicy {
- public:
-  Counting(const PlacementPolicy& inner, bool state_only) : inner_(inner), state_only_(state_only) {}
-  std::string_view name() const override { return inner_.name(); }
-  bool ScoresNodeStateOnly() const override { return state_only_; }
-  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
-                                  const PlacementContext& ctx) const override {
-    ++calls;
-    return inner_.Score(req, node, ctx);
-  }
-  mutable int calls = 0;
-
- private:
-  const PlacementPolicy& inner_;
-  bool state_only_;
-};
-
-TEST(PlaceTest, IdenticalNodeStatesAreScoredOnceWithTheSameChoice) {
-  // Nodes 0, 2, 3 are in one state, 1 and 4 in another: 2 Score() calls instead of 5, and the
-  // same node and GPUs as scoring every node, with and without a seeded random tie-break.
-  Cluster c({{1000, 400}, {1000, 1000}, {1000, 400}, {1000, 400}, {1000, 1000}});
-  std::vector<WorkloadShape> shapes{{1000, 1, 500, {}, 0.6}, {1000, 1, 1000, {}, 0.4}};
-  for (const char* name : {"fgd", "gpuslice", "gpu-packing"}) {
-    auto policy = MakePolicy(name);
-    ASSERT_TRUE(policy.ok());
-    for (bool seeded : {false, true}) {
-      std::mt19937_64 r1(5), r2(5);
-      Counting memo(**policy, true), plain(**policy, false);
-      PlacementContext c1{shapes, seeded ? &r1 : nullptr}, c2{shapes, seeded ? &r2 : nullptr};
-      auto a = Place(memo, Frac(300), c.nodes, c1);
-      auto b = Place(plain, Frac(300), c.nodes, c2);
-      ASSERT_TRUE(a && b) << name;
-      EXPECT_EQ(a->node_index, b->node_index) << name;
-      EXPECT_EQ(a->gpu_indices, b->gpu_indices) << name;
-      EXPECT_EQ(memo.calls, 2) << name;
-      EXPECT_EQ(plain.calls, 5) << name;
-      EXPECT_EQ(r1(), r2()) << name << ": the memo must not change the RNG draws";
-    }
-  }
-  auto random = MakePolicy("random");
-  ASSERT_TRUE(random.ok());
-  EXPECT_FALSE((*random)->ScoresNodeStateOnly());  // it draws from ctx.rng per node
-}
-
 }  // namespace
 }  // namespace gpuslice::sched

@@ -52,7 +52,6 @@ class RandomPolicy final : public PlacementPolicy {
 // node, as an integer 0..100; best-fit GPU within the node (artifact: dimExt merge, norm max).
 class DotProductPolicy final : public PlacementPolicy {
  public:
-  bool ScoresNodeStateOnly() const override { return true; }
   std::string_view name() const override { return "dot-product"; }
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext&) const override {
@@ -71,7 +70,6 @@ class DotProductPolicy final : public PlacementPolicy {
 // used one whole-GPU pods, which cannot tell 1-GPU from 2-GPU pods (see evaluation.md).
 class GpuClusteringPolicy final : public PlacementPolicy {
  public:
-  bool ScoresNodeStateOnly() const override { return true; }
   std::string_view name() const override { return "gpu-clustering"; }
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext&) const override {
@@ -109,7 +107,6 @@ class GpuClusteringPolicy final : public PlacementPolicy {
 // nodes (artifact's GpuPackingScore, integer bands).
 class GpuPackingPolicy final : public PlacementPolicy {
  public:
-  bool ScoresNodeStateOnly() const override { return true; }
   std::string_view name() const override { return "gpu-packing"; }
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext&) const override {
@@ -143,7 +140,6 @@ class GpuPackingPolicy final : public PlacementPolicy {
 // "best-fit-fgd": the paper's BestFit — least weighted free CPU and GPU left after placing.
 class BestFitFgdPolicy final : public PlacementPolicy {
  public:
-  bool ScoresNodeStateOnly() const override { return true; }
   std::string_view name() const override { return "best-fit-fgd"; }
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext&) const override {
@@ -160,7 +156,6 @@ class BestFitFgdPolicy final : public PlacementPolicy {
 // and a share takes the first GPU with the best such score.
 class FgdPolicy final : public PlacementPolicy {
  public:
-  bool ScoresNodeStateOnly() const override { return true; }
   std::string_view name() const override { return "fgd"; }
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {

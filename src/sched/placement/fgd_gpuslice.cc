@@ -59,7 +59,6 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
 class GpusliceFragPolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "gpuslice"; }
-  bool ScoresNodeStateOnly() const override { return true; }
 
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {

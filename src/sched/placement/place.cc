@@ -1,8 +1,5 @@
 // The framework half of placement.h: the shared Filter (Fits) and the select step (Place).
 #include <algorithm>
-#include <cstring>
-#include <string>
-#include <unordered_map>
 
 #include "sched/placement/placement.h"
 
@@ -26,47 +23,14 @@ bool Fits(const PlacementRequest& req, const NodeView& node) {
   return false;
 }
 
-namespace {
-// Everything of a node a state-only policy may read, as bytes (index excluded).
-void StateKey(const NodeView& n, std::string& key) {
-  key.clear();
-  auto put = [&key](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(n.cpu_milli_free);
-  put(n.cpu_milli_total);
-  put(n.memory_free);
-  put(n.memory_total);
-  put(n.gpu_pod_kinds);
-  put(n.gpu_pod_kinds_known);
-  for (const GpuView& g : n.gpus) {
-    put(g.free_milli);
-    put(g.free_memory);
-    put(g.usable);
-  }
-  key.append(n.model);
-}
-}  // namespace
-
 std::optional<Placement> Place(const PlacementPolicy& policy, const PlacementRequest& req,
                                std::span<const NodeView> nodes, const PlacementContext& ctx) {
-  // Identical states score identically for these policies; the loop below still visits every
-  // node in the same order with the same RNG draws, so the choice is the one without the memo.
-  const bool memo = policy.ScoresNodeStateOnly();
-  std::unordered_map<std::string, std::optional<NodeChoice>> scored;
-  std::string key;
   std::optional<Placement> best;
   double best_score = 0;
   std::uint64_t ties = 0;  // reservoir sampling among equal scores when an RNG is given
   for (const NodeView& node : nodes) {
     if (!Fits(req, node)) continue;
-    std::optional<NodeChoice> choice;
-    if (memo) {
-      StateKey(node, key);
-      auto it = scored.find(key);
-      if (it == scored.end()) it = scored.emplace(key, policy.Score(req, node, ctx)).first;
-      choice = it->second;
-    } else {
-      choice = policy.Score(req, node, ctx);
-    }
+    std::optional<NodeChoice> choice = policy.Score(req, node, ctx);
     if (!choice) continue;
     bool take = false;
     if (!best || choice->score > best_score) {

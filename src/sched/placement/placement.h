@@ -93,10 +93,6 @@ class PlacementPolicy {
   // Called only for nodes where Fits() holds. nullopt: this policy refuses the node.
   virtual std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                           const PlacementContext& ctx) const = 0;
-  // True iff Score() reads only the request, ctx.workload and the node's state (model, CPU,
-  // memory, GPU views, pod kinds), never node.index nor ctx.rng: then Place() scores each
-  // distinct node state once per call (same choice, fewer Score() calls).
-  virtual bool ScoresNodeStateOnly() const { return false; }
 };
 
 struct Placement {
@@ -105,7 +101,6 @@ struct Placement {
 };
 
 // Filter + Score over all nodes, then select (see header comment). nullopt: fits nowhere now.
-// For policies with ScoresNodeStateOnly(), nodes in identical states share one Score() call.
 std::optional<Placement> Place(const PlacementPolicy& policy, const PlacementRequest& req,
                                std::span<const NodeView> nodes, const PlacementContext& ctx);
 
