@@ -45,6 +45,10 @@ sched::NodeView Cluster::View(std::size_t i) const {
   v.memory_free = n.memory_free;
   v.memory_total = n.memory_total;
   v.gpus = n.gpus;
+  for (std::size_t k = 0; k < n.kind_count.size(); ++k) {
+    if (n.kind_count[k] > 0) v.gpu_pod_kinds |= 1u << k;
+  }
+  v.gpu_pod_kinds_known = true;
   return v;
 }
 
@@ -67,6 +71,10 @@ void Cluster::Apply(const sched::PlacementRequest& req, std::size_t i, std::span
   for (int g : gpus) {
     n.gpus[g].free_milli -= sign * req.milli_per_gpu;
     assert(n.gpus[g].free_milli >= 0 && n.gpus[g].free_milli <= kOneGpu);
+  }
+  if (const std::uint32_t bit = sched::GpuPodKindBit(req.num_gpus, req.milli_per_gpu); bit != 0) {
+    n.kind_count[std::countr_zero(bit)] += sign;
+    assert(n.kind_count[std::countr_zero(bit)] >= 0);
   }
   allocated_ += sign * req.milli_per_gpu * static_cast<MilliGpu>(gpus.size());
   ++n.version;

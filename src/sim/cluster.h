@@ -3,6 +3,8 @@
 // version per node that changes whenever the node changes (so per-node results can be cached).
 // Not thread-safe; one simulation owns one Cluster.
 
+#include <array>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -21,6 +23,8 @@ struct SimNode {
   Bytes memory_total = 0;
   Bytes memory_free = 0;
   std::vector<sched::GpuView> gpus;
+  // Running requests per GPU kind (index = bit of sched::GpuPodKindBit), for NodeView::gpu_pod_kinds.
+  std::array<std::int32_t, 32> kind_count{};
   std::uint32_t version = 1;
 };
 

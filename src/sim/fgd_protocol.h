@@ -60,11 +60,12 @@ struct FgdInputs {
 };
 
 // Runs one policy with one seed. `progress` (may be empty) gets the fraction done. Equal best
-// scores go to the first node in the artifact's order by default (see placer.h), which is what
-// reproduces the published results; kRandom is what sched::Place() does.
+// scores go to the first node in the artifact's node-name order by default (a seeded random
+// node priority fixed for the run, see placer.h), which is what reproduces the published
+// results; kRandom is what sched::Place() does.
 FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std::uint64_t seed,
                   double inflation, const std::function<void(double)>& progress = {},
-                  TieBreak tie = TieBreak::kArtifactOrder);
+                  TieBreak tie = TieBreak::kArtifactNames);
 
 // Mean over runs at each percent (NaN where any run lacks the sample).
 FgdCurves MeanCurves(const std::vector<const FgdRun*>& runs);

@@ -44,9 +44,18 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
   double best_score = 0;
   std::uint64_t ties = 0;
   std::uint64_t best_rank = 0;
-  if (tie_ == TieBreak::kArtifactOrder && rank_.size() != cluster.size()) {
+  const bool ranked = tie_ == TieBreak::kArtifactOrder || tie_ == TieBreak::kArtifactNames;
+  if (ranked && rank_.size() != cluster.size()) {
     rank_.resize(cluster.size());
-    for (std::size_t i = 0; i < cluster.size(); ++i) rank_[i] = ArtifactOrderRank(i, cluster.size());
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      rank_[i] = tie_ == TieBreak::kArtifactOrder ? ArtifactOrderRank(i, cluster.size()) : i;
+    }
+    if (tie_ == TieBreak::kArtifactNames && tie_rng_ != nullptr) {
+      // Fisher-Yates: node i gets prefix rank_[i], as rand.Perm hands out "%04d-" prefixes.
+      for (std::size_t i = rank_.size(); i > 1; --i) {
+        std::swap(rank_[i - 1], rank_[sched::UniformIndex(*tie_rng_, i)]);
+      }
+    }
   }
   std::vector<int> scratch;
   for (std::size_t i = 0; i < cluster.size(); ++i) {
@@ -81,7 +90,7 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
       score = fresh->score;
       gpus = &fresh->gpu_indices;
     }
-    const std::uint64_t rank = tie_ == TieBreak::kArtifactOrder ? rank_[i] : 0;
+    const std::uint64_t rank = ranked ? rank_[i] : 0;
     if (!best || score > best_score) {
       best = Chosen{static_cast<std::uint32_t>(i), *gpus};
       best_score = score;
@@ -97,6 +106,7 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
         case TieBreak::kLowestIndex:
           break;
         case TieBreak::kArtifactOrder:
+        case TieBreak::kArtifactNames:
           take = rank < best_rank;
           break;
       }

@@ -28,8 +28,13 @@ enum class TieBreak {
   kLowestIndex,   // the first node in index order
   kArtifactOrder,  // the first in the order the FGD artifact's scheduler lists feasible nodes:
                    // Kubernetes 1.20's filter runs 16 workers over chunks of ~sqrt(n) consecutive
-                   // nodes, so its list interleaves 16 chunks node by node; the fork it uses
-                   // keeps the first best node (see docs/evaluation.md for the evidence)
+                   // nodes, so its list interleaves 16 chunks node by node (an earlier model of
+                   // the artifact, kept for comparison; see docs/evaluation.md)
+  kArtifactNames,  // the first in the artifact's node-name order: it renames every node
+                   // "%04d-<name>" with a seeded random permutation before the run
+                   // (simulator.go, syncClusterResourceList), so equal scores go to a random
+                   // node priority that is fixed for the whole run; drawn from tie_rng at the
+                   // first placement. This is what reproduces the published results.
 };
 
 // Rank of node i in the artifact's feasible-node order (lower comes first).
@@ -61,7 +66,7 @@ class Placer {
   bool pure_;
   TieBreak tie_;
   std::mt19937_64* tie_rng_;
-  std::vector<std::uint64_t> rank_;  // kArtifactOrder: rank per node
+  std::vector<std::uint64_t> rank_;  // kArtifactOrder / kArtifactNames: rank per node
   std::vector<std::vector<Entry>> cache_;  // [request_class][node]
   std::uint64_t scored_ = 0;
 };

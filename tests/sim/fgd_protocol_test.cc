@@ -167,5 +167,38 @@ TEST(Placer, ArtifactOrderInterleavesSixteenChunks) {
   EXPECT_EQ(idx[16 * 34], 16u * 34);  // then the next 16 chunks
 }
 
+TEST(GpuClustering, KindsComeFromThePodsOnTheNode) {
+  // Node 0 runs one 2-GPU pod. A 1-GPU pod is another kind (the artifact keys "1-gpu" and
+  // "2-gpu" apart), so the empty node 1 (band 25) beats node 0 (band 0 + fill 6). Inferring
+  // kinds from GPU states would see "whole-GPU work" on node 0 and prefer it (band 75).
+  std::vector<TraceNode> nodes(2);
+  for (int i = 0; i < 2; ++i) nodes[i] = TraceNode{"n" + std::to_string(i), 64000, 256 * kGiB, 8, "G2"};
+  Cluster c(nodes);
+  sched::PlacementRequest two;
+  two.cpu_milli = 1000;
+  two.num_gpus = 2;
+  two.milli_per_gpu = kOneGpu;
+  c.Apply(two, 0, std::vector<int>{0, 1}, +1);
+  EXPECT_EQ(c.View(0).gpu_pod_kinds, 1u << 2);
+  EXPECT_TRUE(c.View(0).gpu_pod_kinds_known);
+  sched::PlacementRequest one = two;
+  one.num_gpus = 1;
+  auto policy = sched::MakePolicy("gpu-clustering");
+  ASSERT_TRUE(policy.ok());
+  const sched::PlacementContext ctx{};
+  auto on0 = (*policy)->Score(one, c.View(0), ctx);
+  auto on1 = (*policy)->Score(one, c.View(1), ctx);
+  ASSERT_TRUE(on0 && on1);
+  EXPECT_EQ(on0->score, 6);
+  EXPECT_EQ(on1->score, 25);
+  // Same kind: a second 2-GPU pod goes where the first one is (band 75 + fill 6).
+  auto again = (*policy)->Score(two, c.View(0), ctx);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->score, 81);
+  // Releasing the pod forgets its kind.
+  c.Apply(two, 0, std::vector<int>{0, 1}, -1);
+  EXPECT_EQ(c.View(0).gpu_pod_kinds, 0u);
+}
+
 }  // namespace
 }  // namespace gpuslice::sim

@@ -1,5 +1,5 @@
-// Reproduction of the FGD authors' published means on the bundled default trace, with 3 of their
-// 10 seeds (the full 17-trace, 10-seed evaluation is scripts/evaluate).
+// Reproduction of the FGD authors' published means on the bundled default and cpu250 traces,
+// with 2-3 of their 10 seeds (every bundled trace with ten seeds is scripts/evaluate).
 //
 // Tolerance: the issue asks for 0.5 percentage points on the 10-seed mean. With n = 3 seeds our
 // mean also carries sampling noise; the published per-seed standard deviation s (read from the
@@ -22,12 +22,12 @@ namespace {
 
 const std::string kData = GPUSLICE_DATA_DIR;
 
-double PublishedStdDev(const std::string& policy, int percent) {
+double PublishedStdDev(const std::string& workload, const std::string& policy, int percent) {
   auto t = CsvTable::Open(kData + "/fgd-kss-expected-results/analysis_allo_discrete.csv", {"workload"});
   EXPECT_TRUE(t.ok());
   std::vector<double> v;
   while (t->Next()) {
-    if (*t->Field("workload") != "openb_pod_list_default" || *t->Field("sc_policy") != PublishedPolicyName(policy)) continue;
+    if (*t->Field("workload") != workload || *t->Field("sc_policy") != PublishedPolicyName(policy)) continue;
     v.push_back(*t->Double(std::to_string(percent)));
   }
   const double mean = std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
@@ -36,30 +36,42 @@ double PublishedStdDev(const std::string& policy, int percent) {
   return std::sqrt(ss / static_cast<double>(v.size() - 1));
 }
 
-TEST(Reproduction, DefaultTraceMatchesPublishedMeans) {
+// Runs `policies` on `trace` with seeds 42.. and checks the mean against the published one.
+void ExpectPublishedMeans(const std::string& trace, std::initializer_list<const char*> policies, int seeds) {
   auto nodes = ReadOpenbNodes(kData + "/alibaba-gpu-v2023/openb_node_list_gpu_node.csv");
-  auto pods = ReadOpenbPods(kData + "/alibaba-gpu-v2023/openb_pod_list_default.csv");
+  auto pods = ReadOpenbPods(kData + "/alibaba-gpu-v2023/" + trace + ".csv");
   ASSERT_TRUE(nodes.ok() && pods.ok());
   FgdInputs in{nodes->nodes, pods->pods, {}};
   in.shapes = TypicalShapes(in.pods);
   auto published = PublishedResults::Read(kData + "/fgd-kss-expected-results/analysis_allo_discrete.csv");
   ASSERT_TRUE(published.ok()) << published.status().ToString();
-  constexpr int kSeeds = 3;
-  for (const char* name : {"fgd", "best-fit-fgd"}) {
+  for (const char* name : policies) {
     auto policy = sched::MakePolicy(name);
     ASSERT_TRUE(policy.ok());
     std::vector<FgdRun> runs;
-    for (int s = 0; s < kSeeds; ++s) runs.push_back(RunFgdOnce(in, **policy, 42 + s, 1.3));
+    for (int s = 0; s < seeds; ++s) runs.push_back(RunFgdOnce(in, **policy, 42 + s, 1.3));
     std::vector<const FgdRun*> ptrs;
     for (const FgdRun& r : runs) ptrs.push_back(&r);
     const FgdCurves mean = MeanCurves(ptrs);
     for (int x : {100, 130}) {
-      const auto want = published->MeanAlloc("openb_pod_list_default", name, x);
+      const auto want = published->MeanAlloc(trace, name, x);
       ASSERT_TRUE(want.has_value());
-      const double tol = 0.5 + 3 * PublishedStdDev(name, x) / std::sqrt(kSeeds);
-      EXPECT_NEAR(mean.alloc_pct[x], *want, tol) << name << " at " << x << "% arrived";
+      const double tol = 0.5 + 3 * PublishedStdDev(trace, name, x) / std::sqrt(seeds);
+      EXPECT_NEAR(mean.alloc_pct[x], *want, tol) << trace << " " << name << " at " << x << "% arrived";
     }
   }
+}
+
+TEST(Reproduction, DefaultTraceMatchesPublishedMeans) {
+  ExpectPublishedMeans("openb_pod_list_default", {"fgd", "best-fit-fgd"}, 3);
+}
+
+// cpu250: CPU-only pods make CPU the binding resource, and which node a CPU-only pod lands on
+// among FGD's many equal scores decides how much GPU is stranded. With ties broken by the
+// artifact's node-name order (a seeded random node priority, placer.h) FGD lands on the
+// published mean; the earlier chunk-interleaved order left it 2.1 points low.
+TEST(Reproduction, Cpu250FgdMatchesPublishedMean) {
+  ExpectPublishedMeans("openb_pod_list_cpu250", {"fgd"}, 2);
 }
 
 }  // namespace

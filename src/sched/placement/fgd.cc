@@ -4,6 +4,7 @@
 // request (plus ctx.rng for "random"), which lets the simulator cache them per node version.
 
 #include <algorithm>
+#include <bit>
 #include <memory>
 
 #include "sched/placement/fgd_frag.h"
@@ -62,10 +63,11 @@ class DotProductPolicy final : public PlacementPolicy {
   }
 };
 
-// "gpu-clustering": prefer nodes already running pods of the same GPU kind (share / whole),
-// then fuller nodes. The artifact keys pods by exact kind ("share-gpu", "2-gpu", ...) using the
-// pods on each node; placement sees GPU states only, so the kinds are inferred from them:
-// a partly used GPU means shares, a fully used one means whole-GPU pods (see evaluation.md).
+// "gpu-clustering": prefer nodes already running pods of the same GPU kind ("share-gpu",
+// "1-gpu", "2-gpu", ...), then fuller nodes (artifact's GpuClusteringScore). The kinds come from
+// the pods on the node when the caller tracks them (NodeView::gpu_pod_kinds, as the simulator
+// does); otherwise they are inferred from GPU states: a partly used GPU means shares, a fully
+// used one whole-GPU pods, which cannot tell 1-GPU from 2-GPU pods (see evaluation.md).
 class GpuClusteringPolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "gpu-clustering"; }
@@ -73,14 +75,21 @@ class GpuClusteringPolicy final : public PlacementPolicy {
                                   const PlacementContext&) const override {
     std::vector<int> gpus = BestFitGpus(req, node);
     if (req.num_gpus <= 0) return NodeChoice{0, {}};
-    bool has_share = false;
-    bool has_whole = false;
-    for (const GpuView& g : node.gpus) {
-      if (g.free_milli > 0 && g.free_milli < kOneGpu) has_share = true;
-      if (g.free_milli == 0) has_whole = true;
+    bool mine = false;
+    int kinds = 0;
+    if (node.gpu_pod_kinds_known) {
+      mine = (node.gpu_pod_kinds & GpuPodKindBit(req.num_gpus, req.milli_per_gpu)) != 0;
+      kinds = std::popcount(node.gpu_pod_kinds);
+    } else {
+      bool has_share = false;
+      bool has_whole = false;
+      for (const GpuView& g : node.gpus) {
+        if (g.free_milli > 0 && g.free_milli < kOneGpu) has_share = true;
+        if (g.free_milli == 0) has_whole = true;
+      }
+      mine = IsShare(req) ? has_share : has_whole;
+      kinds = static_cast<int>(has_share) + static_cast<int>(has_whole);
     }
-    const bool mine = IsShare(req) ? has_share : has_whole;
-    const int kinds = static_cast<int>(has_share) + static_cast<int>(has_whole);
     const std::int64_t fill =
         kMaxNodeScore / 4 * (static_cast<std::int64_t>(kMaxSpecGpu) - FreeMilli(node)) /
         static_cast<std::int64_t>(kMaxSpecGpu);

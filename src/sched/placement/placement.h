@@ -37,7 +37,19 @@ struct NodeView {
   Bytes memory_free = 0;           // host memory
   Bytes memory_total = 0;
   std::span<const GpuView> gpus;
+  // Which kinds of GPU work run on the node, when the caller tracks its pods: bit 0 = a GPU
+  // share, bit k (1..31) = a k-GPU whole-device request (31 also stands for more). Read only
+  // when gpu_pod_kinds_known; otherwise policies that need it infer it from the GPU states.
+  std::uint32_t gpu_pod_kinds = 0;
+  bool gpu_pod_kinds_known = false;
 };
+
+// The gpu_pod_kinds bit of a request (0 for CPU-only work).
+inline std::uint32_t GpuPodKindBit(int num_gpus, MilliGpu milli_per_gpu) {
+  if (num_gpus <= 0) return 0;
+  if (num_gpus == 1 && milli_per_gpu < kOneGpu) return 1u;
+  return 1u << (num_gpus < 31 ? num_gpus : 31);
+}
 
 // A request in placement terms. A fractional share is num_gpus = 1, milli_per_gpu < 1000;
 // whole devices are milli_per_gpu = 1000; CPU-only work is num_gpus = 0.
