@@ -182,10 +182,28 @@ class Scheduler::Impl {
     return ReasonFor(it->second, scan);
   }
 
+  // The same answers as PendingReason() for every pending job, counted by shape: O(live shapes
+  // + pending jobs of capped queues), not O(pending), since the simulator asks at every instant.
   std::array<std::int64_t, kWaitReasonKinds> PendingReasonCounts() const {
     std::array<std::int64_t, kWaitReasonKinds> n{};
     ReasonScan scan;
-    for (const auto& [k, r] : pending_) ++n[ReasonFor(*r, scan).index()];
+    for (int shape : live_shapes_) {
+      const auto& jobs = shape_queue_[shape];
+      const Resolved& head = *jobs.begin()->second;
+      const QueueConfig& q = *head.queue;
+      if (q.user_max_milli > 0 || q.user_max_jobs > 0) {  // the cap depends on each job's user
+        for (const auto& [k, r] : jobs) ++n[ReasonFor(*r, scan).index()];
+        continue;
+      }
+      std::int64_t same = static_cast<std::int64_t>(jobs.size());
+      const WaitReason shaped = ShapeReason(head, scan);  // each live shape is visited once
+      if (reservation_ && resolved_.at(reservation_->job).shape == shape &&
+          !std::holds_alternative<NeverFits>(shaped)) {
+        ++n[WaitReason(WaitingForReservation{}).index()];
+        --same;
+      }
+      n[shaped.index()] += same;
+    }
     return n;
   }
 
@@ -193,14 +211,18 @@ class Scheduler::Impl {
   // What one query learns once and reuses for every job it explains.
   struct ReasonScan {
     std::optional<const DeviceView*> changing;  // the device draining / reconfiguring (or null)
-    std::optional<bool> any_mig_mode;
     std::unordered_map<int, WaitReason> by_shape;  // the part that depends only on the shape
   };
 
-  WaitReason ReasonFor(const Resolved& r, ReasonScan& scan) const {
+  const WaitReason& ShapeReasonOf(const Resolved& r, ReasonScan& scan) const {
     auto it = scan.by_shape.find(r.shape);
     if (it == scan.by_shape.end()) it = scan.by_shape.emplace(r.shape, ShapeReason(r, scan)).first;
-    if (std::holds_alternative<NeverFits>(it->second)) return it->second;
+    return it->second;
+  }
+
+  WaitReason ReasonFor(const Resolved& r, ReasonScan& scan) const {
+    const WaitReason& shaped = ShapeReasonOf(r, scan);
+    if (std::holds_alternative<NeverFits>(shaped)) return shaped;
     if (auto cap = CapReason(r)) return *cap;
     if (reservation_ && reservation_->job == r.job) {
       WaitingForReservation w{reservation_->node, reservation_->devices, 0};
@@ -210,7 +232,7 @@ class Scheduler::Impl {
       }
       return w;
     }
-    return it->second;
+    return shaped;
   }
 
   // The same test as CapBlocks(), with its figures.
@@ -258,7 +280,7 @@ class Scheduler::Impl {
 
   WaitReason ShapeReason(const Resolved& r, ReasonScan& scan) const {
     if (Status st = Feasible(r); !st.ok()) return NeverFits{std::string(st.message())};
-    if (auto why = NeverFitsWhy(r, scan)) return NeverFits{*why};
+    if (auto why = NeverFitsWhy(r)) return NeverFits{*why};
     if (reservation_ && r.kind != SliceKind::kMig) {
       std::vector<const DeviceView*> kept;
       for (DeviceIndex di : reservation_->devices) kept.push_back(&devices_.at({reservation_->node, di}));
@@ -278,7 +300,7 @@ class Scheduler::Impl {
   // MIG requests; a MIG request is placed on an instance of exactly its smallest fitting
   // profile, which only a layout change (mig.enabled, on a device that has not refused one)
   // can create where none exists.
-  std::optional<std::string> NeverFitsWhy(const Resolved& r, ReasonScan& scan) const {
+  std::optional<std::string> NeverFitsWhy(const Resolved& r) const {
     const std::string what = r.model.empty() ? "" : r.model + " ";
     if (r.kind == SliceKind::kMig) {
       for (const auto& [ref, d] : devices_) {
@@ -297,13 +319,7 @@ class Scheduler::Impl {
       return fmt::format("every MIG-capable {}GPU that could hold an instance with {} refused a MIG "
                          "reconfiguration or lacks that instance", what, FormatBytes(r.mig_need));
     }
-    auto cap = capacity_.find(std::string());
-    if (cap == capacity_.end() || cap->second.mig_capable == 0) return std::nullopt;  // no MIG mode anywhere
-    if (!scan.any_mig_mode) {
-      scan.any_mig_mode = std::any_of(devices_.begin(), devices_.end(),
-                                      [](const auto& kv) { return kv.second.mode == DeviceMode::kMig; });
-    }
-    if (!*scan.any_mig_mode) return std::nullopt;
+    if (mig_mode_devices_ == 0) return std::nullopt;
     if (r.kind == SliceKind::kWhole) {
       int best = 0;
       for (const auto& [node, indices] : nodes_) {
@@ -387,6 +403,7 @@ class Scheduler::Impl {
   }
 
   void SetMode(DeviceView& d, DeviceMode mode) {
+    mig_mode_devices_ += (mode == DeviceMode::kMig) - (d.mode == DeviceMode::kMig);
     if (d.mode != mode && !d.slices.empty() && violation_.empty()) {
       violation_ = fmt::format("device {}/{} changed mode {} -> {} with {} slices", d.ref.node.value(),
                                d.ref.index.value(), DeviceModeName(d.mode), DeviceModeName(mode),
@@ -429,6 +446,7 @@ class Scheduler::Impl {
     d.mig_capable = e.mig_capable && model && model->supports_mig();
     d.mode = e.mig_enabled && d.mig_capable ? DeviceMode::kMig : DeviceMode::kFree;
     if (d.mode == DeviceMode::kMig) d.layout = e.mig_layout;
+    mig_mode_devices_ += d.mode == DeviceMode::kMig;
     nodes_[e.device.node].insert(e.device.index);
     auto [it, _] = devices_.emplace(e.device, std::move(d));
     index_.Add(it->second, Facts(it->second));
@@ -451,6 +469,7 @@ class Scheduler::Impl {
     index_.Remove(d, Facts(d));
     if (d.draining || d.reconfiguring) --mig_in_flight_;
     CountCapacity(d, -1);
+    mig_mode_devices_ -= d.mode == DeviceMode::kMig;
     mig_in_use_.erase(&d);
     nodes_[e.device.node].erase(e.device.index);
     if (nodes_[e.device.node].empty()) nodes_.erase(e.device.node);
@@ -1439,6 +1458,7 @@ class Scheduler::Impl {
   std::unordered_map<SliceId, Micros> timer_of_;   // the key of each slice in timers_
   std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
   int mig_in_flight_ = 0;  // devices draining or reconfiguring
+  int mig_mode_devices_ = 0;  // devices in MIG mode (they never leave it); see NeverFitsWhy()
   std::string violation_;
   CapacityIndex index_;
 
@@ -1516,6 +1536,10 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (in_flight != mig_in_flight_)
     return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_in_flight_));
   if (in_flight > 1) return Internal(fmt::format("{} devices changing MIG layout at once", in_flight));
+  const auto mig_mode = std::count_if(devices_.begin(), devices_.end(),
+                                      [](const auto& kv) { return kv.second.mode == DeviceMode::kMig; });
+  if (mig_mode != mig_mode_devices_)
+    return Internal(fmt::format("{} devices in MIG mode, counted {}", mig_mode, mig_mode_devices_));
   std::size_t reserved = 0;
   for (const auto& [ref, d] : devices_) {
     if (!d.reserved_for.valid()) continue;
