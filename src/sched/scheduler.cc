@@ -191,14 +191,24 @@ class Scheduler::Impl {
       const auto& jobs = shape_queue_[shape];
       const Resolved& head = *jobs.begin()->second;
       const QueueConfig& q = *head.queue;
-      if (q.user_max_milli > 0 || q.user_max_jobs > 0) {  // the cap depends on each job's user
-        for (const auto& [k, r] : jobs) ++n[ReasonFor(*r, scan).index()];
+      const bool holder_here = reservation_ && resolved_.at(reservation_->job).shape == shape;
+      if (q.user_max_milli > 0 || q.user_max_jobs > 0) {
+        // Within a shape the cap depends only on the user: one answer per user.
+        std::unordered_map<std::string_view, std::size_t> by_user;
+        for (const auto& [k, r] : jobs) {
+          if (holder_here && r->job == reservation_->job) {
+            ++n[ReasonFor(*r, scan).index()];
+            continue;
+          }
+          auto [it, fresh] = by_user.try_emplace(r->user, 0);
+          if (fresh) it->second = ReasonFor(*r, scan).index();
+          ++n[it->second];
+        }
         continue;
       }
       std::int64_t same = static_cast<std::int64_t>(jobs.size());
       const WaitReason shaped = ShapeReason(head, scan);  // each live shape is visited once
-      if (reservation_ && resolved_.at(reservation_->job).shape == shape &&
-          !std::holds_alternative<NeverFits>(shaped)) {
+      if (holder_here && !std::holds_alternative<NeverFits>(shaped)) {
         ++n[WaitReason(WaitingForReservation{}).index()];
         --same;
       }
