@@ -3,6 +3,7 @@
 // after every event).
 #include <array>
 #include <functional>
+#include <ostream>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -63,6 +64,8 @@ struct ReasonCase {
   std::function<void(SchedHarness&)> fix;      // removes the cause
   std::string after;                           // the job's reason (or state) then
 };
+
+void PrintTo(const ReasonCase& c, std::ostream* os) { *os << c.name; }
 
 class PendingReasonTest : public ::testing::TestWithParam<ReasonCase> {};
 
