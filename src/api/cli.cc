@@ -235,6 +235,13 @@ Status Submit(const ClientFlags& c, const SubmitFlags& s) {
   return Status::Ok();
 }
 
+// "pending in QUEUE: why" for a pending job whose reason the daemon gave; "" otherwise.
+static std::string PendingText(const json& j) {
+  auto it = j.find("pending_reason");
+  if (it == j.end() || !it->is_object() || !it->contains("text") || !(*it)["text"].is_string()) return "";
+  return (*it)["text"].get<std::string>();  // printed through Line(), which makes it safe
+}
+
 Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::string& state) {
   GPUSLICE_ASSIGN_OR_RETURN(auto client, Connect(c));
   std::string target = "/v1/jobs?state=" + UrlEncode(state.empty() ? (all ? "" : "active") : state);
@@ -269,6 +276,8 @@ Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::st
       warnings.push_back(fmt::format("  job {}: rejected: {}", j["id"].get<std::uint64_t>(),
                                      j.value("reason", "")));
     }
+    if (const std::string why = PendingText(j); !why.empty())
+      warnings.push_back(fmt::format("  job {}: {}", j["id"].get<std::uint64_t>(), why));
   }
   PrintTable({"ID", "USER", "QUEUE", "STATE", "ASKED", "SLICE", "TIME", "COMMAND"}, rows);
   for (const auto& w : warnings) Line(w);
@@ -292,6 +301,7 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   kv("user", fmt::format("{} (uid {})", Str(j, "user"), j["uid"].get<std::int64_t>()));
   kv("queue", Str(j, "queue"));
   kv("state", Str(j, "state") + (Str(j, "reason").empty() ? "" : " (" + Str(j, "reason") + ")"));
+  if (const std::string why = PendingText(j); !why.empty()) kv("waiting", why);
   kv("asked", Resources(j) + (j["memory"].get<std::int64_t>() > 0 ? ", mem " + FormatBytes(j["memory"].get<std::int64_t>()) : "") +
                   (j["time_limit_us"].get<std::int64_t>() > 0 ? ", time " + FormatDuration(j["time_limit_us"].get<std::int64_t>()) : ""));
   kv("command", Joined(j.value("argv", json::array()), " "));

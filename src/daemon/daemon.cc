@@ -927,6 +927,57 @@ class Daemon::Impl {
       o["activity"] = agent::ActivityLabel(u->second.verdict.activity);
       o["activity_basis"] = u->second.verdict.basis;
     }
+    o["pending_reason"] = nullptr;
+    if (j.state == JobState::kPending) {
+      if (auto w = sched_->PendingReason(j.id)) o["pending_reason"] = WaitReasonJson(*w, j.queue);
+    }
+    return o;
+  }
+
+  // A pending job's reason for the API: its kind, one line for people and the figures behind it
+  // (docs/api.md, "Why a job waits").
+  static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue) {
+    // Names in it (user, queue, model) may hold any bytes; the JSON text must stay valid.
+    const std::string message = EscapeInvalidUtf8(sched::FormatWaitReason(w));
+    Json o{{"kind", std::string(sched::WaitReasonKind(w))},
+           {"message", message},
+           {"text", EscapeInvalidUtf8(fmt::format("pending in {}: {}", queue, message))}};
+    auto devices = [](NodeId node, const std::vector<DeviceIndex>& ds) {
+      Json arr = Json::array();
+      for (DeviceIndex d : ds) arr.push_back(d.value());
+      return Json{{"node", node.value()}, {"devices", arr}};
+    };
+    std::visit(Overloaded{
+                   [&](const sched::NoDeviceFits& r) {
+                     o["slice_kind"] = std::string(sched::SliceKindName(r.kind));
+                     o["model"] = EscapeInvalidUtf8(r.model);
+                     o["gpus"] = r.gpus;
+                     o["milli"] = r.milli;
+                     o["memory"] = r.memory;
+                   },
+                   [&](const sched::UserCap& r) {
+                     o["queue"] = EscapeInvalidUtf8(r.queue);
+                     o["user"] = EscapeInvalidUtf8(r.user);
+                     o["limit"] = r.limit == sched::UserCap::Limit::kJobs ? "jobs" : "milli";
+                     o["max"] = r.max;
+                     o["held"] = r.held;
+                     o["asked"] = r.asked;
+                   },
+                   [&](const sched::ReservedForOther& r) {
+                     o["for_job"] = r.job.value();
+                     o["kept"] = devices(r.node, r.devices);
+                   },
+                   [&](const sched::WaitingForReservation& r) {
+                     o["kept"] = devices(r.node, r.devices);
+                     o["busy"] = r.busy;
+                   },
+                   [&](const sched::DrainingForMig& r) {
+                     o["device"] = Json{{"node", r.device.node.value()}, {"index", r.device.index.value()}};
+                     o["reconfiguring"] = r.reconfiguring;
+                   },
+                   [&](const sched::NeverFits& r) { o["why"] = EscapeInvalidUtf8(r.why); },
+               },
+               w);
     return o;
   }
 

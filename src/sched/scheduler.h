@@ -5,6 +5,7 @@
 // Same config + seed + events => same decisions, bit for bit.
 // Not thread-safe: one owner calls Handle(); the views are for that owner (API, metrics).
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "sched/config.h"
 #include "sched/decisions.h"
 #include "sched/events.h"
+#include "sched/pending_reason.h"
 #include "sched/types.h"
 
 namespace gpuslice::sched {
@@ -139,6 +141,14 @@ class Scheduler {
   // mode, MIG instances legal and non-overlapping, empty devices only change mode, indexes
   // consistent with the records. Tests call it after every event.
   Status CheckInvariants() const;
+
+  // Why a pending job waits (nullopt: not a pending job), from the state after the last
+  // Handle(): never fits on this host, user cap, devices kept for it or for another job, a
+  // device changing MIG layout, or no room now (pending_reason.h). Asking is free of side
+  // effects (no random draw, no counter), so it never changes a decision.
+  std::optional<WaitReason> PendingReason(JobId job) const;
+  // Pending jobs per reason kind (WaitReason's index), for wait-time accounting: O(pending).
+  std::array<std::int64_t, kWaitReasonKinds> PendingReasonCounts() const;
 
  private:
   class Impl;

@@ -171,7 +171,7 @@ class Replay {
     const Micros start = jobs_.front().submit;
     for (const ReplayJob& j : jobs_) horizon_ = std::max(horizon_, j.submit + j.duration);
     step_ = std::max<Micros>(1, (horizon_ - start) / std::max(1, options_.samples));
-    next_sample_ = last_time_ = start;
+    next_sample_ = last_time_ = reason_time_ = start;
     capacity_ = static_cast<double>(cluster_.capacity_milli());
     AnnounceDevices(start);
 
@@ -221,6 +221,19 @@ class Replay {
     bool started = false;           // at least once
   };
 
+  // The pending jobs' reasons hold from the last event to `now` (asked once per instant; the
+  // question has no side effect on the Scheduler, so decisions are the same without it).
+  void CountWaits(Micros now) {
+    if (now <= reason_time_) return;
+    if (reasons_dirty_) {
+      reason_counts_ = sched_.PendingReasonCounts();
+      reasons_dirty_ = false;
+    }
+    for (std::size_t k = 0; k < reason_counts_.size(); ++k)
+      r_.wait_by_reason[k] += reason_counts_[k] * (now - reason_time_);
+    reason_time_ = now;
+  }
+
   void Push(Micros t, Kind k, std::uint32_t job, SliceId slice) {
     events_.push(Ev{t, k, seq_++, job, slice});
   }
@@ -242,6 +255,7 @@ class Replay {
 
   void Feed(const sched::Event& e, Micros now) {
     std::vector<sched::Decision> out = sched_.Handle(e);
+    reasons_dirty_ = true;
     ++r_.events;
     r_.decisions += out.size();
     if (options_.check_invariants && r_.invariant_error.empty()) {
@@ -406,8 +420,9 @@ class Replay {
     }
   }
 
-  // Time passes up to `now`: the allocation integral and the sampled series.
+  // Time passes up to `now`: the allocation integral, the sampled series and the wait by reason.
   void Advance(Micros now) {
+    CountWaits(now);
     while (next_sample_ <= now && next_sample_ <= horizon_) {
       double frag = 0;
       std::vector<sched::GpuView> gpus;
@@ -458,6 +473,9 @@ class Replay {
   std::int64_t submitted_ = 0, running_ = 0, done_ = 0;
   std::uint64_t finished_events_ = 0;
   Micros horizon_ = 0, step_ = 1, next_sample_ = 0, last_time_ = 0;
+  Micros reason_time_ = 0;  // wait by reason counted up to here
+  std::array<std::int64_t, sched::kWaitReasonKinds> reason_counts_{};
+  bool reasons_dirty_ = false;
   double alloc_integral_ = 0;
   ReplayResult r_;
 };

@@ -23,6 +23,7 @@
 // Deterministic: same jobs, cluster, config and seed give the same result, bit for bit
 // (except `seconds`). Not thread-safe.
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -31,6 +32,7 @@
 
 #include "core/status.h"
 #include "sched/config.h"
+#include "sched/pending_reason.h"
 #include "sched/placement/placement.h"
 #include "sched/types.h"
 #include "sim/cluster.h"
@@ -86,6 +88,10 @@ struct ReplayResult {
   double gpu_hours_used = 0;       // over jobs with known utilisation
   double gpu_hours_held_known = 0; // held by those jobs
   std::vector<ReplaySample> series;
+  // Job-time spent pending, by the Scheduler's reason (index of sched::WaitReason, see
+  // sched::WaitReasonKindName), up to the last event: each interval between events counts for
+  // every job pending in it, under the reason it had after the interval's first event.
+  std::array<Micros, sched::kWaitReasonKinds> wait_by_reason{};
   std::uint64_t events = 0;        // events fed to the Scheduler
   std::uint64_t decisions = 0;     // decisions it returned
   double seconds = 0;

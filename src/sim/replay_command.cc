@@ -146,8 +146,25 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
                          r.mig_slices, r.events, r.decisions);
   }
 
+  // Why jobs waited (job-hours pending, by the Scheduler's reason); only runs where some job waited.
+  auto wait_hours = [](Micros us) { return static_cast<double>(us) / kHour; };
+  for (const ReplayResult& r : results) {
+    std::string parts;
+    for (std::size_t k = 0; k < r.wait_by_reason.size(); ++k) {
+      if (r.wait_by_reason[k] <= 0) continue;
+      parts += fmt::format("{}{} {:.2f}", parts.empty() ? "" : ", ", sched::WaitReasonKindName(k),
+                           wait_hours(r.wait_by_reason[k]));
+    }
+    if (!parts.empty()) out << fmt::format("{}: job-hours waiting by reason: {}\n", r.policy, parts);
+  }
+
   if (!o.out_dir.empty()) {
     const std::filesystem::path dir(o.out_dir);
+    std::string waits = "policy,reason,job_hours_waiting\n";
+    for (const ReplayResult& r : results)
+      for (std::size_t k = 0; k < r.wait_by_reason.size(); ++k)
+        waits += fmt::format("{},{},{:.4f}\n", r.policy, sched::WaitReasonKindName(k), wait_hours(r.wait_by_reason[k]));
+    GPUSLICE_RETURN_IF_ERROR(WriteFile((dir / "replay_wait_reasons.csv").string(), waits));
     std::string summary =
         "policy,jobs,started,rejected,waiting_at_end,finished,reclaimed_idle,time_limited,preempted,warnings,"
         "mig_reconfigurations,mig_slices,cpu_only,delay_p50_s,delay_p95_s,delay_p99_s,delay_mean_s,mean_alloc_pct,"
@@ -189,7 +206,7 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
                      "jobs started within (%)", true},
                     cdf_plot)));
     out << fmt::format("wrote {}/{{replay_summary.csv, replay_series.csv, replay_delay_cdf.csv, replay_alloc.svg, "
-                       "replay_delay_cdf.svg}}\n",
+                       "replay_delay_cdf.svg, replay_wait_reasons.csv}}\n",
                        dir.string());
   }
   return results;

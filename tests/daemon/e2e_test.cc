@@ -5,6 +5,7 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/daemon/harness.h"
@@ -330,6 +331,34 @@ TEST(DaemonE2E, LogsFollowStreamsUntilTheJobEnds) {
   ASSERT_NE(second, std::string::npos) << out;
   EXPECT_LT(first, second);
   EXPECT_EQ(h.Job(id)["job"]["state"], "succeeded");
+}
+
+TEST(DaemonE2E, ShowAndPsSayWhyAPendingJobWaits) {
+  DaemonHarness h("reason", kConfig);
+  h.Start();
+  auto all = h.Submit({"sleep", "30"}, {{"queue", "training"}, {"gpus", 8}});
+  h.WaitJob(all, Running);
+  auto waits = h.Submit({"sleep", "30"}, {{"queue", "training"}, {"gpus", 1}});
+  json j = h.Job(waits)["job"];
+  ASSERT_EQ(j["state"], "pending") << j.dump();
+  ASSERT_TRUE(j["pending_reason"].is_object()) << j.dump();
+  EXPECT_EQ(j["pending_reason"]["kind"], "no-device-fits");
+  EXPECT_EQ(j["pending_reason"]["gpus"], 1);
+  EXPECT_EQ(j["pending_reason"]["text"], "pending in training: no host with 1 free GPU");
+
+  std::string out;
+  EXPECT_EQ(h.Cli({"show", std::to_string(waits)}, &out), 0) << out;
+  EXPECT_NE(out.find("waiting:      pending in training: no host with 1 free GPU\n"), std::string::npos) << out;
+  EXPECT_EQ(h.Cli({"ps"}, &out), 0) << out;
+  EXPECT_NE(out.find(fmt::format("job {}: pending in training: no host with 1 free GPU", waits)),
+            std::string::npos) << out;
+
+  // The cause goes away: the job runs and has no reason any more.
+  EXPECT_EQ(h.Cli({"cancel", std::to_string(all)}, &out), 0) << out;
+  j = h.WaitJob(waits, Running)["job"];
+  EXPECT_TRUE(j["pending_reason"].is_null()) << j.dump();
+  EXPECT_EQ(h.Cli({"show", std::to_string(waits)}, &out), 0) << out;
+  EXPECT_EQ(out.find("waiting:"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The online replay goes through sched::Scheduler: a queue's per-user cap, idle reclaim, time
 // limits and MIG placement from a real scheduler config shape what happens in simulated time.
 // Every replay here also checks the Scheduler's invariants after every event.
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -284,6 +285,40 @@ TEST(ReplayThroughScheduler, CommandUsesTheConfigFile) {
   auto bad = RunReplayCommand(o, out, err);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("jobs.csv:2: column 'queue': value 'interactive'"));
+}
+
+TEST(ReplayThroughScheduler, WaitTimeIsCountedByTheReasonJobsWaited) {
+  // alice may run one job at a time: her 2nd and 3rd jobs wait 10 s and 20 s for her cap. On one
+  // GPU, a second whole-GPU job waits 10 s for room.
+  const std::string toml = R"(
+default_queue = "dev"
+[queues.dev]
+kinds = ["shared", "whole"]
+default_kind = "shared"
+user_max_jobs = 1
+)";
+  auto index = [](std::string_view name) {
+    for (std::size_t k = 0; k < sched::kWaitReasonKinds; ++k)
+      if (sched::WaitReasonKindName(k) == name) return k;
+    ADD_FAILURE() << name;
+    return std::size_t{0};
+  };
+  std::vector<ReplayJob> capped = {Job("dev", "alice", 0, 10, 250), Job("dev", "alice", 0, 10, 250),
+                                   Job("dev", "alice", 0, 10, 250), Job("dev", "bob", 0, 10, 250)};
+  ReplayResult r = Replay(kEightGpus, capped, Toml(toml));
+  std::array<Micros, sched::kWaitReasonKinds> want{};
+  want[index("user-cap")] = 30 * kSecond;
+  EXPECT_EQ(r.wait_by_reason, want);
+
+  const Cluster one = Cluster::Uniform(1, 1, "H100-80GB", 128000, 1024 * kGiB);
+  std::vector<ReplayJob> full = {Job("default", "a", 0, 10, 1000), Job("default", "b", 5, 10, 1000)};
+  auto config = ReplayConfig("best-fit", full);
+  ASSERT_TRUE(config.ok());
+  r = Replay(one, full, *config);
+  want = {};
+  want[index("no-device-fits")] = 5 * kSecond;  // b, from its arrival at 5 s to 10 s
+  EXPECT_EQ(r.wait_by_reason, want);
+  EXPECT_EQ(r.delays, (std::vector<Micros>{0, 5 * kSecond}));
 }
 
 }  // namespace

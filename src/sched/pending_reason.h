@@ -1,0 +1,81 @@
+#pragma once
+// Why a pending job waits, as a value (Scheduler::PendingReason). Each alternative carries the
+// figures that explain it, so the API can show them as fields and the simulator can count wait
+// time by kind. "Could never fit on this host" (NeverFits) is kept apart from "does not fit
+// now" (every other alternative): the first needs a change of hardware or configuration, the
+// others go away by themselves as jobs end. Plain values; thread-compatible.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/catalogue.h"
+#include "core/ids.h"
+#include "core/units.h"
+#include "sched/types.h"
+
+namespace gpuslice::sched {
+
+// No device (whole: no host with enough free devices) has room for the request now.
+struct NoDeviceFits {
+  SliceKind kind = SliceKind::kShared;
+  std::string model;     // asked model; empty: any
+  int gpus = 1;          // whole: devices on one host
+  MilliGpu milli = 0;    // per device (whole: 1000)
+  Bytes memory = 0;      // per device: the cap (shared, mps; 0: a share of the device) or the
+                         // instance size (mig); 0 for whole
+};
+
+// The user's cap in this queue (user_max_jobs or user_max_milli) is reached.
+struct UserCap {
+  enum class Limit { kJobs, kMilli };
+  std::string queue;
+  std::string user;
+  Limit limit = Limit::kJobs;
+  std::int64_t max = 0;    // the cap: jobs, or milli-GPU
+  std::int64_t held = 0;   // what the user's running jobs in the queue hold now
+  std::int64_t asked = 0;  // what this job would add (1 job, or its share)
+};
+
+// It would fit now, but on devices kept empty for another waiting whole-GPU job.
+struct ReservedForOther {
+  JobId job;                         // the job the devices are kept for
+  NodeId node;
+  std::vector<DeviceIndex> devices;  // the kept devices
+};
+
+// Devices are kept for this job (its queue's reserve_after); it starts once they are all empty.
+struct WaitingForReservation {
+  NodeId node;
+  std::vector<DeviceIndex> devices;
+  int busy = 0;                      // of them, how many still hold slices
+};
+
+// A device is draining or being reconfigured for a MIG layout: it would fit there (or, for a
+// MIG request, new instances come from that change; one device changes at a time).
+struct DrainingForMig {
+  DeviceRef device;
+  bool reconfiguring = false;        // false: still draining (slices running on it)
+};
+
+// Could never fit on this host as it is (a device or configuration change is needed).
+struct NeverFits {
+  std::string why;
+};
+
+using WaitReason = std::variant<NoDeviceFits, UserCap, ReservedForOther, WaitingForReservation,
+                                DrainingForMig, NeverFits>;
+
+// Stable machine names, in the order of the variant: "no-device-fits", "user-cap",
+// "reserved-for-other", "waiting-for-reservation", "draining-for-mig", "never-fits".
+inline constexpr std::size_t kWaitReasonKinds = std::variant_size_v<WaitReason>;
+std::string_view WaitReasonKindName(std::size_t kind_index);
+std::string_view WaitReasonKind(const WaitReason& r);
+
+// One line for people: "no GPU with 250m and 20 GiB free", "user cap reached: alice runs 2 of
+// 2 jobs in queue 'interactive'", "could never fit on this host: ...".
+std::string FormatWaitReason(const WaitReason& r);
+
+}  // namespace gpuslice::sched
