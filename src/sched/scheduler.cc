@@ -724,7 +724,7 @@ class Scheduler::Impl {
         d.clients -= 1;
         if (s.kind != SliceKind::kMig) {
           d.used_milli -= s.milli;
-          d.used_memory -= s.memory;
+          d.used_memory -= ReservedOn(s, d);
         } else {
           MigLayout& used = mig_in_use_[&d];
           used.erase(std::find(used.begin(), used.end(), *s.mig));
@@ -745,6 +745,13 @@ class Scheduler::Impl {
     }
     // A draining device that became empty is reconfigured now.
     for (DeviceView* dv : devs) MaybeFinishDrain(*dv);
+  }
+
+  // The memory a (non-MIG) slice holds on one of its devices. A whole slice holds all of each
+  // device, its own size: booking one figure on every device over-commits the smaller ones
+  // when a multi-device job spans models (an 80GB H100 and a 40GB A100).
+  static Bytes ReservedOn(const SliceView& s, const DeviceView& d) {
+    return s.kind == SliceKind::kWhole ? d.memory : s.memory;
   }
 
   static MilliGpu SliceUsage(const SliceView& s) {
@@ -986,8 +993,11 @@ class Scheduler::Impl {
     d.deadline = s.deadline;
     switch (r.kind) {
       case SliceKind::kWhole:
+        // Each device is reserved in full (ReservedOn); the slice's figure is what the job can
+        // count on on every one of its devices, which may be of different models.
         s.milli = kOneGpu;
         s.memory = first.memory;
+        for (DeviceIndex di : c.devices) s.memory = std::min(s.memory, devices_.at({c.node, di}).memory);
         break;
       case SliceKind::kShared:
       case SliceKind::kMps:
@@ -1020,7 +1030,7 @@ class Scheduler::Impl {
         dv.clients += 1;
         if (r.kind != SliceKind::kMig) {
           dv.used_milli += rec.milli;
-          dv.used_memory += rec.memory;
+          dv.used_memory += ReservedOn(rec, dv);
         } else {
           MigLayout& used = mig_in_use_[&dv];
           used.push_back(*rec.mig);
@@ -1535,7 +1545,7 @@ Status Scheduler::Impl::CheckInvariants() const {
           return Internal(fmt::format("{}: two slices on one MIG instance", where(d)));
       } else {
         milli += s.milli;
-        mem += s.memory;
+        mem += ReservedOn(s, d);
       }
     }
     if (milli != d.used_milli || mem != d.used_memory || static_cast<int>(d.slices.size()) != d.clients)

@@ -53,7 +53,7 @@ struct SliceView {
   std::vector<DeviceIndex> devices;
   std::optional<MigPlacement> mig;
   MilliGpu milli = 0;            // per device
-  Bytes memory = 0;              // per device (reserved)
+  Bytes memory = 0;              // per device (reserved); whole: the smallest of its devices'
   Micros start_time = 0;
   Micros deadline = 0;           // 0: no time limit
   bool limit_warned = false;
