@@ -295,11 +295,20 @@ TEST_F(DaemonTest, JournalCompactionKeepsTheStateAcrossRestarts) {
   std::uint64_t ends;
   {
     auto d = NewDaemon(script);
-    Json busy = Json::object();
-    for (int i = 0; i < 3; ++i) busy[std::to_string(Submit(*d, {{"queue", "interactive"}}))] = {{"sm", 80}};
+    std::vector<std::uint64_t> busy;
+    for (int i = 0; i < 3; ++i) busy.push_back(Submit(*d, {{"queue", "interactive"}}));
     (void)Submit(*d, {{"queue", "interactive"}});  // idle: warned, then reclaimed
     ends = Submit(*d, {{"queue", "training"}, {"gpus", 1}});
-    std::ofstream(script) << Json{{"jobs", busy}}.dump();
+    // The fake launcher's pids are not real processes: the script names the busy jobs' pids.
+    Json procs = Json::array();
+    const Json slices = d->Slices();  // kept alive while iterating
+    for (const auto& sl : slices["slices"]) {
+      const std::uint64_t job = sl["job"].get<std::uint64_t>();
+      if (std::find(busy.begin(), busy.end(), job) == busy.end()) continue;
+      procs.push_back({{"pid", Pid(*d, job)}, {"device", sl["devices"][0].get<int>()}, {"sm", 80}});
+    }
+    ASSERT_EQ(procs.size(), 3u) << d->Slices().dump();
+    std::ofstream(script) << Json{{"processes", procs}}.dump();
     for (int i = 0; i < 1800; ++i) {  // five hours
       now_ += 10 * kSecond;
       if (i == 900) launcher_.Exit(Pid(*d, ends), 0);
@@ -313,10 +322,12 @@ TEST_F(DaemonTest, JournalCompactionKeepsTheStateAcrossRestarts) {
   const std::size_t before = store_->ReadJournal()->size();
   auto view = [](Daemon& d) {
     Json out = *d.ListJobs({});
-    for (const auto& s : d.Slices()["slices"]) {
+    const Json slices = d.Slices();  // kept alive while iterating
+    for (const auto& s : slices["slices"]) {
       out["slices"].push_back({s["id"], s["job"], s["devices"], s["idle_state"], s["milli"]});
     }
-    for (auto dev : d.Devices()["devices"]) {
+    const Json devices = d.Devices();
+    for (auto dev : devices["devices"]) {
       dev.erase("util_percent");
       dev.erase("memory_used");
       out["devices"].push_back(dev);

@@ -116,6 +116,8 @@ grace = "1m"
 [queues.inference]
 )toml";
 
+constexpr const char* kToken = "s3cret-scrape-token-0123456789";
+
 TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
   if (!fs::exists("/usr/bin/prometheus") || std::system("command -v promtool > /dev/null 2>&1") != 0) {
     GTEST_SKIP() << "Debian's prometheus package is not installed (scripts/install-deps installs it)";
@@ -123,10 +125,14 @@ TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
   const int serve_port = FreePort(), agent_port = FreePort(), prom_port = FreePort();
   DaemonHarness h("prom", kConfig,
                   {"--simulate-script", DaemonHarness::kScript, "--tcp", "127.0.0.1:" + std::to_string(serve_port), "--token-file",
-                   (fs::temp_directory_path() / ("gse2e_prom_" + std::to_string(getpid())) / "token").string()});
+                   (fs::temp_directory_path() / ("gse2e_prom_" + std::to_string(getpid())) / "tokens").string()});
   const std::string dir = h.dir();
   {
-    std::ofstream(dir + "/token") << "s3cret-token\n";
+    // The daemon's token file names the identity (docs/api.md "Identity"): Prometheus scrapes
+    // with a read-only token. Prometheus' credentials_file holds the bare token.
+    std::ofstream(dir + "/tokens") << "prometheus read-only " << kToken << "\n";
+    ::chmod((dir + "/tokens").c_str(), 0600);
+    std::ofstream(dir + "/token") << kToken << "\n";
     ::chmod((dir + "/token").c_str(), 0600);
   }
   h.WriteScript({{"jobs", {{"1", {{"sm", 80}, {"memory", "2GiB"}}}}}});
@@ -192,7 +198,7 @@ TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
 
   // Both exporters' text passes promtool's checks (names, types, base units).
   httplib::Client serve("127.0.0.1", serve_port);
-  auto sm = serve.Get("/metrics", httplib::Headers{{"Authorization", "Bearer s3cret-token"}});
+  auto sm = serve.Get("/metrics", httplib::Headers{{"Authorization", std::string("Bearer ") + kToken}});
   ASSERT_TRUE(sm && sm->status == 200);
   httplib::Client ag("127.0.0.1", agent_port);
   auto am = ag.Get("/metrics");
