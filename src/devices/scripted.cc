@@ -1,5 +1,7 @@
 #include "devices/scripted.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -189,8 +191,27 @@ std::optional<ScriptedBackend::Found> ScriptedBackend::FindJob(const std::string
     if (!env) continue;
     if (auto j = JobOf(*env); j && *j == job) envs.emplace(std::stoi(name), std::move(*env));
   }
+  // Several simulated daemons on one host (tests run in parallel) each have a job 1: prefer
+  // the job whose processes descend from this process (the daemon that owns this backend);
+  // for jobs that are not ours to start (Slurm's), the first top process.
+  auto descends_from_us = [&](int pid) {
+    for (int i = 0; i < 64 && pid > 1; ++i) {
+      pid = ParentOf(proc_root_, pid);
+      if (pid == getpid()) return true;
+    }
+    return false;
+  };
+  std::optional<int> chosen;
   for (const auto& [pid, env] : envs) {
     if (envs.contains(ParentOf(proc_root_, pid))) continue;  // not the top one
+    if (descends_from_us(pid)) {
+      chosen = pid;
+      break;
+    }
+    if (!chosen) chosen = pid;
+  }
+  for (const auto& [pid, env] : envs) {
+    if (!chosen || pid != *chosen) continue;
     Found f;
     f.pid = pid;
     if (auto v = EnvValue(env, "CUDA_VISIBLE_DEVICES")) {
