@@ -276,8 +276,15 @@ class ProcessLauncher final : public Launcher {
     posix_spawnattr_init(&attr);
     for (int fd : {0, 1, 2}) posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, sv[0], 3);  // also clears close-on-exec when sv[0] == 3
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    // Every signal blocked, every disposition default, from the stub's first instruction: a
+    // stop or cancel sent to the group right after the go-ahead (before the stub's own
+    // sigprocmask) stays pending for the job instead of killing the stub unrecorded.
+    sigset_t all;
+    sigfillset(&all);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setsigmask(&attr, &all);
+    posix_spawnattr_setsigdefault(&attr, &all);
     std::string name = "gpuslice-exec", tag = "waiting-for-a-job";  // what `ps` shows
     char* argv[] = {name.data(), tag.data(), nullptr};
     char* envp[] = {nullptr};
