@@ -1628,7 +1628,12 @@ class Daemon::Impl {
                                          store::JobStateName(p.final_state), p.final_reason));
       return;
     }
-    if (!j.exit_code && !j.exit_signal) {
+    if (p.leader_exit->never_started) {
+      // Counted as started (the pid commit) but the go-ahead never came: nothing ran.
+      j.state = JobState::kFailed;
+      j.reason = "never started: the daemon stopped between recording the start and the "
+                 "go-ahead, so nothing ran; resubmit it";
+    } else if (!j.exit_code && !j.exit_signal) {
       j.state = JobState::kLost;
       j.reason = fmt::format(
           "exit status unknown: its exec stub (pid {}) ended without recording it{}", j.pid,

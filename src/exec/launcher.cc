@@ -359,6 +359,7 @@ ExitInfo ReadStatusFile(const std::string& path, int pid) {
   if (!(in >> key >> value) || value < 0 || value > 255) return info;
   if (key == "exit") info.exit_code = static_cast<int>(value);
   if (key == "signal" && value > 0) info.signal = static_cast<int>(value);
+  if (key == "never-started") info.never_started = true;
   return info;
 }
 

@@ -65,6 +65,7 @@ struct ProcessHandle {
 struct ExitInfo {
   std::optional<int> exit_code;    // normal exit
   std::optional<int> signal;       // killed by a signal
+  bool never_started = false;      // the stub got no go-ahead: the job never ran
   bool group_gone = true;          // false: the leader exited but other group members live
 };
 

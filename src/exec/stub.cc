@@ -212,6 +212,12 @@ int main(int argc, char** argv_of_stub) {
   // The go-ahead is the last byte; anything else (EOF early, a torn message, no log) runs
   // nothing.
   if (!ReadAll(kGoFd, &m, &log_fd) || log_fd < 0 || m.size == 0 || m.data[m.size - 1] != 'G') {
+    // The daemon may have been killed between committing the start and the go-ahead: the job
+    // is counted as started but never ran. Say so where the daemon looks for the result (if
+    // the message got as far as naming that place), so it is not taken for an unknown end.
+    char* magic = m.Next();
+    char* status_path = magic != nullptr && strcmp(magic, "GSX2") == 0 ? m.Next() : nullptr;
+    if (status_path != nullptr && status_path[0] == '/') Record(status_path, "never-started 0");
     _exit(kNoGoAhead);
   }
   m.data[m.size - 1] = '\0';

@@ -338,7 +338,7 @@ class KinetoSax {
           std::int64_t v = 0;
           bool ok = !num.empty() && num.size() <= 18;  // more digits could overflow
           for (char c : num) {
-            if (c < '0' || c > '9') { ok = false; break; }
+            if (!ok || c < '0' || c > '9') { ok = false; break; }
             v = v * 10 + (c - '0');
           }
           if (ok) s.number = v;

@@ -322,10 +322,18 @@ TEST(ExecStub, TornMessageNoLogOrNoGoAheadRunsNothing) {
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
-  EXPECT_EQ(run(full, true), 126) << "no go-ahead";
-  EXPECT_EQ(run(full + "G", false), 126) << "no log";
+  // No go-ahead (the daemon was killed after counting the job as started) or no log: nothing
+  // runs, and where the message named the status file the stub says so, so the daemon records
+  // "never started" rather than an unknown end.
+  for (const auto& [msg, log_attached, what] : {std::tuple{full, true, "no go-ahead"},
+                                                std::tuple{full + "G", false, "no log"}}) {
+    EXPECT_EQ(run(msg, log_attached), 126) << what;
+    EXPECT_EQ(Slurp(status), "pid " + std::to_string(ReadStatusPid(status)) + "\nnever-started 0\n") << what;
+    EXPECT_TRUE(ReadStatusFile(status, ReadStatusPid(status)).never_started) << what;
+    fs::remove(status);
+  }
   EXPECT_EQ(run(message("GSX1", "-") + "G", true), 126) << "unknown format";
-  EXPECT_FALSE(fs::exists(status)) << "nothing was started, so nothing is recorded";
+  EXPECT_FALSE(fs::exists(status)) << "an unknown message names no status file to trust";
   EXPECT_EQ(run(full.substr(0, full.size() / 2) + "G", true), 126) << "torn message";
   EXPECT_EQ(Slurp(status), "pid " + std::to_string(ReadStatusPid(status)) + "\nexit 126\n")
       << "after the go-ahead the daemon counts the job as started: its failure is recorded";
