@@ -1145,8 +1145,9 @@ class Daemon::Impl {
     std::vector<std::pair<sched::DeviceRef, std::string>> gone;
     for (const auto& [ref, d] : sched_->devices()) {
       if (ref.node != opt_.node) continue;
+      const DeviceIndex index = ref.index;  // a lambda may not capture a structured binding (clang 14)
       auto it = std::find_if(devs.begin(), devs.end(), [&](const devices::DeviceInfo& x) {
-        return x.index == ref.index;
+        return x.index == index;
       });
       std::string why;
       if (it == devs.end()) {
