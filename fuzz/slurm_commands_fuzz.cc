@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "devices/fake.h"
+#include "devices/scripted.h"
 #include "fuzz/fuzz_util.h"
 #include "slurm/agent.h"
 #include "slurm/client.h"
@@ -48,11 +49,13 @@ void AgentRound(const slurm::SlurmContext& ctx, std::string_view script, std::st
   o.slurm = ctx;
   o.hostname = "node1";
   o.proc_root = ScratchDir() + "/proc";
-  o.simulate_script = WriteScratch("simulate.txt", script);
   o.log = [](const std::string&) {};
   auto fake = devices::FakeBackend::Create("2xH100-80GB", [] { return Micros{1'800'000'000} * kSecond; });
   if (!fake.ok()) Fail(fake.status().ToString());
-  slurm::SlurmAgent agent(**fake, fake->get(), o);
+  // The scripted activity, as `agent --slurm --simulate-script` has it: a wrapper at the interface.
+  devices::ScriptedBackend backend(std::move(fake).value(), WriteScratch("simulate.json", script), o.proc_root);
+  (void)backend.Load();  // a malformed script is an error the agent logs; the round goes on
+  slurm::SlurmAgent agent(backend, o);
   for (Micros t : {Micros{0}, kHour, 30 * 24 * kHour}) agent.RunRound(Micros{1'800'000'000} * kSecond + t);
   Check(!agent.MetricsText().empty(), "no metrics text");
 }
