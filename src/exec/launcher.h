@@ -65,8 +65,9 @@ struct ProcessHandle {
 struct ExitInfo {
   std::optional<int> exit_code;    // normal exit
   std::optional<int> signal;       // killed by a signal
-  bool never_started = false;      // the stub got no go-ahead: the job never ran
   bool group_gone = true;          // false: the leader exited but other group members live
+  bool never_started = false;      // the stub got no go-ahead: the job never ran (last: the
+                                   // fakes build ExitInfo positionally)
 };
 
 // The exit status recorded in `path` by the stub whose pid is `pid`; both fields unset when
