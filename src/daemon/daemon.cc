@@ -1769,6 +1769,7 @@ class Daemon::Impl {
   // Stored points are means of the known figures; a window with no known utilisation is
   // stored as kUnknownPermille (the store's column is an integer), never as 0.
   static constexpr int kUnknownPermille = -1;
+  static constexpr Bytes kUnknownBytes = -1;  // a stored point whose memory was never measured
   void Downsample(Micros now, const std::string& subject, std::optional<int> permille,
                   std::optional<Bytes> used, store::WriteBatch& b) {
     auto& d = down_[subject];
@@ -1784,7 +1785,7 @@ class Daemon::Impl {
     d.count += 1;
     if (now - d.start >= opt_.downsample_window) {
       b.samples.push_back({now, subject, d.util_n ? static_cast<int>(d.util / d.util_n) : kUnknownPermille,
-                           d.used_n ? d.used / d.used_n : 0});
+                           d.used_n ? d.used / d.used_n : kUnknownBytes});
       d = {};
     }
   }
@@ -1839,7 +1840,7 @@ class Daemon::Impl {
     Micros first_raw = rec != recent_.end() && !rec->second.empty()
                            ? rec->second.front().t
                            : std::numeric_limits<Micros>::max();
-    std::vector<std::tuple<Micros, std::optional<int>, Bytes, bool>> pts;
+    std::vector<std::tuple<Micros, std::optional<int>, std::optional<Bytes>, bool>> pts;
     for (const auto& s : mine) {
       GPUSLICE_ASSIGN_OR_RETURN(auto stored,
                                 store_->ListSamples(fmt::format("slice/{}", s.id.value()),
@@ -1847,16 +1848,16 @@ class Daemon::Impl {
       for (const auto& p : stored) {
         if (p.time >= first_raw) continue;
         pts.emplace_back(p.time, p.util_permille == kUnknownPermille ? std::nullopt : std::optional(p.util_permille),
-                         p.memory_used, false);
+                         p.memory_used < 0 ? std::nullopt : std::optional(p.memory_used), false);
       }
     }
     if (rec != recent_.end()) {
-      for (const auto& p : rec->second) pts.emplace_back(p.t, p.util_permille, p.used.value_or(0), true);
+      for (const auto& p : rec->second) pts.emplace_back(p.t, p.util_permille, p.used, true);
     }
     std::sort(pts.begin(), pts.end());
     Json samples = Json::array();
     for (const auto& [t, u, used, raw] : pts) {
-      samples.push_back({{"t", t}, {"util_permille", u ? Json(*u) : Json(nullptr)}, {"memory_used", used},
+      samples.push_back({{"t", t}, {"util_permille", u ? Json(*u) : Json(nullptr)}, {"memory_used", used ? Json(*used) : Json(nullptr)},
                          {"downsampled", !raw}});
     }
     return Json{{"job", JobJson(j)},

@@ -282,7 +282,8 @@ Result<DeviceSample> ScriptedBackend::Sample(DeviceIndex index) {
       for (auto& m : s.mig) {
         if (m.uuid != p.mig_uuid) continue;
         m.pids.push_back(p.pid);
-        m.memory_used = Reading<Bytes>::Of(m.memory_used.value_or(0) + sp.memory);
+        // The instance's own figure plus the scripted process: unknown stays unknown.
+        if (m.memory_used.ok()) m.memory_used = Reading<Bytes>::Of(m.memory_used.value() + sp.memory);
         if (m.util.ok()) m.util = Reading<Permille>::Of(std::min<Permille>(1000, m.util.value() + sp.sm_util));
       }
     }

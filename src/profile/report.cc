@@ -536,7 +536,7 @@ Result<Recording> RecordingFromJobSamples(const Json& body) {
       smp.t = p.at("t").get<Micros>();
       // null: the daemon could not measure the slice's utilisation then (unknown, not 0).
       if (!p.at("util_permille").is_null()) smp.gpu_util_permille = p.at("util_permille").get<int>();
-      smp.gpu_memory_used = p.at("memory_used").get<Bytes>();
+      if (!p.at("memory_used").is_null()) smp.gpu_memory_used = p.at("memory_used").get<Bytes>();
       if (total > 0) smp.gpu_memory_total = total;
       rec.samples.push_back(smp);
     }

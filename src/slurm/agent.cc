@@ -177,7 +177,7 @@ std::vector<ReclaimDecision> SlurmAgent::RunRound(Micros now) {
       const agent::IdleState st = agent_.Idle(a.slice).value_or(agent::IdleState{});
       idle_in[job->second] = {rj.partition, st};
       usage.push_back(JobUsage{job->second, rj.partition, rj.user, a.pids, a.sm_util.optional(),
-                               a.memory_used.value_or(0), st, ReclaimTracker::Phase::kActive});
+                               a.memory_used.optional(), st, ReclaimTracker::Phase::kActive});
     }
     // The agent knows slices by number; the metrics show the Slurm job id and its devices.
     for (auto& m : metrics.slices) {
@@ -220,7 +220,7 @@ std::vector<ReclaimDecision> SlurmAgent::RunRound(Micros now) {
     text += "# HELP gpuslice_slurm_job_gpu_memory_used_bytes GPU memory of the job's processes.\n"
             "# TYPE gpuslice_slurm_job_gpu_memory_used_bytes gauge\n";
     for (const auto& u : usage)
-      text += fmt::format("gpuslice_slurm_job_gpu_memory_used_bytes{{{}}} {}\n", labels(u), u.memory_used);
+      if (u.memory_used) text += fmt::format("gpuslice_slurm_job_gpu_memory_used_bytes{{{}}} {}\n", labels(u), *u.memory_used);
     text += "# HELP gpuslice_slurm_job_idle_seconds Time since the job's last GPU activity.\n"
             "# TYPE gpuslice_slurm_job_idle_seconds gauge\n";
     for (const auto& u : usage)

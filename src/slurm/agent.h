@@ -50,7 +50,7 @@ struct JobUsage {
   std::string user;
   std::vector<int> pids;
   std::optional<devices::Permille> sm_util;  // sum over its processes, capped at 100%; nullopt: unmeasurable
-  Bytes memory_used = 0;
+  std::optional<Bytes> memory_used;  // nullopt: not measurable
   agent::IdleState idle;
   ReclaimTracker::Phase phase = ReclaimTracker::Phase::kActive;
 };
