@@ -1142,6 +1142,12 @@ void HttpServer::Stream(Conn* c, HttpResponse resp, bool close_after) {
 
 // ---- client ---------------------------------------------------------------------------------
 
+namespace {
+// The most one answer may carry (Content-Length, a chunk, a whole chunked answer): far above
+// any real one (the job list of a busy year is tens of MB), far below what exhausts memory.
+constexpr size_t kMaxAnswerBytes = size_t{1} << 30;
+}  // namespace
+
 HttpClient::HttpClient(std::string endpoint, std::string token)
     : endpoint_(std::move(endpoint)), token_(std::move(token)) {}
 
@@ -1215,8 +1221,15 @@ Status HttpClient::Send(std::string_view method, std::string_view target, std::s
 }
 
 Result<std::string> HttpClient::ReadLine() {
+  // A status, header or chunk-size line; whatever answers on the socket could send one
+  // without end.
+  constexpr size_t kMaxLine = 64 * 1024;
   size_t pos;
   while ((pos = buf_.find("\r\n")) == std::string::npos) {
+    if (buf_.size() > kMaxLine) {
+      Close();
+      return Internal(fmt::format("bad response from daemon: a line longer than {} bytes", kMaxLine));
+    }
     char tmp[16384];
     ssize_t n = recv(fd_, tmp, sizeof(tmp), 0);
     if (n < 0 && errno == EINTR) continue;
@@ -1243,15 +1256,31 @@ Result<std::string> HttpClient::ReadExact(size_t n) {
 
 Result<int> HttpClient::ReadHead(std::map<std::string, std::string>* headers) {
   GPUSLICE_ASSIGN_OR_RETURN(std::string status_line, ReadLine());
+  // "HTTP/1.x NNN reason": three digits, 100..599 (sscanf's %d overflowed on a long number).
   int status = 0;
-  if (std::sscanf(status_line.c_str(), "HTTP/1.%*d %d", &status) != 1) {
-    return Internal(fmt::format("bad response from daemon: '{}'", status_line));
+  std::string_view sl = status_line;
+  bool good = sl.size() >= 12 && sl.substr(0, 7) == "HTTP/1." &&
+              std::isdigit(static_cast<unsigned char>(sl[7])) && sl[8] == ' ' &&
+              (sl.size() == 12 || sl[12] == ' ');
+  if (good) {
+    auto [p, ec] = std::from_chars(sl.data() + 9, sl.data() + 12, status);
+    good = ec == std::errc() && p == sl.data() + 12 && status >= 100 && status <= 599;
   }
+  if (!good) {
+    Close();
+    return Internal(fmt::format("bad response from daemon: status line '{}'",
+                                EscapeInvalidUtf8(sl.substr(0, 100))));
+  }
+  constexpr size_t kMaxHead = 1 << 20;
   std::string head = status_line;
   while (true) {
     GPUSLICE_ASSIGN_OR_RETURN(std::string line, ReadLine());
     if (line.empty()) break;
     head += "\r\n" + line;
+    if (head.size() > kMaxHead) {
+      Close();
+      return Internal(fmt::format("bad response from daemon: a head longer than {} bytes", kMaxHead));
+    }
   }
   ParseHeaders(head, headers);
   return status;
@@ -1275,17 +1304,26 @@ Result<ClientResponse> HttpClient::Request(std::string_view method, std::string_
     ClientResponse resp;
     resp.status = *status;
     if (auto it = headers.find("transfer-encoding"); it != headers.end()) {
+      bool too_big = false;
       auto r = ReadChunks([&](std::string_view c) {
-        resp.body.append(c);
-        return true;
+        too_big = resp.body.size() + c.size() > kMaxAnswerBytes;
+        if (!too_big) resp.body.append(c);
+        return !too_big;
       });
       if (!r.ok()) return r.status();
+      if (too_big) {
+        return Internal(fmt::format("answer from daemon: more than {} bytes", kMaxAnswerBytes));
+      }
     } else {
       size_t len = 0;
       if (auto it = headers.find("content-length"); it != headers.end()) {
         auto n = ParseSize(it->second, 10);
-        if (!n) return Internal(fmt::format("bad Content-Length from daemon: '{}'",
-                                            EscapeInvalidUtf8(it->second)));
+        if (!n || *n > kMaxAnswerBytes) {
+          Close();
+          return Internal(fmt::format("bad Content-Length from daemon: '{}' (at most {})",
+                                      EscapeInvalidUtf8(it->second.substr(0, 32)),
+                                      kMaxAnswerBytes));
+        }
         len = *n;
       }
       GPUSLICE_ASSIGN_OR_RETURN(resp.body, ReadExact(len));
@@ -1312,6 +1350,7 @@ Result<int> HttpClient::Stream(std::string_view target,
   std::string body;
   auto sink = [&](std::string_view c) {
     if (*st >= 300) {
+      if (body.size() + c.size() > kMaxAnswerBytes) return false;  // an error is short
       body.append(c);
       return true;
     }
@@ -1321,7 +1360,12 @@ Result<int> HttpClient::Stream(std::string_view target,
     size_t len = 0;
     if (auto it = headers.find("content-length"); it != headers.end()) {
       auto n = ParseSize(it->second, 10);
-      if (!n) return Internal("bad Content-Length from daemon");
+      if (!n || *n > kMaxAnswerBytes) {
+        Close();
+        return Internal(fmt::format("bad Content-Length from daemon: '{}' (at most {})",
+                                    EscapeInvalidUtf8(it->second.substr(0, 32)),
+                                    kMaxAnswerBytes));
+      }
       len = *n;
     }
     GPUSLICE_ASSIGN_OR_RETURN(std::string all, ReadExact(len));
@@ -1338,8 +1382,18 @@ Result<int> HttpClient::ReadChunks(const std::function<bool(std::string_view)>& 
   while (true) {
     GPUSLICE_ASSIGN_OR_RETURN(std::string size_line, ReadLine());
     auto parsed = ParseSize(size_line, 16);
-    if (!parsed) return Internal("bad chunk size from daemon");
+    if (!parsed) {
+      Close();
+      return Internal(fmt::format("bad chunk size from daemon: '{}'",
+                                  EscapeInvalidUtf8(size_line.substr(0, 32))));
+    }
     size_t n = *parsed;
+    if (n > kMaxAnswerBytes) {
+      // Also keeps n + 2 from wrapping (a size of 2^64-1 read 1 byte, then resize threw).
+      Close();
+      return Internal(fmt::format("bad chunk size from daemon: {} bytes, more than {}", n,
+                                  kMaxAnswerBytes));
+    }
     if (n == 0) {
       GPUSLICE_ASSIGN_OR_RETURN(std::string trailer, ReadLine());
       return 0;

@@ -85,19 +85,36 @@ nlohmann::json ErrorJson(const Status& st) {
 }
 
 Status StatusFromResponse(int http_status, const std::string& body) {
+  // The body comes from whatever listens on the socket (a newer daemon, a hostile process):
+  // every field is checked for its type, since json::value() throws on a mismatch.
   nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_object()) {
-    std::string code = j["error"].value("code", "INTERNAL");
-    std::string message = j["error"].value("message", "");
-    for (int c = 0; c <= static_cast<int>(StatusCode::kDeadlineExceeded); ++c) {
-      if (StatusCodeName(static_cast<StatusCode>(c)) == code) {
-        return Status(static_cast<StatusCode>(c), message);
-      }
-    }
-    if (code == "UNAUTHENTICATED") return PermissionDenied(message);
-    return Internal(code + ": " + message);
+  if (j.is_discarded() || !j.is_object() || !j.contains("error")) {
+    return Internal(fmt::format("daemon answered HTTP {}: {}", http_status, body.substr(0, 200)));
   }
-  return Internal(fmt::format("daemon answered HTTP {}: {}", http_status, body.substr(0, 200)));
+  const json& e = j["error"];
+  auto malformed = [&](std::string_view field, const json& v) {
+    return Internal(fmt::format("daemon answered HTTP {} with a malformed error: field '{}': "
+                                "expected a string, got {}",
+                                http_status, field, DumpJson(v).substr(0, 100)));
+  };
+  if (!e.is_object()) return malformed("error", e);
+  std::string code = "INTERNAL", message;
+  if (auto c = e.find("code"); c != e.end()) {
+    if (!c->is_string()) return malformed("error.code", *c);
+    code = c->get<std::string>();
+  }
+  if (auto m = e.find("message"); m != e.end()) {
+    if (!m->is_string()) return malformed("error.message", *m);
+    message = m->get<std::string>();
+  }
+  // From 1: an error answer that says "OK" would make an OK status stand for a failure.
+  for (int c = 1; c <= static_cast<int>(StatusCode::kDeadlineExceeded); ++c) {
+    if (StatusCodeName(static_cast<StatusCode>(c)) == code) {
+      return Status(static_cast<StatusCode>(c), message);
+    }
+  }
+  if (code == "UNAUTHENTICATED") return PermissionDenied(message);
+  return Internal(code + ": " + message);
 }
 
 }  // namespace gpuslice::api

@@ -1,0 +1,152 @@
+// The CLI's side of the socket against a hostile (or newer) daemon: whatever listens on the
+// socket may answer anything. A real Unix socket serves canned answers; the client must turn
+// each malformed one into a clear error naming what was wrong, never throw, never take an OK
+// status for a failure, and never read without bound.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "api/client.h"
+#include "api/protocol.h"
+
+namespace gpuslice::api {
+namespace {
+
+// Answers every connection with `answer` (after reading the request's head), then closes it.
+class FakeDaemon {
+ public:
+  explicit FakeDaemon(std::string answer) : answer_(std::move(answer)) {
+    path_ = (std::filesystem::temp_directory_path() /
+             ("api_fake_daemon_" + std::to_string(getpid()) + "_" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name() + ".sock"))
+                .string();
+    std::filesystem::remove(path_);
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path_.c_str(), path_.size() + 1);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(fd_, 8), 0);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeDaemon() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+    std::filesystem::remove(path_);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  void Serve() {
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) continue;
+      std::string got;
+      char buf[4096];
+      while (got.find("\r\n\r\n") == std::string::npos) {
+        ssize_t n = recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        got.append(buf, static_cast<size_t>(n));
+      }
+      std::string_view out = answer_;
+      while (!out.empty()) {
+        ssize_t n = send(c, out.data(), out.size(), MSG_NOSIGNAL);
+        if (n <= 0) break;
+        out.remove_prefix(static_cast<size_t>(n));
+      }
+      close(c);
+    }
+  }
+
+  std::string answer_;
+  std::string path_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+std::string Answer(std::string_view status, std::string_view body) {
+  return std::string("HTTP/1.1 ") + std::string(status) + "\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + std::string(body);
+}
+
+struct Case {
+  const char* name;
+  std::string answer;
+  const char* says;  // the error must contain this
+};
+
+TEST(HostileDaemon, MalformedAnswersAreClearErrorsNotExceptions) {
+  const Case cases[] = {
+      // json::value() threw type_error on these (the CLI aborted).
+      {"error code not a string", Answer("400 Bad Request", R"({"error":{"code":5,"message":"x"}})"),
+       "field 'error.code': expected a string, got 5"},
+      {"error message not a string",
+       Answer("404 Not Found", R"({"error":{"code":"NOT_FOUND","message":["a"]}})"),
+       "field 'error.message': expected a string, got [\"a\"]"},
+      {"error not an object", Answer("500 Oops", R"({"error":"boom"})"),
+       "field 'error': expected a string, got \"boom\""},
+      // sscanf's %d overflowed; anything that is not three digits is refused.
+      {"status out of range", "HTTP/1.1 99999999999999999999 Huge\r\nContent-Length: 0\r\n\r\n",
+       "status line 'HTTP/1.1 99999999999999999999 Huge'"},
+      {"status not a number", "HTTP/1.1 2x0 OK\r\nContent-Length: 0\r\n\r\n", "status line"},
+      {"status below 100", "HTTP/1.1 042 Odd\r\nContent-Length: 0\r\n\r\n", "status line"},
+      // A chunk of 2^64-1 bytes: n + 2 wrapped to 1, then resize(2^64-1) threw length_error.
+      {"chunk size that wraps",
+       "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nxx\r\n0\r\n\r\n",
+       "bad chunk size from daemon: 18446744073709551615 bytes"},
+      {"chunk size not hex", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+       "bad chunk size from daemon: 'zz'"},
+      {"content length beyond the bound",
+       "HTTP/1.1 200 OK\r\nContent-Length: 1000000000000000\r\n\r\n{}",
+       "bad Content-Length from daemon: '1000000000000000'"},
+      {"a header line without end", "HTTP/1.1 200 OK\r\nX-Pad: " + std::string(200'000, 'a'),
+       "a line longer than 65536 bytes"},
+      {"a 2xx body that is not JSON", Answer("200 OK", "not json"), "invalid JSON"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FakeDaemon d(c.answer);
+    ApiClient client(d.path());
+    Result<nlohmann::json> r = Status(StatusCode::kInternal, "not called");
+    ASSERT_NO_THROW(r = client.Get("/v1/jobs"));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInternal) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(c.says), std::string::npos) << r.status().ToString();
+  }
+}
+
+TEST(HostileDaemon, AnErrorThatSaysOkIsStillAnError) {
+  // Built from code "OK", the Status was OK: a failed request read as a success (and Result's
+  // assert fired in debug builds).
+  FakeDaemon d(Answer("409 Conflict", R"({"error":{"code":"OK","message":"fine"}})"));
+  ApiClient client(d.path());
+  auto r = client.Post("/v1/jobs", nlohmann::json::object());
+  ASSERT_FALSE(r.ok());
+  EXPECT_FALSE(r.status().ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("OK: fine"), std::string::npos) << r.status().ToString();
+}
+
+TEST(HostileDaemon, AWellFormedErrorKeepsItsCodeAndMessage) {
+  FakeDaemon d(Answer("404 Not Found", R"({"error":{"code":"NOT_FOUND","message":"job 7: no such job"}})"));
+  ApiClient client(d.path());
+  auto r = client.Get("/v1/jobs/7");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status(), Status(StatusCode::kNotFound, "job 7: no such job"));
+}
+
+}  // namespace
+}  // namespace gpuslice::api
