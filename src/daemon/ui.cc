@@ -57,7 +57,7 @@ Json ToJson(const std::vector<std::optional<double>>& v) {
 bool IsUiPath(std::string_view path) { return path == "/ui" || path.starts_with("/ui/"); }
 
 api::HttpResponse ServeUi(const api::HttpRequest& req) {
-  if (req.method != "GET" && req.method != "HEAD") {
+  if (req.method != "GET") {
     return Plain(405, fmt::format("method {} is not allowed on {}\n", EscapeInvalidUtf8(req.method),
                                   EscapeInvalidUtf8(req.path)));
   }

@@ -16,6 +16,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "api/http.h"
 #include "tests/daemon/harness.h"
 
 namespace gpuslice::testing_e2e {
@@ -81,6 +82,13 @@ TEST_F(UiTest, ServesThePageFromTheBinaryWithItsHeadersToAnyone) {
   EXPECT_EQ(csp.find("unsafe"), std::string::npos) << csp;
   EXPECT_EQ(r->get_header_value("X-Content-Type-Options"), "nosniff");
   EXPECT_EQ(r->body.find("<script>"), std::string::npos) << "no inline script";
+
+  // The same page on the Unix socket (for an ssh tunnel).
+  api::HttpClient local(h_.socket());
+  auto viaSocket = local.Request("GET", "/ui/");
+  ASSERT_TRUE(viaSocket.ok()) << viaSocket.status().ToString();
+  EXPECT_EQ(viaSocket->status, 200);
+  EXPECT_EQ(viaSocket->body, r->body);
 
   auto js = http_.Get("/ui/app.js");
   ASSERT_TRUE(js);
