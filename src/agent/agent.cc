@@ -340,6 +340,13 @@ Round Agent::SampleOnce() {
                              [&](const auto& x) { return x.index == s.index; });
       if (it == latest_samples_.end()) latest_samples_.push_back(s);
       else *it = s;
+      SeriesPoint p;
+      p.t = round.now;
+      p.sm_util = s.gpu_util.optional();
+      p.mem_util = s.mem_util.optional();
+      p.memory_used = s.memory_used.optional();
+      p.processes = static_cast<int>(s.processes.size());
+      device_rings_.try_emplace(s.index.value(), options_.series_capacity).first->second.Push(p);
     }
     unattributed_ = round.attribution.unattributed;
     sample_errors_ += static_cast<int>(failed.size());
@@ -373,6 +380,7 @@ MetricsInput Agent::MetricsSnapshot() const {
     m.kind = KindName(st.binding.kind);
     m.gpu = DeviceList(st.binding.devices);
     m.mig_uuid = st.binding.mig_uuid;
+    m.held_milli = st.binding.held_milli;
     m.sm_util = st.latest.sm_util;
     m.mem_util = st.latest.mem_util;
     m.memory_used = st.latest.memory_used;
@@ -392,6 +400,13 @@ std::vector<SeriesPoint> Agent::Series(SliceId slice) const {
   std::lock_guard lock(mu_);
   auto it = slices_.find(slice);
   return it == slices_.end() ? std::vector<SeriesPoint>{} : it->second.ring.Points();
+}
+
+std::map<std::uint32_t, std::vector<SeriesPoint>> Agent::DeviceSeries() const {
+  std::lock_guard lock(mu_);
+  std::map<std::uint32_t, std::vector<SeriesPoint>> out;
+  for (const auto& [idx, ring] : device_rings_) out[idx] = ring.Points();
+  return out;
 }
 
 std::optional<IdleState> Agent::Idle(SliceId slice) const {

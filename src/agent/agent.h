@@ -108,6 +108,9 @@ class Agent {
 
   MetricsInput MetricsSnapshot() const;
   std::vector<SeriesPoint> Series(SliceId slice) const;
+  // Each device's recent readings (series_capacity points, oldest first), keyed by index. A
+  // round whose read of a device failed adds no point: that time stays unknown (a gap).
+  std::map<std::uint32_t, std::vector<SeriesPoint>> DeviceSeries() const;
   std::optional<IdleState> Idle(SliceId slice) const;
   int rounds() const;
 
@@ -141,6 +144,7 @@ class Agent {
   std::map<SliceId, SliceState> slices_;
   std::vector<devices::DeviceInfo> devices_;
   std::vector<devices::DeviceSample> latest_samples_;
+  std::map<std::uint32_t, SeriesRing> device_rings_;
   int unattributed_ = 0;
   int sample_errors_ = 0;
   int rounds_ = 0;

@@ -44,6 +44,7 @@ struct SliceBinding {
   std::vector<int> root_pids;        // the job's top processes (exec/ or slurmstepd children)
   std::string cgroup;                // e.g. "/gpuslice.slice/job-42"; empty: not used
   sched::IdlePolicy idle;            // the queue's policy
+  std::int64_t held_milli = 0;       // GPU share held, 1000 = one device (all its devices); 0: not known
 };
 
 struct ProcStat {

@@ -158,6 +158,13 @@ std::string RenderPrometheus(const MetricsInput& in) {
   slice_family({"gpuslice_slice_memory_utilization_ratio", "gauge",
                 "Slice memory-traffic utilisation over the last interval (0..1)."},
                [](const M& m) { return m.mem_util.ok() ? std::optional(Ratio(m.mem_util.value())) : std::nullopt; });
+  // Held, next to the utilisation: "held vs used" is held x SM utilisation (docs/ui.md).
+  slice_family({"gpuslice_slice_held_gpus", "gauge",
+                "GPUs the slice holds (1 = one whole device; a fraction for shared, mps and mig)."},
+               [](const M& m) {
+                 return m.held_milli > 0 ? std::optional(fmt::format("{:.3f}", static_cast<double>(m.held_milli) / 1000))
+                                         : std::nullopt;
+               });
   slice_family({"gpuslice_slice_memory_used_bytes", "gauge", "GPU memory used by the slice's processes."},
                [](const M& m) {
                  return m.memory_used.ok() ? std::optional(fmt::format("{}", m.memory_used.value())) : std::nullopt;

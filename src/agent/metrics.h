@@ -32,6 +32,7 @@ struct SliceMetrics {
   Micros idle_for = 0;
   std::string activity;  // "active", "idle", "unmeasured"; empty: not sampled yet
   std::string basis;     // the signals that decided it, e.g. "sm,mem"
+  std::int64_t held_milli = 0;  // GPU share held (1000 = one device); 0: not known, omitted
 };
 
 struct MetricsInput {

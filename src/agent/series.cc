@@ -4,6 +4,29 @@
 
 namespace gpuslice::agent {
 
+std::vector<std::optional<double>> BucketMeans(
+    const std::vector<SeriesPoint>& points, Micros start, Micros step, std::size_t n,
+    const std::function<std::optional<double>(const SeriesPoint&)>& field) {
+  std::vector<double> sum(n, 0.0);
+  std::vector<int> count(n, 0);
+  if (step > 0) {
+    for (const auto& p : points) {
+      if (p.t < start) continue;
+      const auto i = static_cast<std::size_t>((p.t - start) / step);
+      if (i >= n) continue;
+      if (auto v = field(p)) {
+        sum[i] += *v;
+        ++count[i];
+      }
+    }
+  }
+  std::vector<std::optional<double>> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (count[i] > 0) out[i] = sum[i] / count[i];
+  }
+  return out;
+}
+
 void SeriesRing::Push(const SeriesPoint& p) {
   buf_[head_] = p;
   head_ = (head_ + 1) % buf_.size();

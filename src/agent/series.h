@@ -24,6 +24,14 @@ struct SeriesPoint {
   friend bool operator==(const SeriesPoint&, const SeriesPoint&) = default;
 };
 
+// Means over fixed buckets for a chart: bucket i covers [start + i*step, start + (i+1)*step);
+// each holds the mean of the known values of `field` among `points` in it, or nullopt when
+// none is known (no point, or only unmeasured ones): a gap, never 0. Points outside
+// [start, start + n*step) are ignored. `points` need not be sorted.
+std::vector<std::optional<double>> BucketMeans(
+    const std::vector<SeriesPoint>& points, Micros start, Micros step, std::size_t n,
+    const std::function<std::optional<double>(const SeriesPoint&)>& field);
+
 class SeriesRing {
  public:
   explicit SeriesRing(std::size_t capacity) : buf_(capacity == 0 ? 1 : capacity) {}

@@ -133,6 +133,24 @@ std::string Head(int status, std::string_view content_type, std::string_view ext
                      content_type, extra);
 }
 
+// The handler's header lines plus the defaults every answer carries (see HttpResponse).
+// A name or value holding CR or LF (never expected: handlers set them) is dropped, so no
+// answer can be split.
+std::string ExtraHeaders(const HttpResponse& resp) {
+  std::string out = "X-Content-Type-Options: nosniff\r\n";
+  bool cache = false;
+  for (const auto& [name, value] : resp.headers) {
+    if (name.find_first_of("\r\n:") != std::string::npos ||
+        value.find_first_of("\r\n") != std::string::npos) {
+      continue;
+    }
+    if (Lower(name) == "cache-control") cache = true;
+    out += fmt::format("{}: {}\r\n", name, value);
+  }
+  if (!cache) out += "Cache-Control: no-store\r\n";
+  return out;
+}
+
 StatusCode CodeForHttp(int status) {
   switch (status) {
     case 400: case 411: case 417: case 505: return StatusCode::kInvalidArgument;
@@ -1071,6 +1089,7 @@ HttpServer::After HttpServer::Handle(Conn* c, std::string* out) {
                 "\n";
   }
   std::string conn = close_after ? "Connection: close\r\n" : "";
+  conn += ExtraHeaders(resp);
   if (resp.stream) {
     {
       std::lock_guard lock(mu_);
@@ -1105,7 +1124,7 @@ void HttpServer::Stream(Conn* c, HttpResponse resp, bool close_after) {
   try {
     std::string conn = close_after ? "Connection: close\r\n" : "";
     if (SendAll(c->fd, Head(resp.status, resp.content_type,
-                            conn + "Transfer-Encoding: chunked\r\nCache-Control: no-cache\r\n"),
+                            conn + ExtraHeaders(resp) + "Transfer-Encoding: chunked\r\n"),
                 limits_.write_timeout)) {
       bool alive = true;
       resp.stream([&](std::string_view chunk) {

@@ -96,6 +96,10 @@ struct HttpResponse {
   std::string content_type = "application/json";
   std::string body;
   StreamBody stream;  // when set, sent chunked instead of body
+  // More header lines, e.g. {"Content-Security-Policy", "..."}; set by handlers only (never
+  // from request bytes). Every answer also carries X-Content-Type-Options: nosniff and, unless
+  // given here, Cache-Control: no-store (API views are live state, never cached).
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 using Handler = std::function<HttpResponse(const HttpRequest&)>;

@@ -24,6 +24,7 @@
 #include "core/text.h"
 #include "agent/agent.h"
 #include "daemon/journal.h"
+#include "daemon/ui.h"
 #include "exec/proc.h"
 #include "memcap/env.h"
 #include "store/codec.h"
@@ -556,6 +557,18 @@ class Daemon::Impl {
     head("gpuslice_queue_pending_jobs", "gauge", "Jobs waiting for a slice.");
     for (const auto& [name, f] : queues) {
       out += fmt::format("gpuslice_queue_pending_jobs{{queue=\"{}\"}} {}\n", agent::EscapeLabel(name), f.pending);
+    }
+    // Why they wait (the pending reason's kind, docs/api.md): only the kinds that occur.
+    head("gpuslice_queue_pending_jobs_by_reason", "gauge", "Pending jobs by queue and wait reason.");
+    std::map<std::pair<std::string, std::string>, int> by_reason;
+    for (const auto& [id, j] : jobs_) {
+      if (j.state != JobState::kPending) continue;
+      auto w = sched_->PendingReason(j.id);
+      ++by_reason[{j.queue, w ? std::string(sched::WaitReasonKind(*w)) : "unknown"}];
+    }
+    for (const auto& [k, n] : by_reason) {
+      out += fmt::format("gpuslice_queue_pending_jobs_by_reason{{queue=\"{}\",reason=\"{}\"}} {}\n",
+                         agent::EscapeLabel(k.first), k.second, n);
     }
     head("gpuslice_queue_oldest_wait_seconds", "gauge", "Wait of the oldest pending job.");
     for (const auto& [name, f] : queues) {
@@ -1681,6 +1694,7 @@ class Daemon::Impl {
     bd.user = j->second.user;
     bd.queue = j->second.queue;
     if (auto k = sched::ParseSliceKind(s->second.kind); k.ok()) bd.kind = *k;
+    bd.held_milli = s->second.milli * static_cast<std::int64_t>(s->second.devices.size());
     for (int d : s->second.devices) bd.devices.push_back(DeviceIndex(static_cast<std::uint32_t>(d)));
     if (bd.kind == sched::SliceKind::kMig) {
       if (auto u = MigUuid(s->second); u.ok()) bd.mig_uuid = *u;
@@ -1805,6 +1819,15 @@ class Daemon::Impl {
 
   // (Daemon::Samples; with the members it reads.)
  public:
+  Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const {
+    std::vector<std::uint32_t> indices;
+    {
+      std::shared_lock lock(mu_);
+      for (const auto& [ref, d] : sched_->devices()) indices.push_back(ref.index.value());
+    }
+    return DeviceHistoryJson(q, agent_->DeviceSeries(), indices, Now(), opt_.simulated);
+  }
+
   Result<Json> Samples(JobId id) const {
     std::shared_lock lock(mu_);
     auto it = jobs_.find(id);
@@ -1942,6 +1965,9 @@ Result<std::string> Daemon::LogPath(JobId id) const { return impl_->LogPath(id);
 bool Daemon::JobEnded(JobId id) const { return impl_->JobEnded(id); }
 Status Daemon::Authorize(const Caller& c, JobId id) const { return impl_->Authorize(c, id); }
 Result<Json> Daemon::Samples(JobId id) const { return impl_->Samples(id); }
+Result<Json> Daemon::DeviceHistory(const std::map<std::string, std::string>& q) const {
+  return impl_->DeviceHistory(q);
+}
 Status Daemon::CheckConsistency() const { return impl_->CheckConsistency(); }
 
 }  // namespace gpuslice::daemon

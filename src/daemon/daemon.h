@@ -93,6 +93,8 @@ class Daemon {
   // per-sample points the daemon still holds in memory (the last kRecentPoints per job, lost
   // at restart) preceded by the store's downsampled averages of the job's slices.
   Result<Json> Samples(JobId id) const;
+  // Every device's recent utilisation in buckets, for the web page (daemon/ui.h).
+  Result<Json> DeviceHistory(const std::map<std::string, std::string>& query) const;
   // OK when `caller` may act on (cancel, read the log of) job `id`: its owner, root, or a
   // member of the configured admin group.
   Status Authorize(const Caller& caller, JobId id) const;

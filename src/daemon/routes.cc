@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "api/protocol.h"
+#include "daemon/ui.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -115,6 +116,10 @@ api::HttpResponse Logs(Daemon& d, const api::HttpRequest& req, JobId id, const C
 api::Handler MakeApiHandler(Daemon& d) {
   return [&d](const api::HttpRequest& req) -> api::HttpResponse {
     const bool sim = d.simulated();
+    if (IsUiPath(req.path)) return ServeUi(req);  // the page itself holds no data (daemon/ui.h)
+    if (req.method != "GET") {
+      if (Status st = CheckSameOrigin(req); !st.ok()) return Error(st, sim);
+    }
     if (!req.peer.authenticated) {
       Json body = {{"error", {{"code", "UNAUTHENTICATED"},
                               {"message", "missing or wrong bearer token (see --token-file)"}}},
@@ -174,6 +179,9 @@ api::Handler MakeApiHandler(Daemon& d) {
                                    static_cast<int>(std::min<std::int64_t>(*limit, 10000))),
                           sim);
       }
+    } else if (res == "devices" && parts.size() == 3 && parts[2] == "history") {
+      if (req.method != "GET") return method_not_allowed();
+      return FromResult(d.DeviceHistory(req.query), sim);
     } else if (res == "jobs" && parts.size() <= 4) {
       auto id = ParseJobId(parts[2]);
       if (!id.ok()) return Error(id.status(), sim);

@@ -649,3 +649,75 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace gpuslice::agent
+
+namespace gpuslice::agent {
+namespace {
+
+// Buckets of a chart (the web page's device history): unmeasured stays null, never 0.
+TEST(BucketMeans, MeansKnownValuesAndLeavesUnmeasuredBucketsEmpty) {
+  const auto sm = [](const SeriesPoint& p) -> std::optional<double> {
+    if (!p.sm_util) return std::nullopt;
+    return *p.sm_util / 10.0;
+  };
+  // Buckets [100,110) [110,120) [120,130) [130,140).
+  std::vector<SeriesPoint> pts = {
+      Pt(95, 900),             // before the first bucket: ignored
+      Pt(100, 200), Pt(105, 400),  // bucket 0: mean of 20 % and 40 %
+      Pt(112),                 // bucket 1: a point, but nothing measured
+      // bucket 2: no point at all (the daemon was down, a read failed)
+      Pt(139, 0),              // bucket 3: measured 0 is 0
+      Pt(140, 1000),           // after the last bucket: ignored
+  };
+  const auto out = BucketMeans(pts, 100, 10, 4, sm);
+  ASSERT_EQ(out.size(), 4u);
+  ASSERT_TRUE(out[0].has_value());
+  EXPECT_DOUBLE_EQ(*out[0], 30.0);
+  EXPECT_FALSE(out[1].has_value());
+  EXPECT_FALSE(out[2].has_value());
+  ASSERT_TRUE(out[3].has_value());
+  EXPECT_DOUBLE_EQ(*out[3], 0.0);
+  EXPECT_EQ(BucketMeans(pts, 100, 0, 3, sm), std::vector<std::optional<double>>(3)) << "no step: all unknown";
+}
+
+TEST_F(AgentTest, DeviceSeriesHasAPointPerReadAndAFailedReadLeavesAGap) {
+  clock_.Advance(kSecond);
+  (void)agent_.SampleOnce();
+  fake_.InjectError(devices::FakeCall::kSample, Unavailable("GPU fell off the bus"));
+  clock_.Advance(kSecond);
+  Round bad = agent_.SampleOnce();
+  ASSERT_EQ(bad.errors.size(), 1u);
+  clock_.Advance(kSecond);
+  (void)agent_.SampleOnce();
+  const auto series = agent_.DeviceSeries();
+  ASSERT_EQ(series.size(), 3u);
+  std::size_t total = 0;
+  for (const auto& [idx, pts] : series) {
+    total += pts.size();
+    for (std::size_t i = 1; i < pts.size(); ++i) EXPECT_LT(pts[i - 1].t, pts[i].t) << "oldest first";
+  }
+  EXPECT_EQ(total, 3u * 3u - 1u) << "the failed read added no point (no made-up 0)";
+}
+
+TEST(Prometheus, HeldGpusNextToUtilisationAndOmittedWhenNotKnown) {
+  MetricsInput in;
+  SliceMetrics m;
+  m.slice = SliceId(5);
+  m.job = JobId(42);
+  m.user = "alice";
+  m.queue = "interactive";
+  m.kind = "shared";
+  m.gpu = "0";
+  m.held_milli = 250;
+  in.slices = {m};
+  m.slice = SliceId(6);
+  m.held_milli = 0;  // e.g. the Slurm agent, which does not know the share
+  in.slices.push_back(m);
+  const std::string text = RenderPrometheus(in);
+  EXPECT_NE(text.find("# TYPE gpuslice_slice_held_gpus gauge"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpuslice_slice_held_gpus{slice=\"5\""), std::string::npos) << text;
+  EXPECT_NE(text.find("} 0.250\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("gpuslice_slice_held_gpus{slice=\"6\""), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace gpuslice::agent

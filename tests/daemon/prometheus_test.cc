@@ -139,6 +139,8 @@ TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
   h.Start();
   ASSERT_EQ(h.Submit({"sleep", "120"}, {{"queue", "interactive"}}), 1u);
   h.WaitJob(1, [](const json& j) { return j["state"] == "running"; });
+  // One that cannot start (all 8 whole devices while one is shared) waits, with a reason.
+  ASSERT_EQ(h.Submit({"sleep", "120"}, {{"queue", "training"}, {"kind", "whole"}, {"gpus", 8}}), 2u);
 
   // The Slurm node agent on its own fake GPUs, one scripted busy device.
   std::ofstream(dir + "/agent.json") << R"({"processes": [{"pid": 4242, "device": 0, "sm": 55, "memory": "3GiB"}]})";
@@ -195,6 +197,17 @@ TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
     }
   }
   EXPECT_GE(queries, 8);
+  // The web dashboard's views on the exported metrics: what a slice holds, and why jobs wait.
+  const auto held = WaitForData(prom, R"(gpuslice_slice_held_gpus{job_id="1"})");
+  ASSERT_FALSE(held.empty()) << "no gpuslice_slice_held_gpus for the running job";
+  EXPECT_GT(std::stod(held[0]["value"][1].get<std::string>()), 0.0);
+  const json waiting = h.Job(2)["job"];
+  ASSERT_EQ(waiting["state"], "pending");
+  ASSERT_TRUE(waiting["pending_reason"].is_object()) << waiting.dump();
+  const auto reason = WaitForData(prom, R"(gpuslice_queue_pending_jobs_by_reason{queue="training"})");
+  ASSERT_EQ(reason.size(), 1u) << reason.dump();
+  EXPECT_EQ(reason[0]["metric"]["reason"], waiting["pending_reason"]["kind"]);
+  EXPECT_EQ(reason[0]["value"][1], "1");
 
   // Both exporters' text passes promtool's checks (names, types, base units).
   httplib::Client serve("127.0.0.1", serve_port);

@@ -1,0 +1,198 @@
+// The web dashboard's server side through a real `gpuslice serve` on TCP: the page's files
+// and headers, GET /v1/devices/history (buckets, unmeasured as null, errors naming the field
+// and value), and the refusal of a state-changing request from another site's page.
+// (The page itself runs in a real Chromium: testing/browser/ui_test.js, ctest ui_browser_test.)
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "api/http.h"
+#include "tests/daemon/harness.h"
+
+namespace gpuslice::testing_e2e {
+namespace {
+
+namespace fs = std::filesystem;
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+constexpr const char* kConfig = R"toml(
+[queues.interactive]
+[queues.training]
+[queues.inference]
+)toml";
+constexpr const char* kToken = "alice-token-0123456789abcdef";
+
+class UiTest : public ::testing::Test {
+ protected:
+  UiTest()
+      : port_(FreePort()),
+        h_("ui", kConfig,
+           {"--tcp", "127.0.0.1:" + std::to_string(port_), "--token-file",
+            (fs::temp_directory_path() / ("gse2e_ui_" + std::to_string(getpid())) / "tokens").string()}),
+        http_("127.0.0.1", port_) {
+    std::ofstream(h_.dir() + "/tokens") << "alice 1000 " << kToken << "\n";
+    ::chmod((h_.dir() + "/tokens").c_str(), 0600);
+    h_.Start();
+  }
+  httplib::Headers Auth(httplib::Headers more = {}) {
+    more.emplace("Authorization", std::string("Bearer ") + kToken);
+    return more;
+  }
+  json GetJson(const std::string& path, int* status) {
+    auto r = http_.Get(path, Auth());
+    *status = r ? r->status : 0;
+    return r ? json::parse(r->body, nullptr, false) : json();
+  }
+
+  int port_;
+  DaemonHarness h_;
+  httplib::Client http_;
+};
+
+TEST_F(UiTest, ServesThePageFromTheBinaryWithItsHeadersToAnyone) {
+  auto r = http_.Get("/ui");  // no token: the page holds no data
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(r->body.find("<script src=\"/ui/app.js\""), std::string::npos);
+  const std::string csp = r->get_header_value("Content-Security-Policy");
+  EXPECT_NE(csp.find("script-src 'self'"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("frame-ancestors 'none'"), std::string::npos) << csp;
+  EXPECT_EQ(csp.find("unsafe"), std::string::npos) << csp;
+  EXPECT_EQ(r->get_header_value("X-Content-Type-Options"), "nosniff");
+  EXPECT_EQ(r->body.find("<script>"), std::string::npos) << "no inline script";
+
+  // The same page on the Unix socket (for an ssh tunnel).
+  api::HttpClient local(h_.socket());
+  auto viaSocket = local.Request("GET", "/ui/");
+  ASSERT_TRUE(viaSocket.ok()) << viaSocket.status().ToString();
+  EXPECT_EQ(viaSocket->status, 200);
+  EXPECT_EQ(viaSocket->body, r->body);
+
+  auto js = http_.Get("/ui/app.js");
+  ASSERT_TRUE(js);
+  EXPECT_EQ(js->status, 200);
+  EXPECT_EQ(js->get_header_value("Content-Type"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(js->body.find("innerHTML"), std::string::npos) << "text goes in as text only";
+
+  for (const char* bad : {"/ui/nope.js", "/ui/../v1/jobs", "/ui/%2e%2e/etc/passwd", "/ui/index.html/x"}) {
+    auto nf = http_.Get(bad);
+    ASSERT_TRUE(nf) << bad;
+    EXPECT_EQ(nf->status, 404) << bad;
+  }
+  auto post = http_.Post("/ui", "", "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  // The data still needs the token on TCP, and is never cached.
+  auto devs = http_.Get("/v1/devices");
+  ASSERT_TRUE(devs);
+  EXPECT_EQ(devs->status, 401);
+  auto ok = http_.Get("/v1/devices", Auth());
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_EQ(ok->get_header_value("Cache-Control"), "no-store");
+  EXPECT_EQ(ok->get_header_value("X-Content-Type-Options"), "nosniff");
+}
+
+TEST_F(UiTest, DeviceHistoryHasABucketPerStepAndUnmeasuredTimeIsNull) {
+  // The harness samples every 200 ms; wait for a few samples.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  int status = 0;
+  json h = GetJson("/v1/devices/history?minutes=10&step=10", &status);
+  ASSERT_EQ(status, 200) << h.dump();
+  EXPECT_EQ(h["step_s"], 10);
+  EXPECT_EQ(h["buckets"], 60);
+  EXPECT_EQ(h["start_us"].get<std::int64_t>() % 10'000'000, 0) << "aligned: two polls agree";
+  EXPECT_GT(h["now_us"].get<std::int64_t>(), h["start_us"].get<std::int64_t>() + 590LL * 1'000'000);
+  ASSERT_EQ(h["devices"].size(), 8u);
+  for (const auto& d : h["devices"]) {
+    const auto& sm = d["sm_util_percent"];
+    ASSERT_EQ(sm.size(), 60u);
+    // The daemon started a second ago: the ten minutes before it were never measured, and
+    // stay null (a gap), not 0. The bucket now falls in (or the one before) holds samples.
+    EXPECT_TRUE(sm[0].is_null()) << d.dump();
+    EXPECT_TRUE(sm[50].is_null()) << d.dump();
+    const bool recent = sm[59].is_number() || sm[58].is_number();
+    EXPECT_TRUE(recent) << d.dump();
+    for (const auto& v : sm) {
+      if (v.is_number()) {
+        EXPECT_GE(v.get<double>(), 0.0);
+        EXPECT_LE(v.get<double>(), 100.0);
+      }
+    }
+    EXPECT_EQ(d["memory_used"].size(), 60u);
+  }
+  // Defaults: the last hour in 30 s buckets.
+  json dflt = GetJson("/v1/devices/history", &status);
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(dflt["minutes"], 60);
+  EXPECT_EQ(dflt["step_s"], 30);
+  EXPECT_EQ(dflt["devices"][0]["sm_util_percent"].size(), 120u);
+}
+
+TEST_F(UiTest, DeviceHistoryRefusesBadQueriesNamingTheFieldAndValue) {
+  for (const auto& [q, field, value] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"minutes=0", "minutes", "0"}, {"minutes=61", "minutes", "61"}, {"minutes=-5", "minutes", "-5"},
+           {"step=abc", "step", "abc"}, {"step=0", "step", "0"}, {"step=99999", "step", "99999"}}) {
+    int status = 0;
+    json e = GetJson("/v1/devices/history?" + q, &status);
+    EXPECT_EQ(status, 400) << q;
+    const std::string msg = e["error"]["message"].get<std::string>();
+    EXPECT_NE(msg.find("'" + field + "'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'" + value + "'"), std::string::npos) << msg;
+  }
+  auto post = http_.Post("/v1/devices/history", Auth(), "", "application/json");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 400);
+}
+
+TEST_F(UiTest, AnotherSitesPageCannotCancelButThisPageCan) {
+  // alice's job, submitted over TCP with her token (the page's caller).
+  const json body = {{"argv", {"sleep", "60"}}, {"queue", "interactive"}, {"cwd", "/tmp"},
+                     {"env", {{"PATH", "/usr/bin:/bin"}}}};
+  auto sub = http_.Post("/v1/jobs", Auth(), body.dump(), "application/json");
+  ASSERT_TRUE(sub);
+  ASSERT_EQ(sub->status, 201) << sub->body;
+  const auto id = json::parse(sub->body)["job"]["id"].get<std::uint64_t>();
+  h_.WaitJob(id, [](const json& j) { return j["state"] == "running"; });
+  const std::string path = "/v1/jobs/" + std::to_string(id) + "/cancel";
+  // A page on another site posting through the user's browser (the token would be the user's
+  // own; through an ssh tunnel to the Unix socket, so would the peer credentials).
+  auto evil = http_.Post(path, Auth({{"Origin", "http://evil.example"}}), "", "text/plain");
+  ASSERT_TRUE(evil);
+  EXPECT_EQ(evil->status, 403);
+  const json e = json::parse(evil->body, nullptr, false);
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("origin 'http://evil.example'"), std::string::npos)
+      << evil->body;
+  EXPECT_EQ(h_.Job(id)["job"]["state"], "running") << "nothing changed";
+  // The dashboard itself (same origin) may.
+  const std::string self = "http://127.0.0.1:" + std::to_string(port_);
+  auto mine = http_.Post(path, Auth({{"Origin", self}}), "", "text/plain");
+  ASSERT_TRUE(mine);
+  EXPECT_EQ(mine->status, 200) << mine->body;
+  h_.WaitJob(id, [](const json& j) { return IsTerminal(j["state"].get<std::string>()); });
+}
+
+}  // namespace
+}  // namespace gpuslice::testing_e2e
