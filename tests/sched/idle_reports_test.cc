@@ -2,11 +2,11 @@
 // postpone an idle reclaim (busy, last activity, staleness, busy_max), a report withdraws a
 // warning; on-demand slices past their grace run until a pending job needs their room, and
 // then the longest idle go first, only as many as needed. The config keys that choose it.
+#include <functional>
+
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <functional>
 
 #include "sched/config.h"
 #include "sched/scheduler.h"
