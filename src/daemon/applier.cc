@@ -12,8 +12,6 @@
 namespace gpuslice::daemon {
 namespace {
 
-using devices::FullCiProfile;
-
 JobState FinalStateFor(const sched::Stop& s) {
   switch (s.reason) {
     case sched::StopReason::kTimeLimit: return JobState::kTimedOut;
@@ -161,40 +159,15 @@ void Daemon::Impl::ReleaseSlice(JobRecord& j, store::WriteBatch& b) {
   agent_->Unbind(j.slice);
 }
 
+// Brings the device to the decided layout (devices/mig_actuator.h) and tells the scheduler the
+// layout it has now (done, or as far as it got).
 void Daemon::Impl::ApplyMig(const sched::ReconfigureMig& r, store::WriteBatch& b, Actions& act) {
   DeviceIndex idx = r.device.index;
-  Status st;
-  if (!r.layout.empty()) st = backend_->SetMigMode(idx, true);
-  auto cur = backend_->ListDevices();
-  if (st.ok() && !cur.ok()) st = cur.status();
-  if (st.ok()) {
-    for (const auto& d : *cur) {
-      if (d.index != idx) continue;
-      for (const auto& gi : d.gpu_instances) {
-        bool keep = std::any_of(r.layout.begin(), r.layout.end(), [&](const MigPlacement& p) {
-          return p.profile_id == gi.profile_id && p.start == gi.start;
-        });
-        if (!keep && st.ok()) st = backend_->DestroyGpuInstance(idx, gi.id);
-      }
-    }
-  }
   const DeviceModel* model = nullptr;
   if (auto it = device_info_.find(static_cast<int>(idx.value())); it != device_info_.end()) {
     model = it->second.model;
   }
-  for (const auto& p : r.layout) {
-    if (!st.ok()) break;
-    auto gi = backend_->CreateGpuInstance(idx, p.profile_id, p.start);
-    if (!gi.ok()) {
-      st = gi.status();
-      break;
-    }
-    if (!gi->compute_instances.empty()) continue;  // kept, or made before a crash
-    const MigProfile* prof = model ? model->FindProfileById(p.profile_id) : nullptr;
-    auto ci = backend_->CreateComputeInstance(idx, gi->id,
-                                              FullCiProfile(prof ? prof->compute_slices : 1));
-    if (!ci.ok()) st = ci.status();
-  }
+  Status st = devices::ApplyMigLayout(*backend_, idx, r.layout, model);
   sched::ReconfigureDone done;
   done.now = Now();
   done.device = r.device;

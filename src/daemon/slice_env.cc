@@ -15,8 +15,6 @@
 
 namespace gpuslice::daemon {
 namespace {
-
-using devices::FullCiProfile;
 namespace fs = std::filesystem;
 }  // namespace
 
@@ -27,24 +25,7 @@ Result<std::string> Daemon::Impl::MigUuid(const SliceRecord& s) {
     return Internal(fmt::format("slice {}: no MIG placement", s.id.value()));
   }
   DeviceIndex idx(static_cast<std::uint32_t>(s.devices[0]));
-  GPUSLICE_ASSIGN_OR_RETURN(auto devs, backend_->ListDevices());
-  for (const auto& d : devs) {
-    if (d.index != idx) continue;
-    for (const auto& gi : d.gpu_instances) {
-      if (gi.profile_id != profile || gi.start != start) continue;
-      if (!gi.compute_instances.empty()) return gi.compute_instances[0].uuid;
-      const MigProfile* prof = d.model ? d.model->FindProfileById(profile) : nullptr;
-      GPUSLICE_ASSIGN_OR_RETURN(auto ci, backend_->CreateComputeInstance(
-                                             idx, gi.id, FullCiProfile(prof ? prof->compute_slices : 1)));
-      return ci.uuid;
-    }
-    GPUSLICE_ASSIGN_OR_RETURN(auto gi, backend_->CreateGpuInstance(idx, profile, start));
-    const MigProfile* prof = d.model ? d.model->FindProfileById(profile) : nullptr;
-    GPUSLICE_ASSIGN_OR_RETURN(auto ci, backend_->CreateComputeInstance(
-                                           idx, gi.id, FullCiProfile(prof ? prof->compute_slices : 1)));
-    return ci.uuid;
-  }
-  return NotFound(fmt::format("device {}: gone", idx.value()));
+  return devices::MigDeviceUuid(*backend_, idx, profile, start);
 }
 
 // The slice's part of the job environment.
