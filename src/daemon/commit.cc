@@ -33,9 +33,6 @@ void Daemon::Impl::Feed(const sched::Event& e, store::WriteBatch& b, Actions& ac
   for (const auto& d : decisions) Apply(d, b, act);
 }
 
-// Commits; then performs the side effects. A failed commit is fatal for the process: the
-// in-memory scheduler is ahead of the store, and only a restart (replaying the store)
-// makes them agree again.
 // Moves a batch waiting for the next commit (see Submit) in front of `b`, keeping the
 // journal in the order the scheduler saw the events.
 void Daemon::Impl::MergePending(store::WriteBatch& b) {
@@ -54,15 +51,15 @@ void Daemon::Impl::MergePending(store::WriteBatch& b) {
   front(b.journal, p.journal);
 }
 
+// Commits; then performs the side effects. A failed commit stops the daemon (CommitFailed):
+// the in-memory scheduler is ahead of the store, and only a restart (replaying the store)
+// makes them agree again. The batch's side effects are then never performed.
 Status Daemon::Impl::CommitAndAct(store::WriteBatch& batch, Actions& act) {
   while (true) {
+    if (!failure_.ok()) return failure_;
     MergePending(batch);
     Status st = store_->Commit(batch);
-    if (!st.ok()) {
-      spdlog::critical("store commit failed: {}; exiting so a restart recovers", st.ToString());
-      std::fflush(nullptr);
-      std::_Exit(70);
-    }
+    if (!st.ok()) return CommitFailed(st);
     batch = store::WriteBatch{};
     for (JobId id : act.terminate) {
       auto p = procs_.find(id);
@@ -80,6 +77,18 @@ Status Daemon::Impl::CommitAndAct(store::WriteBatch& batch, Actions& act) {
     for (const auto& r : reconf) ApplyMig(r, batch, act);
     if (batch.empty()) return Status::Ok();
   }
+}
+
+// The first failed commit: from then on nothing more is decided, committed or acted on (every
+// entry point checks failure_), and serve, seeing Failure(), exits so that a restart recovers
+// from the store. The decision to exit is serve's, not the library's.
+Status Daemon::Impl::CommitFailed(const Status& st) {
+  if (failure_.ok()) {
+    failure_ = Unavailable(fmt::format(
+        "store commit failed: {}; the daemon must restart to recover from the store", st.ToString()));
+    spdlog::critical("{}", failure_.message());
+  }
+  return failure_;
 }
 
 }  // namespace gpuslice::daemon

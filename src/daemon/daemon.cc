@@ -51,6 +51,7 @@ std::string Daemon::Impl::Hostname() {
 
 void Daemon::Impl::Step() {
   std::unique_lock lock(mu_);
+  if (!failure_.ok()) return;  // serve exits; nothing more is done
   Micros now = Now();
   store::WriteBatch batch;
   Actions act;
@@ -64,6 +65,11 @@ void Daemon::Impl::Step() {
   (void)CommitAndAct(batch, act);
   LaunchReady();
   if (CompactionDue()) CompactWhileRunning();
+}
+
+Status Daemon::Impl::Failure() const {
+  std::shared_lock lock(mu_);
+  return failure_;
 }
 
 Status Daemon::Impl::CheckConsistency() const {
@@ -125,5 +131,6 @@ bool Daemon::JobEnded(JobId id) const { return impl_->JobEnded(id); }
 Status Daemon::Authorize(const Caller& c, JobId id) const { return impl_->Authorize(c, id); }
 Result<Json> Daemon::Samples(JobId id) const { return impl_->Samples(id); }
 Status Daemon::CheckConsistency() const { return impl_->CheckConsistency(); }
+Status Daemon::Failure() const { return impl_->Failure(); }
 
 }  // namespace gpuslice::daemon

@@ -86,6 +86,7 @@ class Daemon::Impl {
   // (daemon.cc)
   void Step();
   Status CheckConsistency() const;
+  Status Failure() const;
   // (requests.cc)
   Result<Json> Submit(const Caller& c, const Json& body);
   Result<Json> Cancel(const Caller& c, JobId id);
@@ -128,6 +129,7 @@ class Daemon::Impl {
   void Feed(const sched::Event& e, store::WriteBatch& b, Actions& act);
   void MergePending(store::WriteBatch& b);
   Status CommitAndAct(store::WriteBatch& batch, Actions& act);
+  Status CommitFailed(const Status& st);
 
   // (applier.cc)
   void Apply(const sched::Decision& d, store::WriteBatch& b, Actions& act);
@@ -233,6 +235,10 @@ class Daemon::Impl {
   std::map<JobId, off_t> log_limit_;  // logs cut at their cap: the size they are kept at
   std::size_t journal_entries_ = 0;  // in the store (counted as they are journaled)
   std::size_t compacted_size_ = 0;   // after the last compaction
+  // A store commit failed: the in-memory scheduler is ahead of the store, and only a restart
+  // (replaying the store) makes them agree again. From then on nothing is decided, committed
+  // or acted on; serve sees Failure() and exits so that a restart recovers.
+  Status failure_;
 };
 
 }  // namespace gpuslice::daemon

@@ -23,6 +23,7 @@ std::string Daemon::Impl::StatusPath(JobId id) const {
 
 // Starts every chosen job whose devices are free of processes being stopped.
 void Daemon::Impl::LaunchReady() {
+  if (!failure_.ok()) return;
   std::vector<JobId> ids(to_launch_.begin(), to_launch_.end());
   for (JobId id : ids) {
     auto jt = jobs_.find(id);
@@ -94,12 +95,9 @@ void Daemon::Impl::Launch(JobRecord& j, const SliceRecord& s) {
                                              note.empty() ? "" : "; " + note));
       MergePending(b);
       Status st = store_->Commit(b);
-      if (!st.ok()) {
-        // Same rule as CommitAndAct: the store is the truth; restart from it.
-        spdlog::critical("store commit failed: {}; exiting so a restart recovers", st.ToString());
-        std::fflush(nullptr);
-        std::_Exit(70);
-      }
+      // Same rule as CommitAndAct: the store is the truth; restart from it. The launcher
+      // kills the child, which never runs the job.
+      if (!st.ok()) return CommitFailed(st);
       return st;
     });
     if (h.ok()) {
@@ -113,6 +111,9 @@ void Daemon::Impl::Launch(JobRecord& j, const SliceRecord& s) {
     }
     st = h.status();
   }
+  // The pid's commit failed: the daemon stops; after the restart the job (its pid never
+  // stored) is started again.
+  if (!failure_.ok()) return;
   // Could not start: the job fails and its slice goes back.
   spdlog::warn("job {}: start failed: {}", j.id.value(), st.ToString());
   j.pid = 0;

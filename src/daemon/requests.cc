@@ -54,6 +54,7 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
   j.user = UserName(c.uid);
 
   std::unique_lock lock(mu_);
+  if (!failure_.ok()) return failure_;
   Micros now = Now();
   j.id = JobId(next_job_++);
   j.submit_time = now;
@@ -84,6 +85,7 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
 
 Result<Json> Daemon::Impl::Cancel(const Caller& c, JobId id) {
   std::unique_lock lock(mu_);
+  if (!failure_.ok()) return failure_;
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
   JobRecord& j = it->second;
