@@ -34,6 +34,7 @@
 #include <fmt/format.h>
 
 #include "agent/agent.h"
+#include "api/views.h"
 #include "daemon/daemon.h"
 #include "daemon/journal.h"
 #include "store/codec.h"
@@ -182,7 +183,8 @@ class Daemon::Impl {
   Status AuthorizeLocked(const Caller& c, const JobRecord& j) const;
   Json JobJson(const JobRecord& j) const;
   static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);
-  static Json SliceJson(const SliceRecord& s) { return store::SliceToJson(s); }
+  static api::SliceView SliceViewOf(const SliceRecord& s);
+  static Json SliceJson(const SliceRecord& s) { return SliceViewOf(s).ToJson(); }
 
   struct Point {
     Micros t = 0;

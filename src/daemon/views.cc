@@ -140,35 +140,33 @@ Json Daemon::Impl::Slices() const {
   Json arr = Json::array();
   for (const auto& [id, s] : slices_) {
     if (!s.active) continue;
-    Json o = SliceJson(s);
-    o["util_percent"] = nullptr;
-    o["memory_used"] = nullptr;
-    o["idle_seconds"] = nullptr;
-    o["activity"] = nullptr;        // active | idle | unmeasured (the last sample's verdict)
-    o["activity_basis"] = nullptr;  // the signals that decided it, e.g. "sm,mem"
+    api::SliceView view = SliceViewOf(s);
+    api::SliceView::Figures& o = view.figures.emplace();
+    // activity: active | idle | unmeasured (the last sample's verdict); activity_basis: the
+    // signals that decided it, e.g. "sm,mem"
     if (auto u = slice_util_.find(id); u != slice_util_.end()) {
-      if (u->second.sm_permille) o["util_percent"] = (*u->second.sm_permille + 5) / 10;
-      if (u->second.memory_used) o["memory_used"] = *u->second.memory_used;
-      o["activity"] = agent::ActivityLabel(u->second.verdict.activity);
-      o["activity_basis"] = u->second.verdict.basis;
+      if (u->second.sm_permille) o.util_percent = (*u->second.sm_permille + 5) / 10;
+      if (u->second.memory_used) o.memory_used = *u->second.memory_used;
+      o.activity = agent::ActivityLabel(u->second.verdict.activity);
+      o.activity_basis = u->second.verdict.basis;
     }
     if (auto v = sched_->slices().find(id); v != sched_->slices().end()) {
       // Unmeasured: how long it has been idle is not known.
       if (!v->second.unmeasured) {
-        o["idle_seconds"] = static_cast<double>(std::max<Micros>(0, now - LastActive(v->second))) / kSecond;
+        o.idle_seconds = static_cast<double>(std::max<Micros>(0, now - LastActive(v->second))) / kSecond;
       }
-      o["idle_state"] = v->second.idle == sched::IdleState::kWarned     ? "warned"
-                        : v->second.idle == sched::IdleState::kReported ? "reported"
-                        : v->second.unmeasured                           ? "unmeasured"
-                                                                         : "active";
+      o.idle_state = v->second.idle == sched::IdleState::kWarned     ? "warned"
+                     : v->second.idle == sched::IdleState::kReported ? "reported"
+                     : v->second.unmeasured                           ? "unmeasured"
+                                                                      : "active";
     } else {
-      o["idle_state"] = "stopping";
+      o.idle_state = "stopping";
     }
     if (auto j = jobs_.find(s.job); j != jobs_.end()) {
-      o["user"] = j->second.user;
-      o["queue"] = j->second.queue;
+      o.user = j->second.user;
+      o.queue = j->second.queue;
     }
-    arr.push_back(o);
+    arr.push_back(view.ToJson());
   }
   return Json{{"slices", arr}, {"simulated", opt_.simulated}};
 }
@@ -215,29 +213,68 @@ bool Daemon::Impl::JobEnded(JobId id) const {
 // A job as the API shows it to anybody: never its environment (tokens, keys: only the job
 // gets it), and only what holds now: an ended job has no standing warning and no time left.
 Json Daemon::Impl::JobJson(const JobRecord& j) const {
-  Json o = store::JobToJson(j);
-  o.erase("env");
-  o.erase("pid_start_ticks");
+  api::JobView o;
+  o.id = j.id.value();
+  o.user = j.user;
+  o.uid = j.uid;
+  o.gid = j.gid;
+  o.queue = j.queue;
+  o.kind = j.kind;
+  o.gpus = j.gpus;
+  o.milli = j.milli;
+  o.memory = j.memory;
+  o.time_limit_us = j.time_limit;
+  o.model = j.model;
+  o.argv = j.argv;
+  o.cwd = j.cwd;
+  o.state = std::string(store::JobStateName(j.state));
+  // Texts the daemon composed; they may quote a user's bytes, and JSON cannot hold those.
+  o.reason = EscapeInvalidUtf8(j.reason);
+  o.warning = EscapeInvalidUtf8(j.warning);
+  o.warn_deadline_us = j.warn_deadline;
+  o.submit_time_us = j.submit_time;
+  o.start_time_us = j.start_time;
+  o.end_time_us = j.end_time;
+  o.deadline_us = j.deadline;
+  o.slice = j.slice.value();
+  o.pid = j.pid;
+  o.log_path = j.log_path;
+  o.exit_code = j.exit_code;
+  o.exit_signal = j.exit_signal;
   const bool ended = store::IsTerminal(j.state);
   if (ended) {
-    o["warning"] = "";
-    o["warn_deadline_us"] = 0;
+    o.warning = "";
+    o.warn_deadline_us = 0;
   }
-  o["time_left_us"] = nullptr;  // no limit, not started, or ended
+  // time_left_us stays unknown: no limit, not started, or ended
   if (!ended && j.deadline > 0 && j.start_time > 0 && j.state != JobState::kPending) {
-    o["time_left_us"] = std::max<Micros>(0, j.deadline - Now());
+    o.time_left_us = std::max<Micros>(0, j.deadline - Now());
   }
   // The running slice's last verdict (active / idle / unmeasured) and the signals behind it.
-  o["activity"] = nullptr;
-  o["activity_basis"] = nullptr;
   if (auto u = slice_util_.find(j.slice); u != slice_util_.end() && !store::IsTerminal(j.state)) {
-    o["activity"] = agent::ActivityLabel(u->second.verdict.activity);
-    o["activity_basis"] = u->second.verdict.basis;
+    o.activity = agent::ActivityLabel(u->second.verdict.activity);
+    o.activity_basis = u->second.verdict.basis;
   }
-  o["pending_reason"] = nullptr;
   if (j.state == JobState::kPending) {
-    if (auto w = sched_->PendingReason(j.id)) o["pending_reason"] = WaitReasonJson(*w, j.queue);
+    if (auto w = sched_->PendingReason(j.id)) o.pending_reason = WaitReasonJson(*w, j.queue);
   }
+  return o.ToJson();
+}
+
+api::SliceView Daemon::Impl::SliceViewOf(const SliceRecord& s) {
+  api::SliceView o;
+  o.id = s.id.value();
+  o.job = s.job.value();
+  o.kind = s.kind;
+  o.devices = s.devices;
+  o.uuids = s.uuids;
+  o.milli = s.milli;
+  o.memory_cap = s.memory_cap;
+  o.mps_thread_percent = s.mps_thread_percent;
+  o.mig = s.mig;
+  o.active = s.active;
+  o.created_us = s.created;
+  o.released_us = s.released;
   return o;
 }
 

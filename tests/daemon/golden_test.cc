@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "api/views.h"
 #include "daemon/daemon.h"
 #include "devices/fake.h"
 #include "devices/scripted.h"
@@ -144,8 +145,22 @@ class GoldenTest : public ::testing::Test {
   }
   void Views(Daemon& d, const std::string& phase) {
     out_ << "=== phase: " << phase << " (t=" << now_ << ")\n";
-    Record("jobs", *d.ListJobs({}));
-    Record("slices", d.Slices());
+    const Json jobs = *d.ListJobs({});
+    const Json slices = d.Slices();
+    Record("jobs", jobs);
+    Record("slices", slices);
+    // One schema at both ends: every record reads back into its typed view (as the CLI reads
+    // it) and writes out the same bytes.
+    auto typed_jobs = api::JobsFromJson(jobs);
+    ASSERT_TRUE(typed_jobs.ok()) << typed_jobs.status().ToString();
+    for (std::size_t i = 0; i < typed_jobs->size(); ++i) {
+      EXPECT_EQ((*typed_jobs)[i].ToJson().dump(), jobs["jobs"][i].dump());
+    }
+    auto typed_slices = api::SlicesFromJson(slices);
+    ASSERT_TRUE(typed_slices.ok()) << typed_slices.status().ToString();
+    for (std::size_t i = 0; i < typed_slices->size(); ++i) {
+      EXPECT_EQ((*typed_slices)[i].ToJson().dump(), slices["slices"][i].dump());
+    }
     Record("queues", d.Queues());
     Record("devices", d.Devices());
     Record("events", *d.Events(events_seen_, JobId(), 1000));
