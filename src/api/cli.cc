@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/client.h"
+#include "api/views.h"
 #include "core/text.h"
 #include "core/units.h"
 #include "store/codec.h"
@@ -256,29 +257,33 @@ Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::st
   std::int64_t now = NowUs();
   std::vector<std::vector<std::string>> rows;
   std::vector<std::string> warnings;
-  for (const auto& j : r["jobs"]) {
-    std::int64_t start = j["start_time_us"].get<std::int64_t>();
-    std::int64_t end = j["end_time_us"].get<std::int64_t>();
-    const std::string st = j["state"].get<std::string>();
+  // Typed first: a field missing or of the wrong type (a hostile or newer daemon) is an error
+  // naming it, not an exception; the JSON helpers below then read checked fields only.
+  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<JobView> views, JobsFromJson(r));
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const json& j = r["jobs"][i];
+    const JobView& v = views[i];
+    std::int64_t start = v.start_time_us;
+    std::int64_t end = v.end_time_us;
+    const std::string& st = v.state;
     // Only a pending job is waiting; one that ended without starting (rejected, cancelled)
     // waited until it ended, and no longer ticks.
     std::string age = start > 0  ? Ago((end > 0 ? end : now) - start)
                       : end > 0  ? "-"
-                                 : "waiting " + Ago(now - j["submit_time_us"].get<std::int64_t>());
-    rows.push_back({std::to_string(j["id"].get<std::uint64_t>()), Str(j, "user"),
+                                 : "waiting " + Ago(now - v.submit_time_us);
+    rows.push_back({std::to_string(v.id), Str(j, "user"),
                     Str(j, "queue"), Str(j, "state"), Resources(j),
-                    j["slice"].get<std::uint64_t>() ? std::to_string(j["slice"].get<std::uint64_t>()) : "-",
+                    v.slice ? std::to_string(v.slice) : "-",
                     age, Command(j)});
-    std::string w = j.value("warning", "");
-    if (!w.empty() && !j["state"].get<std::string>().empty()) {
-      warnings.push_back(fmt::format("  job {}: WARNING: {}", j["id"].get<std::uint64_t>(), w));
+    const std::string& w = v.warning;
+    if (!w.empty() && !v.state.empty()) {
+      warnings.push_back(fmt::format("  job {}: WARNING: {}", v.id, w));
     }
     if (st == "rejected") {
-      warnings.push_back(fmt::format("  job {}: rejected: {}", j["id"].get<std::uint64_t>(),
-                                     j.value("reason", "")));
+      warnings.push_back(fmt::format("  job {}: rejected: {}", v.id, v.reason));
     }
     if (const std::string why = PendingText(j); !why.empty())
-      warnings.push_back(fmt::format("  job {}: {}", j["id"].get<std::uint64_t>(), why));
+      warnings.push_back(fmt::format("  job {}: {}", v.id, why));
   }
   PrintTable({"ID", "USER", "QUEUE", "STATE", "ASKED", "SLICE", "TIME", "COMMAND"}, rows);
   for (const auto& w : warnings) Line(w);
@@ -297,22 +302,26 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   }
   Banner(r);
   const json& j = r["job"];
+  // Typed first (see Ps); the JSON helpers below then read checked fields only.
+  GPUSLICE_ASSIGN_OR_RETURN(const JobView job, JobView::FromJson(j));
+  std::optional<SliceView> slice;
+  if (!r["slice"].is_null()) {
+    GPUSLICE_ASSIGN_OR_RETURN(slice, SliceView::FromJson(r["slice"]));
+  }
   auto kv = [](const std::string& k, const std::string& v) { Line(fmt::format("{:<14}{}", k + ":", v)); };
-  kv("job", std::to_string(j["id"].get<std::uint64_t>()));
-  kv("user", fmt::format("{} (uid {})", Str(j, "user"), j["uid"].get<std::int64_t>()));
+  kv("job", std::to_string(job.id));
+  kv("user", fmt::format("{} (uid {})", Str(j, "user"), job.uid));
   kv("queue", Str(j, "queue"));
   kv("state", Str(j, "state") + (Str(j, "reason").empty() ? "" : " (" + Str(j, "reason") + ")"));
   if (const std::string why = PendingText(j); !why.empty()) kv("waiting", why);
-  kv("asked", Resources(j) + (j["memory"].get<std::int64_t>() > 0 ? ", mem " + FormatBytes(j["memory"].get<std::int64_t>()) : "") +
-                  (j["time_limit_us"].get<std::int64_t>() > 0 ? ", time " + FormatDuration(j["time_limit_us"].get<std::int64_t>()) : ""));
+  kv("asked", Resources(j) + (job.memory > 0 ? ", mem " + FormatBytes(job.memory) : "") +
+                  (job.time_limit_us > 0 ? ", time " + FormatDuration(job.time_limit_us) : ""));
   kv("command", Joined(j.value("argv", json::array()), " "));
   kv("cwd", Str(j, "cwd"));
-  if (j["pid"].get<int>() > 0) kv("pid", std::to_string(j["pid"].get<int>()));
-  if (!j["exit_code"].is_null()) kv("exit code", std::to_string(j["exit_code"].get<int>()));
-  if (!j["exit_signal"].is_null()) kv("signal", std::to_string(j["exit_signal"].get<int>()));
-  if (j.contains("time_left_us") && j["time_left_us"].is_number()) {
-    kv("time left", Ago(j["time_left_us"].get<std::int64_t>()));  // running jobs only
-  }
+  if (job.pid > 0) kv("pid", std::to_string(job.pid));
+  if (job.exit_code) kv("exit code", std::to_string(*job.exit_code));
+  if (job.exit_signal) kv("signal", std::to_string(*job.exit_signal));
+  if (job.time_left_us) kv("time left", Ago(*job.time_left_us));  // running jobs only
   if (!Str(j, "warning").empty()) kv("WARNING", Str(j, "warning"));
   if (j.value("idle_reclaim_mode", json()).is_string()) {
     const std::string mode = Str(j, "idle_reclaim_mode");
@@ -334,26 +343,26 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
     kv("reported", what);
   }
   kv("log", Str(j, "log_path"));
-  if (!r["slice"].is_null()) {
+  if (slice) {
     const json& s = r["slice"];
     const std::string devs = Joined(s.value("uuids", json::array()), ",");
-    kv("slice", fmt::format("{} ({}, {} GPU per device) on {}", s["id"].get<std::uint64_t>(), Str(s, "kind"),
-                            FormatMilliGpu(s["milli"].get<std::int64_t>()), devs));
+    kv("slice", fmt::format("{} ({}, {} GPU per device) on {}", slice->id, Str(s, "kind"),
+                            FormatMilliGpu(slice->milli), devs));
     if (!Str(s, "mig").empty()) kv("mig", Str(s, "mig"));
     // What the last sample said and which signals decided; "unmeasured" is never reclaimed
     // for idleness (its time limit still applies).
-    if (j.value("activity", json()).is_string()) {
+    if (job.activity) {
       const std::string basis = Str(j, "activity_basis");
       kv("activity", Str(j, "activity") +
                          (basis.empty() ? std::string(" (no usable signal; not reclaimed for idleness)")
                                         : " (by " + basis + ")"));
     }
-    if (s["memory_cap"].get<std::int64_t>() > 0) {
-      std::string how = s["kind"] == "shared" ? "enforced by libgpuslice-cuda (LD_PRELOAD memory cap; not capped: "
-                                                "CUDA graph memory nodes, context memory; docs/memcap.md)"
-                        : s["kind"] == "mps"  ? "enforced by MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"
-                                              : "";
-      kv("memory cap", FormatBytes(s["memory_cap"].get<std::int64_t>()) + (how.empty() ? "" : ", " + how));
+    if (slice->memory_cap > 0) {
+      std::string how = slice->kind == "shared" ? "enforced by libgpuslice-cuda (LD_PRELOAD memory cap; not capped: "
+                                                  "CUDA graph memory nodes, context memory; docs/memcap.md)"
+                        : slice->kind == "mps"  ? "enforced by MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"
+                                                : "";
+      kv("memory cap", FormatBytes(slice->memory_cap) + (how.empty() ? "" : ", " + how));
     }
   }
   std::cout << "events:\n";

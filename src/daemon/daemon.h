@@ -108,6 +108,12 @@ class Daemon {
   // in the store; no ended job has processes.
   Status CheckConsistency() const;
 
+  // OK while the daemon can go on; else why it cannot: a store commit failed, so its memory
+  // is ahead of the store. It then decides and does nothing more (Step returns at once, the
+  // API's mutations answer this error) and the caller (serve) should exit, so that a restart
+  // recovers from the store. Library code never exits the process itself.
+  Status Failure() const;
+
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;

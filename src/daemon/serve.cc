@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitUnavailable = 5;
+constexpr int kExitSoftware = 70;  // EX_SOFTWARE: the daemon cannot go on; a restart recovers
 
 int Fail(int code, const Status& st) {
   spdlog::error("{}", st.ToString());
@@ -190,6 +191,10 @@ int RunServe(const ServeOptions& o) {
       break;
     }
     daemon.Step();
+    if (Status f = daemon.Failure(); !f.ok()) {
+      server.Stop();
+      return Fail(kExitSoftware, f);
+    }
   }
   server.Stop();
   return 0;

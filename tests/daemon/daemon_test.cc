@@ -22,8 +22,11 @@ namespace {
 // Forwarders so two Daemons (before and after a "crash") share one store and one launcher.
 class SharedStore : public store::Store {
  public:
-  explicit SharedStore(store::Store* s) : s_(s) {}
-  Status Commit(const store::WriteBatch& b) override { return s_->Commit(b); }
+  explicit SharedStore(store::Store* s, const bool* fail_commits = nullptr) : s_(s), fail_(fail_commits) {}
+  Status Commit(const store::WriteBatch& b) override {
+    if (fail_ != nullptr && *fail_) return Internal("disk full (scripted)");
+    return s_->Commit(b);
+  }
   Result<std::optional<store::JobRecord>> GetJob(JobId id) override { return s_->GetJob(id); }
   Result<std::vector<store::JobRecord>> ListJobs() override { return s_->ListJobs(); }
   Result<std::vector<store::SliceRecord>> ListSlices(bool a) override { return s_->ListSlices(a); }
@@ -40,6 +43,7 @@ class SharedStore : public store::Store {
 
  private:
   store::Store* s_;
+  const bool* fail_;
 };
 
 class SharedLauncher : public exec::Launcher {
@@ -78,7 +82,7 @@ class DaemonTest : public ::testing::Test {
       backend = std::make_unique<devices::ScriptedBackend>(std::move(backend), std::move(script));
     }
     auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o,
-                                      std::make_unique<SharedStore>(store_.get()),
+                                      std::make_unique<SharedStore>(store_.get(), &fail_commits_),
                                       std::move(backend),
                                       std::make_unique<SharedLauncher>(&launcher_),
                                       [this] { return now_; });
@@ -100,6 +104,7 @@ class DaemonTest : public ::testing::Test {
   std::filesystem::path dir_;
   Micros now_ = 1'000 * kSecond;
   std::size_t compact_at_ = DaemonOptions{}.compact_journal_at;
+  bool fail_commits_ = false;  // the store's commits fail while set
   std::unique_ptr<store::Store> store_ = store::NewMemoryStore();
   exec::FakeLauncher launcher_;
   Caller me_{static_cast<std::int64_t>(geteuid()), static_cast<std::int64_t>(getegid())};
@@ -411,6 +416,44 @@ TEST_F(DaemonTest, JournalCompactionKeepsTheStateAcrossRestarts) {
   EXPECT_EQ(view(*d), expected);
   EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
   EXPECT_EQ(State(*d, ends), "succeeded");
+}
+
+// A failed store commit leaves the scheduler ahead of the store. The library does not exit the
+// process (it once called _Exit(70) inside CommitAndAct, so this test died): it stops deciding
+// and acting, reports Failure(), answers mutations with that error, and serve exits. A restart
+// on the store recovers what was committed: nothing of the failed batches.
+TEST_F(DaemonTest, FailedCommitStopsTheDaemonWithoutExitingAndARestartRecovers) {
+  auto d = NewDaemon();
+  const auto kept = Submit(*d, {{"queue", "interactive"}});
+  EXPECT_TRUE(d->Failure().ok());
+  fail_commits_ = true;
+  Json body{{"queue", "interactive"}, {"argv", {"sleep", "1"}}};
+  auto r = d->Submit(me_, body);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("disk full (scripted)"), std::string::npos) << r.status().ToString();
+  ASSERT_FALSE(d->Failure().ok());
+  EXPECT_EQ(d->Failure().code(), StatusCode::kUnavailable);
+  const auto launches = launcher_.launches().size();
+  EXPECT_EQ(launches, 1u) << "the failed pid commit killed the second job's child; it never ran";
+  fail_commits_ = false;  // even once the store works again, this daemon does nothing more
+  now_ += kSecond;
+  d->Step();
+  EXPECT_EQ(launcher_.launches().size(), launches);
+  auto c = d->Cancel(me_, JobId(kept));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(launcher_.signals().size(), 0u) << "nothing acted on";
+  EXPECT_EQ(State(*d, kept), "running");
+
+  d.reset();
+  auto again = NewDaemon();
+  EXPECT_TRUE(again->Failure().ok());
+  auto jobs = (*again->ListJobs({}))["jobs"];
+  ASSERT_EQ(jobs.size(), 1u) << jobs.dump();
+  EXPECT_EQ(jobs[0]["id"].get<std::uint64_t>(), kept);
+  EXPECT_EQ(State(*again, kept), "running");
+  EXPECT_TRUE(again->CheckConsistency().ok()) << again->CheckConsistency().ToString();
 }
 
 }  // namespace

@@ -1,0 +1,316 @@
+#include "api/views.h"
+
+#include <limits>
+#include <type_traits>
+
+#include <fmt/format.h>
+
+#include "store/codec.h"
+
+namespace gpuslice::api {
+namespace {
+
+using json = nlohmann::json;
+
+// Reads the fields of one view; the first error sticks and names the view and the field.
+class Reader {
+ public:
+  Reader(const json& o, std::string where) : o_(o), where_(std::move(where)) {
+    if (!o_.is_object()) Fail("", "expected an object", o_);
+  }
+
+  template <class T>
+  void Req(const char* name, T* out) {
+    if (!st_.ok()) return;
+    auto it = o_.find(name);
+    if (it == o_.end()) return Fail(name, "missing", json());
+    Read(name, *it, out);
+  }
+  // Absent or null: unknown.
+  template <class T>
+  void Opt(const char* name, std::optional<T>* out) {
+    if (!st_.ok()) return;
+    auto it = o_.find(name);
+    if (it == o_.end() || it->is_null()) {
+      out->reset();
+      return;
+    }
+    T v{};
+    Read(name, *it, &v);
+    if (st_.ok()) *out = std::move(v);
+  }
+  void Bytes(const char* name, std::string* out) {
+    if (!st_.ok()) return;
+    auto it = o_.find(name);
+    if (it == o_.end()) return Fail(name, "missing", json());
+    auto b = store::BytesFromJson(*it, fmt::format("{}: field '{}'", where_, name));
+    if (!b.ok()) {
+      st_ = InvalidArgument(b.status().message());
+      return;
+    }
+    *out = *std::move(b);
+  }
+  void BytesList(const char* name, std::vector<std::string>* out) {
+    if (!st_.ok()) return;
+    auto it = o_.find(name);
+    if (it == o_.end() || !it->is_array()) return Fail(name, "expected a list", it == o_.end() ? json() : *it);
+    out->clear();
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      auto b = store::BytesFromJson((*it)[i], fmt::format("{}: field '{}' element {}", where_, name, i));
+      if (!b.ok()) {
+        st_ = InvalidArgument(b.status().message());
+        return;
+      }
+      out->push_back(*std::move(b));
+    }
+  }
+  void Raw(const char* name, json* out) {
+    if (!st_.ok()) return;
+    auto it = o_.find(name);
+    *out = it == o_.end() ? json() : *it;
+  }
+  const Status& status() const { return st_; }
+
+ private:
+  void Fail(const char* name, const char* what, const json& v) {
+    if (!st_.ok()) return;
+    std::string shown = v.is_null() ? "" : v.dump();
+    if (shown.size() > 64) shown = shown.substr(0, 61) + "...";
+    st_ = InvalidArgument(*name == '\0' ? fmt::format("{}: {}", where_, what)
+                          : shown.empty() ? fmt::format("{}: field '{}': {}", where_, name, what)
+                                          : fmt::format("{}: field '{}' = {}: {}", where_, name, shown, what));
+  }
+  template <class T>
+  void Read(const char* name, const json& v, T* out) {
+    if constexpr (std::is_same_v<T, bool>) {
+      if (!v.is_boolean()) return Fail(name, "expected true or false", v);
+      *out = v.get<bool>();
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      if (!v.is_string()) return Fail(name, "expected a string", v);
+      *out = v.get<std::string>();
+    } else if constexpr (std::is_same_v<T, double>) {
+      if (!v.is_number()) return Fail(name, "expected a number", v);
+      *out = v.get<double>();
+    } else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
+      if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<std::int64_t>() >= 0)) {
+        return Fail(name, "expected a non-negative integer", v);
+      }
+      const std::uint64_t x = v.get<std::uint64_t>();
+      if (x > std::numeric_limits<T>::max()) return Fail(name, "out of range", v);
+      *out = static_cast<T>(x);
+    } else if constexpr (std::is_integral_v<T>) {
+      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() >
+                                                                    static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()))) {
+        return Fail(name, "expected an integer", v);
+      }
+      const std::int64_t x = v.get<std::int64_t>();
+      if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max()) return Fail(name, "out of range", v);
+      *out = static_cast<T>(x);
+    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+      if (!v.is_array()) return Fail(name, "expected a list of integers", v);
+      out->clear();
+      for (const auto& e : v) {
+        int x = 0;
+        Read(name, e, &x);
+        if (!st_.ok()) return;
+        out->push_back(x);
+      }
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      if (!v.is_array()) return Fail(name, "expected a list of strings", v);
+      out->clear();
+      for (const auto& e : v) {
+        std::string x;
+        Read(name, e, &x);
+        if (!st_.ok()) return;
+        out->push_back(std::move(x));
+      }
+    } else {
+      static_assert(sizeof(T) == 0, "no reader for this type");
+    }
+  }
+
+  const json& o_;
+  std::string where_;
+  Status st_;
+};
+
+template <class T>
+json OrNull(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+}  // namespace
+
+json JobView::ToJson() const {
+  json args = json::array();
+  for (const auto& a : argv) args.push_back(store::BytesToJson(a));
+  json o = {
+      {"id", id},
+      {"user", user},
+      {"uid", uid},
+      {"gid", gid},
+      {"queue", queue},
+      {"kind", kind},
+      {"gpus", gpus},
+      {"milli", milli},
+      {"memory", memory},
+      {"time_limit_us", time_limit_us},
+      {"model", model},
+      {"argv", args},
+      {"cwd", store::BytesToJson(cwd)},
+      {"state", state},
+      {"reason", reason},
+      {"warning", warning},
+      {"warn_deadline_us", warn_deadline_us},
+      {"submit_time_us", submit_time_us},
+      {"start_time_us", start_time_us},
+      {"end_time_us", end_time_us},
+      {"deadline_us", deadline_us},
+      {"slice", slice},
+      {"pid", pid},
+      {"log_path", store::BytesToJson(log_path)},
+  };
+  o["exit_code"] = OrNull(exit_code);
+  o["exit_signal"] = OrNull(exit_signal);
+  o["time_left_us"] = OrNull(time_left_us);
+  o["activity"] = OrNull(activity);
+  o["activity_basis"] = OrNull(activity_basis);
+  o["pending_reason"] = pending_reason;
+  o["activity_report"] = activity_report;
+  o["idle_state"] = OrNull(idle_state);
+  o["idle_state_text"] = OrNull(idle_state_text);
+  o["idle_reclaim_mode"] = OrNull(idle_reclaim_mode);
+  return o;
+}
+
+Result<JobView> JobView::FromJson(const json& j) {
+  JobView v;
+  Reader r(j, fmt::format("job {}", j.is_object() && j.contains("id") ? j["id"].dump() : "?"));
+  r.Req("id", &v.id);
+  r.Req("user", &v.user);
+  r.Req("uid", &v.uid);
+  r.Req("gid", &v.gid);
+  r.Req("queue", &v.queue);
+  r.Req("kind", &v.kind);
+  r.Req("gpus", &v.gpus);
+  r.Req("milli", &v.milli);
+  r.Req("memory", &v.memory);
+  r.Req("time_limit_us", &v.time_limit_us);
+  r.Req("model", &v.model);
+  r.BytesList("argv", &v.argv);
+  r.Bytes("cwd", &v.cwd);
+  r.Req("state", &v.state);
+  r.Req("reason", &v.reason);
+  r.Req("warning", &v.warning);
+  r.Req("warn_deadline_us", &v.warn_deadline_us);
+  r.Req("submit_time_us", &v.submit_time_us);
+  r.Req("start_time_us", &v.start_time_us);
+  r.Req("end_time_us", &v.end_time_us);
+  r.Req("deadline_us", &v.deadline_us);
+  r.Req("slice", &v.slice);
+  r.Req("pid", &v.pid);
+  r.Bytes("log_path", &v.log_path);
+  r.Opt("exit_code", &v.exit_code);
+  r.Opt("exit_signal", &v.exit_signal);
+  r.Opt("time_left_us", &v.time_left_us);
+  r.Opt("activity", &v.activity);
+  r.Opt("activity_basis", &v.activity_basis);
+  r.Raw("pending_reason", &v.pending_reason);
+  r.Raw("activity_report", &v.activity_report);
+  r.Opt("idle_state", &v.idle_state);
+  r.Opt("idle_state_text", &v.idle_state_text);
+  r.Opt("idle_reclaim_mode", &v.idle_reclaim_mode);
+  GPUSLICE_RETURN_IF_ERROR(r.status());
+  if (!v.activity_report.is_null() && !v.activity_report.is_object()) {
+    return InvalidArgument(fmt::format("job {}: field 'activity_report': expected null or an object", v.id));
+  }
+  if (!v.pending_reason.is_null() &&
+      (!v.pending_reason.is_object() || !v.pending_reason.contains("text") || !v.pending_reason["text"].is_string())) {
+    return InvalidArgument(fmt::format("job {}: field 'pending_reason': expected null or an object with a "
+                                       "string 'text'", v.id));
+  }
+  return v;
+}
+
+json SliceView::ToJson() const {
+  json o = {{"id", id},
+            {"job", job},
+            {"kind", kind},
+            {"devices", devices},
+            {"uuids", uuids},
+            {"milli", milli},
+            {"memory_cap", memory_cap},
+            {"mps_thread_percent", mps_thread_percent},
+            {"mig", mig},
+            {"active", active},
+            {"created_us", created_us},
+            {"released_us", released_us}};
+  if (figures) {
+    const Figures& f = *figures;
+    o["util_percent"] = OrNull(f.util_percent);
+    o["memory_used"] = OrNull(f.memory_used);
+    o["idle_seconds"] = OrNull(f.idle_seconds);
+    o["activity"] = OrNull(f.activity);
+    o["activity_basis"] = OrNull(f.activity_basis);
+    o["idle_state"] = f.idle_state;
+    if (f.user) o["user"] = *f.user;
+    if (f.queue) o["queue"] = *f.queue;
+  }
+  return o;
+}
+
+Result<SliceView> SliceView::FromJson(const json& j) {
+  SliceView v;
+  Reader r(j, fmt::format("slice {}", j.is_object() && j.contains("id") ? j["id"].dump() : "?"));
+  r.Req("id", &v.id);
+  r.Req("job", &v.job);
+  r.Req("kind", &v.kind);
+  r.Req("devices", &v.devices);
+  r.Req("uuids", &v.uuids);
+  r.Req("milli", &v.milli);
+  r.Req("memory_cap", &v.memory_cap);
+  r.Req("mps_thread_percent", &v.mps_thread_percent);
+  r.Req("mig", &v.mig);
+  r.Req("active", &v.active);
+  r.Req("created_us", &v.created_us);
+  r.Req("released_us", &v.released_us);
+  if (j.is_object() && j.contains("idle_state")) {
+    Figures f;
+    r.Opt("util_percent", &f.util_percent);
+    r.Opt("memory_used", &f.memory_used);
+    r.Opt("idle_seconds", &f.idle_seconds);
+    r.Opt("activity", &f.activity);
+    r.Opt("activity_basis", &f.activity_basis);
+    r.Req("idle_state", &f.idle_state);
+    r.Opt("user", &f.user);
+    r.Opt("queue", &f.queue);
+    v.figures = std::move(f);
+  }
+  GPUSLICE_RETURN_IF_ERROR(r.status());
+  return v;
+}
+
+namespace {
+template <class V>
+Result<std::vector<V>> ListFromJson(const json& answer, const char* key) {
+  if (!answer.is_object() || !answer.contains(key) || !answer[key].is_array()) {
+    return InvalidArgument(fmt::format("daemon answer: field '{}': expected a list", key));
+  }
+  std::vector<V> out;
+  for (std::size_t i = 0; i < answer[key].size(); ++i) {
+    auto v = V::FromJson(answer[key][i]);
+    if (!v.ok()) return v.status().WithContext(fmt::format("daemon answer: {}[{}]", key, i));
+    out.push_back(*std::move(v));
+  }
+  return out;
+}
+}  // namespace
+
+Result<std::vector<JobView>> JobsFromJson(const json& answer, const char* key) {
+  return ListFromJson<JobView>(answer, key);
+}
+Result<std::vector<SliceView>> SlicesFromJson(const json& answer, const char* key) {
+  return ListFromJson<SliceView>(answer, key);
+}
+
+}  // namespace gpuslice::api

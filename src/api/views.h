@@ -1,0 +1,102 @@
+#pragma once
+// Typed records of the daemon's API answers (docs/api.md): one struct per view, with the one
+// ToJson the daemon answers with and the one FromJson the CLI reads them with, so both ends
+// share one schema. FromJson never throws: a missing field or one of the wrong type (a hostile
+// or newer daemon) is an InvalidArgument naming the view and the field; fields it does not
+// know are ignored (a newer daemon may add some). Values are passed through as they are: text
+// for a terminal still goes through ForTerminal() when printed. Plain data; thread-compatible.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "core/units.h"
+
+namespace gpuslice::api {
+
+// A job (/v1/jobs, /v1/jobs/<id>, submit and cancel answers). Never its environment.
+struct JobView {
+  std::uint64_t id = 0;
+  std::string user;
+  std::int64_t uid = -1;
+  std::int64_t gid = -1;
+  std::string queue;
+  std::string kind;  // "" : the queue's default
+  int gpus = 0;
+  MilliGpu milli = 0;
+  Bytes memory = 0;
+  Micros time_limit_us = 0;
+  std::string model;
+  std::vector<std::string> argv;  // bytes (on the wire: a string, or {"b64": ...})
+  std::string cwd;                // bytes
+  std::string state;              // store::JobStateName
+  std::string reason;
+  std::string warning;
+  Micros warn_deadline_us = 0;
+  Micros submit_time_us = 0;
+  Micros start_time_us = 0;
+  Micros end_time_us = 0;
+  Micros deadline_us = 0;
+  std::uint64_t slice = 0;  // 0: none
+  int pid = 0;
+  std::string log_path;  // bytes
+  std::optional<int> exit_code;
+  std::optional<int> exit_signal;
+  std::optional<Micros> time_left_us;          // no limit, not started, or ended: none
+  std::optional<std::string> activity;         // active | idle | unmeasured
+  std::optional<std::string> activity_basis;   // the signals that decided it, e.g. "sm,mem"
+  nlohmann::json pending_reason;               // null, or an object with at least "text"
+  // Reports of activity from outside the GPU (POST /v1/jobs/ID/activity): null, or the latest
+  // one as daemon/activity.h renders it.
+  nlohmann::json activity_report;
+  std::optional<std::string> idle_state;         // a running job's idle state machine
+  std::optional<std::string> idle_state_text;    // the same for people
+  std::optional<std::string> idle_reclaim_mode;  // always | on-demand | off (its queue's)
+
+  nlohmann::json ToJson() const;
+  static Result<JobView> FromJson(const nlohmann::json& j);
+};
+
+// A slice as stored (the "slice" of /v1/jobs/<id>) and, with its figures, as listed by
+// /v1/slices (the optional part is set there).
+struct SliceView {
+  std::uint64_t id = 0;
+  std::uint64_t job = 0;
+  std::string kind;  // whole | mig | mps | shared
+  std::vector<int> devices;
+  std::vector<std::string> uuids;
+  MilliGpu milli = 0;
+  Bytes memory_cap = 0;
+  int mps_thread_percent = 0;
+  std::string mig;
+  bool active = true;
+  Micros created_us = 0;
+  Micros released_us = 0;
+
+  // /v1/slices only.
+  struct Figures {
+    std::optional<int> util_percent;
+    std::optional<Bytes> memory_used;
+    std::optional<double> idle_seconds;  // unmeasured or stopping: unknown
+    std::optional<std::string> activity;
+    std::optional<std::string> activity_basis;
+    std::string idle_state;  // active | warned | reported | unmeasured | stopping
+    std::optional<std::string> user;
+    std::optional<std::string> queue;
+  };
+  std::optional<Figures> figures;
+
+  nlohmann::json ToJson() const;
+  static Result<SliceView> FromJson(const nlohmann::json& j);
+};
+
+// `what` holds an array of views under `key` (e.g. {"jobs": [...]}): each read with FromJson,
+// the first error naming its position.
+Result<std::vector<JobView>> JobsFromJson(const nlohmann::json& answer, const char* key = "jobs");
+Result<std::vector<SliceView>> SlicesFromJson(const nlohmann::json& answer, const char* key = "slices");
+
+}  // namespace gpuslice::api

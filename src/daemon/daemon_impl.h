@@ -1,0 +1,250 @@
+#pragma once
+// Daemon::Impl: the state behind the Daemon façade (daemon.h) and the declarations of its
+// parts. Private to src/daemon; one file per responsibility defines its members:
+//   daemon.cc      construction, the control loop (Step), the consistency check
+//   recovery.cc    Start: rebuild the scheduler from the journal, reconcile devices and
+//                  processes; journal compaction; the status directory
+//   commit.cc      the commit of a batch and its actions (CommitAndAct), Feed, events
+//   applier.cc     applying the scheduler's decisions (Apply, BeginStop, ReleaseSlice, ApplyMig)
+//   job_runner.cc  starting, reaping and ending jobs' processes (over exec::Launcher)
+//   job_logs.cc    the daemon's lines in job logs and the log cap
+//   slice_env.cc   a slice's part of the job environment (CUDA, MPS, memcap, MIG UUID)
+//   sampling.cc    the agent round each step, activity to the scheduler, downsampling
+//   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
+//   views.cc       the API's read models (jobs, slices, queues, devices, events, samples)
+//   metrics.cc     /metrics
+// MIG actuation on a device is devices/mig_actuator.h.
+//
+// Thread-safety: as Daemon. Public entry points take mu_ (shared for reads); every other
+// member requires mu_ held exclusively.
+
+#include <sys/types.h>
+
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "agent/agent.h"
+#include "api/views.h"
+#include "daemon/activity.h"
+#include "daemon/daemon.h"
+#include "daemon/journal.h"
+#include "store/codec.h"
+#include "store/store.h"
+
+namespace gpuslice::daemon {
+
+using store::JobRecord;
+using store::JobState;
+using store::SliceRecord;
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+class Daemon::Impl {
+ public:
+  Impl(sched::Config config, DaemonOptions options, std::unique_ptr<store::Store> store,
+       std::unique_ptr<devices::DeviceBackend> backend, std::unique_ptr<exec::Launcher> launcher,
+       WallClock clock);
+
+  // ---- processes we are responsible for
+  struct Proc {
+    exec::ProcessHandle handle;
+    SliceId slice;
+    std::vector<int> devices;
+    bool stopping = false;          // scheduler said stop/reclaim/preempt: final_state follows
+    bool cleanup = false;           // leader exited by itself; ending the rest of its group
+    JobState final_state = JobState::kSucceeded;
+    std::string final_reason;
+    std::optional<exec::ExitInfo> leader_exit;
+    Micros term_sent = 0;           // 0: no SIGTERM yet
+    bool killed = false;
+  };
+
+  // Side effects to perform after the batch that decided them is durable.
+  struct Actions {
+    std::vector<JobId> terminate;                          // SIGTERM the group
+    std::vector<std::pair<JobId, std::string>> log_lines;  // appended to the job's log
+    std::vector<sched::ReconfigureMig> reconfigure;
+    std::vector<JobId> forget_status;  // ended jobs: their status file has served
+  };
+
+  // ---- the façade's entry points (each takes mu_)
+  // (recovery.cc)
+  Status Start();
+  // (daemon.cc)
+  void Step();
+  Status CheckConsistency() const;
+  Status Failure() const;
+  // (requests.cc)
+  Result<Json> Submit(const Caller& c, const Json& body);
+  Result<Json> Cancel(const Caller& c, JobId id);
+  Result<Json> ReportActivity(const Caller& c, JobId id, const Json& body);
+  // (views.cc)
+  Result<Json> ListJobs(const std::map<std::string, std::string>& q) const;
+  Result<Json> GetJob(JobId id) const;
+  Json Devices() const;
+  Json Queues() const;
+  Json Slices() const;
+  Result<Json> Events(std::int64_t after, JobId job, int limit) const;
+  Result<std::string> LogPath(JobId id) const;
+  Status Authorize(const Caller& c, JobId id) const;
+  bool JobEnded(JobId id) const;
+  Result<Json> Samples(JobId id) const;
+  Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
+  // (metrics.cc)
+  std::string Metrics() const;
+
+ private:
+  Micros Now() const { return clock_(); }
+  // (daemon.cc)
+  static std::string Hostname();
+
+  // (recovery.cc)
+  Status InitSeed();
+  bool CompactionDue() const;
+  void CompactJournal(const std::vector<std::string>& journal, const JournalCompactor& c,
+                      const sched::Scheduler& full);
+  void CompactWhileRunning();
+  static JobState StoppingFinal(const JobRecord& j);
+  void RemoveVanishedDevices(Micros now, const std::vector<devices::DeviceInfo>& devs,
+                             store::WriteBatch& b, Actions& act);
+  // Where each job's exec stub records its exit status (exec/launcher.h, "Results"): only the
+  // daemon's user (root) may write or read it, so a job cannot forge its own result.
+  std::string StatusDir() const { return (std::filesystem::absolute(opt_.state_dir) / "status").string(); }
+  Status MakeStatusDir() const;
+  void ForgetStaleStatusFiles();
+
+  // (commit.cc)
+  void AddEvent(store::WriteBatch& b, JobId job, std::string type, std::string message);
+  void Feed(const sched::Event& e, store::WriteBatch& b, Actions& act);
+  void MergePending(store::WriteBatch& b);
+  Status CommitAndAct(store::WriteBatch& batch, Actions& act);
+  Status CommitFailed(const Status& st);
+
+  // (applier.cc)
+  void Apply(const sched::Decision& d, store::WriteBatch& b, Actions& act);
+  void BeginStop(JobId id, JobState final, std::string reason, bool requeue,
+                 store::WriteBatch& b, Actions& act);
+  void ReleaseSlice(JobRecord& j, store::WriteBatch& b);
+  void ReleaseSliceById(SliceId sid, store::WriteBatch& b);
+  void ApplyMig(const sched::ReconfigureMig& r, store::WriteBatch& b, Actions& act);
+
+  // (job_runner.cc)
+  std::string StatusPath(JobId id) const;
+  void LaunchReady();
+  bool Blocked(JobId id, const SliceRecord& s) const;
+  void Launch(JobRecord& j, const SliceRecord& s);
+  void Reap(Micros now, store::WriteBatch& b, Actions& act);
+  void EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Actions& act);
+  void BindSlice(JobId id);
+
+  // (job_logs.cc)
+  void AppendToLog(JobId id, const std::string& path, const std::string& text);
+  static off_t WriteAt(int fd, off_t at, const std::string& text);
+  void EnforceLogCaps(store::WriteBatch& b);
+  void AppendLog(JobId id, const std::string& line);
+
+  // (slice_env.cc)
+  static std::string SliceKey(SliceId id) { return fmt::format("slice-{}", id.value()); }
+  Result<std::string> MigUuid(const SliceRecord& s);
+  Result<std::vector<std::pair<std::string, std::string>>> SliceEnv(const JobRecord& j,
+                                                                    const SliceRecord& s,
+                                                                    std::string* note);
+
+  // (sampling.cc)
+  void SampleDevices(Micros now, store::WriteBatch& b, Actions& act);
+  const sched::QueueConfig* QueueOf(JobId job) const;
+  Micros ActivityQuantum(const sched::IdlePolicy& idle) const;
+  Micros LastActive(const sched::SliceView& v) const;
+  // Stored points are means of the known figures; a window with no known utilisation is
+  // stored as kUnknownPermille (the store's column is an integer), never as 0.
+  static constexpr int kUnknownPermille = -1;
+  static constexpr Bytes kUnknownBytes = -1;  // a stored point whose memory was never measured
+  void Downsample(Micros now, const std::string& subject, std::optional<int> permille,
+                  std::optional<Bytes> used, store::WriteBatch& b);
+
+  // (requests.cc)
+  Status ParseRequest(const Json& body, JobRecord* j) const;
+  static Status ParseCommand(const Json& body, JobRecord* j);
+  static sched::JobRequest Request(const JobRecord& j);
+
+  // (views.cc)
+  Status AuthorizeLocked(const Caller& c, const JobRecord& j) const;
+  Json JobJson(const JobRecord& j) const;
+  static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);
+  static api::SliceView SliceViewOf(const SliceRecord& s);
+  static Json SliceJson(const SliceRecord& s) { return SliceViewOf(s).ToJson(); }
+
+  struct Point {
+    Micros t = 0;
+    std::optional<int> util_permille;  // nullopt: not measured
+    std::optional<Bytes> used;
+  };
+  struct SliceFigures {
+    std::optional<int> sm_permille;
+    std::optional<Bytes> memory_used;
+    sched::SampleVerdict verdict;
+  };
+  static constexpr size_t kRecentPoints = 3600;  // an hour at the default 1 s sample interval
+  static constexpr size_t kRecentJobs = 64;
+
+  std::map<JobId, std::deque<Point>> recent_;  // raw per-sample points, for profile --job
+
+  struct Down {
+    Micros start = 0;
+    std::int64_t util = 0;
+    Bytes used = 0;
+    int util_n = 0;
+    int used_n = 0;
+    int count = 0;
+  };
+
+  sched::Config config_;
+  DaemonOptions opt_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<devices::DeviceBackend> backend_;
+  std::unique_ptr<exec::Launcher> launcher_;
+  WallClock clock_;
+
+  mutable std::shared_mutex mu_;
+  std::uint64_t seed_ = 0;
+  std::unique_ptr<sched::Scheduler> sched_;
+  std::uint64_t next_job_ = 1;
+  std::map<JobId, JobRecord> jobs_;
+  std::map<SliceId, SliceRecord> slices_;           // active
+  std::map<JobId, MilliGpu> all_slices_share_;      // for reclaimed GPU-hours
+  std::map<JobId, Proc> procs_;
+  std::set<JobId> to_launch_;
+  store::WriteBatch* pending_ = nullptr;  // Submit's batch, committed with the first start
+  std::map<int, devices::DeviceInfo> device_info_;
+  std::map<int, devices::DeviceSample> latest_;
+  std::map<SliceId, Micros> seen_active_;  // last sample showing activity, every round
+  std::map<SliceId, SliceFigures> slice_util_;  // the agent's last round, per running slice
+  ActivityDesk activity_;  // activity reports as received, rate limits
+  std::unique_ptr<agent::Agent> agent_;          // samples backend_; bound to running jobs
+  std::map<std::string, Down> down_;
+  Micros last_sample_ = 0;
+  std::map<JobId, off_t> log_limit_;  // logs cut at their cap: the size they are kept at
+  std::size_t journal_entries_ = 0;  // in the store (counted as they are journaled)
+  std::size_t compacted_size_ = 0;   // after the last compaction
+  // A store commit failed: the in-memory scheduler is ahead of the store, and only a restart
+  // (replaying the store) makes them agree again. From then on nothing is decided, committed
+  // or acted on; serve sees Failure() and exits so that a restart recovers.
+  Status failure_;
+};
+
+}  // namespace gpuslice::daemon

@@ -1,0 +1,411 @@
+// The API's read models: jobs (never their environment), slices with their activity, queues,
+// devices, events, and a job's samples over time.
+#include <grp.h>
+#include <pwd.h>
+
+#include <algorithm>
+#include <limits>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "core/text.h"
+#include "daemon/daemon_impl.h"
+#include "daemon/ui.h"
+#include "store/codec.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group) {
+  if (group.empty()) return false;
+  struct group* g = getgrnam(group.c_str());
+  if (g == nullptr) return false;
+  if (static_cast<std::int64_t>(g->gr_gid) == gid) return true;
+  struct passwd* pw = getpwuid(static_cast<uid_t>(uid));
+  if (pw == nullptr) return false;
+  int n = 64;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  if (getgrouplist(pw->pw_name, static_cast<gid_t>(gid), groups.data(), &n) < 0) {
+    groups.resize(static_cast<size_t>(n));
+    getgrouplist(pw->pw_name, static_cast<gid_t>(gid), groups.data(), &n);
+  }
+  groups.resize(static_cast<size_t>(n));
+  return std::find(groups.begin(), groups.end(), g->gr_gid) != groups.end();
+}
+
+}  // namespace
+
+Result<Json> Daemon::Impl::ListJobs(const std::map<std::string, std::string>& q) const {
+  std::shared_lock lock(mu_);
+  Json arr = Json::array();
+  std::optional<JobState> state;
+  bool active_only = false;
+  if (auto it = q.find("state"); it != q.end() && !it->second.empty()) {
+    if (it->second == "active") {
+      active_only = true;
+    } else {
+      auto s = store::ParseJobState(it->second);
+      if (!s.ok()) return InvalidArgument("query 'state': " + s.status().message());
+      state = *s;
+    }
+  }
+  std::string user = q.contains("user") ? q.at("user") : "";
+  std::string queue = q.contains("queue") ? q.at("queue") : "";
+  for (const auto& [id, j] : jobs_) {
+    if (state && j.state != *state) continue;
+    if (active_only && store::IsTerminal(j.state)) continue;
+    if (!user.empty() && j.user != user) continue;
+    if (!queue.empty() && j.queue != queue) continue;
+    arr.push_back(JobJson(j));
+  }
+  return Json{{"jobs", arr}, {"simulated", opt_.simulated}};
+}
+
+Result<Json> Daemon::Impl::GetJob(JobId id) const {
+  std::shared_lock lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+  Json out{{"job", JobJson(it->second)}, {"simulated", opt_.simulated}};
+  out["slice"] = nullptr;
+  if (auto s = slices_.find(it->second.slice); s != slices_.end()) {
+    out["slice"] = SliceJson(s->second);
+  }
+  return out;
+}
+
+Json Daemon::Impl::Devices() const {
+  std::shared_lock lock(mu_);
+  Json arr = Json::array();
+  for (const auto& [ref, d] : sched_->devices()) {
+    Json o{{"index", ref.index.value()}, {"uuid", d.uuid}, {"model", d.model},
+           {"memory", d.memory}, {"mode", sched::DeviceModeName(d.mode)},
+           {"draining", d.draining}, {"used_milli", d.used_milli},
+           {"reserved_for", d.reserved_for.valid() ? Json(d.reserved_for.value()) : Json()},
+           {"used_memory", d.used_memory}, {"clients", d.clients}};
+    Json sl = Json::array();
+    for (SliceId s : d.slices) sl.push_back(s.value());
+    o["slices"] = sl;
+    Json layout = Json::array();
+    for (const auto& p : d.layout) layout.push_back({{"profile", p.profile_id}, {"start", p.start}});
+    o["mig_layout"] = layout;
+    o["util_percent"] = nullptr;
+    o["memory_used"] = nullptr;
+    if (auto s = latest_.find(static_cast<int>(ref.index.value())); s != latest_.end()) {
+      if (s->second.gpu_util.ok()) o["util_percent"] = s->second.gpu_util.value() / 10.0;
+      if (s->second.memory_used.ok()) o["memory_used"] = s->second.memory_used.value();
+    }
+    arr.push_back(o);
+  }
+  Json out{{"devices", arr}, {"simulated", opt_.simulated},
+           {"backend", std::string(backend_->kind())},
+           {"backend_description", backend_->description()}};
+  if (opt_.simulated) out["note"] = "SIMULATED devices (no NVIDIA driver)";
+  return out;
+}
+
+Json Daemon::Impl::Queues() const {
+  std::shared_lock lock(mu_);
+  Micros now = Now();
+  Json arr = Json::array();
+  for (const auto& q : config_.queues) {
+    int pending = 0, running = 0;
+    Micros oldest = 0;
+    for (const auto& [id, j] : jobs_) {
+      if (j.queue != q.name) continue;
+      if (j.state == JobState::kPending) {
+        ++pending;
+        oldest = std::max(oldest, now - j.submit_time);
+      } else if (!store::IsTerminal(j.state)) {
+        ++running;
+      }
+    }
+    Json kinds = Json::array();
+    for (auto k : q.allowed_kinds) kinds.push_back(sched::SliceKindName(k));
+    arr.push_back({{"name", q.name}, {"default_kind", sched::SliceKindName(q.default_kind)},
+                   {"allowed_kinds", kinds}, {"priority", q.priority},
+                   {"time_limit_us", q.time_limit}, {"max_duration_us", q.max_duration},
+                   {"reserve_after_us", q.reserve_after},
+                   {"idle_reclaim", q.idle.enabled && q.idle.action == sched::ReclaimAction::kReclaim},
+                   {"idle_window_us", q.idle.window}, {"idle_grace_us", q.idle.grace},
+                   {"idle_reclaim_mode", IdleReclaimMode(q.idle)},
+                   {"idle_signals", IdleSignalsJson(q.idle)},
+                   {"pending", pending}, {"running", running},
+                   {"oldest_wait_us", oldest}});
+  }
+  return Json{{"queues", arr}, {"default_queue", config_.default_queue},
+              {"simulated", opt_.simulated}};
+}
+
+Json Daemon::Impl::Slices() const {
+  std::shared_lock lock(mu_);
+  Micros now = Now();
+  Json arr = Json::array();
+  for (const auto& [id, s] : slices_) {
+    if (!s.active) continue;
+    api::SliceView view = SliceViewOf(s);
+    api::SliceView::Figures& o = view.figures.emplace();
+    // activity: active | idle | unmeasured (the last sample's verdict); activity_basis: the
+    // signals that decided it, e.g. "sm,mem"
+    if (auto u = slice_util_.find(id); u != slice_util_.end()) {
+      if (u->second.sm_permille) o.util_percent = (*u->second.sm_permille + 5) / 10;
+      if (u->second.memory_used) o.memory_used = *u->second.memory_used;
+      o.activity = agent::ActivityLabel(u->second.verdict.activity);
+      o.activity_basis = u->second.verdict.basis;
+    }
+    if (auto v = sched_->slices().find(id); v != sched_->slices().end()) {
+      // Unmeasured: how long it has been idle is not known.
+      if (!v->second.unmeasured) {
+        o.idle_seconds = static_cast<double>(std::max<Micros>(0, now - LastActive(v->second))) / kSecond;
+      }
+      o.idle_state = IdleStateName(v->second);
+    } else {
+      o.idle_state = "stopping";
+    }
+    if (auto j = jobs_.find(s.job); j != jobs_.end()) {
+      o.user = j->second.user;
+      o.queue = j->second.queue;
+    }
+    arr.push_back(view.ToJson());
+  }
+  return Json{{"slices", arr}, {"simulated", opt_.simulated}};
+}
+
+Result<Json> Daemon::Impl::Events(std::int64_t after, JobId job, int limit) const {
+  GPUSLICE_ASSIGN_OR_RETURN(auto evs, store_->ListEvents(after, job, limit));
+  Json arr = Json::array();
+  for (const auto& e : evs) {
+    arr.push_back({{"seq", e.seq}, {"time_us", e.time}, {"job", e.job.value()},
+                   {"type", e.type}, {"message", e.message}});
+  }
+  return Json{{"events", arr}, {"simulated", opt_.simulated}};
+}
+
+Result<std::string> Daemon::Impl::LogPath(JobId id) const {
+  std::shared_lock lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+  return it->second.log_path;
+}
+
+Status Daemon::Impl::Authorize(const Caller& c, JobId id) const {
+  std::shared_lock lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+  return AuthorizeLocked(c, it->second);
+}
+
+Status Daemon::Impl::AuthorizeLocked(const Caller& c, const JobRecord& j) const {
+  if (c.uid == j.uid || c.uid == 0 || InGroup(c.uid, c.gid, config_.admin_group)) {
+    return Status::Ok();
+  }
+  return PermissionDenied(fmt::format(
+      "job {} belongs to {}; only its owner, root or a member of group '{}' may act on it",
+      j.id.value(), j.user, config_.admin_group));
+}
+
+bool Daemon::Impl::JobEnded(JobId id) const {
+  std::shared_lock lock(mu_);
+  auto it = jobs_.find(id);
+  return it == jobs_.end() || store::IsTerminal(it->second.state);
+}
+
+// A job as the API shows it to anybody: never its environment (tokens, keys: only the job
+// gets it), and only what holds now: an ended job has no standing warning and no time left.
+Json Daemon::Impl::JobJson(const JobRecord& j) const {
+  api::JobView o;
+  o.id = j.id.value();
+  o.user = j.user;
+  o.uid = j.uid;
+  o.gid = j.gid;
+  o.queue = j.queue;
+  o.kind = j.kind;
+  o.gpus = j.gpus;
+  o.milli = j.milli;
+  o.memory = j.memory;
+  o.time_limit_us = j.time_limit;
+  o.model = j.model;
+  o.argv = j.argv;
+  o.cwd = j.cwd;
+  o.state = std::string(store::JobStateName(j.state));
+  // Texts the daemon composed; they may quote a user's bytes, and JSON cannot hold those.
+  o.reason = EscapeInvalidUtf8(j.reason);
+  o.warning = EscapeInvalidUtf8(j.warning);
+  o.warn_deadline_us = j.warn_deadline;
+  o.submit_time_us = j.submit_time;
+  o.start_time_us = j.start_time;
+  o.end_time_us = j.end_time;
+  o.deadline_us = j.deadline;
+  o.slice = j.slice.value();
+  o.pid = j.pid;
+  o.log_path = j.log_path;
+  o.exit_code = j.exit_code;
+  o.exit_signal = j.exit_signal;
+  const bool ended = store::IsTerminal(j.state);
+  if (ended) {
+    o.warning = "";
+    o.warn_deadline_us = 0;
+  }
+  // time_left_us stays unknown: no limit, not started, or ended
+  if (!ended && j.deadline > 0 && j.start_time > 0 && j.state != JobState::kPending) {
+    o.time_left_us = std::max<Micros>(0, j.deadline - Now());
+  }
+  // The running slice's last verdict (active / idle / unmeasured) and the signals behind it.
+  if (auto u = slice_util_.find(j.slice); u != slice_util_.end() && !store::IsTerminal(j.state)) {
+    o.activity = agent::ActivityLabel(u->second.verdict.activity);
+    o.activity_basis = u->second.verdict.basis;
+  }
+  // The latest activity report and the idle state machine (activity.h).
+  const sched::QueueConfig* queue = config_.FindQueue(j.queue);
+  if (queue != nullptr) o.idle_reclaim_mode = IdleReclaimMode(queue->idle);
+  if (auto v = sched_->slices().find(j.slice);
+      queue != nullptr && !ended && v != sched_->slices().end() && v->second.job == j.id) {
+    o.activity_report = ActivityReportJson(activity_.Latest(j.id), &v->second, queue->idle, Now());
+    o.idle_state = IdleStateName(v->second);
+    o.idle_state_text = IdleStateText(v->second, queue->idle);
+  }
+  if (j.state == JobState::kPending) {
+    if (auto w = sched_->PendingReason(j.id)) o.pending_reason = WaitReasonJson(*w, j.queue);
+  }
+  return o.ToJson();
+}
+
+api::SliceView Daemon::Impl::SliceViewOf(const SliceRecord& s) {
+  api::SliceView o;
+  o.id = s.id.value();
+  o.job = s.job.value();
+  o.kind = s.kind;
+  o.devices = s.devices;
+  o.uuids = s.uuids;
+  o.milli = s.milli;
+  o.memory_cap = s.memory_cap;
+  o.mps_thread_percent = s.mps_thread_percent;
+  o.mig = s.mig;
+  o.active = s.active;
+  o.created_us = s.created;
+  o.released_us = s.released;
+  return o;
+}
+
+// A pending job's reason for the API: its kind, one line for people and the figures behind it
+// (docs/api.md, "Why a job waits").
+Json Daemon::Impl::WaitReasonJson(const sched::WaitReason& w, const std::string& queue) {
+  // Names in it (user, queue, model) may hold any bytes; the JSON text must stay valid.
+  const std::string message = EscapeInvalidUtf8(sched::FormatWaitReason(w));
+  Json o{{"kind", std::string(sched::WaitReasonKind(w))},
+         {"message", message},
+         {"text", EscapeInvalidUtf8(fmt::format("pending in {}: {}", queue, message))}};
+  auto devices = [](NodeId node, const std::vector<DeviceIndex>& ds) {
+    Json arr = Json::array();
+    for (DeviceIndex d : ds) arr.push_back(d.value());
+    return Json{{"node", node.value()}, {"devices", arr}};
+  };
+  std::visit(Overloaded{
+                 [&](const sched::NoDeviceFits& r) {
+                   o["slice_kind"] = std::string(sched::SliceKindName(r.kind));
+                   o["model"] = EscapeInvalidUtf8(r.model);
+                   o["gpus"] = r.gpus;
+                   o["milli"] = r.milli;
+                   o["memory"] = r.memory;
+                 },
+                 [&](const sched::UserCap& r) {
+                   o["queue"] = EscapeInvalidUtf8(r.queue);
+                   o["user"] = EscapeInvalidUtf8(r.user);
+                   o["limit"] = r.limit == sched::UserCap::Limit::kJobs ? "jobs" : "milli";
+                   o["max"] = r.max;
+                   o["held"] = r.held;
+                   o["asked"] = r.asked;
+                 },
+                 [&](const sched::ReservedForOther& r) {
+                   o["for_job"] = r.job.value();
+                   o["kept"] = devices(r.node, r.devices);
+                 },
+                 [&](const sched::WaitingForReservation& r) {
+                   o["kept"] = devices(r.node, r.devices);
+                   o["busy"] = r.busy;
+                 },
+                 [&](const sched::DrainingForMig& r) {
+                   o["device"] = Json{{"node", r.device.node.value()}, {"index", r.device.index.value()}};
+                   o["reconfiguring"] = r.reconfiguring;
+                 },
+                 [&](const sched::NeverFits& r) { o["why"] = EscapeInvalidUtf8(r.why); },
+             },
+             w);
+  return o;
+}
+
+Result<Json> Daemon::Impl::DeviceHistory(const std::map<std::string, std::string>& q) const {
+  std::vector<std::uint32_t> indices;
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [ref, d] : sched_->devices()) indices.push_back(ref.index.value());
+  }
+  return DeviceHistoryJson(q, agent_->DeviceSeries(), indices, Now(), opt_.simulated);
+}
+
+Result<Json> Daemon::Impl::Samples(JobId id) const {
+  std::shared_lock lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+  const JobRecord& j = it->second;
+  // Every slice the job has held (a preempted job may have had several); the store has
+  // ended ones too.
+  GPUSLICE_ASSIGN_OR_RETURN(auto all, store_->ListSlices(false));
+  std::vector<SliceRecord> mine;
+  for (const auto& s : all) {
+    if (s.job == id) mine.push_back(s);
+  }
+  Json slices = Json::array();
+  Bytes total = 0;
+  std::string model;
+  for (const auto& s : mine) {
+    Bytes cap = s.memory_cap;
+    if (cap <= 0) {
+      for (int d : s.devices) {
+        auto di = device_info_.find(d);
+        if (di != device_info_.end()) cap += di->second.memory_total.value_or(0);
+      }
+    }
+    total = cap;  // the latest slice's
+    for (int d : s.devices) {
+      auto di = device_info_.find(d);
+      if (di != device_info_.end() && model.empty()) model = di->second.name;
+    }
+    slices.push_back({{"id", s.id.value()}, {"kind", s.kind}, {"devices", s.devices},
+                      {"memory_total", cap}});
+  }
+  auto rec = recent_.find(id);
+  Micros first_raw = rec != recent_.end() && !rec->second.empty()
+                         ? rec->second.front().t
+                         : std::numeric_limits<Micros>::max();
+  std::vector<std::tuple<Micros, std::optional<int>, std::optional<Bytes>, bool>> pts;
+  for (const auto& s : mine) {
+    GPUSLICE_ASSIGN_OR_RETURN(auto stored,
+                              store_->ListSamples(fmt::format("slice/{}", s.id.value()),
+                                                  j.submit_time));
+    for (const auto& p : stored) {
+      if (p.time >= first_raw) continue;
+      pts.emplace_back(p.time, p.util_permille == kUnknownPermille ? std::nullopt : std::optional(p.util_permille),
+                       p.memory_used < 0 ? std::nullopt : std::optional(p.memory_used), false);
+    }
+  }
+  if (rec != recent_.end()) {
+    for (const auto& p : rec->second) pts.emplace_back(p.t, p.util_permille, p.used, true);
+  }
+  std::sort(pts.begin(), pts.end());
+  Json samples = Json::array();
+  for (const auto& [t, u, used, raw] : pts) {
+    samples.push_back({{"t", t}, {"util_permille", u ? Json(*u) : Json(nullptr)}, {"memory_used", used ? Json(*used) : Json(nullptr)},
+                       {"downsampled", !raw}});
+  }
+  return Json{{"job", JobJson(j)},
+              {"simulated", opt_.simulated},
+              {"device_model", model},
+              {"memory_total", total},
+              {"slices", slices},
+              {"sample_interval_us", opt_.sample_interval},
+              {"downsample_window_us", opt_.downsample_window},
+              {"samples", samples}};
+}
+
+}  // namespace gpuslice::daemon
