@@ -9,8 +9,8 @@ Server side (this package, loaded through `nbserver_extensions`):
                                   authorise it).
   Without a hub (plain `gpuslice submit -- jupyter notebook`), it also reports the server's
   activity (its kernel manager: busy kernels, last activity) to the daemon every
-  $GPUSLICE_JUPYTER_REPORT_INTERVAL seconds (default 60). Under JupyterHub the spawner
-  reports instead; GPUSLICE_JUPYTER_REPORT=1 / 0 forces either way.
+  $JUPYTER_GPUSLICE_REPORT_INTERVAL seconds (default 60). Under JupyterHub the spawner
+  reports instead; JUPYTER_GPUSLICE_REPORT=1 / 0 forces either way.
 Front end (share/nbextensions/gpuslice/main.js): polls the status, shows a banner with the
 countdown when gpuslice warns, saves open notebooks, and offers "Keep my session".
 

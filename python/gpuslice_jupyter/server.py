@@ -15,6 +15,12 @@ _JOB_FIELDS = ("id", "state", "reason", "warning", "warn_deadline_us", "deadline
                "time_limit_us", "queue", "milli", "memory", "start_time_us", "activity_report")
 
 
+def _socket():
+    # JUPYTER_GPUSLICE_SOCKET, not GPUSLICE_SOCKET: `gpuslice submit` does not pass the
+    # submitter's GPUSLICE_* variables on to the job.
+    return os.environ.get("JUPYTER_GPUSLICE_SOCKET") or client.default_socket()
+
+
 def _job_id():
     j = os.environ.get("GPUSLICE_JOB_ID", "")
     return j if j.isdigit() else ""
@@ -39,7 +45,8 @@ class StatusHandler(_Base):
         else:
             try:
                 ans = await IOLoop.current().run_in_executor(
-                    None, lambda: client.request("GET", f"/v1/jobs/{job}", timeout=5))
+                    None, lambda: client.request("GET", f"/v1/jobs/{job}", 
+                    timeout=5, socket_path=_socket()))
                 j = ans.get("job") or {}
                 out["job"] = {k: j.get(k) for k in _JOB_FIELDS}
             except (client.Unreachable, client.DaemonError) as e:
@@ -57,7 +64,8 @@ class KeepHandler(_Base):
         body = {"source": "jupyter", "busy": False, "last_activity_us": client.now_us()}
         try:
             ans = await IOLoop.current().run_in_executor(
-                None, lambda: client.request("POST", f"/v1/jobs/{job}/activity", body, timeout=5))
+                None, lambda: client.request("POST", f"/v1/jobs/{job}/activity", body, 
+                    timeout=5, socket_path=_socket()))
         except client.DaemonError as e:
             self.set_status(502 if e.status >= 500 else 409)
             self.finish(json.dumps({"ok": False, "error": str(e)}))
@@ -71,7 +79,7 @@ class KeepHandler(_Base):
 
 
 def _should_report():
-    v = os.environ.get("GPUSLICE_JUPYTER_REPORT", "").strip().lower()
+    v = os.environ.get("JUPYTER_GPUSLICE_REPORT", "").strip().lower()
     if v in ("1", "true", "yes"):
         return True
     if v in ("0", "false", "no"):
@@ -102,7 +110,7 @@ def current_activity(nb_app):
 
 
 def load(nb_app):
-    state = {"poll_seconds": _interval("GPUSLICE_JUPYTER_POLL_INTERVAL", 15.0)}
+    state = {"poll_seconds": _interval("JUPYTER_GPUSLICE_POLL_INTERVAL", 15.0)}
     base = nb_app.web_app.settings["base_url"]
     nb_app.web_app.add_handlers(".*$", [
         (url_path_join(base, "gpuslice/status"), StatusHandler, {"state": state}),
@@ -119,14 +127,15 @@ def load(nb_app):
         try:
             body = current_activity(nb_app)
             await IOLoop.current().run_in_executor(
-                None, lambda: client.request("POST", f"/v1/jobs/{job}/activity", body, timeout=5))
+                None, lambda: client.request("POST", f"/v1/jobs/{job}/activity", body, 
+                    timeout=5, socket_path=_socket()))
             warned["once"] = False
         except (client.Unreachable, client.DaemonError) as e:
             if not warned["once"]:  # one line per outage, not one per period
                 nb_app.log.warning("gpuslice: activity report for job %s failed: %s", job, e)
                 warned["once"] = True
 
-    every = _interval("GPUSLICE_JUPYTER_REPORT_INTERVAL", 60.0)
+    every = _interval("JUPYTER_GPUSLICE_REPORT_INTERVAL", 60.0)
     PeriodicCallback(report, every * 1000).start()
     IOLoop.current().add_callback(report)
     nb_app.log.info("gpuslice: reporting activity of job %s every %gs", job, every)

@@ -32,7 +32,7 @@ import re
 import sys
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-from traitlets import Bool, Float, Unicode, default
+from traitlets import Bool, Float, List, Unicode, default
 
 from jupyterhub.spawner import Spawner
 from jupyterhub.utils import random_port
@@ -113,6 +113,9 @@ class GpusliceSpawner(Spawner):
         return client.default_socket()
 
     queue = Unicode("interactive", help="gpuslice queue of the servers").tag(config=True)
+    allowed_queues = List(
+        Unicode(), help="Other queues a user may choose with the 'queue' option (e.g. one "
+                        "with reclaim = \"on-demand\"); empty: only `queue`").tag(config=True)
     kind = Unicode("", help="Slice kind (shared, mps); empty: the queue's default").tag(config=True)
     default_fraction = Unicode(
         "", help="Share of a GPU when the user asks for none (e.g. '0.25'); empty: the "
@@ -184,7 +187,13 @@ class GpusliceSpawner(Spawner):
             return (f'<div class="form-group"><label for="gs-{name}">{html.escape(label)}</label>'
                     f'<input class="form-control" id="gs-{name}" name="{name}" '
                     f'value="{html.escape(value)}" placeholder="{html.escape(hint)}"></div>')
-        return "".join([
+        queues = ""
+        if self.allowed_queues:
+            opts = "".join(f'<option value="{html.escape(q)}">{html.escape(q)}</option>'
+                           for q in [self.queue] + list(self.allowed_queues))
+            queues = (f'<div class="form-group"><label for="gs-queue">gpuslice queue</label>'
+                      f'<select class="form-control" id="gs-queue" name="queue">{opts}</select></div>')
+        return queues + "".join([
             field("fraction", f"Share of a GPU ({self.min_fraction} to {self.max_fraction})",
                   self.default_fraction, "e.g. 0.25 or 250m"),
             field("mem", "GPU memory cap" + (f" (at most {self.max_memory})" if self.max_memory else ""),
@@ -196,7 +205,7 @@ class GpusliceSpawner(Spawner):
     def _default_options_from_form(self):
         def from_form(formdata):
             out = {}
-            for key in ("fraction", "mem", "time"):
+            for key in ("fraction", "mem", "time", "queue"):
                 v = formdata.get(key, [""])
                 v = v[0] if isinstance(v, list) and v else v
                 if isinstance(v, bytes):
@@ -206,23 +215,32 @@ class GpusliceSpawner(Spawner):
             return out
         return from_form
 
-    def _queue_info(self):
+    def chosen_queue(self):
+        """The queue of this spawn: `queue`, or the 'queue' option when allowed_queues has it."""
+        q = (self.user_options or {}).get("queue") or self.queue
+        if q != self.queue and q not in self.allowed_queues:
+            raise ValueError(f"queue {_shown(q)} is not offered here (choose from: "
+                             f"{', '.join([self.queue] + list(self.allowed_queues))})")
+        return q
+
+    def _queue_info(self, queue):
         try:
             ans = client.request("GET", "/v1/queues", socket_path=self.socket_path)
         except client.Unreachable as e:
             raise RuntimeError(f"gpuslice is not reachable: {e}") from None
         for q in ans.get("queues", []):
-            if q.get("name") == self.queue:
+            if q.get("name") == queue:
                 return q
-        raise RuntimeError(f"gpuslice has no queue {self.queue!r} (GpusliceSpawner.queue)")
+        raise RuntimeError(f"gpuslice has no queue {queue!r} (GpusliceSpawner.queue)")
 
     def validated_options(self, queue_info):
         """The submit fields from user_options, checked against this spawner's bounds and the
         queue's time limit. ValueError names the option and the value."""
         opts = dict(self.user_options or {})
-        unknown = sorted(set(opts) - {"fraction", "mem", "time"})
+        unknown = sorted(set(opts) - {"fraction", "mem", "time", "queue"})
         if unknown:
-            raise ValueError(f"unknown option {_shown(unknown[0])} (known: fraction, mem, time)")
+            raise ValueError(f"unknown option {_shown(unknown[0])} (known: fraction, mem, time"
+                             f"{', queue' if self.allowed_queues else ''})")
         fields = {}
         frac = opts.get("fraction") or self.default_fraction
         if frac:
@@ -243,7 +261,7 @@ class GpusliceSpawner(Spawner):
             sec = parse_duration(t)
             limit_us = int(queue_info.get("time_limit_us") or 0)
             if limit_us and sec * 1_000_000 > limit_us:
-                raise ValueError(f"time {_shown(t)} is more than queue {self.queue!r} allows "
+                raise ValueError(f"time {_shown(t)} is more than queue {queue_info.get('name')!r} allows "
                                  f"({_human_seconds(limit_us // 1_000_000)})")
             fields["time"] = f"{sec}s"
         return fields
@@ -291,7 +309,7 @@ class GpusliceSpawner(Spawner):
         # Debian 12's jupyterhub-singleuser would pick jupyter_server's ServerApp, which has no
         # frontend there (404 on /tree); the classic notebook is what Debian ships.
         env.setdefault("JUPYTERHUB_SINGLEUSER_APP", "notebook.notebookapp.NotebookApp")
-        env["GPUSLICE_SOCKET"] = self.socket_path
+        env["JUPYTER_GPUSLICE_SOCKET"] = self.socket_path  # for the banner's extension
         if self.notebook_extension:
             def prepend(name, value):
                 old = env.get(name, "")
@@ -309,15 +327,16 @@ class GpusliceSpawner(Spawner):
         except KeyError:
             raise RuntimeError(f"no Unix user {self.user.name!r}: each hub user needs an "
                                f"account of the same name") from None
-        qinfo = await asyncio.get_running_loop().run_in_executor(None, self._queue_info)
-        fields = self.validated_options(qinfo)  # ValueError: the hub shows it to the user
+        queue = self.chosen_queue()  # ValueError: the hub shows it to the user
+        qinfo = await asyncio.get_running_loop().run_in_executor(None, self._queue_info, queue)
+        fields = self.validated_options(qinfo)
         self.port = random_port()
         env = self.get_env()  # after the port: JUPYTERHUB_SERVICE_URL carries it
-        body = {"argv": self.cmd + self.get_args(), "queue": self.queue, "env": env,
+        body = {"argv": self.cmd + self.get_args(), "queue": queue, "env": env,
                 "cwd": pw.pw_dir, **fields}
         if self.kind:
             body["kind"] = self.kind
-        self._progress_text = f"Submitting to gpuslice queue {self.queue}"
+        self._progress_text = f"Submitting to gpuslice queue {queue}"
         try:
             ans = await self._call_as_user("POST", "/v1/jobs", body)
         except client.DaemonError as e:

@@ -34,8 +34,9 @@ from gpuslice_jupyter import client  # noqa: E402
 
 SOCK = os.path.join(D, "gs.sock")
 SCRIPT = os.path.join(D, "script.json")
-# Windows long enough for a notebook server to start on a loaded 2-core machine (~14s seen).
-WINDOW, GRACE, POLL = 20, 8, 2
+# Short windows; a case keeps its job's GPU scripted busy while it sets up (spawn_busy), as a
+# server takes ~15 s to start on a loaded 2-core machine.
+WINDOW, GRACE, POLL = 15, 8, 2
 PASSWORD = "testpw"
 TOKEN = secrets.token_hex(32)
 
@@ -92,10 +93,27 @@ def script_job(job_id, sm):
 def daemon_config():
     idle_extra = ""
     signals = '["sm", "memory"]'
+    ondemand = ""
     if ACTIVITY:
         signals = '["sm", "memory", "jupyter"]'
         idle_extra = 'busy_is_active = true\nbusy_max = "5m"\nreport_stale = "8s"\n'
-    return f"""default_queue = "interactive"
+        # The same queue, but an idle slice is reclaimed only when a waiting job needs it.
+        ondemand = f"""
+[queues.ondemand]
+kinds = ["shared"]
+default_kind = "shared"
+default_gpu = "250m"
+time_limit = "1h"
+priority = 10
+[queues.ondemand.idle]
+enabled = true
+threshold = 5
+window = "{WINDOW}s"
+grace = "{GRACE}s"
+signals = {signals}
+{idle_extra}reclaim = "on-demand"
+"""
+    return ondemand + f"""default_queue = "interactive"
 [queues.interactive]
 kinds = ["shared"]
 default_kind = "shared"
@@ -183,6 +201,7 @@ c.Authenticator.allowed_users = {{{U1!r}, {U2!r}}}
 c.JupyterHub.spawner_class = 'gpuslice_jupyterhub.GpusliceSpawner'
 c.GpusliceSpawner.socket_path = {SOCK!r}
 c.GpusliceSpawner.max_memory = '40GiB'
+c.GpusliceSpawner.allowed_queues = ['ondemand']
 c.Spawner.poll_interval = {POLL}
 c.Spawner.http_timeout = 60
 c.JupyterHub.cleanup_servers = False
@@ -190,7 +209,7 @@ c.JupyterHub.last_activity_interval = 10
 c.JupyterHub.tornado_settings = {{'slow_spawn_timeout': 3}}
 c.Spawner.environment = {{'PATH': '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
                           'JUPYTERHUB_ACTIVITY_INTERVAL': '10',
-                          'GPUSLICE_JUPYTER_POLL_INTERVAL': '1'}}
+                          'JUPYTER_GPUSLICE_POLL_INTERVAL': '1'}}
 c.JupyterHub.services = [{{'name': 'gpuslice-test', 'api_token': {TOKEN!r}}}]
 c.JupyterHub.load_roles = [{{'name': 'gpuslice-test', 'services': ['gpuslice-test'],
     'scopes': ['list:users', 'read:users', 'read:users:activity', 'read:servers', 'servers',
@@ -334,10 +353,20 @@ def execute_msg(code):
 def start_kernel(user, token):
     r = via_proxy(user, token, "POST", "api/kernels", json={"name": "python3"})
     check(r.status_code == 201, f"kernel start: {r.status_code} {r.text}")
-    kid = r.json()["id"]
-    wait_for(lambda: via_proxy(user, token, "GET", f"api/kernels/{kid}?no_track_activity=1")
-             .json().get("execution_state") == "idle", 30, "kernel idle")
-    return kid
+    return r.json()["id"]
+
+
+def kernel_state(user, token, kid):
+    r = via_proxy(user, token, "GET", f"api/kernels/{kid}?no_track_activity=1")
+    return r.json().get("execution_state") if r.status_code == 200 else None
+
+
+async def wait_kernel_idle(user, token, kid, timeout=90):
+    # The kernel says "idle" once a client talks to it: the websocket's kernel_info nudge.
+    end = time.monotonic() + timeout
+    while kernel_state(user, token, kid) != "idle":
+        check(time.monotonic() < end, f"kernel {kid} not idle after {timeout}s")
+        await asyncio.sleep(0.5)
 
 
 def gs_status(user, token):
@@ -400,7 +429,8 @@ def t1_spawn(user):
 
 def t1_bad_options(user):
     for opts, want in (({"fraction": "2"}, "fraction '2'"), ({"time": "2h"}, "time '2h'"),
-                       ({"mem": "70GiB"}, "memory '70GiB'"), ({"gpu": "1"}, "unknown option")):
+                       ({"mem": "70GiB"}, "memory '70GiB'"), ({"gpu": "1"}, "unknown option"),
+                       ({"queue": "training"}, "queue 'training' is not offered")):
         r, _ = spawn(user, opts, expect_ready=False)
         if r.status_code in (201, 202):  # failed after the slow-spawn answer
             wait_for(lambda: server_model(user) is None, 20, "failed spawn cleared")
@@ -446,6 +476,7 @@ def t3_t5_idle_reclaim(user, token):
 
     async def hold_ws_until_reclaimed():
         ws = await kernel_ws(user, token, kid)  # T5: an idle tab's websocket stays open
+        await wait_kernel_idle(user, token, kid)
         script_job(j["id"], None)  # idle from now on
         t_warn = None
         try:
@@ -531,6 +562,47 @@ def t2_queued(user):
     t8_user_stop(user)
 
 
+def t2_queued_on_demand(user_a, user_b):
+    """T2 with the "on demand" reclaim: A's idle server in queue `ondemand` holds the whole GPU
+    past window + grace and keeps running while nobody waits; B's spawn then waits (202, the
+    progress says why), A's idle slice is reclaimed for it, and B's server starts."""
+    _, _, ja = spawn_busy(user_a, {"queue": "ondemand", "fraction": "1"})
+    check(ja["queue"] == "ondemand", f"A's job in {ja['queue']}")
+    script_job(ja["id"], None)  # idle from now on
+    time.sleep(WINDOW + GRACE + 4)
+    check(job(ja["id"])["state"] == "running",
+          f"on-demand: an idle slice nobody needs was stopped ({job(ja['id'])['state']})")
+    log(f"T2/on-demand: {user_a}'s idle slice still running {WINDOW + GRACE + 4}s later "
+        f"(warnings: {[e['message'] for e in warned(ja['id'])]})")
+    t0 = time.monotonic()
+    r = HUBP.api("POST", f"/users/{user_b}/server", json={})
+    check(r.status_code == 202, f"spawn on a full GPU answered {r.status_code}, want 202")
+    msgs = progress_messages(user_b, t0)
+    pend = [x for x in msgs if x.startswith("pending in interactive")]
+    check(pend, f"no progress event says why it waits: {msgs}")
+    jj = wait_for(lambda: (lambda x: x if x["state"] not in ("running", "stopping") else None)(
+        job(ja["id"])), 30, f"{user_a}'s idle slice reclaimed for the waiting job")
+    check(jj["state"] == "reclaimed", f"A's job ended {jj['state']}, want reclaimed")
+    wait_for(lambda: (server_model(user_b) or {}).get("ready"), 60, f"{user_b} ready")
+    log(f"T2/on-demand: {user_b} waited ({pend[0]!r}); {user_a} reclaimed for it; {user_b} "
+        f"ready {time.monotonic() - t0:.1f}s after asking")
+    wait_stopped(user_a, 2 * POLL + 3)
+    t8_user_stop(user_b)
+
+
+def progress_messages(user, t0, limit_s=15):
+    msgs = []
+    with HUBP.api("GET", f"/users/{user}/server/progress", stream=True, timeout=10) as resp:
+        for line in resp.iter_lines(decode_unicode=True):
+            if line and line.startswith("data:"):
+                msgs.append(json.loads(line[5:]).get("message", ""))
+                if any(x.startswith("pending in interactive") for x in msgs):
+                    break
+            if time.monotonic() - t0 > limit_s:
+                break
+    return msgs
+
+
 def t4_silent_cell(user, token):
     if not ACTIVITY:
         log("T4 SKIPPED: this gpuslice has no activity API (POST /v1/jobs/ID/activity)")
@@ -541,6 +613,7 @@ def t4_silent_cell(user, token):
 
     async def run_cell():
         ws = await kernel_ws(user, token, kid)
+        await wait_kernel_idle(user, token, kid)
         ws.write_message(execute_msg(f"import time; time.sleep({cell})"))
         await asyncio.sleep(1)
         script_job(j["id"], None)  # the GPU idles from now on: only the busy kernel counts
@@ -620,6 +693,61 @@ def t7_hub_restart(user):
     script_job(j["id"], None)
 
 
+def t10_plain_submit(user):
+    """Item 5: `gpuslice submit -- jupyter notebook` without a hub, the extension enabled by
+    the environment only (docs/notebooks.md): /gpuslice/status answers, and the server reports
+    its own activity to the daemon, as the user."""
+    port, tok = free_port(), secrets.token_hex(16)
+    py = os.path.join(SRC, "python")
+    pw = pwd.getpwnam(user)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": pw.pw_dir, "LANG": "C.UTF-8",
+           "JUPYTER_TOKEN": tok, "PYTHONPATH": py,
+           "JUPYTER_CONFIG_PATH": os.path.join(py, "gpuslice_jupyter", "etc"),
+           "JUPYTER_PATH": os.path.join(py, "gpuslice_jupyter", "share"),
+           "JUPYTER_GPUSLICE_REPORT_INTERVAL": "2", "JUPYTER_GPUSLICE_SOCKET": SOCK}
+    # As the user (the daemon trusts the socket's peer credentials); the CLI sends this env.
+    r = subprocess.run([BIN, "submit", "--socket", SOCK, "--json", "--", "jupyter", "notebook",
+                        "--no-browser", "--ip", "127.0.0.1", f"--port={port}"],
+                       env=env, cwd=pw.pw_dir, capture_output=True, text=True,
+                       user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
+    check(r.returncode == 0, f"gpuslice submit as {user}: {r.returncode} {r.stderr}")
+    jid = json.loads(r.stdout)["job"]["id"]
+    try:
+        script_job(jid, 80)
+        check(job(jid)["uid"] == pw.pw_uid, "the plain job is not the user's")
+        url = f"http://127.0.0.1:{port}/"
+        hdr = {"Authorization": f"token {tok}"}
+
+        def status():
+            try:
+                x = requests.get(url + "gpuslice/status", headers=hdr, timeout=5)
+                return x.json() if x.status_code == 200 else None
+            except requests.RequestException:
+                return None
+        s = wait_for(status, 60, "plain notebook's /gpuslice/status")
+        check(s["job"] and s["job"]["id"] == jid, f"/gpuslice/status {s}")
+        def logs():
+            return subprocess.run([BIN, "logs", "--socket", SOCK, str(jid)],
+                                  capture_output=True, text=True).stdout
+        wait_for(lambda: f"reporting activity of job {jid}" in logs(), 20,
+                 "the extension reporting activity")
+        if ACTIVITY:
+            rep = wait_for(lambda: job(jid).get("activity_report"), 20, "an activity report")
+            log(f"T10 {user}: plain notebook job {jid} reports: {rep}")
+            k = requests.post(url + "gpuslice/keep", headers=hdr, json={}, timeout=10)
+            check(k.status_code == 200 and k.json().get("ok"), f"keep: {k.status_code} {k.text}")
+        else:
+            log(f"T10 {user}: plain notebook job {jid} runs the reporter (no activity API to take it)")
+    finally:
+        try:
+            dpost(f"/v1/jobs/{jid}/cancel")
+        except client.DaemonError:
+            pass
+        script_job(jid, None)
+        wait_for(lambda: job(jid)["state"] not in ("pending", "starting", "running", "stopping"),
+                 20, "plain job ended")
+
+
 # ---- runner ----
 
 RESULTS = []
@@ -637,10 +765,11 @@ def run(name, fn, *a):
     except Exception as e:  # one case's failure is reported with the others
         RESULTS.append((name, f"FAIL: {e}", time.monotonic() - t0))
         log(f"{name} FAILED:\n{traceback.format_exc()}")
-        try:  # leave this user's server stopped for its next case (the other lane goes on)
-            HUBP.api("DELETE", f"/users/{a[0]}/server")
-        except Exception:
-            pass
+        for u in [x for x in a if x in (U1, U2)]:  # leave this case's users stopped; the
+            try:                                    # other lane goes on
+                HUBP.api("DELETE", f"/users/{u}/server")
+            except Exception:
+                pass
         return None
 
 
@@ -651,6 +780,7 @@ def lane_a():
     if token:
         run("T3+T5 idle reclaim, open websocket", t3_t5_idle_reclaim, U1, token)
     run("T6+T9 busy GPU, time limit", t6_t9_busy_gpu_then_time_limit, U1, token)
+    run("T10 plain submit, no hub", t10_plain_submit, U1)
 
 
 def lane_b():
@@ -666,7 +796,10 @@ def main():
     try:
         HUBP.start()
         log(f"daemon and hub up in {time.monotonic() - t0:.1f}s")
-        run("T2 queued", t2_queued, U2)
+        if ACTIVITY:
+            run("T2 queued, on-demand reclaim", t2_queued_on_demand, U1, U2)
+        else:
+            run("T2 queued", t2_queued, U2)
         ta, tb = threading.Thread(target=lane_a), threading.Thread(target=lane_b)
         ta.start(), tb.start()
         ta.join(), tb.join()
