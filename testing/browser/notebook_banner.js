@@ -44,6 +44,12 @@ const MARK = 'print("edited in the browser, saved by gpuslice")';
     await page.screenshot({ path: shot });
     const disk = fs.readFileSync(file, 'utf8');
     if (!disk.includes('saved by gpuslice')) throw new Error('the edit is not on disk');
+    // "Keep my session": the extension reports activity as the user (needs the daemon's
+    // activity API; the test says which answer to expect).
+    await page.click('#gpuslice-keep');
+    await page.waitForFunction(() => /Activity reported|Could not report/.test(
+      document.querySelector('#gpuslice-note').textContent), null, { timeout: 10000 });
+    console.log('KEEP: ' + await page.textContent('#gpuslice-note'));
     console.log(`banner after ${((Date.now() - t0) / 1000).toFixed(1)}s idle: "${countdown}" ${text}`);
   } catch (e) {
     if (page) await page.screenshot({ path: shot.replace(/\.png$/, '') + '-failed.png' }).catch(() => {});

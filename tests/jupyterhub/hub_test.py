@@ -659,9 +659,18 @@ def browser_banner(user):
             script_job(j["id"], None)
             log(f"browser {user}: notebook open and edited; the GPU goes idle now")
     rc = p.wait(120)
-    script_job(j["id"], None)
+    t_keep = time.monotonic()
     log("browser:", "\n    ".join(out))
     check(rc == 0, f"notebook_banner.js failed ({rc})")
+    keep = [x for x in out if x.startswith("KEEP: ")]
+    if ACTIVITY:
+        check(keep and "Activity reported" in keep[0], f"keep my session: {keep}")
+        # The click came inside the grace: the session must outlive the grace.
+        time.sleep(max(0.0, GRACE + 2 - (time.monotonic() - t_keep)))
+        check(job(j["id"])["state"] == "running", "reclaimed although 'Keep my session' was used")
+        log(f"browser {user}: 'Keep my session' kept it past the grace")
+    else:
+        check(keep and "Could not report" in keep[0], f"keep without the activity API: {keep}")
     check(os.path.getsize(shot) > 1000, "no screenshot")
     log(f"browser {user}: banner seen, notebook saved; screenshot {shot}")
     j = active_job(user) if user_jobs(user) else None
