@@ -1,4 +1,4 @@
-// Client subcommands: submit, ps, show, cancel, logs, devices, queues, top. Thin shells over
+// Client subcommands: submit, ps, show, cancel, activity, logs, devices, queues, top. Thin shells over
 // src/api/cli.h; this file only declares flags and maps Status codes to exit codes.
 #include <cstdio>
 #include <memory>
@@ -144,6 +144,27 @@ GPUSLICE_COMMAND(cancel) {
   sub->add_option("ids", *ids, "Job IDs")->required();
   sub->footer("Examples:\n  gpuslice cancel 12\n  gpuslice cancel 12 13 14");
   sub->callback([=] { *exit_code = ExitFor(api::CancelJobs(*c, *ids)); });
+}
+
+GPUSLICE_COMMAND(activity) {
+  auto* sub = app.add_subcommand("activity", "Report a session's activity for a job (owner, root or admin): "
+                                             "postpones its idle reclaim where the queue counts the source");
+  auto c = AddClientFlags(sub);
+  auto id = std::make_shared<std::uint64_t>(0);
+  auto a = std::make_shared<api::ActivityFlags>();
+  auto idle = std::make_shared<bool>(false);
+  sub->add_option("id", *id, "Job ID")->required();
+  auto* busy = sub->add_flag("--busy", a->busy, "A kernel is executing (counts as activity while fresh)");
+  sub->add_flag("--idle", *idle, "Nothing is executing (the default)")->excludes(busy);
+  sub->add_option("--source", a->source, "Reporter name, [a-z0-9_-] (default jupyter)");
+  sub->add_option("--last-activity-us", a->last_activity_us,
+                  "Last activity, microseconds since the Unix epoch (default: now)");
+  sub->footer("Examples:\n  gpuslice activity 12\n  gpuslice activity 12 --busy\n"
+              "  gpuslice activity 12 --idle --last-activity-us 1764590000000000");
+  sub->callback([=] {
+    if (*idle) a->busy = false;  // (--idle excludes --busy; the pointer keeps the flag's target alive)
+    *exit_code = ExitFor(api::ReportActivity(*c, *id, *a));
+  });
 }
 
 GPUSLICE_COMMAND(logs) {

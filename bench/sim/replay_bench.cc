@@ -93,7 +93,9 @@ int main(int argc, char** argv) {
       q.time_limit = 8 * kHour;
       q.warn_before = 15 * kMinute;
       q.idle = sched::IdlePolicy{.enabled = true, .util_threshold_percent = 5, .window = 30 * kMinute,
-                                 .grace = 10 * kMinute, .activity = {}, .action = sched::ReclaimAction::kReclaim};
+                                 .grace = 10 * kMinute, .activity = {}, .action = sched::ReclaimAction::kReclaim,
+                                .report_sources = {}, .busy_is_active = true, .busy_max = 0,
+                                .report_stale = 10 * kMinute, .reclaim = {}};
     }
   }
   const auto shapes = sim::ReplayShapes(jobs);

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -313,6 +314,25 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
     kv("time left", Ago(j["time_left_us"].get<std::int64_t>()));  // running jobs only
   }
   if (!Str(j, "warning").empty()) kv("WARNING", Str(j, "warning"));
+  if (j.value("idle_reclaim_mode", json()).is_string()) {
+    const std::string mode = Str(j, "idle_reclaim_mode");
+    kv("idle reclaim", mode == "on-demand" ? "on demand (an idle slice past its grace runs until a waiting job "
+                                             "needs the room)"
+                       : mode == "always" ? "always (at the end of the grace period)"
+                                          : "off");
+  }
+  if (j.value("idle_state_text", json()).is_string()) kv("idle state", Str(j, "idle_state_text"));
+  if (const json& rep = j.value("activity_report", json()); rep.is_object()) {
+    std::string what = fmt::format("{}, {}", Str(rep, "source"), rep.value("busy", false) ? "busy" : "idle");
+    if (rep.value("last_activity_us", json()).is_number())
+      what += ", last activity " + Ago(NowUs() - rep["last_activity_us"].get<std::int64_t>()) + " ago";
+    if (rep.value("kernels", json()).is_number()) what += fmt::format(", {} kernels", rep["kernels"].get<int>());
+    if (rep.value("connections", json()).is_number())
+      what += fmt::format(", {} connections", rep["connections"].get<int>());
+    what += ", received " + Ago(NowUs() - rep.value("received_us", std::int64_t{0})) + " ago";
+    what += rep.value("counted", false) ? "" : rep.value("fresh", false) ? " (not an idle signal of the queue)" : " (stale: not counted)";
+    kv("reported", what);
+  }
   kv("log", Str(j, "log_path"));
   if (!r["slice"].is_null()) {
     const json& s = r["slice"];
@@ -362,6 +382,23 @@ Status CancelJobs(const ClientFlags& c, const std::vector<std::uint64_t>& ids) {
   }
   if (c.json) PrintJson(json{{"jobs", all}});
   return first;
+}
+
+Status ReportActivity(const ClientFlags& c, std::uint64_t id, const ActivityFlags& a) {
+  GPUSLICE_ASSIGN_OR_RETURN(auto client, Connect(c));
+  json body = {{"source", a.source}, {"busy", a.busy},
+               {"last_activity_us", a.last_activity_us >= 0 ? a.last_activity_us : NowUs()}};
+  GPUSLICE_ASSIGN_OR_RETURN(json r, client.Post(fmt::format("/v1/jobs/{}/activity", id), ValidJson(body)));
+  if (c.json) {
+    PrintJson(r);
+    return Status::Ok();
+  }
+  Banner(r);
+  const json& j = r["job"];
+  Line(fmt::format("job {}: activity reported ({}, {})", id, a.source, a.busy ? "busy" : "idle"));
+  if (!Str(j, "warning").empty()) Line(fmt::format("  WARNING: {}", Str(j, "warning")));
+  if (j.value("idle_state_text", json()).is_string()) Line("  idle: " + Str(j, "idle_state_text"));
+  return Status::Ok();
 }
 
 Status Logs(const ClientFlags& c, std::uint64_t id, bool follow) {
@@ -423,8 +460,14 @@ Status Queues(const ClientFlags& c) {
                     std::to_string(q["pending"].get<int>()), std::to_string(q["running"].get<int>()),
                     Ago(q["oldest_wait_us"].get<std::int64_t>()), limit ? FormatDuration(limit) : "none",
                     q["idle_reclaim"].get<bool>()
-                        ? fmt::format("after {} + {} grace", FormatDuration(q["idle_window_us"].get<std::int64_t>()),
-                                      FormatDuration(q["idle_grace_us"].get<std::int64_t>()))
+                        ? fmt::format("after {} + {} grace{}{}", FormatDuration(q["idle_window_us"].get<std::int64_t>()),
+                                      FormatDuration(q["idle_grace_us"].get<std::int64_t>()),
+                                      q.value("idle_reclaim_mode", "") == "on-demand" ? ", on demand" : "",
+                                      q.contains("idle_signals") && q["idle_signals"].is_array() &&
+                                              std::any_of(q["idle_signals"].begin(), q["idle_signals"].end(),
+                                                          [](const json& x) { return x == "jupyter"; })
+                                          ? " (+jupyter)"
+                                          : "")
                         : "no"});
   }
   PrintTable({"QUEUE", "KIND", "ALLOWED", "PENDING", "RUNNING", "OLDEST-WAIT", "LIMIT", "IDLE-RECLAIM"}, rows);

@@ -40,6 +40,13 @@ Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::st
 Status Show(const ClientFlags& c, std::uint64_t id);
 Status CancelJobs(const ClientFlags& c, const std::vector<std::uint64_t>& ids);
 Status Logs(const ClientFlags& c, std::uint64_t id, bool follow);
+// `gpuslice activity JOB`: reports the job's session activity (POST /v1/jobs/ID/activity).
+struct ActivityFlags {
+  bool busy = false;                // --busy (default: not busy, --idle)
+  std::string source = "jupyter";   // --source
+  std::int64_t last_activity_us = -1;  // --last-activity-us; -1: now (this machine's clock)
+};
+Status ReportActivity(const ClientFlags& c, std::uint64_t id, const ActivityFlags& a);
 Status Devices(const ClientFlags& c);
 Status Queues(const ClientFlags& c);
 // `interval` as text ("1", "500ms", "2s"): 100ms .. 1h.

@@ -23,6 +23,7 @@
 
 #include "core/text.h"
 #include "agent/agent.h"
+#include "daemon/activity.h"
 #include "daemon/journal.h"
 #include "exec/proc.h"
 #include "memcap/env.h"
@@ -406,6 +407,42 @@ class Daemon::Impl {
     return Json{{"job", JobJson(jobs_.at(id))}, {"simulated", opt_.simulated}};
   }
 
+  // POST /v1/jobs/ID/activity (activity.h): who may, as for Cancel; what is fed, ActivityDesk.
+  Result<Json> ReportActivity(const Caller& c, JobId id, const Json& body) {
+    std::unique_lock lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+    const JobRecord& j = it->second;
+    GPUSLICE_RETURN_IF_ERROR(AuthorizeLocked(c, j));
+    if (store::IsTerminal(j.state)) {
+      return FailedPrecondition(fmt::format("job {}: already {}; activity is reported for a running job",
+                                            id.value(), store::JobStateName(j.state)));
+    }
+    const Micros now = Now();
+    GPUSLICE_ASSIGN_OR_RETURN(sched::ActivityReport ev, ParseActivityReport(body, id, now));
+    auto v = sched_->slices().find(j.slice);
+    const sched::QueueConfig* queue = QueueOf(id);
+    if (j.state == JobState::kPending || v == sched_->slices().end() || v->second.job != id || !queue) {
+      return FailedPrecondition(fmt::format("job {}: {}, not running; activity is reported for a running job",
+                                            id.value(), store::JobStateName(j.state)));
+    }
+    GPUSLICE_RETURN_IF_ERROR(activity_.Admit(id, now));
+    activity_.Remember(ev);
+    if (activity_.Due(v->second, queue->idle, ev, ActivityQuantum(queue->idle))) {
+      store::WriteBatch batch;
+      Actions act;
+      Feed(ev, batch, act);
+      GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
+      LaunchReady();
+    }
+    std::set<JobId> running;
+    for (const auto& [sid, sv] : sched_->slices()) running.insert(sv.job);
+    activity_.Prune(running);
+    Json job = JobJson(jobs_.at(id));
+    Json report = job["activity_report"];
+    return Json{{"job", std::move(job)}, {"activity_report", std::move(report)}, {"simulated", opt_.simulated}};
+  }
+
   Json Devices() const {
     std::shared_lock lock(mu_);
     Json arr = Json::array();
@@ -460,6 +497,8 @@ class Daemon::Impl {
                      {"reserve_after_us", q.reserve_after},
                      {"idle_reclaim", q.idle.enabled && q.idle.action == sched::ReclaimAction::kReclaim},
                      {"idle_window_us", q.idle.window}, {"idle_grace_us", q.idle.grace},
+                     {"idle_reclaim_mode", IdleReclaimMode(q.idle)},
+                     {"idle_signals", IdleSignalsJson(q.idle)},
                      {"pending", pending}, {"running", running},
                      {"oldest_wait_us", oldest}});
     }
@@ -490,10 +529,7 @@ class Daemon::Impl {
         if (!v->second.unmeasured) {
           o["idle_seconds"] = static_cast<double>(std::max<Micros>(0, now - LastActive(v->second))) / kSecond;
         }
-        o["idle_state"] = v->second.idle == sched::IdleState::kWarned     ? "warned"
-                          : v->second.idle == sched::IdleState::kReported ? "reported"
-                          : v->second.unmeasured                           ? "unmeasured"
-                                                                           : "active";
+        o["idle_state"] = IdleStateName(v->second);
       } else {
         o["idle_state"] = "stopping";
       }
@@ -926,6 +962,18 @@ class Daemon::Impl {
     if (auto u = slice_util_.find(j.slice); u != slice_util_.end() && !store::IsTerminal(j.state)) {
       o["activity"] = agent::ActivityLabel(u->second.verdict.activity);
       o["activity_basis"] = u->second.verdict.basis;
+    }
+    // The latest activity report and the idle state machine (activity.h).
+    o["activity_report"] = nullptr;
+    o["idle_state"] = nullptr;
+    o["idle_state_text"] = nullptr;
+    const sched::QueueConfig* queue = config_.FindQueue(j.queue);
+    if (queue != nullptr) o["idle_reclaim_mode"] = IdleReclaimMode(queue->idle);
+    if (auto v = sched_->slices().find(j.slice);
+        queue != nullptr && !ended && v != sched_->slices().end() && v->second.job == j.id) {
+      o["activity_report"] = ActivityReportJson(activity_.Latest(j.id), &v->second, queue->idle, Now());
+      o["idle_state"] = IdleStateName(v->second);
+      o["idle_state_text"] = IdleStateText(v->second, queue->idle);
     }
     o["pending_reason"] = nullptr;
     if (j.state == JobState::kPending) {
@@ -1902,6 +1950,7 @@ class Daemon::Impl {
   store::WriteBatch* pending_ = nullptr;  // Submit's batch, committed with the first start
   std::map<int, devices::DeviceInfo> device_info_;
   std::map<int, devices::DeviceSample> latest_;
+  ActivityDesk activity_;  // activity reports as received, rate limits
   std::map<SliceId, Micros> seen_active_;  // last sample showing activity, every round
   std::map<SliceId, SliceFigures> slice_util_;  // the agent's last round, per running slice
   std::unique_ptr<agent::Agent> agent_;          // samples backend_; bound to running jobs
@@ -1931,6 +1980,9 @@ Result<Json> Daemon::ListJobs(const std::map<std::string, std::string>& q) const
 }
 Result<Json> Daemon::GetJob(JobId id) const { return impl_->GetJob(id); }
 Result<Json> Daemon::Cancel(const Caller& c, JobId id) { return impl_->Cancel(c, id); }
+Result<Json> Daemon::ReportActivity(const Caller& c, JobId id, const Json& body) {
+  return impl_->ReportActivity(c, id, body);
+}
 Json Daemon::Devices() const { return impl_->Devices(); }
 Json Daemon::Queues() const { return impl_->Queues(); }
 Json Daemon::Slices() const { return impl_->Slices(); }

@@ -81,6 +81,9 @@ class Daemon {
   Result<Json> ListJobs(const std::map<std::string, std::string>& query) const;
   Result<Json> GetJob(JobId id) const;
   Result<Json> Cancel(const Caller& caller, JobId id);
+  // A session's activity from outside the GPU (docs/api.md): owner, root or admin; the job
+  // must be running. Answers the job with its "activity_report".
+  Result<Json> ReportActivity(const Caller& caller, JobId id, const Json& body);
   Json Devices() const;
   Json Queues() const;
   Json Slices() const;

@@ -76,6 +76,11 @@ std::string EncodeEvent(const sched::Event& e) {
             return {{"t", "sample"}, {"now", s.now}, {"slices", a}};
           },
           [](const sched::Tick& t) -> json { return {{"t", "tick"}, {"now", t.now}}; },
+          [](const sched::ActivityReport& a) -> json {
+            return {{"t", "activity"}, {"now", a.now}, {"job", a.job.value()}, {"source", a.source},
+                    {"busy", a.busy}, {"last", a.last_activity}, {"kernels", a.kernels},
+                    {"connections", a.connections}};
+          },
           [](const sched::ReconfigureDone& r) -> json {
             return {{"t", "reconfigure_done"}, {"now", r.now},
                     {"node", r.device.node.value()}, {"index", r.device.index.value()},
@@ -148,6 +153,12 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
       return sched::Event(std::move(s));
     }
     if (t == "tick") return sched::Event(sched::Tick{now});
+    if (t == "activity") {
+      return sched::Event(sched::ActivityReport{now, JobId(o.at("job").get<std::uint64_t>()),
+                                                o.at("source").get<std::string>(), o.at("busy").get<bool>(),
+                                                o.at("last").get<Micros>(), o.at("kernels").get<int>(),
+                                                o.at("connections").get<int>()});
+    }
     if (t == "reconfigure_done") {
       return sched::Event(sched::ReconfigureDone{now, ref(), o.at("ok").get<bool>(),
                                                  LayoutFrom(o.at("layout")),
@@ -360,6 +371,12 @@ std::string SchedulerDigest(const sched::Scheduler& s) {
                        v.mig ? fmt::format("{}@{}", v.mig->profile_id, v.mig->start) : "-", v.milli,
                        v.memory, v.start_time, v.deadline, v.limit_warned, v.last_active,
                        static_cast<int>(v.idle), v.idle_deadline);
+    if (v.report) {
+      const sched::SliceReport& r = *v.report;
+      out += fmt::format("  report {} busy {} last {} kernels {} connections {} received {} since {}\n",
+                         r.source, r.busy, r.last_activity, r.kernels, r.connections, r.received,
+                         r.busy_since);
+    }
   }
   for (const auto& [ref, d] : s.devices()) {
     std::string slices;

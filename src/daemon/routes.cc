@@ -185,6 +185,12 @@ api::Handler MakeApiHandler(Daemon& d) {
         if (req.method != "POST") return method_not_allowed();
         return FromResult(d.Cancel(caller, *id), sim);
       }
+      if (parts[3] == "activity") {
+        if (req.method != "POST") return method_not_allowed();
+        Json body = Json::parse(req.body, nullptr, false);
+        if (body.is_discarded()) return Error(InvalidArgument("body: not valid JSON"), sim);
+        return FromResult(d.ReportActivity(caller, *id, body), sim);
+      }
       if (parts[3] == "samples") {
         // Anyone may read, as with /metrics, which already shows every slice's utilisation.
         if (req.method != "GET") return method_not_allowed();

@@ -173,21 +173,43 @@ Status ReadIdle(TableReader& r, IdlePolicy& idle) {
   GPUSLICE_RETURN_IF_ERROR(r.StringList("signals", signals));
   if (has_signals) {
     idle.activity = ActivitySignals{false, false, false};
+    idle.report_sources.clear();
+    bool gpu = false;  // some signal read from the GPU
     for (const std::string& s : signals) {
-      if (s == "sm") idle.activity.sm_utilisation = true;
-      else if (s == "memory") idle.activity.memory_traffic = true;
-      else if (s == "processes") idle.activity.process_presence = true;
+      if (s == "sm") idle.activity.sm_utilisation = gpu = true;
+      else if (s == "memory") idle.activity.memory_traffic = gpu = true;
+      else if (s == "processes") idle.activity.process_presence = gpu = true;
+      // "gpu": the GPU rule as by default (SM utilisation and memory traffic).
+      else if (s == "gpu") idle.activity.sm_utilisation = idle.activity.memory_traffic = gpu = true;
+      else if (s == "jupyter") idle.report_sources.push_back(s);
       else
-        return r.ErrorAt("signals", fmt::format("unknown activity signal '{}' (known: sm, memory, processes)", s));
+        return r.ErrorAt("signals", fmt::format("unknown activity signal '{}' (known: gpu, sm, memory, "
+                                                "processes, jupyter)", s));
     }
     if (signals.empty()) return r.ErrorAt("signals", "at least one activity signal is needed");
+    // Reports may only postpone a reclaim: without a GPU signal they would decide it alone.
+    if (!gpu)
+      return r.ErrorAt("signals", "a GPU signal (gpu, sm, memory or processes) is needed; reports "
+                                  "such as 'jupyter' can only postpone a reclaim");
+    std::sort(idle.report_sources.begin(), idle.report_sources.end());
+    idle.report_sources.erase(std::unique(idle.report_sources.begin(), idle.report_sources.end()),
+                              idle.report_sources.end());
   }
+  GPUSLICE_RETURN_IF_ERROR(r.Bool("busy_is_active", idle.busy_is_active));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("busy_max", DurationParser(), true, idle.busy_max));
+  GPUSLICE_RETURN_IF_ERROR(r.Unit("report_stale", DurationParser(), false, idle.report_stale));
+  std::string reclaim(IdleReclaimName(idle.reclaim));
+  GPUSLICE_RETURN_IF_ERROR(r.String("reclaim", reclaim));
+  if (reclaim == "always") idle.reclaim = IdleReclaim::kAlways;
+  else if (reclaim == "on-demand") idle.reclaim = IdleReclaim::kOnDemand;
+  else return r.ErrorAt("reclaim", fmt::format("'{}' is not one of: always, on-demand", reclaim));
   std::string action(ReclaimActionName(idle.action));
   GPUSLICE_RETURN_IF_ERROR(r.String("action", action));
   if (action == "reclaim") idle.action = ReclaimAction::kReclaim;
   else if (action == "report") idle.action = ReclaimAction::kReport;
   else return r.ErrorAt("action", fmt::format("'{}' is not one of: reclaim, report", action));
-  return r.CheckUnknown("enabled, threshold, window, grace, signals, action");
+  return r.CheckUnknown(
+      "enabled, threshold, window, grace, signals, action, busy_is_active, busy_max, report_stale, reclaim");
 }
 
 Status ReadQueue(TableReader& r, QueueConfig& q) {
@@ -252,6 +274,14 @@ std::string_view ReclaimActionName(ReclaimAction action) {
   return action == ReclaimAction::kReclaim ? "reclaim" : "report";
 }
 
+std::string_view IdleReclaimName(IdleReclaim r) {
+  return r == IdleReclaim::kAlways ? "always" : "on-demand";
+}
+
+bool IdlePolicy::CountsReports(std::string_view source) const {
+  return std::find(report_sources.begin(), report_sources.end(), source) != report_sources.end();
+}
+
 std::string_view MigDrainPolicyName(MigDrainPolicy policy) {
   return policy == MigDrainPolicy::kWait ? "wait" : "preempt";
 }
@@ -290,7 +320,9 @@ Config DefaultConfig() {
                                 .window = 30 * kMinute,
                                 .grace = 10 * kMinute,
                                 .activity = {},
-                                .action = ReclaimAction::kReclaim};
+                                .action = ReclaimAction::kReclaim,
+                                .report_sources = {}, .busy_is_active = true, .busy_max = 0,
+                                .report_stale = 10 * kMinute, .reclaim = {}};
   interactive.placement = "best-fit";
   interactive.preemptible = true;
 
@@ -309,7 +341,9 @@ Config DefaultConfig() {
                              .window = kHour,
                              .grace = 0,
                              .activity = {},
-                             .action = ReclaimAction::kReport};
+                             .action = ReclaimAction::kReport,
+                                .report_sources = {}, .busy_is_active = true, .busy_max = 0,
+                                .report_stale = 10 * kMinute, .reclaim = {}};
   training.placement = "packing";
 
   QueueConfig inference;
@@ -324,7 +358,9 @@ Config DefaultConfig() {
                               .window = 6 * kHour,
                               .grace = 0,
                               .activity = {},
-                              .action = ReclaimAction::kReport};
+                              .action = ReclaimAction::kReport,
+                                .report_sources = {}, .busy_is_active = true, .busy_max = 0,
+                                .report_stale = 10 * kMinute, .reclaim = {}};
   inference.placement = "best-fit";
 
   c.queues = {inference, interactive, training};  // sorted by name
@@ -351,6 +387,7 @@ Status ValidateConfig(const Config& config) {
     for (auto [name, v] : {std::pair{"time_limit", q.time_limit}, {"max_duration", q.max_duration},
                            {"warn_before", q.warn_before}, {"idle.window", q.idle.window},
                            {"idle.grace", q.idle.grace}, {"default_memory", q.default_memory},
+                           {"idle.busy_max", q.idle.busy_max},
                            {"user_max_gpu", q.user_max_milli}, {"reserve_after", q.reserve_after}}) {
       if (v < 0) return InvalidArgument(fmt::format("{}.{} = {}: must not be negative", key, name, v));
     }
@@ -361,6 +398,14 @@ Status ValidateConfig(const Config& config) {
                                          q.idle.util_threshold_percent));
     if (q.idle.enabled && q.idle.window <= 0)
       return InvalidArgument(fmt::format("{}.idle.window = 0: must be more than zero", key));
+    if (q.idle.report_stale <= 0)
+      return InvalidArgument(fmt::format("{}.idle.report_stale = {}: must be more than zero", key,
+                                         q.idle.report_stale));
+    for (const std::string& src : q.idle.report_sources) {
+      if (src != "jupyter")
+        return InvalidArgument(fmt::format("{}.idle.signals: unknown report source '{}' (known: jupyter)",
+                                           key, src));
+    }
     if (std::find(known.begin(), known.end(), q.placement) == known.end())
       return InvalidArgument(fmt::format("{}.placement = '{}': unknown placement policy (known: {})",
                                          key, q.placement, fmt::join(known, ", ")));

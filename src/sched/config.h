@@ -42,9 +42,23 @@ struct ActivitySignals {
   friend bool operator==(const ActivitySignals&, const ActivitySignals&) = default;
 };
 
+// When a slice that has passed its idle window and grace is reclaimed.
+enum class IdleReclaim {
+  kAlways,    // at the end of the grace period (the default)
+  kOnDemand,  // it keeps running, "reclaimable on demand", until a pending job needs its room
+};
+std::string_view IdleReclaimName(IdleReclaim r);  // "always", "on-demand"
+
 // Idle reclaim: a slice idle continuously for `window` is warned (deadline = now + grace);
 // still idle at the deadline, it is reclaimed (or only reported, per `action`). Any activity
 // in between resets it to active.
+//
+// Activity reports from outside the GPU (sched::ActivityReport, e.g. a notebook server's
+// kernels) count only when their source is listed in `report_sources`, and only while fresh
+// (received less than `report_stale` ago). They can only postpone a reclaim: a fresh report
+// makes the slice active when it says busy (with busy_is_active, for at most busy_max of one
+// busy streak) and moves its last activity to the report's last_activity. Missing or stale
+// reports leave the GPU-only rule.
 struct IdlePolicy {
   bool enabled = false;
   int util_threshold_percent = 5;  // 0..100
@@ -52,7 +66,14 @@ struct IdlePolicy {
   Micros grace = 10 * kMinute;
   ActivitySignals activity;
   ReclaimAction action = ReclaimAction::kReclaim;
+  std::vector<std::string> report_sources;  // signals naming a report source ("jupyter"); sorted
+  bool busy_is_active = true;      // a fresh busy report counts as activity
+  Micros busy_max = 0;             // cap on one busy streak's protection; 0: none
+  Micros report_stale = 10 * kMinute;  // a report older than this (by received time) no longer counts
+  IdleReclaim reclaim = IdleReclaim::kAlways;
   friend bool operator==(const IdlePolicy&, const IdlePolicy&) = default;
+
+  bool CountsReports(std::string_view source) const;
 };
 
 struct QueueConfig {

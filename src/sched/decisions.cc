@@ -95,7 +95,7 @@ Micros EventTime(const Event& e) {
 std::string_view EventName(const Event& e) {
   static constexpr std::string_view kNames[] = {"device-added", "device-removed", "submit",
                                                 "finish",       "cancel",         "sample",
-                                                "tick",         "reconfigure-done"};
+                                                "tick",         "reconfigure-done", "activity"};
   return kNames[e.index()];
 }
 

@@ -95,8 +95,22 @@ struct ReconfigureDone {
   std::string error;  // when !ok
 };
 
+// A session's activity reported from outside the GPU (e.g. a notebook server: its kernels busy
+// or idle, its last activity), received at `now`. It can only postpone an idle reclaim (see
+// IdlePolicy); it counts when the queue lists its source among the idle signals. The latest
+// report replaces the earlier one. Ignored unless the job is running.
+struct ActivityReport {
+  Micros now = 0;
+  JobId job;
+  std::string source;          // [a-z0-9_-]{1,32}, checked by the caller
+  bool busy = false;           // a kernel (or the like) is executing
+  Micros last_activity = -1;   // µs since the epoch on the caller's clock; -1: not given
+  int kernels = -1;            // -1: not given
+  int connections = -1;        // -1: not given
+};
+
 using Event = std::variant<DeviceAdded, DeviceRemoved, Submit, Finish, Cancel, Sample, Tick,
-                           ReconfigureDone>;
+                           ReconfigureDone, ActivityReport>;
 
 Micros EventTime(const Event& e);
 std::string_view EventName(const Event& e);

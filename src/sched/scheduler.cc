@@ -148,6 +148,7 @@ class Scheduler::Impl {
                    [&](const Sample& ev) { OnSample(ev); },
                    [&](const Tick&) { OnTick(); },
                    [&](const ReconfigureDone& ev) { OnReconfigureDone(ev); },
+                   [&](const ActivityReport& ev) { OnActivityReport(ev); },
                },
                e);
     return std::move(out_);
@@ -734,6 +735,7 @@ class Scheduler::Impl {
       });
     }
     Untime(s.slice);
+    reclaimable_.erase(s.slice);
     slices_.erase(sit);
     j.slice = SliceId();
     if (requeue) {
@@ -1054,6 +1056,160 @@ class Scheduler::Impl {
   // that failed once is not retried in the same pass, and the pass ends once every shape
   // present has failed: later jobs could only fail the same way.
   void Schedule(std::optional<JobId> only) {
+    SchedulePass(only);
+    // On-demand idle reclaim: each round frees at least one slice, so this ends.
+    while (!reclaimable_.empty() && !pending_.empty() && ReclaimOnDemand(only)) {
+      only.reset();
+      SchedulePass(std::nullopt);
+    }
+  }
+
+  // ---------------------------------------------------------------- on-demand idle reclaim
+  // Slices idle past their grace in a queue with reclaim = "on-demand" (reclaimable_) keep
+  // running while nobody needs their room. A pending job that found none takes it from them:
+  // candidates longest idle first (EffectiveLastActive, then SliceId), taken until the job
+  // would fit on one device (shared, mps) or host (whole), keeping only those on that
+  // device/host and then dropping, most recently idle first, any it does not need. MIG
+  // requests do not reclaim (an instance's shape is not a sum of freed shares). Jobs are
+  // considered by shape, in queue order of each shape's head (the first not held by a user
+  // cap); one job is served per call. True: slices were reclaimed.
+  bool ReclaimOnDemand(std::optional<JobId> only) {
+    std::vector<const SliceView*> cands;
+    for (SliceId sid : reclaimable_) cands.push_back(&slices_.at(sid));
+    auto idle_since = [&](const SliceView* v) {
+      return EffectiveLastActive(resolved_.at(v->job).queue->idle, *v, now_);
+    };
+    std::sort(cands.begin(), cands.end(), [&](const SliceView* a, const SliceView* b) {
+      return std::pair(idle_since(a), a->slice) < std::pair(idle_since(b), b->slice);
+    });
+    std::vector<const Resolved*> wanting;
+    if (only) {
+      auto it = resolved_.find(*only);
+      if (it != resolved_.end() && it->second.view->state == JobState::kPending) wanting.push_back(&it->second);
+    } else {
+      std::vector<std::pair<PendingKey, const Resolved*>> heads;
+      for (int shape : live_shapes_) {
+        for (const auto& [k, r] : shape_queue_[shape]) {
+          if (CapBlocks(*r)) continue;
+          heads.emplace_back(k, r);
+          break;
+        }
+      }
+      std::sort(heads.begin(), heads.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (const auto& [k, r] : heads) wanting.push_back(r);
+    }
+    for (const Resolved* r : wanting) {
+      if (r->kind == SliceKind::kMig || CapBlocks(*r) || !Feasible(*r).ok()) continue;
+      std::vector<const SliceView*> need = RoomFrom(*r, cands);
+      if (need.empty()) continue;
+      std::vector<std::pair<JobId, Micros>> take;
+      for (const SliceView* v : need) take.emplace_back(v->job, idle_since(v));
+      for (const auto& [job, since] : take) {
+        const Resolved& victim = resolved_.at(job);
+        out_.push_back(Reclaim{job, victim.slice->first,
+                               fmt::format("idle for {}; reclaimed on demand for job {}",
+                                           FormatDuration(now_ - since), r->job.value())});
+        ++stats_.reclaimed;
+        ++stats_.reclaimed_on_demand;
+        EndRunning(job, "idle");
+      }
+      return true;
+    }
+    return false;
+  }
+
+  // What freeing `freed` leaves on one device.
+  struct Freed {
+    MilliGpu milli = 0;
+    Bytes memory = 0;
+    int clients = 0;
+  };
+  bool FitsFreed(const Resolved& r, const DeviceView& d, const Freed& f) const {
+    if (!Schedulable(d) || !ModelOk(r, d)) return false;
+    const int clients = d.clients - f.clients;
+    const DeviceMode mode = clients == 0 && d.mode != DeviceMode::kMig ? DeviceMode::kFree : d.mode;
+    if (r.kind == SliceKind::kWhole) return clients == 0 && mode == DeviceMode::kFree;
+    if (mode != DeviceMode::kFree && mode != ModeFor(r.kind)) return false;
+    if (kOneGpu - (d.used_milli - f.milli) < r.milli) return false;
+    if (d.memory > 0 && d.memory - (d.used_memory - f.memory) < MemoryCap(r, d)) return false;
+    if (r.kind == SliceKind::kMps && clients >= MpsLimit(d)) return false;
+    return true;
+  }
+  // Whether `r` fits once `set` is freed; `target`: where (a device, or a host for whole).
+  bool FitsAfter(const Resolved& r, const std::vector<const SliceView*>& set,
+                 std::optional<DeviceRef>* device, std::optional<NodeId>* node) const {
+    std::map<const DeviceView*, Freed> freed;
+    for (const SliceView* v : set) {
+      for (DeviceIndex di : v->devices) {
+        const DeviceView& d = devices_.at({v->node, di});
+        Freed& f = freed[&d];
+        f.clients += 1;
+        if (v->kind != SliceKind::kMig) {
+          f.milli += v->milli;
+          f.memory += ReservedOn(*v, d);
+        }
+      }
+    }
+    if (r.kind != SliceKind::kWhole) {
+      for (const auto& [d, f] : freed) {
+        if (FitsFreed(r, *d, f)) {
+          if (device) *device = d->ref;
+          return true;
+        }
+      }
+      return false;
+    }
+    std::set<NodeId> hosts;
+    for (const auto& [d, f] : freed) hosts.insert(d->ref.node);
+    for (NodeId h : hosts) {
+      int n = 0;
+      for (DeviceIndex di : nodes_.at(h)) {
+        const DeviceView& d = devices_.at({h, di});
+        auto f = freed.find(&d);
+        n += FitsFreed(r, d, f == freed.end() ? Freed{} : f->second);
+      }
+      if (n >= r.gpus) {
+        if (node) *node = h;
+        return true;
+      }
+    }
+    return false;
+  }
+  // The fewest reclaimable slices (from `cands`, longest idle first) that make room for `r`;
+  // empty: none would.
+  std::vector<const SliceView*> RoomFrom(const Resolved& r, const std::vector<const SliceView*>& cands) const {
+    std::vector<const SliceView*> taken;
+    std::optional<DeviceRef> device;
+    std::optional<NodeId> node;
+    bool fits = false;
+    for (const SliceView* c : cands) {
+      taken.push_back(c);
+      // Only the newest candidate's devices changed: look there (a whole job: its host).
+      std::vector<const SliceView*> here;
+      for (const SliceView* t : taken) {
+        if (t->node != c->node) continue;
+        if (r.kind == SliceKind::kWhole ||
+            std::find_first_of(t->devices.begin(), t->devices.end(), c->devices.begin(), c->devices.end()) !=
+                t->devices.end())
+          here.push_back(t);
+      }
+      if (FitsAfter(r, here, &device, &node)) {
+        taken = std::move(here);
+        fits = true;
+        break;
+      }
+    }
+    if (!fits) return {};
+    // Drop what is not needed, most recently idle first.
+    for (std::size_t i = taken.size(); i-- > 0;) {
+      std::vector<const SliceView*> trial = taken;
+      trial.erase(trial.begin() + static_cast<std::ptrdiff_t>(i));
+      if (!trial.empty() && FitsAfter(r, trial, nullptr, nullptr)) taken = std::move(trial);
+    }
+    return taken;
+  }
+
+  void SchedulePass(std::optional<JobId> only) {
     scratch_failed_.assign(shapes_.size(), 0);
     bool mig_failed = false;
     auto attempt = [&](const Resolved& r) -> bool {  // true: failed
@@ -1349,6 +1505,7 @@ class Scheduler::Impl {
           out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
                                       fmt::format("slice {} is busy again; idle warning withdrawn",
                                                   sv.slice.value())});
+          reclaimable_.erase(sv.slice);
         }
         sv.last_active = now_;
         sv.idle = IdleState::kActive;
@@ -1359,12 +1516,13 @@ class Scheduler::Impl {
         // Unknown is not idle: a warning given on earlier evidence is withdrawn, not carried
         // out while blind.
         sv.unmeasured = true;
-        if (sv.idle == IdleState::kWarned) {
+        if (sv.idle == IdleState::kWarned || sv.idle == IdleState::kReclaimable) {
           out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
                                       fmt::format("slice {} can no longer be measured; idle "
                                                   "warning withdrawn", sv.slice.value())});
+          reclaimable_.erase(sv.slice);
+          sv.idle = IdleState::kActive;
         }
-        if (sv.idle == IdleState::kWarned) sv.idle = IdleState::kActive;
         sv.idle_deadline = 0;
         Retime(sv);
       } else if (a == Activity::kIdle && sv.unmeasured) {
@@ -1374,6 +1532,36 @@ class Scheduler::Impl {
         Retime(sv);
       }
     }
+  }
+
+  // A report replaces the slice's earlier one. One that shows activity now (it counts, and the
+  // slice's effective last activity is within the window) withdraws an idle warning, as an
+  // active sample does; an idle-looking one changes nothing but the record: reports only
+  // postpone. A busy streak (busy_max) runs across consecutive busy reports.
+  void OnActivityReport(const ActivityReport& e) {
+    auto rit = resolved_.find(e.job);
+    if (rit == resolved_.end() || rit->second.view->state != JobState::kRunning) return;
+    SliceView& sv = rit->second.slice->second;
+    const IdlePolicy& p = rit->second.queue->idle;
+    SliceReport n;
+    n.source = e.source;
+    n.busy = e.busy;
+    n.last_activity = e.last_activity < 0 ? -1 : std::min(e.last_activity, now_);
+    n.kernels = e.kernels;
+    n.connections = e.connections;
+    n.received = now_;
+    if (e.busy) n.busy_since = sv.report && sv.report->busy ? sv.report->busy_since : now_;
+    sv.report = std::move(n);
+    if (p.enabled && !sv.unmeasured && sv.idle != IdleState::kActive && ReportCounts(p, *sv.report, now_) &&
+        now_ - EffectiveLastActive(p, sv, now_) < p.window) {
+      out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
+                                  fmt::format("slice {} is in use again ({} reports activity); idle "
+                                              "warning withdrawn", sv.slice.value(), sv.report->source)});
+      reclaimable_.erase(sv.slice);
+      sv.idle = IdleState::kActive;
+      sv.idle_deadline = 0;
+    }
+    Retime(sv);
   }
 
   // Visits only the slices whose next timer is due (timers_), in SliceId order: a slice whose
@@ -1389,7 +1577,9 @@ class Scheduler::Impl {
       if (!TickSlice(sid, s, ended)) Retime(s);
     }
     for (const auto& [job, reason] : ended) EndRunning(job, reason);
-    if (!ended.empty()) {
+    const bool serve = !ended.empty() || (became_reclaimable_ && !pending_.empty());
+    became_reclaimable_ = false;
+    if (serve) {
       Schedule(std::nullopt);
     } else {
       MaybeReserve();  // a waiting job may have just reached its reserve_after
@@ -1416,8 +1606,9 @@ class Scheduler::Impl {
       }
     }
     if (!q.idle.enabled || s.unmeasured) return false;
-    if (s.idle == IdleState::kActive && now_ - s.last_active >= q.idle.window) {
-      Micros idle_for = now_ - s.last_active;
+    const Micros since = EffectiveLastActive(q.idle, s, now_);
+    if (s.idle == IdleState::kActive && now_ - since >= q.idle.window) {
+      Micros idle_for = now_ - since;
       if (q.idle.action == ReclaimAction::kReport) {
         s.idle = IdleState::kReported;
         s.idle_deadline = now_;
@@ -1432,8 +1623,19 @@ class Scheduler::Impl {
                                         FormatDuration(idle_for), FormatDuration(q.idle.grace))});
       }
     }
+    if (s.idle == IdleState::kWarned && now_ >= s.idle_deadline && q.idle.reclaim == IdleReclaim::kOnDemand) {
+      // Past its grace, but nobody may need the room: it runs until a pending job does. The
+      // Warn is the decision that records the change (and tells the owner).
+      s.idle = IdleState::kReclaimable;
+      reclaimable_.insert(sid);
+      became_reclaimable_ = true;
+      out_.push_back(Warn{s.job, sid, WarnReason::kIdle, now_,
+                          fmt::format("slice idle for {}; idle, reclaimable on demand: it is reclaimed "
+                                      "as soon as a waiting job needs its room", FormatDuration(now_ - since))});
+      return false;
+    }
     if (s.idle == IdleState::kWarned && now_ >= s.idle_deadline) {
-      out_.push_back(Reclaim{s.job, sid, fmt::format("idle for {}", FormatDuration(now_ - s.last_active))});
+      out_.push_back(Reclaim{s.job, sid, fmt::format("idle for {}", FormatDuration(now_ - since))});
       ++stats_.reclaimed;
       ended.emplace_back(s.job, "idle");
       return true;
@@ -1450,7 +1652,7 @@ class Scheduler::Impl {
       if (q.warn_before > 0 && !s.limit_warned) t = std::min(t, s.deadline - q.warn_before);
     }
     if (q.idle.enabled && !s.unmeasured) {
-      if (s.idle == IdleState::kActive) t = std::min(t, s.last_active + q.idle.window);
+      if (s.idle == IdleState::kActive) t = std::min(t, IdleWindowEnd(q.idle, s));
       else if (s.idle == IdleState::kWarned) t = std::min(t, s.idle_deadline);
     }
     return t;
@@ -1497,6 +1699,8 @@ class Scheduler::Impl {
   std::optional<Reservation> reservation_;
   bool any_reserve_ = false;  // some queue has reserve_after
   std::set<std::pair<Micros, SliceId>> timers_;    // (next timer, slice); see NextTimer()
+  std::set<SliceId> reclaimable_;  // slices in IdleState::kReclaimable
+  bool became_reclaimable_ = false;  // a Tick made a slice reclaimable: serve pending jobs
   std::unordered_map<SliceId, Micros> timer_of_;   // the key of each slice in timers_
   std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
   int mig_in_flight_ = 0;  // devices draining or reconfiguring
@@ -1610,6 +1814,13 @@ Status Scheduler::Impl::CheckInvariants() const {
   }
   if (timed != timer_of_.size() || timed != timers_.size())
     return Internal("timer index holds slices that are not running");
+  std::size_t reclaimable = 0;
+  for (const auto& [sid, s] : slices_) {
+    if ((s.idle == IdleState::kReclaimable) != reclaimable_.contains(sid))
+      return Internal(fmt::format("slice {}: reclaimable set disagrees with its idle state", sid.value()));
+    reclaimable += s.idle == IdleState::kReclaimable;
+  }
+  if (reclaimable != reclaimable_.size()) return Internal("reclaimable set holds slices that are not running");
   for (const auto& [sid, s] : slices_) {
     auto j = jobs_.find(s.job);
     if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.slice != sid)
@@ -1684,6 +1895,41 @@ SampleVerdict ClassifySample(const IdlePolicy& idle, const SliceSample& s) {
 
 bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s) {
   return ClassifySample(idle, s).activity == Activity::kActive;
+}
+
+bool ReportCounts(const IdlePolicy& idle, const SliceReport& r, Micros t) {
+  return idle.CountsReports(r.source) && t - r.received < idle.report_stale;
+}
+
+Micros EffectiveLastActive(const IdlePolicy& idle, const SliceView& s, Micros t) {
+  Micros e = s.last_active;
+  if (!s.report || !ReportCounts(idle, *s.report, t)) return e;
+  const SliceReport& r = *s.report;
+  if (r.last_activity >= 0) e = std::max(e, r.last_activity);
+  if (r.busy && idle.busy_is_active) {
+    const Micros cap = idle.busy_max > 0 ? r.busy_since + idle.busy_max : LLONG_MAX;
+    e = std::max(e, std::min(t, cap));
+  }
+  return e;
+}
+
+// While the report is fresh (before stale_at) the window ends at its latest counted activity +
+// window; a busy report without a cap keeps it active until stale_at. Once stale, the GPU rule
+// alone applies, so the window ends at stale_at at the earliest. Agrees with
+// EffectiveLastActive: t >= IdleWindowEnd(s) iff t - EffectiveLastActive(s, t) >= window.
+Micros IdleWindowEnd(const IdlePolicy& idle, const SliceView& s) {
+  const Micros gpu_end = s.last_active + idle.window;
+  if (!s.report || !idle.CountsReports(s.report->source)) return gpu_end;
+  const SliceReport& r = *s.report;
+  const Micros stale_at = r.received + idle.report_stale;
+  Micros e = s.last_active;
+  if (r.last_activity >= 0) e = std::max(e, r.last_activity);
+  if (r.busy && idle.busy_is_active) {
+    if (idle.busy_max <= 0) return std::max(stale_at, gpu_end);
+    e = std::max(e, r.busy_since + idle.busy_max);
+  }
+  const Micros end = e + idle.window;
+  return end < stale_at ? end : std::max(stale_at, gpu_end);
 }
 
 Scheduler::Scheduler(Config config, std::uint64_t seed)

@@ -29,7 +29,20 @@ enum class JobState { kPending, kRunning, kEnded };
 std::string_view JobStateName(JobState s);
 
 // Idle state machine of a running slice: active -> idle (since) -> warned -> reclaimed.
-enum class IdleState { kActive, kWarned, kReported };
+// kReclaimable: warned, past its grace in a queue with reclaim = "on-demand"; it runs until a
+// pending job needs its room.
+enum class IdleState { kActive, kWarned, kReported, kReclaimable };
+
+// The latest activity report of a running slice (ActivityReport), as the scheduler keeps it.
+struct SliceReport {
+  std::string source;
+  bool busy = false;
+  Micros last_activity = -1;  // clamped to at most `received`; -1: not given
+  int kernels = -1;
+  int connections = -1;
+  Micros received = 0;        // the event's time
+  Micros busy_since = 0;      // busy: when this busy streak began (consecutive busy reports)
+};
 
 struct JobView {
   JobId job;
@@ -63,6 +76,7 @@ struct SliceView {
   // The last sample had no usable signal: no idle warning or reclaim until one comes (its
   // idle time then starts from that sample); the time limit still applies.
   bool unmeasured = false;
+  std::optional<SliceReport> report;  // the latest activity report; nullopt: none
 };
 
 struct DeviceView {
@@ -90,6 +104,7 @@ struct SchedulerStats {
   std::uint64_t started = 0;
   std::uint64_t rejected = 0;
   std::uint64_t reclaimed = 0;
+  std::uint64_t reclaimed_on_demand = 0;  // of `reclaimed`: taken for a waiting job (on-demand)
   std::uint64_t stopped = 0;
   std::uint64_t preempted = 0;
   std::uint64_t reconfigurations = 0;
@@ -110,6 +125,17 @@ struct SampleVerdict {
 SampleVerdict ClassifySample(const IdlePolicy& idle, const SliceSample& s);
 // ClassifySample(...).activity == kActive.
 bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s);
+
+// Whether the slice's report counts for the idle decision at `t`: its source is a listed
+// signal and it was received less than idle.report_stale before `t`.
+bool ReportCounts(const IdlePolicy& idle, const SliceReport& r, Micros t);
+// When the slice was last active at `t` by every counting signal: the GPU's last_active, or
+// later by a fresh report (its last_activity; `t` itself while it says busy, busy_is_active,
+// within busy_max of its streak's start). Reports only ever move it later.
+Micros EffectiveLastActive(const IdlePolicy& idle, const SliceView& s, Micros t);
+// When, with no further event, the slice's idle window ends (EffectiveLastActive + window,
+// taking the report's going stale into account).
+Micros IdleWindowEnd(const IdlePolicy& idle, const SliceView& s);
 
 class Scheduler {
  public:

@@ -192,6 +192,7 @@ class Replay {
         progress(std::min(1.0, static_cast<double>(next + finished_events_) / total));
     }
     r_.never_started = submitted_ - r_.rejected - running_ - done_;
+    r_.reclaimed_on_demand = static_cast<std::int64_t>(sched_.stats().reclaimed_on_demand);
     SummariseDelays(r_);
     const double span = static_cast<double>(last_time_ - start);
     r_.mean_alloc_pct = span > 0 ? 100 * alloc_integral_ / span / capacity_ : 0;

@@ -75,6 +75,7 @@ struct ReplayResult {
   std::int64_t never_started = 0;  // still waiting when nothing else could happen
   std::int64_t finished = 0;       // ran to their trace duration
   std::int64_t reclaimed = 0;      // ended by idle reclaim
+  std::int64_t reclaimed_on_demand = 0;  // of those: idle past their grace, taken for a waiting job (reclaim = "on-demand")
   std::int64_t time_limited = 0;   // stopped at their time limit
   std::int64_t preempted = 0;      // preempted to drain a GPU for MIG (requeued)
   std::int64_t warnings = 0;       // Warn decisions (idle or time limit)

@@ -139,6 +139,9 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
          "alloc %: time-weighted GPU allocation; frag %: mean FGD fragmentation of the samples; GPU-h used: held x "
          "utilisation, over jobs whose utilisation the trace gives)\n";
   for (const ReplayResult& r : results) {
+    if (r.reclaimed_on_demand > 0)
+      out << fmt::format("{}: {} of the {} reclaimed were idle slices taken on demand for a waiting job "
+                         "(reclaim = \"on-demand\")\n", r.policy, r.reclaimed_on_demand, r.reclaimed);
     if (r.cpu_only > 0 || r.preempted > 0 || r.reconfigurations > 0 || r.warnings > 0 || r.reservations > 0)
       out << fmt::format("{}: {} CPU-only rows not submitted, {} warnings, {} preempted, {} reservations, "
                          "{} MIG reconfigurations, {} MIG slices; {} scheduler events, {} decisions\n",
