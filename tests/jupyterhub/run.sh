@@ -45,4 +45,4 @@ for u in "$U1" "$U2"; do
   chmod 700 "$D/home/$u"
 done
 export GS_TEST_DIR=$D GS_BIN=$BIN GS_SRC=$SRC GS_ART=$ART GS_USERS="$U1 $U2"
-/usr/bin/python3 "$SRC/tests/jupyterhub/hub_test.py"
+/usr/bin/python3 "$SRC/tests/jupyterhub/hub_test.py" 2>&1 | tee "$ART/hub_test.log"
