@@ -1125,7 +1125,9 @@ class Scheduler::Impl {
     int clients = 0;
   };
   bool FitsFreed(const Resolved& r, const DeviceView& d, const Freed& f) const {
-    if (!Schedulable(d) || !ModelOk(r, d)) return false;
+    // Devices kept for this very job (reserve_after) count: they are what it waits for.
+    if (d.draining || d.reconfiguring || (d.reserved_for.valid() && d.reserved_for != r.job)) return false;
+    if (!ModelOk(r, d)) return false;
     const int clients = d.clients - f.clients;
     const DeviceMode mode = clients == 0 && d.mode != DeviceMode::kMig ? DeviceMode::kFree : d.mode;
     if (r.kind == SliceKind::kWhole) return clients == 0 && mode == DeviceMode::kFree;
@@ -1619,8 +1621,12 @@ class Scheduler::Impl {
         s.idle = IdleState::kWarned;
         s.idle_deadline = now_ + q.idle.grace;
         out_.push_back(Warn{s.job, sid, WarnReason::kIdle, s.idle_deadline,
-                            fmt::format("slice idle for {}; reclaimed in {} unless used",
-                                        FormatDuration(idle_for), FormatDuration(q.idle.grace))});
+                            q.idle.reclaim == IdleReclaim::kOnDemand
+                                ? fmt::format("slice idle for {}; reclaimable on demand in {} unless used "
+                                              "(then reclaimed when a waiting job needs its room)",
+                                              FormatDuration(idle_for), FormatDuration(q.idle.grace))
+                                : fmt::format("slice idle for {}; reclaimed in {} unless used",
+                                              FormatDuration(idle_for), FormatDuration(q.idle.grace))});
       }
     }
     if (s.idle == IdleState::kWarned && now_ >= s.idle_deadline && q.idle.reclaim == IdleReclaim::kOnDemand) {

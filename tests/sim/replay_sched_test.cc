@@ -287,6 +287,54 @@ TEST(ReplayThroughScheduler, CommandUsesTheConfigFile) {
   EXPECT_THAT(bad.status().message(), HasSubstr("jobs.csv:2: column 'queue': value 'interactive'"));
 }
 
+TEST(ReplayThroughScheduler, OnDemandReclaimKeepsIdleSlicesUntilAJobNeedsTheRoom) {
+  // One GPU, four idle quarter slices for 4 h; at 2 h a half-GPU job arrives. "always" reclaims
+  // all four at 40 min; "on-demand" keeps them and, at 2 h, takes the two longest idle (the
+  // first two submitted) for the new job, which waits no longer than with "always".
+  const std::string always = R"(
+default_queue = "interactive"
+[queues.interactive]
+idle = { enabled = true, window = "30m", grace = "10m" }
+)";
+  std::string on_demand = always;
+  on_demand.replace(on_demand.find(" }"), 2, ", reclaim = \"on-demand\" }");
+  const Cluster one = Cluster::Uniform(1, 1, "H100-80GB", 128000, 1024 * kGiB);
+  std::vector<ReplayJob> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(Job("interactive", "u" + std::to_string(i), i * 60, 4 * 3600, 250, 0.0));
+  jobs.push_back(Job("interactive", "late", 2 * 3600, 3600, 500, 0.9));
+  ReplayResult a = Replay(one, jobs, Toml(always));
+  ReplayResult d = Replay(one, jobs, Toml(on_demand));
+  EXPECT_EQ(a.reclaimed, 4);
+  EXPECT_EQ(a.reclaimed_on_demand, 0);
+  EXPECT_EQ(d.reclaimed, 2);
+  EXPECT_EQ(d.reclaimed_on_demand, 2);
+  EXPECT_EQ(d.finished, 3) << "two idle sessions and the late job ran to their end";
+  EXPECT_EQ(a.started, 5);
+  EXPECT_EQ(d.started, 5);
+  EXPECT_EQ(d.delays, a.delays) << "nobody waited longer";
+  EXPECT_GT(d.gpu_hours_held, a.gpu_hours_held) << "the idle ones kept their share while nobody needed it";
+  EXPECT_GT(d.warnings, a.warnings) << "also told they are reclaimable on demand";
+
+  // The command's summary says how many went on demand.
+  const auto dir = std::filesystem::temp_directory_path() / "gpuslice_replay_ondemand";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "jobs.csv") << "submit,duration,gpus,queue,user,utilisation\n"
+                                     "0,4h,250m,interactive,a,0\n60,4h,250m,interactive,b,0\n"
+                                     "120,4h,250m,interactive,c,0\n180,4h,250m,interactive,d,0\n"
+                                     "2h,1h,500m,interactive,e,90\n";
+  std::ofstream(dir / "d.toml") << on_demand;
+  ReplayCommandOptions o;
+  o.trace = (dir / "jobs.csv").string();
+  o.cluster = "1x1:H100-80GB";
+  o.config = (dir / "d.toml").string();
+  std::ostringstream out, err;
+  auto r = RunReplayCommand(o, out, err);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)[0].reclaimed, 2);
+  EXPECT_THAT(out.str(), HasSubstr("2 of the 2 reclaimed were idle slices taken on demand"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ReplayThroughScheduler, WaitTimeIsCountedByTheReasonJobsWaited) {
   // alice may run one job at a time: her 2nd and 3rd jobs wait 10 s and 20 s for her cap. On one
   // GPU, a second whole-GPU job waits 10 s for room.
