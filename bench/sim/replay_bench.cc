@@ -10,7 +10,10 @@
 // A fifth argument "limits" gives the queue the built-in interactive queue's limits: an 8 h time
 // limit warned 15 min before, and idle reclaim after 30 min below 5% + 10 min grace (each job's
 // utilisation is uniform in 0..1, so ~5% of the jobs are idle): this exercises the ticks.
-// Usage: sim_replay_bench [jobs] [policy] [baseline policy | none] [offered load] [limits]
+// Baseline "reference": the same replay with Scheduler::SetReferencePlacement (every candidate
+// host scored, instead of each distinct host state once, for policies such as gpuslice), with
+// a check that both started the same jobs on the same devices in the same order.
+// Usage: sim_replay_bench [jobs] [policy] [baseline policy | reference | none] [offered load] [limits]
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -114,7 +117,17 @@ int main(int argc, char** argv) {
   fmt::print("  reclaimed (idle) {}, time-limited {}, warnings {}\n", r.reclaimed, r.time_limited, r.warnings);
   fmt::print("  started {} rejected {} waiting {}; delay p50 {:.0f} s p95 {:.0f} s p99 {:.0f} s; mean alloc {:.2f}%\n",
              r.started, r.rejected, r.never_started, r.delay_p50_s, r.delay_p95_s, r.delay_p99_s, r.mean_alloc_pct);
-  if (baseline != "none") {
+  if (baseline == "reference") {
+    sim::ReplayOptions ref;
+    ref.reference_placement = true;
+    const double b0 = CpuSeconds();
+    sim::ReplayResult b = sim::RunReplay(cluster, std::move(copy), *config, name, shapes, ref);
+    const double bcpu = CpuSeconds() - b0;
+    fmt::print("  baseline (same replay, reference placement path): CPU {:.2f} s; started {}; by-state speed-up {:.2f}x; "
+               "decisions identical: {} (digest {:016x} vs {:016x})\n",
+               bcpu, b.started, bcpu / cpu, b.start_digest == r.start_digest && b.started == r.started ? "yes" : "NO",
+               r.start_digest, b.start_digest);
+  } else if (baseline != "none") {
     auto policy = sched::MakePolicy(baseline);
     if (!policy.ok()) {
       std::fprintf(stderr, "%s\n", policy.status().message().c_str());

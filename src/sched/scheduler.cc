@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "sched/capacity_index.h"
+#include "sched/host_states.h"
 #include "sched/mig_plan.h"
 #include "sched/placement/placement.h"
 
@@ -129,7 +130,10 @@ class Scheduler::Impl {
       auto p = MakePolicy(q.placement);
       // ValidateConfig guarantees known names; an unknown one here is a caller bug.
       assert(p.ok());
-      if (p.ok()) policies_[q.name] = std::move(p).value();
+      if (p.ok()) {
+        by_state_ = by_state_ || (*p)->ScoresByNodeState();
+        policies_[q.name] = std::move(p).value();
+      }
       any_reserve_ = any_reserve_ || q.reserve_after > 0;
     }
   }
@@ -356,6 +360,7 @@ class Scheduler::Impl {
   }
 
  public:
+  void set_reference_placement(bool on) { reference_placement_ = on; }
 
  private:
   // ---------------------------------------------------------------- devices and indexes
@@ -412,6 +417,7 @@ class Scheduler::Impl {
     index_.Remove(d, Facts(d));
     f(d);
     index_.Add(d, Facts(d));
+    if (by_state_) host_states_.MarkDirty(d.ref.node);
     mig_in_flight_ += (d.draining || d.reconfiguring) - was_changing;
   }
 
@@ -463,6 +469,7 @@ class Scheduler::Impl {
     nodes_[e.device.node].insert(e.device.index);
     auto [it, _] = devices_.emplace(e.device, std::move(d));
     index_.Add(it->second, Facts(it->second));
+    if (by_state_) host_states_.MarkDirty(e.device.node);
     CountCapacity(it->second, +1);
     Schedule(/*only=*/std::nullopt);
   }
@@ -480,6 +487,7 @@ class Scheduler::Impl {
     if (it->second.reserved_for.valid()) ReleaseReservation();  // chosen again later, elsewhere
     DeviceView& d = it->second;
     index_.Remove(d, Facts(d));
+    if (by_state_) host_states_.MarkDirty(e.device.node);
     if (d.draining || d.reconfiguring) --mig_in_flight_;
     CountCapacity(d, -1);
     mig_mode_devices_ -= d.mode == DeviceMode::kMig;
@@ -900,6 +908,176 @@ class Scheduler::Impl {
     return c;
   }
 
+  // The GPU view of device `d` for request `r`, as the policy sees it (PlaceGeneric, PlaceByState).
+  GpuView ViewOf(const Resolved& r, const DeviceView& d) const {
+    bool ok = r.kind == SliceKind::kWhole ? (Schedulable(d) && d.mode == DeviceMode::kFree && ModelOk(r, d))
+                                          : SharedFits(r, d);
+    GpuView g;
+    g.usable = ok;
+    g.free_milli = ok ? kOneGpu - d.used_milli : 0;
+    g.free_memory = ok ? std::max<Bytes>(d.memory - d.used_memory, 0) : 0;
+    return g;
+  }
+
+  void RefileHost(NodeId nid) {
+    std::vector<DeviceStateKey> keys;
+    std::vector<const DeviceView*> views;
+    for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)}); it != devices_.end() && it->first.node == nid;
+         ++it) {
+      const DeviceView& d = it->second;
+      DeviceStateKey k;
+      k.model = d.model;
+      k.mode = static_cast<int>(d.mode);
+      k.schedulable = Schedulable(d);
+      k.used_milli = d.used_milli;
+      k.memory = d.memory;
+      k.used_memory = d.used_memory;
+      k.clients = d.clients;
+      k.mps_limit = MpsLimit(d);
+      // Necessary conditions of ViewOf() fitting, for HostStates' quick reject.
+      k.whole_free = k.schedulable && d.mode == DeviceMode::kFree && d.used_milli == 0;
+      const bool free = k.schedulable && d.mode == DeviceMode::kFree;
+      k.share_free = free || (k.schedulable && d.mode == DeviceMode::kShared) ? kOneGpu - d.used_milli : -1;
+      k.mps_free = free || (k.schedulable && d.mode == DeviceMode::kMps) ? kOneGpu - d.used_milli : -1;
+      keys.push_back(std::move(k));
+      views.push_back(&d);
+    }
+    host_states_.Set(nid, keys, views);
+  }
+
+  // PlaceGeneric's decision, computed per distinct host state (host_states.h) for policies that
+  // ScoresByNodeState(): each live state is scored once (memoised while the request shape and
+  // the workload are unchanged), and the host is then chosen exactly as Place() would scan the
+  // hosts in NodeId order, drawing from rng_ the same numbers with the same arguments:
+  // Place() draws once for every host that ties the best score seen so far. Over the levels of
+  // equal score, those are the hosts of each "record" level (a score whose first host comes
+  // before the first host of any higher score) after its first host and before the next
+  // record's first host, and every host of the top level after its first. Only the draws of
+  // the top level decide (the last host whose draw is 0, else its first host); the lower ones
+  // are made for their effect on rng_. Cost: O(live states) + O(draws), not O(hosts).
+  std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
+    for (NodeId nid : host_states_.TakeDirty()) RefileHost(nid);
+    MemoKey key{r.kind, r.gpus, r.milli, r.memory, r.model, workload_version_, &policy};
+    if (!(key == memo_key_)) {
+      memo_key_ = std::move(key);
+      ++memo_generation_;
+    }
+    PlacementRequest req;
+    req.num_gpus = r.gpus;
+    req.milli_per_gpu = r.milli;
+    PlacementContext ctx;
+    ctx.rng = &rng_;
+    ctx.workload = Workload();
+    ++stats_.placement_attempts;
+    scratch_levels_.clear();
+    const std::vector<int>& live = host_states_.live();
+    const std::vector<HostStates::Summary>& summaries = host_states_.live_summaries();
+    for (std::size_t k = 0; k < live.size(); ++k) {
+      // Quick reject (a necessary condition of Fits) without touching the state.
+      const HostStates::Summary& q = summaries[k];
+      if (r.kind == SliceKind::kWhole ? q.whole_free < r.gpus
+                                      : (r.kind == SliceKind::kMps ? q.mps_free : q.share_free) < r.milli) {
+        continue;
+      }
+      const int id = live[k];
+      HostStates::State& s = host_states_.state(id);
+      if (s.memo.generation != memo_generation_) ScoreState(r, policy, req, ctx, s);
+      if (s.memo.fits) scratch_levels_.push_back({s.memo.score, id});
+    }
+    if (scratch_levels_.empty()) return std::nullopt;
+    std::sort(scratch_levels_.begin(), scratch_levels_.end(),
+              [](const auto& a, const auto& b) { return a.first > b.first; });
+    // Levels from the highest score down; records found on the way, highest first.
+    struct Record {
+      std::size_t begin, end;  // range of scratch_levels_
+      NodeId first;            // the level's first host
+      std::optional<NodeId> bound;  // first host of any higher score (none for the top)
+    };
+    std::vector<Record> records;
+    std::optional<NodeId> above;
+    for (std::size_t b = 0; b < scratch_levels_.size();) {
+      std::size_t e = b;
+      NodeId first = *host_states_.state(scratch_levels_[b].second).hosts.begin();
+      while (e < scratch_levels_.size() && scratch_levels_[e].first == scratch_levels_[b].first) {
+        first = std::min(first, *host_states_.state(scratch_levels_[e].second).hosts.begin());
+        ++e;
+      }
+      if (!above || first < *above) {
+        records.push_back(Record{b, e, first, above});
+        above = first;
+      }
+      b = e;
+    }
+    auto draw = [&](std::uint64_t ties) {
+      return std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_);
+    };
+    // Lower records, lowest first: only the number of draws matters.
+    for (std::size_t k = records.size(); k-- > 1;) {
+      const Record& rec = records[k];
+      std::uint64_t count = 0;
+      for (std::size_t i = rec.begin; i < rec.end; ++i) {
+        const std::set<NodeId>& hosts = host_states_.state(scratch_levels_[i].second).hosts;
+        for (auto it = hosts.upper_bound(rec.first); it != hosts.end() && *it < *rec.bound; ++it) ++count;
+      }
+      for (std::uint64_t t = 2; t <= count + 1; ++t) draw(t);
+    }
+    // The top level: every host after its first, in NodeId order.
+    const Record& top = records.front();
+    NodeId chosen = top.first;
+    int chosen_state = -1;
+    for (std::size_t i = top.begin; i < top.end; ++i) {
+      if (*host_states_.state(scratch_levels_[i].second).hosts.begin() == top.first) chosen_state = scratch_levels_[i].second;
+    }
+    if (top.end - top.begin == 1) {
+      const std::set<NodeId>& hosts = host_states_.state(chosen_state).hosts;
+      std::uint64_t ties = 1;
+      for (auto it = std::next(hosts.begin()); it != hosts.end(); ++it) {
+        if (draw(++ties) == 0) chosen = *it;
+      }
+    } else {
+      scratch_ties_.clear();
+      for (std::size_t i = top.begin; i < top.end; ++i) {
+        const int id = scratch_levels_[i].second;
+        for (NodeId h : host_states_.state(id).hosts)
+          if (h != top.first) scratch_ties_.push_back({h, id});
+      }
+      std::sort(scratch_ties_.begin(), scratch_ties_.end());
+      std::uint64_t ties = 1;
+      for (const auto& [h, id] : scratch_ties_) {
+        if (draw(++ties) == 0) {
+          chosen = h;
+          chosen_state = id;
+        }
+      }
+    }
+    Choice c{chosen, {}, std::nullopt};
+    for (int g : host_states_.state(chosen_state).memo.gpus) c.devices.push_back(host_states_.Views(chosen)[g]->ref.index);
+    std::sort(c.devices.begin(), c.devices.end());
+    return c;
+  }
+
+  // One state's policy result for `r`, on the GPU views of its first host in canonical order.
+  void ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
+                  const PlacementContext& ctx, HostStates::State& s) {
+    scratch_gpus_.clear();
+    for (const DeviceView* d : host_states_.Views(*s.hosts.begin())) scratch_gpus_.push_back(ViewOf(r, *d));
+    NodeView v;
+    v.model = s.host_model;
+    v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
+    v.memory_free = v.memory_total = Bytes{1} << 50;
+    v.gpus = scratch_gpus_;
+    HostStates::Memo& m = s.memo;
+    m.generation = memo_generation_;
+    m.fits = false;
+    m.gpus.clear();
+    if (!Fits(req, v)) return;
+    std::optional<NodeChoice> choice = policy.Score(req, v, ctx);
+    if (!choice) return;
+    m.fits = true;
+    m.score = choice->score;
+    m.gpus = std::move(choice->gpu_indices);
+  }
+
   // The expected workload for fragmentation-aware policies (FGD's "typical pods"): the shapes
   // of submitted GPU requests with their frequencies, forgetting old ones by halving every
   // kWorkloadWindow submissions.
@@ -916,6 +1094,7 @@ class Scheduler::Impl {
       }
     }
     workload_dirty_ = true;
+    ++workload_version_;
   }
   std::span<const WorkloadShape> Workload() {
     if (workload_dirty_) {
@@ -951,7 +1130,11 @@ class Scheduler::Impl {
   std::optional<Choice> TryPlace(const Resolved& r) {
     if (r.kind == SliceKind::kMig) return PlaceMig(r);
     FastOrder order = FastOrderFor(r.queue->placement);
-    if (order == FastOrder::kNone) return PlaceGeneric(r, *policies_.at(r.queue->name));
+    if (order == FastOrder::kNone) {
+      const PlacementPolicy& policy = *policies_.at(r.queue->name);
+      if (by_state_ && !reference_placement_ && policy.ScoresByNodeState()) return PlaceByState(r, policy);
+      return PlaceGeneric(r, policy);
+    }
     if (r.kind == SliceKind::kWhole) return PlaceWholeFast(r, order);
     return PlaceFractionalFast(r, order);
   }
@@ -1718,6 +1901,26 @@ class Scheduler::Impl {
   std::int64_t workload_total_ = 0;
   std::vector<WorkloadShape> workload_;
   bool workload_dirty_ = false;
+  std::uint64_t workload_version_ = 0;  // bumped by every CountShape()
+
+  // Placement by host state (PlaceByState): on when some queue's policy ScoresByNodeState().
+  bool by_state_ = false;
+  bool reference_placement_ = false;  // tests and benchmarks: use PlaceGeneric instead
+  HostStates host_states_;
+  struct MemoKey {
+    SliceKind kind = SliceKind::kShared;
+    int gpus = 0;
+    MilliGpu milli = -1;
+    Bytes memory = 0;
+    std::string model;
+    std::uint64_t workload = 0;
+    const PlacementPolicy* policy = nullptr;
+    bool operator==(const MemoKey&) const = default;
+  };
+  MemoKey memo_key_;
+  std::uint64_t memo_generation_ = 0;
+  std::vector<std::pair<double, int>> scratch_levels_;  // (score, state) of fitting states
+  std::vector<std::pair<NodeId, int>> scratch_ties_;    // (host, state) of the top level
 
   // Scratch (reused to avoid allocation per event).
   std::vector<char> scratch_failed_;
@@ -1951,6 +2154,7 @@ std::vector<JobId> Scheduler::Pending() const { return impl_->Pending(std::nullo
 const SchedulerStats& Scheduler::stats() const { return impl_->stats(); }
 Micros Scheduler::now() const { return impl_->now(); }
 Status Scheduler::CheckInvariants() const { return impl_->CheckInvariants(); }
+void Scheduler::SetReferencePlacement(bool on) { impl_->set_reference_placement(on); }
 std::optional<WaitReason> Scheduler::PendingReason(JobId job) const { return impl_->PendingReason(job); }
 std::array<std::int64_t, kWaitReasonKinds> Scheduler::PendingReasonCounts() const {
   return impl_->PendingReasonCounts();

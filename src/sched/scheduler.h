@@ -168,6 +168,12 @@ class Scheduler {
   // consistent with the records. Tests call it after every event.
   Status CheckInvariants() const;
 
+  // For tests and benchmarks only: true places with the reference path (every host shown to
+  // the policy, PlaceGeneric) instead of scoring each distinct host state once (PlaceByState)
+  // for policies that ScoresByNodeState(). The decisions are the same either way; this is how
+  // that is checked and how the speed-up is measured.
+  void SetReferencePlacement(bool on);
+
   // Why a pending job waits (nullopt: not a pending job), from the state after the last
   // Handle(): never fits on this host, user cap, devices kept for it or for another job, a
   // device changing MIG layout, or no room now (pending_reason.h). Asking is free of side

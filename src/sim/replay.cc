@@ -154,6 +154,8 @@ class Replay {
          std::span<const sched::WorkloadShape> shapes, const ReplayOptions& options)
       : cluster_(cluster), jobs_(std::move(jobs)), shapes_(shapes), options_(options),
         sched_(config, options.seed), run_(jobs_.size()), queue_of_(jobs_.size(), nullptr) {
+    sched_.SetReferencePlacement(options.reference_placement);
+    r_.start_digest = 14695981039346656037ULL;
     std::stable_sort(jobs_.begin(), jobs_.end(),
                      [](const ReplayJob& a, const ReplayJob& b) { return a.submit < b.submit; });
     first_gpu_.push_back(0);
@@ -297,9 +299,18 @@ class Replay {
   }
 
   static std::uint32_t Index(JobId id) { return static_cast<std::uint32_t>(id.value() - 1); }
+  void Digest(std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      r_.start_digest ^= (v >> (8 * i)) & 0xff;
+      r_.start_digest *= 1099511628211ULL;
+    }
+  }
 
   void Start(const sched::StartSlice& x, Micros now) {
     const std::uint32_t j = Index(x.job);
+    Digest(x.job.value());
+    Digest(x.node.value());
+    for (DeviceIndex di : x.devices) Digest(di.value());
     JobRun& jr = run_[j];
     jr.slice = x.slice;
     jr.start = now;

@@ -56,6 +56,7 @@ struct ReplayOptions {
   std::uint64_t seed = 1;                 // the Scheduler's seed (random tie-breaks of policies)
   Micros mig_reconfigure_delay = 2 * kSecond;  // ReconfigureMig -> ReconfigureDone, simulated
   bool check_invariants = false;          // tests: Scheduler::CheckInvariants() after every event
+  bool reference_placement = false;       // tests, benchmarks: Scheduler::SetReferencePlacement
 };
 
 struct ReplaySample {
@@ -98,6 +99,7 @@ struct ReplayResult {
   double seconds = 0;
   std::uint64_t scored = 0;        // placement-only baseline: Score() calls
   std::string invariant_error;     // options.check_invariants: the first violation, if any
+  std::uint64_t start_digest = 0;  // FNV-1a over every StartSlice's (job, node, devices), in order
 };
 
 // A default configuration for a trace without a config file: one queue per queue name in

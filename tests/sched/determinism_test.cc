@@ -18,7 +18,8 @@ using ::gpuslice::testing::SchedHarness;
 // A closed-loop random workload: answers every ReconfigureMig, finishes and cancels jobs,
 // samples slices, lets time pass. Returns the decision log.
 std::vector<std::string> RunRandom(std::uint64_t seed, const std::string& policy,
-                                   MigDrainPolicy drain, std::string* violation, int steps = 500) {
+                                   MigDrainPolicy drain, std::string* violation, int steps = 500,
+                                   bool reference_placement = false, int copies = 1) {
   Config c = DefaultConfig();
   for (QueueConfig& q : c.queues) {
     q.placement = policy;
@@ -27,10 +28,13 @@ std::vector<std::string> RunRandom(std::uint64_t seed, const std::string& policy
   }
   c.mig.drain = drain;
   SchedHarness h(c, seed);
-  h.AddHost("4xH100-80GB");
-  h.AddHost("8xH100-80GB");
-  h.AddHost("2xA100-40GB mig");
-  h.AddHost("4xA100-40GB");
+  h.scheduler().SetReferencePlacement(reference_placement);
+  for (int i = 0; i < copies; ++i) {
+    h.AddHost("4xH100-80GB");
+    h.AddHost("8xH100-80GB");
+    h.AddHost("2xA100-40GB mig");
+    h.AddHost("4xA100-40GB");
+  }
   std::mt19937_64 rng(seed);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<std::uint64_t>(n)); };
   const char* users[] = {"alice", "bob", "carol"};
@@ -94,6 +98,24 @@ TEST_P(DeterminismTest, SameEventsAndSeedGiveTheSameDecisions) {
     for (const std::string& line : a) all += line.substr(0, line.find(' ')) + ",";
     for (const char* kind : {"start", "warn", "reconfigure", "stop", "reject"})
       EXPECT_NE(all.find(kind), std::string::npos) << kind << " under " << GetParam();
+  }
+}
+
+// Scoring each distinct host state once (PlaceByState) is a speed-up only: on long random mixed
+// workloads (shares, MPS, whole 1-8, MIG drains, cancels, reservations of none, two models) the
+// fragmentation-aware default policy takes exactly the decisions of the reference path that
+// scores every candidate host, random tie-breaks included.
+TEST(ByStatePlacement, TakesTheReferencePathsDecisions) {
+  // One copy of the four hosts, and eight (many hosts in equal states: ties at several score
+  // levels, so the draws of lower "record" levels matter too).
+  for (auto [seed, copies] : {std::pair{42, 1}, {43, 1}, {44, 8}, {45, 8}}) {
+    std::string v1, v2;
+    auto fast = RunRandom(seed, "gpuslice", MigDrainPolicy::kPreempt, &v1, 3000, false, copies);
+    auto ref = RunRandom(seed, "gpuslice", MigDrainPolicy::kPreempt, &v2, 3000, true, copies);
+    EXPECT_EQ(v1, "");
+    EXPECT_EQ(v2, "");
+    ASSERT_GT(ref.size(), 300u);
+    EXPECT_EQ(fast, ref) << "seed " << seed << ", " << copies << " copies";
   }
 }
 

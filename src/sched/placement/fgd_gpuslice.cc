@@ -59,6 +59,10 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
 class GpusliceFragPolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "gpuslice"; }
+  // Fragmentation, FreeMilli and node size are sums over the GPUs; a share's GPU is the best by
+  // (score, drop, least free), first index among equal free shares; whole GPUs are the first
+  // free ones. So it qualifies (see placement.h).
+  bool ScoresByNodeState() const override { return true; }
 
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {

@@ -93,6 +93,12 @@ class PlacementPolicy {
   // Called only for nodes where Fits() holds. nullopt: this policy refuses the node.
   virtual std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                           const PlacementContext& ctx) const = 0;
+  // True iff Score() (and Fits()) depend only on the request, ctx.workload and the node's
+  // model, CPU, memory and GPU views (not its index, not ctx.rng), are invariant under any
+  // reordering of the GPUs that keeps GPUs of equal free share in index order, and choose,
+  // among GPUs of equal free share, the first in index order. Such a policy can be scored
+  // once per distinct node state (the scheduler's HostStates) with identical decisions.
+  virtual bool ScoresByNodeState() const { return false; }
 };
 
 struct Placement {
