@@ -26,7 +26,9 @@
 #include "daemon/journal.h"
 #include "exec/proc.h"
 #include "memcap/env.h"
+#include "report/report.h"
 #include "store/codec.h"
+#include "store/retention.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -267,6 +269,10 @@ class Daemon::Impl {
     GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
     ForgetStaleStatusFiles();
     LaunchReady();
+    if (opt_.store_retention) {
+      retention_ = std::make_unique<store::RetentionWorker>(*store_, store::RetentionPolicy{}, clock_);
+      retention_->Start();
+    }
     return Status::Ok();
   }
 
@@ -282,9 +288,38 @@ class Daemon::Impl {
       SampleDevices(now, batch, act);
     }
     Feed(sched::Tick{now}, batch, act);
+    RecordWaitReasons(batch);
     (void)CommitAndAct(batch, act);
     LaunchReady();
     if (CompactionDue()) CompactWhileRunning();
+  }
+
+  // A "wait" event each time a pending job's reason changes kind ("<kind>: <text>"), so the
+  // report can count wait time by reason (report/report.h).
+  void RecordWaitReasons(store::WriteBatch& b) {
+    std::map<JobId, std::string> now_kind;
+    for (JobId id : sched_->Pending()) {
+      auto w = sched_->PendingReason(id);
+      if (!w) continue;
+      std::string kind(sched::WaitReasonKind(*w));
+      auto it = wait_kind_.find(id);
+      if (it == wait_kind_.end() || it->second != kind) {
+        AddEvent(b, id, "wait", fmt::format("{}: {}", kind, sched::FormatWaitReason(*w)));
+      }
+      now_kind[id] = std::move(kind);
+    }
+    wait_kind_ = std::move(now_kind);
+  }
+
+  Result<Json> Report(const std::map<std::string, std::string>& query) const {
+    GPUSLICE_ASSIGN_OR_RETURN(report::ReportOptions o, report::OptionsFromQuery(query, Now()));
+    {
+      std::shared_lock lock(mu_);
+      o.devices = static_cast<int>(device_info_.size());
+    }
+    o.simulated = opt_.simulated;
+    // Outside the daemon's lock: the store is thread-safe, and the report reads only it.
+    return report::BuildReport(*store_, o);
   }
 
   // ---------------------------------------------------------------------------- API
@@ -1128,6 +1163,7 @@ class Daemon::Impl {
     s->second.active = false;
     s->second.released = Now();
     b.slices.push_back(s->second);
+    FlushDown(s->first, b);
     if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(s->first));
     slices_.erase(s);
     slice_util_.erase(j.slice);
@@ -1661,6 +1697,7 @@ class Daemon::Impl {
     s->second.active = false;
     s->second.released = Now();
     b.slices.push_back(s->second);
+    FlushDown(sid, b);
     if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(sid));
     slices_.erase(s);
     slice_util_.erase(sid);
@@ -1736,7 +1773,8 @@ class Daemon::Impl {
         ev.slices.push_back(a.sample);
       }
       slice_util_[sid] = SliceFigures{a.sm_util.optional(), a.memory_used.optional(), a.verdict};
-      Downsample(now, fmt::format("slice/{}", sid.value()), a.sm_util.optional(), a.memory_used.optional(), b);
+      Downsample(now, fmt::format("slice/{}", sid.value()), a.sm_util.optional(), a.memory_used.optional(), b,
+                 a.verdict.activity == sched::Activity::kIdle);
       if (auto sr = slices_.find(sid); sr != slices_.end()) {
         auto& q = recent_[sr->second.job];
         q.push_back({now, a.sm_util.optional(), a.memory_used.optional()});
@@ -1770,24 +1808,39 @@ class Daemon::Impl {
   // stored as kUnknownPermille (the store's column is an integer), never as 0.
   static constexpr int kUnknownPermille = -1;
   static constexpr Bytes kUnknownBytes = -1;  // a stored point whose memory was never measured
+  // A stored point says how long it covers and how much of that was measured (and measured
+  // idle), so reports and compaction keep GPU-hours exact (store.h SampleRecord).
   void Downsample(Micros now, const std::string& subject, std::optional<int> permille,
-                  std::optional<Bytes> used, store::WriteBatch& b) {
+                  std::optional<Bytes> used, store::WriteBatch& b, bool idle = false) {
     auto& d = down_[subject];
-    if (d.count == 0) d.start = now;
+    if (d.count == 0) d.start = now - opt_.sample_interval;  // a sample stands for the interval before it
     if (permille) {
       d.util += *permille;
       ++d.util_n;
+      if (idle) ++d.idle_n;
     }
     if (used) {
       d.used += *used;
       ++d.used_n;
     }
     d.count += 1;
-    if (now - d.start >= opt_.downsample_window) {
-      b.samples.push_back({now, subject, d.util_n ? static_cast<int>(d.util / d.util_n) : kUnknownPermille,
-                           d.used_n ? d.used / d.used_n : kUnknownBytes});
-      d = {};
-    }
+    d.last = now;
+    if (now - d.start >= opt_.downsample_window) EmitDown(subject, b);
+  }
+  void EmitDown(const std::string& subject, store::WriteBatch& b) {
+    auto& d = down_[subject];
+    const Micros span = d.last - d.start;
+    b.samples.push_back({d.last, subject, d.util_n ? static_cast<int>(d.util / d.util_n) : kUnknownPermille,
+                         d.used_n ? d.used / d.used_n : kUnknownBytes, span, span * d.util_n / d.count,
+                         span * d.idle_n / d.count});
+    d = {};
+  }
+  // A slice's open point is stored when it ends (else its last minute would read unknown).
+  void FlushDown(SliceId sid, store::WriteBatch& b) {
+    auto it = down_.find(fmt::format("slice/{}", sid.value()));
+    if (it == down_.end()) return;
+    if (it->second.count > 0) EmitDown(it->first, b);
+    down_.erase(it);
   }
 
   struct Point {
@@ -1880,7 +1933,9 @@ class Daemon::Impl {
     Bytes used = 0;
     int util_n = 0;
     int used_n = 0;
+    int idle_n = 0;
     int count = 0;
+    Micros last = 0;
   };
 
   sched::Config config_;
@@ -1910,6 +1965,8 @@ class Daemon::Impl {
   std::map<JobId, off_t> log_limit_;  // logs cut at their cap: the size they are kept at
   std::size_t journal_entries_ = 0;  // in the store (counted as they are journaled)
   std::size_t compacted_size_ = 0;   // after the last compaction
+  std::map<JobId, std::string> wait_kind_;  // pending jobs: the reason kind last recorded
+  std::unique_ptr<store::RetentionWorker> retention_;  // last: stops before store_ goes
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1942,6 +1999,7 @@ Result<std::string> Daemon::LogPath(JobId id) const { return impl_->LogPath(id);
 bool Daemon::JobEnded(JobId id) const { return impl_->JobEnded(id); }
 Status Daemon::Authorize(const Caller& c, JobId id) const { return impl_->Authorize(c, id); }
 Result<Json> Daemon::Samples(JobId id) const { return impl_->Samples(id); }
+Result<Json> Daemon::Report(const std::map<std::string, std::string>& q) const { return impl_->Report(q); }
 Status Daemon::CheckConsistency() const { return impl_->CheckConsistency(); }
 
 }  // namespace gpuslice::daemon

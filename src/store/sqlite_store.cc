@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -73,6 +74,7 @@ class Stmt {
     return Status::Ok();
   }
   std::int64_t Int(int col) { return sqlite3_column_int64(st_, col); }
+  sqlite3_stmt* raw() { return st_; }
   std::string Text(int col) {
     const unsigned char* t = sqlite3_column_text(st_, col);
     return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
@@ -97,7 +99,93 @@ class SqliteStore final : public Store {
     // Overwritten rows (an ended job's environment) are zeroed, not left in free space.
     GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA secure_delete=ON"));
     sqlite3_busy_timeout(db_, 5000);
-    return Exec(kSchema);
+    GPUSLICE_RETURN_IF_ERROR(Exec(kSchema));
+    return MigrateSamples();
+  }
+
+  // Stores made before the history columns get them (their old points have no span, so
+  // reports count them for nothing rather than guess), and the time index retention uses.
+  Status MigrateSamples() {
+    Stmt s(db_, "SELECT COUNT(*) FROM pragma_table_info('samples') WHERE name = 'span'");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (row && s.Int(0) == 0) {
+      for (const char* col : {"span", "known", "idle", "resolution"}) {
+        GPUSLICE_RETURN_IF_ERROR(
+            Exec(fmt::format("ALTER TABLE samples ADD COLUMN {} INTEGER NOT NULL DEFAULT 0", col).c_str()));
+      }
+    }
+    return Exec("CREATE INDEX IF NOT EXISTS samples_time ON samples(time)");
+  }
+
+  Result<std::vector<SampleSum>> SumSamples(Micros from, Micros to, Micros width) override {
+    std::lock_guard lock(mu_);
+    // Grouped in SQL: a year of history is a few hundred thousand points, summed without
+    // leaving SQLite. Unknown points (util -1) add span but no known time.
+    Stmt s(db_, "SELECT subject, CASE WHEN ?3 > 0 THEN ?1 + ((time - ?1) / ?3) * ?3 ELSE ?1 END AS b, "
+                "SUM(span), SUM(CASE WHEN util_permille >= 0 THEN known ELSE 0 END), SUM(idle), "
+                "SUM(CASE WHEN util_permille >= 0 THEN util_permille * known ELSE 0 END) "
+                "FROM samples WHERE time >= ?1 AND time < ?2 GROUP BY subject, b ORDER BY subject, b");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, from);
+    s.Bind(2, to);
+    s.Bind(3, width);
+    std::vector<SampleSum> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      out.push_back(SampleSum{s.Text(0), s.Int(1), s.Int(2), s.Int(3), s.Int(4), s.Int(5)});
+    }
+    return out;
+  }
+
+  Result<std::optional<Micros>> OldestSample() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT MIN(time) FROM samples");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row || sqlite3_column_type(s.raw(), 0) == SQLITE_NULL) return std::optional<Micros>();
+    return std::optional<Micros>(s.Int(0));
+  }
+
+  Result<std::int64_t> CompactSamples(Micros before, Micros width, int max_points) override {
+    std::lock_guard lock(mu_);
+    // Where this step stops: found outside the write transaction, read-only.
+    std::vector<Micros> times;
+    {
+      Stmt s(db_, "SELECT time FROM samples WHERE time <= ? AND resolution < ? ORDER BY time LIMIT ?");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      s.Bind(1, before);
+      s.Bind(2, width);
+      s.Bind(3, static_cast<std::int64_t>(std::max(max_points, 1)));
+      while (true) {
+        GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+        if (!row) break;
+        times.push_back(s.Int(0));
+      }
+    }
+    if (times.empty()) return std::int64_t{0};
+    const Micros cut = CompactionCut(times, before, width, max_points);
+    if (cut < times.front()) return std::int64_t{0};
+    GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    auto n = FoldLocked(cut, width);
+    if (!n.ok()) {
+      (void)Exec("ROLLBACK");
+      return n.status();
+    }
+    GPUSLICE_RETURN_IF_ERROR(Exec("COMMIT"));
+    return n;
+  }
+
+  Result<std::int64_t> DropSamples(Micros before, int max_points) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "DELETE FROM samples WHERE rowid IN "
+                "(SELECT rowid FROM samples WHERE time < ? ORDER BY time LIMIT ?)");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, before);
+    s.Bind(2, static_cast<std::int64_t>(max_points));
+    GPUSLICE_RETURN_IF_ERROR(s.Run());
+    return static_cast<std::int64_t>(sqlite3_changes(db_));
   }
 
   Status Commit(const WriteBatch& b) override {
@@ -177,8 +265,8 @@ class SqliteStore final : public Store {
 
   Result<std::vector<SampleRecord>> ListSamples(std::string_view subject, Micros since) override {
     std::lock_guard lock(mu_);
-    Stmt s(db_, "SELECT time, subject, util_permille, memory_used FROM samples "
-                "WHERE subject = ? AND time >= ? ORDER BY rowid");
+    Stmt s(db_, "SELECT time, subject, util_permille, memory_used, span, known, idle, resolution "
+                "FROM samples WHERE subject = ? AND time >= ? ORDER BY time, rowid");
     GPUSLICE_RETURN_IF_ERROR(s.status());
     s.Bind(1, subject);
     s.Bind(2, since);
@@ -186,7 +274,8 @@ class SqliteStore final : public Store {
     while (true) {
       GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;
-      out.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3)});
+      out.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3),
+                                 s.Int(4), s.Int(5), s.Int(6), s.Int(7)});
     }
     return out;
   }
@@ -295,14 +384,18 @@ class SqliteStore final : public Store {
       }
     }
     if (!b.samples.empty()) {
-      Stmt s(db_, "INSERT INTO samples(time, subject, util_permille, memory_used) "
-                  "VALUES(?, ?, ?, ?)");
+      Stmt s(db_, "INSERT INTO samples(time, subject, util_permille, memory_used, span, known, "
+                  "idle, resolution) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
       GPUSLICE_RETURN_IF_ERROR(s.status());
       for (const auto& r : b.samples) {
         s.Bind(1, r.time);
         s.Bind(2, r.subject);
         s.Bind(3, r.util_permille);
         s.Bind(4, r.memory_used);
+        s.Bind(5, r.span);
+        s.Bind(6, r.known);
+        s.Bind(7, r.idle);
+        s.Bind(8, r.resolution);
         GPUSLICE_RETURN_IF_ERROR(s.Run());
       }
     }
@@ -315,6 +408,36 @@ class SqliteStore final : public Store {
       }
     }
     return Status::Ok();
+  }
+
+  // Replaces the points with time <= cut and a resolution finer than `width` by their folds.
+  // Requires mu_ and an open transaction.
+  Result<std::int64_t> FoldLocked(Micros cut, Micros width) {
+    std::vector<SampleRecord> pts;
+    {
+      Stmt s(db_, "SELECT time, subject, util_permille, memory_used, span, known, idle, resolution "
+                  "FROM samples WHERE time <= ? AND resolution < ?");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      s.Bind(1, cut);
+      s.Bind(2, width);
+      while (true) {
+        GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+        if (!row) break;
+        pts.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3),
+                                   s.Int(4), s.Int(5), s.Int(6), s.Int(7)});
+      }
+    }
+    {
+      Stmt d(db_, "DELETE FROM samples WHERE time <= ? AND resolution < ?");
+      GPUSLICE_RETURN_IF_ERROR(d.status());
+      d.Bind(1, cut);
+      d.Bind(2, width);
+      GPUSLICE_RETURN_IF_ERROR(d.Run());
+    }
+    WriteBatch b;
+    b.samples = FoldSamples(pts, width);
+    GPUSLICE_RETURN_IF_ERROR(Write(b));
+    return static_cast<std::int64_t>(pts.size());
   }
 
   static Result<JobRecord> ParseJob(const std::string& text) {
