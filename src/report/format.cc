@@ -89,9 +89,9 @@ constexpr int kW = 900, kH = 360, kLeft = 60, kRight = 20, kTop = 40, kBottom = 
 std::string FormatTable(const Json& r) {
   std::string out;
   const Json& t = r["totals"];
-  out += ForTerminal(fmt::format("gpuslice report  {} .. {}  ({} GPUs{})\n", r["period"]["from"].get<std::string>(),
+  out += ForTerminal(fmt::format("gpuslice report  {} .. {}  ({} GPUs{})", r["period"]["from"].get<std::string>(),
                                  r["period"]["to"].get<std::string>(), r["devices"].get<int>(),
-                                 r.value("simulated", false) ? ", simulated devices" : ""));
+                                 r.value("simulated", false) ? ", simulated devices" : "")) + "\n";
   out += ForTerminal(r["verdict"]["text"].get<std::string>()) + "\n\n";
   out += fmt::format("capacity {} GPU-h; held {} GPU-h ({}); used {} GPU-h ({} of capacity, {} of measured); "
                      "measured {} of held, unknown {} GPU-h; idle {} GPU-h ({} of held); idle reclaim returned {} GPU-h\n\n",

@@ -163,8 +163,8 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
   if (from >= to) {
     return InvalidArgument(fmt::format("period {} .. {}: empty", FormatTimePoint(from), FormatTimePoint(to)));
   }
-  GPUSLICE_ASSIGN_OR_RETURN(auto jobs_list, store.ListJobs());
-  GPUSLICE_ASSIGN_OR_RETURN(auto slices, store.ListSlices(false));
+  GPUSLICE_ASSIGN_OR_RETURN(auto jobs_list, store.ListJobsBrief());
+  GPUSLICE_ASSIGN_OR_RETURN(auto slices, store.ListSlicesBrief());
   GPUSLICE_ASSIGN_OR_RETURN(auto oldest, store.OldestSample());
   // Where the stored history begins: the oldest point (less nothing: it may be a coarse
   // one; its end is what we know) or the oldest job, whichever is earlier.
@@ -183,10 +183,24 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
 
   std::map<JobId, const JobRecord*> jobs;
   for (const auto& j : jobs_list) jobs[j.id] = &j;
+  std::map<JobId, std::vector<const SliceRecord*>> slices_of;
+  for (const auto& s : slices) slices_of[s.job].push_back(&s);
 
-  GPUSLICE_ASSIGN_OR_RETURN(auto sums, store.SumSamples(from, to, 0));
+  // One read of the points, per subject and timeline bucket; the per-subject totals are the
+  // sums of its buckets.
   const Micros width = TimelineWidth(to - from, o.max_timeline);
   GPUSLICE_ASSIGN_OR_RETURN(auto buckets, store.SumSamples(from, to, width));
+  std::vector<store::SampleSum> sums;
+  for (const auto& b : buckets) {
+    if (sums.empty() || sums.back().subject != b.subject) {
+      sums.push_back(store::SampleSum{b.subject, from, 0, 0, 0, 0});
+    }
+    store::SampleSum& t = sums.back();
+    t.span += b.span;
+    t.known += b.known;
+    t.idle += b.idle;
+    t.util_known += b.util_known;
+  }
   std::map<std::uint64_t, const store::SampleSum*> slice_sum;
   std::set<int> device_subjects;
   for (const auto& s : sums) {
@@ -272,9 +286,7 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
       // What it would have held until its time limit (or the period's end, when it has none).
       const Micros until = std::min(to, j.deadline > 0 ? j.deadline : to);
       MilliUs m = 0;
-      for (const auto& s : slices) {
-        if (s.job == j.id) m = SliceMilli(s);
-      }
+      if (auto it = slices_of.find(j.id); it != slices_of.end()) m = SliceMilli(*it->second.back());
       if (until > j.end_time) f.returned = m * (until - j.end_time);
     }
     if (j.submit_time >= from && j.submit_time < to && j.start_time > 0) {
@@ -283,8 +295,8 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
     if (o.by == GroupBy::kDevice) {
       // Counts go to the devices the job's slices used.
       std::set<int> devs;
-      for (const auto& s : slices) {
-        if (s.job == j.id) devs.insert(s.devices.begin(), s.devices.end());
+      if (auto it = slices_of.find(j.id); it != slices_of.end()) {
+        for (const SliceRecord* s : it->second) devs.insert(s->devices.begin(), s->devices.end());
       }
       for (int d : devs) {
         Figures& g = groups[fmt::format("{}", d)];
@@ -305,10 +317,10 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
   // into intervals; the interval before the first event is the job's first reason as well.
   std::map<std::string, std::vector<Micros>> waits_by_reason;
   {
-    GPUSLICE_ASSIGN_OR_RETURN(auto events, store.ListEvents(0, JobId(), std::numeric_limits<int>::max()));
+    GPUSLICE_ASSIGN_OR_RETURN(auto events, store.ListEventsOfType("wait", to));
     std::map<JobId, std::vector<std::pair<Micros, std::string>>> changes;
     for (const auto& e : events) {
-      if (e.type != "wait" || !e.job.valid()) continue;
+      if (!e.job.valid()) continue;
       changes[e.job].emplace_back(e.time, e.message.substr(0, e.message.find(':')));
     }
     for (auto& [id, ch] : changes) {

@@ -1,6 +1,7 @@
 // Stored utilisation history: folding points into coarser buckets (compaction) and summing
 // them for reports. Pure functions, shared by both stores so they answer alike.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <tuple>
 
@@ -82,6 +83,12 @@ Micros CompactionCut(const std::vector<Micros>& sorted_times, Micros before, Mic
   // Only whole buckets: the last bucket ending at or before `before`.
   const Micros last_whole = before / width * width;
   return std::min(end_of(sorted_times[nth]), last_whole);
+}
+
+Result<std::vector<EventRecord>> Store::ListEventsOfType(std::string_view type, Micros before) {
+  GPUSLICE_ASSIGN_OR_RETURN(auto all, ListEvents(0, JobId(), std::numeric_limits<int>::max()));
+  std::erase_if(all, [&](const EventRecord& e) { return e.type != type || e.time >= before; });
+  return all;
 }
 
 Result<std::vector<SampleSum>> Store::SumSamples(Micros, Micros, Micros) {

@@ -188,6 +188,15 @@ class Store {
   // and about `max_points` points per call, in one transaction. Returns the points folded
   // (0: nothing left to do).
   virtual Result<std::int64_t> CompactSamples(Micros before, Micros width, int max_points);
+  // Jobs and slices with only the fields a report reads (job: id, user, queue, state and its
+  // times, slice; slice: id, job, kind, devices, milli, active, created, released); the rest
+  // left empty. SQLite extracts them in SQL: a year of records, without parsing each whole.
+  // The defaults give the full records.
+  virtual Result<std::vector<JobRecord>> ListJobsBrief() { return ListJobs(); }
+  virtual Result<std::vector<SliceRecord>> ListSlicesBrief() { return ListSlices(false); }
+  // Events of one type with time < before, oldest first (the report's "wait" events). The
+  // default filters ListEvents.
+  virtual Result<std::vector<EventRecord>> ListEventsOfType(std::string_view type, Micros before);
   // Deletes up to `max_points` of the oldest points with time < before; returns how many.
   virtual Result<std::int64_t> DropSamples(Micros before, int max_points);
 

@@ -237,3 +237,70 @@ TEST(ReportUnknown, UnmeasuredSliceIsUnknownNotZero) {
 
 }  // namespace
 }  // namespace gpuslice::store
+
+namespace gpuslice::store {
+namespace {
+
+// The brief listings the report reads give the same fields as the full ones (SQLite extracts
+// them in SQL).
+TEST(BriefListings, MatchTheFullRecords) {
+  const auto dir = std::filesystem::temp_directory_path() / ("brief_test_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  {
+    auto store = std::move(OpenSqliteStore(dir.string(), Sync::kProcess)).value();
+    WriteBatch b;
+    for (int i = 1; i <= 3; ++i) {
+      JobRecord j;
+      j.id = JobId(static_cast<std::uint64_t>(i));
+      j.user = i == 2 ? "b\xc3\xa9" : "alice";
+      j.queue = i == 3 ? "training" : "interactive";
+      j.state = i == 1 ? JobState::kReclaimed : JobState::kRunning;
+      j.submit_time = 10 * i;
+      j.start_time = 20 * i;
+      j.end_time = i == 1 ? 99 : 0;
+      j.deadline = 1000 + i;
+      j.slice = SliceId(static_cast<std::uint64_t>(i));
+      j.argv = {"x"};
+      b.jobs.push_back(j);
+      SliceRecord s;
+      s.id = j.slice;
+      s.job = j.id;
+      s.kind = i == 3 ? "whole" : "shared";
+      s.devices = i == 3 ? std::vector<int>{2, 13} : std::vector<int>{7};
+      s.milli = i == 3 ? 1000 : 250;
+      s.active = i != 1;
+      s.created = 5 * i;
+      s.released = i == 1 ? 99 : 0;
+      b.slices.push_back(s);
+    }
+    ASSERT_TRUE(store->Commit(b).ok());
+    auto full = *store->ListJobs();
+    auto brief = store->ListJobsBrief();
+    ASSERT_TRUE(brief.ok()) << brief.status().ToString();
+    ASSERT_EQ(brief->size(), full.size());
+    for (std::size_t i = 0; i < full.size(); ++i) {
+      const JobRecord &f = full[i], &r = (*brief)[i];
+      EXPECT_EQ(r.id, f.id);
+      EXPECT_EQ(r.user, f.user);
+      EXPECT_EQ(r.queue, f.queue);
+      EXPECT_EQ(r.state, f.state);
+      EXPECT_EQ(r.submit_time, f.submit_time);
+      EXPECT_EQ(r.start_time, f.start_time);
+      EXPECT_EQ(r.end_time, f.end_time);
+      EXPECT_EQ(r.deadline, f.deadline);
+      EXPECT_EQ(r.slice, f.slice);
+    }
+    auto sfull = *store->ListSlices(false);
+    auto sbrief = *store->ListSlicesBrief();
+    ASSERT_EQ(sbrief.size(), sfull.size());
+    for (std::size_t i = 0; i < sfull.size(); ++i) {
+      SliceRecord f = sfull[i];
+      f.uuids.clear();
+      EXPECT_EQ(sbrief[i], f);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpuslice::store
