@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -300,6 +301,32 @@ TEST(BriefListings, MatchTheFullRecords) {
     }
   }
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpuslice::store
+
+namespace gpuslice::store {
+namespace {
+
+// The worker the daemon runs folds on its own thread, and stops when asked.
+TEST(RetentionWorker, FoldsOnItsThreadAndStops) {
+  auto store = NewMemoryStore();
+  WriteBatch b;
+  for (Micros t = kT0 + kMinute; t <= kT0 + kHour; t += kMinute) {
+    b.samples.push_back({t, "device/0", 500, 0, kMinute, kMinute, 0, 0});
+  }
+  ASSERT_TRUE(store->Commit(b).ok());
+  RetentionWorker w(*store, RetentionPolicy{}, [] { return kT0 + 40 * kDay; }, std::chrono::milliseconds(5),
+                    std::chrono::milliseconds(1));
+  w.Start();
+  for (int i = 0; i < 2000 && w.passes() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  w.Stop();
+  EXPECT_GT(w.passes(), 0);
+  auto pts = *store->ListSamples("device/0", 0);
+  ASSERT_EQ(pts.size(), 1u);  // an hour of minutes, past 35 days: one hourly point
+  EXPECT_EQ(pts[0].span, kHour);
+  EXPECT_EQ(pts[0].util_permille, 500);
 }
 
 }  // namespace
