@@ -153,6 +153,7 @@ void Daemon::Impl::ReleaseSlice(JobRecord& j, store::WriteBatch& b) {
   s->second.active = false;
   s->second.released = Now();
   b.slices.push_back(s->second);
+  FlushDown(s->first, b);
   if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(s->first));
   slices_.erase(s);
   slice_util_.erase(j.slice);
@@ -193,6 +194,7 @@ void Daemon::Impl::ReleaseSliceById(SliceId sid, store::WriteBatch& b) {
   s->second.active = false;
   s->second.released = Now();
   b.slices.push_back(s->second);
+  FlushDown(sid, b);
   if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(sid));
   slices_.erase(s);
   slice_util_.erase(sid);

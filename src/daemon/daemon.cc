@@ -62,6 +62,7 @@ void Daemon::Impl::Step() {
     SampleDevices(now, batch, act);
   }
   Feed(sched::Tick{now}, batch, act);
+  RecordWaitReasons(batch);
   (void)CommitAndAct(batch, act);
   LaunchReady();
   if (CompactionDue()) CompactWhileRunning();
@@ -133,6 +134,7 @@ Result<std::string> Daemon::LogPath(JobId id) const { return impl_->LogPath(id);
 bool Daemon::JobEnded(JobId id) const { return impl_->JobEnded(id); }
 Status Daemon::Authorize(const Caller& c, JobId id) const { return impl_->Authorize(c, id); }
 Result<Json> Daemon::Samples(JobId id) const { return impl_->Samples(id); }
+Result<Json> Daemon::Report(const std::map<std::string, std::string>& q) const { return impl_->Report(q); }
 Result<Json> Daemon::DeviceHistory(const std::map<std::string, std::string>& q) const {
   return impl_->DeviceHistory(q);
 }

@@ -51,6 +51,9 @@ struct DaemonOptions {
   // Journal compaction (journal.h) once the journal holds this many entries and twice as
   // many as after the last compaction; at start and while running. 0: never.
   std::size_t compact_journal_at = 10000;
+  // Fold and age out stored samples on a thread of the daemon's (store/retention.h); serve
+  // turns it on.
+  bool store_retention = false;
 };
 
 // An authenticated API caller.
@@ -98,6 +101,8 @@ class Daemon {
   Result<Json> Samples(JobId id) const;
   // Every device's recent utilisation in buckets, for the web page (daemon/ui.h).
   Result<Json> DeviceHistory(const std::map<std::string, std::string>& query) const;
+  // The usage report (report/report.h) for query since/from/to/by, from the store.
+  Result<Json> Report(const std::map<std::string, std::string>& query) const;
   // OK when `caller` may act on (cancel, read the log of) job `id`: its owner, root, or a
   // member of the configured admin group.
   Status Authorize(const Caller& caller, JobId id) const;

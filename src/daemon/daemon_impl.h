@@ -39,6 +39,7 @@
 #include "daemon/daemon.h"
 #include "daemon/journal.h"
 #include "store/codec.h"
+#include "store/retention.h"
 #include "store/store.h"
 
 namespace gpuslice::daemon {
@@ -105,6 +106,7 @@ class Daemon::Impl {
   bool JobEnded(JobId id) const;
   Result<Json> Samples(JobId id) const;
   Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
+  Result<Json> Report(const std::map<std::string, std::string>& query) const;
   // (metrics.cc)
   std::string Metrics() const;
 
@@ -174,8 +176,16 @@ class Daemon::Impl {
   // stored as kUnknownPermille (the store's column is an integer), never as 0.
   static constexpr int kUnknownPermille = -1;
   static constexpr Bytes kUnknownBytes = -1;  // a stored point whose memory was never measured
+  // A stored point says how long it covers and how much of that was measured (and measured
+  // idle), so reports and compaction keep GPU-hours exact (store.h SampleRecord).
   void Downsample(Micros now, const std::string& subject, std::optional<int> permille,
-                  std::optional<Bytes> used, store::WriteBatch& b);
+                  std::optional<Bytes> used, store::WriteBatch& b, bool idle = false);
+  void EmitDown(const std::string& subject, store::WriteBatch& b);
+  // A slice's open point is stored when it ends (else its last minute would read unknown).
+  void FlushDown(SliceId sid, store::WriteBatch& b);
+  // A "wait" event each time a pending job's reason changes kind ("<kind>: <text>"), so the
+  // report can count wait time by reason (report/report.h).
+  void RecordWaitReasons(store::WriteBatch& b);
 
   // (requests.cc)
   Status ParseRequest(const Json& body, JobRecord* j) const;
@@ -210,7 +220,9 @@ class Daemon::Impl {
     Bytes used = 0;
     int util_n = 0;
     int used_n = 0;
+    int idle_n = 0;
     int count = 0;
+    Micros last = 0;
   };
 
   sched::Config config_;
@@ -245,6 +257,8 @@ class Daemon::Impl {
   // (replaying the store) makes them agree again. From then on nothing is decided, committed
   // or acted on; serve sees Failure() and exits so that a restart recovers.
   Status failure_;
+  std::map<JobId, std::string> wait_kind_;  // pending jobs: the reason kind last recorded
+  std::unique_ptr<store::RetentionWorker> retention_;  // last: stops before store_ goes
 };
 
 }  // namespace gpuslice::daemon

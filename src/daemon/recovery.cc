@@ -119,6 +119,10 @@ Status Daemon::Impl::Start() {
   GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
   ForgetStaleStatusFiles();
   LaunchReady();
+  if (opt_.store_retention) {
+    retention_ = std::make_unique<store::RetentionWorker>(*store_, store::RetentionPolicy{}, clock_);
+    retention_->Start();
+  }
   return Status::Ok();
 }
 

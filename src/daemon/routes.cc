@@ -167,6 +167,7 @@ api::Handler MakeApiHandler(Daemon& d) {
       if (res == "devices") return JsonResponse(200, d.Devices());
       if (res == "queues") return JsonResponse(200, d.Queues());
       if (res == "slices") return JsonResponse(200, d.Slices());
+      if (res == "report") return FromResult(d.Report(req.query), sim);  // anyone may read
       if (res == "health") return JsonResponse(200, Json{{"ok", true}, {"simulated", sim}});
       if (res == "events") {
         auto after = IntQuery(req, "after", 0);

@@ -49,7 +49,8 @@ void Daemon::Impl::SampleDevices(Micros now, store::WriteBatch& b, Actions& act)
       ev.slices.push_back(a.sample);
     }
     slice_util_[sid] = SliceFigures{a.sm_util.optional(), a.memory_used.optional(), a.verdict};
-    Downsample(now, fmt::format("slice/{}", sid.value()), a.sm_util.optional(), a.memory_used.optional(), b);
+    Downsample(now, fmt::format("slice/{}", sid.value()), a.sm_util.optional(), a.memory_used.optional(), b,
+               a.verdict.activity == sched::Activity::kIdle);
     if (auto sr = slices_.find(sid); sr != slices_.end()) {
       auto& q = recent_[sr->second.job];
       q.push_back({now, a.sm_util.optional(), a.memory_used.optional()});
@@ -80,23 +81,52 @@ Micros Daemon::Impl::LastActive(const sched::SliceView& v) const {
 }
 
 void Daemon::Impl::Downsample(Micros now, const std::string& subject, std::optional<int> permille,
-                std::optional<Bytes> used, store::WriteBatch& b) {
+                std::optional<Bytes> used, store::WriteBatch& b, bool idle) {
   auto& d = down_[subject];
-  if (d.count == 0) d.start = now;
+  if (d.count == 0) d.start = now - opt_.sample_interval;  // a sample stands for the interval before it
   if (permille) {
     d.util += *permille;
     ++d.util_n;
+    if (idle) ++d.idle_n;
   }
   if (used) {
     d.used += *used;
     ++d.used_n;
   }
   d.count += 1;
-  if (now - d.start >= opt_.downsample_window) {
-    b.samples.push_back({now, subject, d.util_n ? static_cast<int>(d.util / d.util_n) : kUnknownPermille,
-                         d.used_n ? d.used / d.used_n : kUnknownBytes});
-    d = {};
+  d.last = now;
+  if (now - d.start >= opt_.downsample_window) EmitDown(subject, b);
+}
+
+void Daemon::Impl::EmitDown(const std::string& subject, store::WriteBatch& b) {
+  auto& d = down_[subject];
+  const Micros span = d.last - d.start;
+  b.samples.push_back({d.last, subject, d.util_n ? static_cast<int>(d.util / d.util_n) : kUnknownPermille,
+                       d.used_n ? d.used / d.used_n : kUnknownBytes, span, span * d.util_n / d.count,
+                       span * d.idle_n / d.count});
+  d = {};
+}
+
+void Daemon::Impl::FlushDown(SliceId sid, store::WriteBatch& b) {
+  auto it = down_.find(fmt::format("slice/{}", sid.value()));
+  if (it == down_.end()) return;
+  if (it->second.count > 0) EmitDown(it->first, b);
+  down_.erase(it);
+}
+
+void Daemon::Impl::RecordWaitReasons(store::WriteBatch& b) {
+  std::map<JobId, std::string> now_kind;
+  for (JobId id : sched_->Pending()) {
+    auto w = sched_->PendingReason(id);
+    if (!w) continue;
+    std::string kind(sched::WaitReasonKind(*w));
+    auto it = wait_kind_.find(id);
+    if (it == wait_kind_.end() || it->second != kind) {
+      AddEvent(b, id, "wait", fmt::format("{}: {}", kind, sched::FormatWaitReason(*w)));
+    }
+    now_kind[id] = std::move(kind);
   }
+  wait_kind_ = std::move(now_kind);
 }
 
 }  // namespace gpuslice::daemon

@@ -143,6 +143,7 @@ int RunServe(const ServeOptions& o) {
   dopt.sample_interval = o.sample_interval;
   dopt.cgroup_parent = DetectCgroupParent();
   dopt.max_log_size = o.max_log_size;
+  dopt.store_retention = true;
   // MPS clients of every user reach the pipes; the state directory is 0700.
   dopt.mps_dir = (fs::absolute(socket_dir.empty() ? fs::path(".") : socket_dir) / "mps").string();
   Daemon daemon(*config, dopt, std::move(store).value(), std::move(backend),

@@ -12,6 +12,7 @@
 #include "core/text.h"
 #include "daemon/daemon_impl.h"
 #include "daemon/ui.h"
+#include "report/report.h"
 #include "store/codec.h"
 
 namespace gpuslice::daemon {
@@ -332,6 +333,17 @@ Json Daemon::Impl::WaitReasonJson(const sched::WaitReason& w, const std::string&
              },
              w);
   return o;
+}
+
+Result<Json> Daemon::Impl::Report(const std::map<std::string, std::string>& query) const {
+  GPUSLICE_ASSIGN_OR_RETURN(report::ReportOptions o, report::OptionsFromQuery(query, Now()));
+  {
+    std::shared_lock lock(mu_);
+    o.devices = static_cast<int>(device_info_.size());
+  }
+  o.simulated = opt_.simulated;
+  // Outside the daemon's lock: the store is thread-safe, and the report reads only it.
+  return report::BuildReport(*store_, o);
 }
 
 Result<Json> Daemon::Impl::DeviceHistory(const std::map<std::string, std::string>& q) const {

@@ -1,5 +1,6 @@
 // In-memory Store: the fake used by daemon unit tests; same contract as SQLite, no durability
 // beyond the process.
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -64,6 +65,46 @@ class MemoryStore final : public Store {
       if (s.subject == subject && s.time >= since) out.push_back(s);
     }
     return out;
+  }
+  Result<std::vector<SampleSum>> SumSamples(Micros from, Micros to, Micros width) override {
+    std::lock_guard lock(mu_);
+    return SumSamplePoints(samples_, from, to, width);
+  }
+  Result<std::optional<Micros>> OldestSample() override {
+    std::lock_guard lock(mu_);
+    std::optional<Micros> t;
+    for (const auto& s : samples_) t = t ? std::min(*t, s.time) : s.time;
+    return t;
+  }
+  Result<std::int64_t> CompactSamples(Micros before, Micros width, int max_points) override {
+    std::lock_guard lock(mu_);
+    // The same bound as SQLite's (whole buckets only, up to the bucket holding the
+    // max_points-th oldest candidate), so both stores fold alike.
+    std::vector<Micros> times;
+    for (const auto& s : samples_) {
+      if (s.time <= before && s.resolution < width) times.push_back(s.time);
+    }
+    if (times.empty()) return std::int64_t{0};
+    std::sort(times.begin(), times.end());
+    const Micros cut = CompactionCut(times, before, width, max_points);
+    std::vector<SampleRecord> fold, keep;
+    for (auto& s : samples_) {
+      (s.time <= cut && s.resolution < width ? fold : keep).push_back(std::move(s));
+    }
+    const auto n = static_cast<std::int64_t>(fold.size());
+    for (auto& r : FoldSamples(fold, width)) keep.push_back(std::move(r));
+    samples_ = std::move(keep);
+    return n;
+  }
+  Result<std::int64_t> DropSamples(Micros before, int max_points) override {
+    std::lock_guard lock(mu_);
+    std::int64_t n = 0;
+    std::erase_if(samples_, [&](const SampleRecord& s) {
+      if (s.time >= before || n >= max_points) return false;
+      ++n;
+      return true;
+    });
+    return n;
   }
   Result<std::vector<std::string>> ReadJournal() override {
     std::lock_guard lock(mu_);

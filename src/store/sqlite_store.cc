@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -73,6 +74,7 @@ class Stmt {
     return Status::Ok();
   }
   std::int64_t Int(int col) { return sqlite3_column_int64(st_, col); }
+  sqlite3_stmt* raw() { return st_; }
   std::string Text(int col) {
     const unsigned char* t = sqlite3_column_text(st_, col);
     return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
@@ -97,7 +99,177 @@ class SqliteStore final : public Store {
     // Overwritten rows (an ended job's environment) are zeroed, not left in free space.
     GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA secure_delete=ON"));
     sqlite3_busy_timeout(db_, 5000);
-    return Exec(kSchema);
+    GPUSLICE_RETURN_IF_ERROR(Exec(kSchema));
+    return MigrateSamples();
+  }
+
+  // Stores made before the history columns get them (their old points have no span, so
+  // reports count them for nothing rather than guess), and the time index retention uses.
+  Status MigrateSamples() {
+    Stmt s(db_, "SELECT COUNT(*) FROM pragma_table_info('samples') WHERE name = 'span'");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (row && s.Int(0) == 0) {
+      for (const char* col : {"span", "known", "idle", "resolution"}) {
+        GPUSLICE_RETURN_IF_ERROR(
+            Exec(fmt::format("ALTER TABLE samples ADD COLUMN {} INTEGER NOT NULL DEFAULT 0", col).c_str()));
+      }
+    }
+    // Compaction looks for points finer than a width and older than a time: without this
+    // index every step would scan the year of coarse points before them. Dropping by age and
+    // the reports' range sums use the time index.
+    GPUSLICE_RETURN_IF_ERROR(Exec("CREATE INDEX IF NOT EXISTS samples_resolution ON samples(resolution, time)"));
+    return Exec("CREATE INDEX IF NOT EXISTS samples_time ON samples(time)");
+  }
+
+  Result<std::vector<SampleSum>> SumSamples(Micros from, Micros to, Micros width) override {
+    std::lock_guard lock(mu_);
+    // Grouped in SQL: a year of history is a few hundred thousand points, summed without
+    // leaving SQLite. Unknown points (util -1) add span but no known time.
+    // Over a long range a plain scan of the table beats the time index (whose every hit is
+    // a lookup in the table): measured by bench/report.
+    const std::string sql = fmt::format(
+        "SELECT subject, CASE WHEN ?3 > 0 THEN ?1 + ((time - ?1) / ?3) * ?3 ELSE ?1 END AS b, "
+        "SUM(span), SUM(CASE WHEN util_permille >= 0 THEN known ELSE 0 END), SUM(idle), "
+        "SUM(CASE WHEN util_permille >= 0 THEN util_permille * known ELSE 0 END) "
+        "FROM samples {} WHERE time >= ?1 AND time < ?2 GROUP BY subject, b ORDER BY subject, b",
+        to - from > 30 * 24 * kHour ? "NOT INDEXED" : "INDEXED BY samples_time");
+    Stmt s(db_, sql.c_str());
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, from);
+    s.Bind(2, to);
+    s.Bind(3, width);
+    std::vector<SampleSum> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      out.push_back(SampleSum{s.Text(0), s.Int(1), s.Int(2), s.Int(3), s.Int(4), s.Int(5)});
+    }
+    return out;
+  }
+
+  Result<std::vector<EventRecord>> ListEventsOfType(std::string_view type, Micros before) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT seq, time, job, type, message FROM events WHERE type = ? AND time < ? ORDER BY seq");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, type);
+    s.Bind(2, before);
+    std::vector<EventRecord> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      out.push_back(EventRecord{s.Int(0), s.Int(1), JobId(static_cast<std::uint64_t>(s.Int(2))),
+                                s.Text(3), s.Text(4)});
+    }
+    return out;
+  }
+
+  Result<std::vector<JobRecord>> ListJobsBrief() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT id, user, json_extract(data, '$.queue'), state, json_extract(data, '$.submit_time_us'), "
+                "json_extract(data, '$.start_time_us'), json_extract(data, '$.end_time_us'), "
+                "json_extract(data, '$.deadline_us'), json_extract(data, '$.slice') FROM jobs ORDER BY id");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    std::vector<JobRecord> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      JobRecord j;
+      j.id = JobId(static_cast<std::uint64_t>(s.Int(0)));
+      j.user = s.Text(1);
+      j.queue = s.Text(2);
+      GPUSLICE_ASSIGN_OR_RETURN(j.state, ParseJobState(s.Text(3)));
+      j.submit_time = s.Int(4);
+      j.start_time = s.Int(5);
+      j.end_time = s.Int(6);
+      j.deadline = s.Int(7);
+      j.slice = SliceId(static_cast<std::uint64_t>(s.Int(8)));
+      out.push_back(std::move(j));
+    }
+    return out;
+  }
+
+  Result<std::vector<SliceRecord>> ListSlicesBrief() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT id, job, json_extract(data, '$.kind'), json_extract(data, '$.devices'), "
+                "json_extract(data, '$.milli'), active, json_extract(data, '$.created_us'), "
+                "json_extract(data, '$.released_us') FROM slices ORDER BY id");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    std::vector<SliceRecord> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (!row) break;
+      SliceRecord r;
+      r.id = SliceId(static_cast<std::uint64_t>(s.Int(0)));
+      r.job = JobId(static_cast<std::uint64_t>(s.Int(1)));
+      r.kind = s.Text(2);
+      // "[0,3]": small integers only (the store wrote it).
+      const std::string devs = s.Text(3);
+      int v = -1;
+      for (char c : devs) {
+        if (c >= '0' && c <= '9') {
+          v = (v < 0 ? 0 : v * 10) + (c - '0');
+        } else if (v >= 0) {
+          r.devices.push_back(v);
+          v = -1;
+        }
+      }
+      r.milli = s.Int(4);
+      r.active = s.Int(5) != 0;
+      r.created = s.Int(6);
+      r.released = s.Int(7);
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  Result<std::optional<Micros>> OldestSample() override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "SELECT MIN(time) FROM samples");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+    if (!row || sqlite3_column_type(s.raw(), 0) == SQLITE_NULL) return std::optional<Micros>();
+    return std::optional<Micros>(s.Int(0));
+  }
+
+  Result<std::int64_t> CompactSamples(Micros before, Micros width, int max_points) override {
+    std::lock_guard lock(mu_);
+    // Where this step stops: found outside the write transaction, read-only.
+    std::vector<Micros> times;
+    {
+      Stmt s(db_, "SELECT time FROM samples INDEXED BY samples_resolution WHERE time <= ? AND resolution < ? ORDER BY time LIMIT ?");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      s.Bind(1, before);
+      s.Bind(2, width);
+      s.Bind(3, static_cast<std::int64_t>(std::max(max_points, 1)));
+      while (true) {
+        GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+        if (!row) break;
+        times.push_back(s.Int(0));
+      }
+    }
+    if (times.empty()) return std::int64_t{0};
+    const Micros cut = CompactionCut(times, before, width, max_points);
+    if (cut < times.front()) return std::int64_t{0};
+    GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    auto n = FoldLocked(cut, width);
+    if (!n.ok()) {
+      (void)Exec("ROLLBACK");
+      return n.status();
+    }
+    GPUSLICE_RETURN_IF_ERROR(Exec("COMMIT"));
+    return n;
+  }
+
+  Result<std::int64_t> DropSamples(Micros before, int max_points) override {
+    std::lock_guard lock(mu_);
+    Stmt s(db_, "DELETE FROM samples WHERE rowid IN "
+                "(SELECT rowid FROM samples WHERE time < ? ORDER BY time LIMIT ?)");
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    s.Bind(1, before);
+    s.Bind(2, static_cast<std::int64_t>(max_points));
+    GPUSLICE_RETURN_IF_ERROR(s.Run());
+    return static_cast<std::int64_t>(sqlite3_changes(db_));
   }
 
   Status Commit(const WriteBatch& b) override {
@@ -177,8 +349,8 @@ class SqliteStore final : public Store {
 
   Result<std::vector<SampleRecord>> ListSamples(std::string_view subject, Micros since) override {
     std::lock_guard lock(mu_);
-    Stmt s(db_, "SELECT time, subject, util_permille, memory_used FROM samples "
-                "WHERE subject = ? AND time >= ? ORDER BY rowid");
+    Stmt s(db_, "SELECT time, subject, util_permille, memory_used, span, known, idle, resolution "
+                "FROM samples WHERE subject = ? AND time >= ? ORDER BY time, rowid");
     GPUSLICE_RETURN_IF_ERROR(s.status());
     s.Bind(1, subject);
     s.Bind(2, since);
@@ -186,7 +358,8 @@ class SqliteStore final : public Store {
     while (true) {
       GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
       if (!row) break;
-      out.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3)});
+      out.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3),
+                                 s.Int(4), s.Int(5), s.Int(6), s.Int(7)});
     }
     return out;
   }
@@ -295,14 +468,18 @@ class SqliteStore final : public Store {
       }
     }
     if (!b.samples.empty()) {
-      Stmt s(db_, "INSERT INTO samples(time, subject, util_permille, memory_used) "
-                  "VALUES(?, ?, ?, ?)");
+      Stmt s(db_, "INSERT INTO samples(time, subject, util_permille, memory_used, span, known, "
+                  "idle, resolution) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
       GPUSLICE_RETURN_IF_ERROR(s.status());
       for (const auto& r : b.samples) {
         s.Bind(1, r.time);
         s.Bind(2, r.subject);
         s.Bind(3, r.util_permille);
         s.Bind(4, r.memory_used);
+        s.Bind(5, r.span);
+        s.Bind(6, r.known);
+        s.Bind(7, r.idle);
+        s.Bind(8, r.resolution);
         GPUSLICE_RETURN_IF_ERROR(s.Run());
       }
     }
@@ -315,6 +492,36 @@ class SqliteStore final : public Store {
       }
     }
     return Status::Ok();
+  }
+
+  // Replaces the points with time <= cut and a resolution finer than `width` by their folds.
+  // Requires mu_ and an open transaction.
+  Result<std::int64_t> FoldLocked(Micros cut, Micros width) {
+    std::vector<SampleRecord> pts;
+    {
+      Stmt s(db_, "SELECT time, subject, util_permille, memory_used, span, known, idle, resolution "
+                  "FROM samples INDEXED BY samples_resolution WHERE time <= ? AND resolution < ?");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      s.Bind(1, cut);
+      s.Bind(2, width);
+      while (true) {
+        GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+        if (!row) break;
+        pts.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3),
+                                   s.Int(4), s.Int(5), s.Int(6), s.Int(7)});
+      }
+    }
+    {
+      Stmt d(db_, "DELETE FROM samples INDEXED BY samples_resolution WHERE time <= ? AND resolution < ?");
+      GPUSLICE_RETURN_IF_ERROR(d.status());
+      d.Bind(1, cut);
+      d.Bind(2, width);
+      GPUSLICE_RETURN_IF_ERROR(d.Run());
+    }
+    WriteBatch b;
+    b.samples = FoldSamples(pts, width);
+    GPUSLICE_RETURN_IF_ERROR(Write(b));
+    return static_cast<std::int64_t>(pts.size());
   }
 
   static Result<JobRecord> ParseJob(const std::string& text) {

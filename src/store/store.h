@@ -101,14 +101,45 @@ struct EventRecord {
   friend bool operator==(const EventRecord&, const EventRecord&) = default;
 };
 
-// A downsampled utilisation point for a device ("device/0") or slice ("slice/3").
+// A downsampled utilisation point for a device ("device/0") or slice ("slice/3"). It covers
+// (time - span, time]: util_permille is the mean over the `known` microseconds of it whose
+// utilisation was measured (-1 when none was), `idle` the microseconds measured idle. Totals
+// (span, known, idle, util x known) survive compaction (FoldSamples) within rounding; a
+// point stored without a span (older daemons) counts for nothing in reports.
 struct SampleRecord {
   Micros time = 0;
   std::string subject;
   int util_permille = 0;
   Bytes memory_used = 0;
+  Micros span = 0;
+  Micros known = 0;
+  Micros idle = 0;
+  Micros resolution = 0;  // 0: as sampled; else the bucket width compaction folded it into
   friend bool operator==(const SampleRecord&, const SampleRecord&) = default;
 };
+
+// Sums of the points of one subject whose time lies in one bucket (SumSamples).
+struct SampleSum {
+  std::string subject;
+  Micros bucket = 0;            // bucket start: from + k * width (from when width is 0)
+  Micros span = 0;
+  Micros known = 0;
+  Micros idle = 0;
+  std::int64_t util_known = 0;  // sum of util_permille x known: permille-microseconds
+  friend bool operator==(const SampleSum&, const SampleSum&) = default;
+};
+
+// Folds `points` (any subjects, any order) into one point per subject and bucket
+// ((time - 1) / width): spans, known and idle add up, utilisation is the known-weighted mean
+// (rounded to the permille), memory the maximum, time the bucket's end. Pure.
+std::vector<SampleRecord> FoldSamples(const std::vector<SampleRecord>& points, Micros width);
+// Where one CompactSamples step stops: the end of the bucket holding the max_points-th of the
+// sorted candidate times (at least the first bucket's end), never past `before`'s bucket.
+Micros CompactionCut(const std::vector<Micros>& sorted_times, Micros before, Micros width,
+                     int max_points);
+// The SumSamples answer computed from `points` (the memory store's, and the contract's).
+std::vector<SampleSum> SumSamplePoints(const std::vector<SampleRecord>& points, Micros from,
+                                       Micros to, Micros width);
 
 // Everything one Commit writes, atomically. Jobs and slices are upserted by id; events,
 // samples and journal entries are appended (in order).
@@ -144,6 +175,30 @@ class Store {
   // Journal compaction: replaces the whole journal with `entries`, atomically (a crash keeps
   // the old journal or the new one, never a mix).
   virtual Status ReplaceJournal(const std::vector<std::string>& entries) = 0;
+
+  // History for reports and its retention (store/retention.h). Not pure virtual, so wrappers
+  // written before them still compile; both stores implement them.
+  // Sums of the points with from <= time < to, per subject and per bucket of `width`
+  // (0: one bucket for the whole range), ordered by subject then bucket.
+  virtual Result<std::vector<SampleSum>> SumSamples(Micros from, Micros to, Micros width);
+  // The time of the oldest stored point (nullopt: none).
+  virtual Result<std::optional<Micros>> OldestSample();
+  // One bounded step of compaction: folds points with time <= before and a resolution finer
+  // than `width` into `width` buckets (FoldSamples), whole buckets only, at least one bucket
+  // and about `max_points` points per call, in one transaction. Returns the points folded
+  // (0: nothing left to do).
+  virtual Result<std::int64_t> CompactSamples(Micros before, Micros width, int max_points);
+  // Jobs and slices with only the fields a report reads (job: id, user, queue, state and its
+  // times, slice; slice: id, job, kind, devices, milli, active, created, released); the rest
+  // left empty. SQLite extracts them in SQL: a year of records, without parsing each whole.
+  // The defaults give the full records.
+  virtual Result<std::vector<JobRecord>> ListJobsBrief() { return ListJobs(); }
+  virtual Result<std::vector<SliceRecord>> ListSlicesBrief() { return ListSlices(false); }
+  // Events of one type with time < before, oldest first (the report's "wait" events). The
+  // default filters ListEvents.
+  virtual Result<std::vector<EventRecord>> ListEventsOfType(std::string_view type, Micros before);
+  // Deletes up to `max_points` of the oldest points with time < before; returns how many.
+  virtual Result<std::int64_t> DropSamples(Micros before, int max_points);
 
   // Small key/value settings (e.g. the scheduler seed), written outside batches.
   virtual Result<std::optional<std::string>> GetMeta(std::string_view key) = 0;
