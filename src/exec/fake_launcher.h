@@ -37,4 +37,21 @@ class FakeLauncher final : public Launcher {
   bool ignore_sigterm_ = false;
 };
 
+// A Launcher that forwards to a FakeLauncher owned elsewhere: the daemon owns its launcher,
+// and a test keeps the fake to script and inspect it (and to hand it to a restarted daemon).
+class FakeLauncherRef final : public Launcher {
+ public:
+  explicit FakeLauncherRef(FakeLauncher* l) : l_(l) {}
+  Result<ProcessHandle> Start(const LaunchSpec& spec,
+                              const std::function<Status(const ProcessHandle&)>& c) override {
+    return l_->Start(spec, c);
+  }
+  Status Signal(const ProcessHandle& h, int sig) override { return l_->Signal(h, sig); }
+  std::optional<ExitInfo> Poll(const ProcessHandle& h) override { return l_->Poll(h); }
+  bool StillAlive(const ProcessHandle& h) override { return l_->StillAlive(h); }
+
+ private:
+  FakeLauncher* l_;
+};
+
 }  // namespace gpuslice::exec

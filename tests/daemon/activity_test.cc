@@ -98,26 +98,12 @@ class ActivityTest : public ::testing::TestWithParam<Case> {
     auto backend = devices::FakeBackend::Create("4xH100-80GB", [this] { return now_; });
     world_.fake = backend->get();
     auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o, store::NewMemoryStore(),
-                                      std::move(backend).value(), std::make_unique<LauncherRef>(&launcher_),
+                                      std::move(backend).value(), std::make_unique<exec::FakeLauncherRef>(&launcher_),
                                       [this] { return now_; });
     EXPECT_TRUE(d->Start().ok());
     return d;
   }
 
-  class LauncherRef : public exec::Launcher {
-   public:
-    explicit LauncherRef(exec::FakeLauncher* l) : l_(l) {}
-    Result<exec::ProcessHandle> Start(const exec::LaunchSpec& spec,
-                                      const std::function<Status(const exec::ProcessHandle&)>& c) override {
-      return l_->Start(spec, c);
-    }
-    Status Signal(const exec::ProcessHandle& h, int sig) override { return l_->Signal(h, sig); }
-    std::optional<exec::ExitInfo> Poll(const exec::ProcessHandle& h) override { return l_->Poll(h); }
-    bool StillAlive(const exec::ProcessHandle& h) override { return l_->StillAlive(h); }
-
-   private:
-    exec::FakeLauncher* l_;
-  };
 
   Json SliceOf(Daemon& d, std::uint64_t job) {
     const Json all = d.Slices();

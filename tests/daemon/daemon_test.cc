@@ -46,20 +46,6 @@ class SharedStore : public store::Store {
   const bool* fail_;
 };
 
-class SharedLauncher : public exec::Launcher {
- public:
-  explicit SharedLauncher(exec::FakeLauncher* l) : l_(l) {}
-  Result<exec::ProcessHandle> Start(const exec::LaunchSpec& spec,
-                                    const std::function<Status(const exec::ProcessHandle&)>& c) override {
-    return l_->Start(spec, c);
-  }
-  Status Signal(const exec::ProcessHandle& h, int sig) override { return l_->Signal(h, sig); }
-  std::optional<exec::ExitInfo> Poll(const exec::ProcessHandle& h) override { return l_->Poll(h); }
-  bool StillAlive(const exec::ProcessHandle& h) override { return l_->StillAlive(h); }
-
- private:
-  exec::FakeLauncher* l_;
-};
 
 class DaemonTest : public ::testing::Test {
  protected:
@@ -84,7 +70,7 @@ class DaemonTest : public ::testing::Test {
     auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o,
                                       std::make_unique<SharedStore>(store_.get(), &fail_commits_),
                                       std::move(backend),
-                                      std::make_unique<SharedLauncher>(&launcher_),
+                                      std::make_unique<exec::FakeLauncherRef>(&launcher_),
                                       [this] { return now_; });
     EXPECT_TRUE(d->Start().ok());
     return d;

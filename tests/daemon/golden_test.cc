@@ -50,20 +50,6 @@ class SharedStore : public store::Store {
   store::Store* s_;
 };
 
-class SharedLauncher : public exec::Launcher {
- public:
-  explicit SharedLauncher(exec::FakeLauncher* l) : l_(l) {}
-  Result<exec::ProcessHandle> Start(const exec::LaunchSpec& spec,
-                                    const std::function<Status(const exec::ProcessHandle&)>& c) override {
-    return l_->Start(spec, c);
-  }
-  Status Signal(const exec::ProcessHandle& h, int sig) override { return l_->Signal(h, sig); }
-  std::optional<exec::ExitInfo> Poll(const exec::ProcessHandle& h) override { return l_->Poll(h); }
-  bool StillAlive(const exec::ProcessHandle& h) override { return l_->StillAlive(h); }
-
- private:
-  exec::FakeLauncher* l_;
-};
 
 class GoldenTest : public ::testing::Test {
  protected:
@@ -88,7 +74,7 @@ class GoldenTest : public ::testing::Test {
     auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o,
                                       std::make_unique<SharedStore>(store_.get()),
                                       std::move(backend),
-                                      std::make_unique<SharedLauncher>(&launcher_),
+                                      std::make_unique<exec::FakeLauncherRef>(&launcher_),
                                       [this] { return now_; });
     Status st = d->Start();
     EXPECT_TRUE(st.ok()) << st.ToString();

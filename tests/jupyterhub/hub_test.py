@@ -347,14 +347,18 @@ def kernel_ws(user, token, kernel_id):
     return websocket.websocket_connect(req)
 
 
-def execute_msg(code):
+def shell_msg(msg_type, content):
     mid = secrets.token_hex(8)
-    return json.dumps({"header": {"msg_id": mid, "msg_type": "execute_request", "username": "t",
+    return json.dumps({"header": {"msg_id": mid, "msg_type": msg_type, "username": "t",
                                   "session": secrets.token_hex(8), "version": "5.3", "date": ""},
                        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                       "content": {"code": code, "silent": False, "store_history": True,
-                                   "user_expressions": {}, "allow_stdin": False,
-                                   "stop_on_error": True}})
+                       "content": content})
+
+
+def execute_msg(code):
+    return shell_msg("execute_request", {"code": code, "silent": False, "store_history": True,
+                                         "user_expressions": {}, "allow_stdin": False,
+                                         "stop_on_error": True})
 
 
 def start_kernel(user, token):
@@ -368,11 +372,17 @@ def kernel_state(user, token, kid):
     return r.json().get("execution_state") if r.status_code == 200 else None
 
 
-async def wait_kernel_idle(user, token, kid, timeout=90):
-    # The kernel says "idle" once a client talks to it: the websocket's kernel_info nudge.
+async def wait_kernel_idle(user, token, kid, ws, timeout=90):
+    # The kernel says "idle" once a client talks to it: the server's kernel_info nudge on
+    # connect, and (as a front end does when that is lost on a loaded machine) our own
+    # kernel_info_request every 10 s.
     end = time.monotonic() + timeout
-    while kernel_state(user, token, kid) != "idle":
-        check(time.monotonic() < end, f"kernel {kid} not idle after {timeout}s")
+    next_ask = time.monotonic() + 5
+    while (state := kernel_state(user, token, kid)) != "idle":
+        check(time.monotonic() < end, f"kernel {kid} not idle after {timeout}s (state {state!r})")
+        if time.monotonic() >= next_ask:
+            ws.write_message(shell_msg("kernel_info_request", {}))
+            next_ask = time.monotonic() + 10
         await asyncio.sleep(0.5)
 
 
@@ -483,7 +493,7 @@ def t3_t5_idle_reclaim(user, token):
 
     async def hold_ws_until_reclaimed():
         ws = await kernel_ws(user, token, kid)  # T5: an idle tab's websocket stays open
-        await wait_kernel_idle(user, token, kid)
+        await wait_kernel_idle(user, token, kid, ws)
         script_job(j["id"], None)  # idle from now on
         t_warn = None
         try:
@@ -611,7 +621,7 @@ def t4_silent_cell(user, token):
 
     async def run_cell():
         ws = await kernel_ws(user, token, kid)
-        await wait_kernel_idle(user, token, kid)
+        await wait_kernel_idle(user, token, kid, ws)
         ws.write_message(execute_msg(f"import time; time.sleep({cell})"))
         await asyncio.sleep(1)
         script_job(j["id"], None)  # the GPU idles from now on: only the busy kernel counts

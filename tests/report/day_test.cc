@@ -27,20 +27,6 @@ namespace {
 constexpr Micros kT0 = 1796083200LL * kSecond;  // 2026-12-01T00:00:00Z
 constexpr double kTol = 0.006;
 
-class LauncherRef : public exec::Launcher {
- public:
-  explicit LauncherRef(exec::FakeLauncher* l) : l_(l) {}
-  Result<exec::ProcessHandle> Start(const exec::LaunchSpec& spec,
-                                    const std::function<Status(const exec::ProcessHandle&)>& c) override {
-    return l_->Start(spec, c);
-  }
-  Status Signal(const exec::ProcessHandle& h, int sig) override { return l_->Signal(h, sig); }
-  std::optional<exec::ExitInfo> Poll(const exec::ProcessHandle& h) override { return l_->Poll(h); }
-  bool StillAlive(const exec::ProcessHandle& h) override { return l_->StillAlive(h); }
-
- private:
-  exec::FakeLauncher* l_;
-};
 
 devices::FakeProcess Proc(int pid, devices::Permille sm) {
   devices::FakeProcess p;
@@ -71,7 +57,7 @@ class DayTest : public ::testing::Test {
     auto store = store::OpenSqliteStore(dir_.string(), store::Sync::kProcess);
     EXPECT_TRUE(store.ok());
     auto d = std::make_unique<Daemon>(sched::DefaultConfig(), o, std::move(store).value(),
-                                      std::move(backend).value(), std::make_unique<LauncherRef>(&launcher_),
+                                      std::move(backend).value(), std::make_unique<exec::FakeLauncherRef>(&launcher_),
                                       [this] { return now_; });
     EXPECT_TRUE(d->Start().ok());
     return d;
