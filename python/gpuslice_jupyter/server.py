@@ -12,7 +12,8 @@ from notebook.utils import url_path_join
 from . import client
 
 _JOB_FIELDS = ("id", "state", "reason", "warning", "warn_deadline_us", "deadline_us",
-               "time_limit_us", "queue", "milli", "memory", "start_time_us", "activity_report")
+               "time_limit_us", "queue", "milli", "memory", "start_time_us", "activity_report",
+               "idle_state", "idle_reclaim_mode")
 
 
 def _socket():

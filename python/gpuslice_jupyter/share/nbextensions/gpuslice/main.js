@@ -5,14 +5,16 @@
 define(['jquery', 'base/js/namespace', 'base/js/utils'], function ($, Jupyter, utils) {
   'use strict';
   var base = utils.get_body_data('baseUrl') || '/';
-  var state = { deadline: null, warning: '', savedFor: '', timer: null, poll: 15 };
+  var state = { deadline: null, onDemand: false, warning: '', savedFor: '', timer: null, poll: 15 };
 
   function banner() {
     var b = $('#gpuslice-banner');
     if (b.length) return b;
     b = $('<div id="gpuslice-banner" role="alert"/>').css({
-      position: 'fixed', top: 0, left: 0, right: 0, 'z-index': 10000, padding: '8px 16px',
-      background: '#fff3cd', color: '#664d03', 'border-bottom': '2px solid #ffb000',
+      // At the bottom of the window: the notebook's menus stay usable, and its end space
+      // (blank room below the last cell) is what it covers.
+      position: 'fixed', bottom: 0, left: 0, right: 0, 'z-index': 10000, padding: '8px 16px',
+      background: '#fff3cd', color: '#664d03', 'border-top': '2px solid #ffb000',
       'font-size': '14px', display: 'none'
     });
     b.append($('<span id="gpuslice-text"/>'));
@@ -34,6 +36,12 @@ define(['jquery', 'base/js/namespace', 'base/js/utils'], function ($, Jupyter, u
   }
 
   function tick() {
+    if (state.onDemand) {
+      // Past its grace in an on-demand queue: no clock runs, it goes when a waiting job needs
+      // the room (the daemon's idle_state "reclaimable").
+      $('#gpuslice-countdown').text('Stopped as soon as another job needs the room.');
+      return;
+    }
     if (state.deadline === null) return;
     var left = (state.deadline - Date.now() * 1000) / 1e6;
     $('#gpuslice-countdown').text(left > 0 ? 'Stopping in ' + fmt(left) + '.' : 'Stopping now.');
@@ -45,6 +53,7 @@ define(['jquery', 'base/js/namespace', 'base/js/utils'], function ($, Jupyter, u
       '. When the slice is stopped, the kernel state (variables, loaded models) is lost; ' +
       'your files stay.');
     state.deadline = job.warn_deadline_us || null;
+    state.onDemand = job.idle_state === 'reclaimable';
     tick();
     if (!state.timer) state.timer = setInterval(tick, 1000);
     b.show();
@@ -76,6 +85,7 @@ define(['jquery', 'base/js/namespace', 'base/js/utils'], function ($, Jupyter, u
 
   function hide() {
     state.deadline = null;
+    state.onDemand = false;
     if (state.timer) { clearInterval(state.timer); state.timer = null; }
     $('#gpuslice-banner').hide();
   }
