@@ -80,8 +80,16 @@ std::string Joined(const json& list, std::string_view sep) {
   return out;
 }
 
+// Not value(): it throws on an answer that is not an object or a "simulated" that is no bool.
 void Banner(const json& j) {
-  if (j.value("simulated", false)) std::cout << "*** " << kSimBanner << " ***\n";
+  auto it = j.find("simulated");
+  if (it != j.end() && it->is_boolean() && it->get<bool>()) std::cout << "*** " << kSimBanner << " ***\n";
+}
+
+std::string JoinedText(const std::vector<std::string>& list, std::string_view sep) {
+  std::string out;
+  for (const auto& a : list) out += (out.empty() ? "" : std::string(sep)) + a;
+  return out;
 }
 
 // Left-aligned columns, widths from the (made safe) content.
@@ -296,10 +304,12 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   GPUSLICE_ASSIGN_OR_RETURN(json r, client.Get(fmt::format("/v1/jobs/{}", id)));
   GPUSLICE_ASSIGN_OR_RETURN(json ev, client.Get(fmt::format("/v1/events?job={}&limit=50", id)));
   if (c.json) {
-    r["events"] = ev["events"];
+    r["events"] = ev.is_object() ? ev.value("events", json()) : json();
     PrintJson(r);
     return Status::Ok();
   }
+  // Typed first (see Ps): a malformed events answer is an error before anything is printed.
+  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<EventView> events, EventsFromJson(ev));
   Banner(r);
   const json& j = r["job"];
   // Typed first (see Ps); the JSON helpers below then read checked fields only.
@@ -366,9 +376,8 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
     }
   }
   std::cout << "events:\n";
-  for (const auto& e : ev["events"]) {
-    Line(fmt::format("  {:>8}  {:<8} {}", Ago(NowUs() - e["time_us"].get<std::int64_t>()) + " ago", Str(e, "type"),
-                     Str(e, "message")));
+  for (const EventView& e : events) {
+    Line(fmt::format("  {:>8}  {:<8} {}", Ago(NowUs() - e.time_us) + " ago", e.type, e.message));
   }
   return Status::Ok();
 }
@@ -432,19 +441,18 @@ Status Devices(const ClientFlags& c) {
     PrintJson(r);
     return Status::Ok();
   }
+  // Typed first (see Ps): a field missing or of the wrong type is an error naming it.
+  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<DeviceView> devices, DevicesFromJson(r));
   Banner(r);
   std::vector<std::vector<std::string>> rows;
-  for (const auto& d : r["devices"]) {
-    std::string util = d["util_percent"].is_null() ? "n/a" : fmt::format("{:.0f}%", d["util_percent"].get<double>());
-    std::string mem = d["memory_used"].is_null() ? "n/a" : FormatBytes(d["memory_used"].get<std::int64_t>());
-    rows.push_back({std::to_string(d["index"].get<int>()), Str(d, "model"),
-                    Str(d, "mode") + (d["draining"].get<bool>() ? " (draining)" : "") +
-                        (d.value("reserved_for", json()).is_number()
-                             ? fmt::format(" (kept for job {})", d["reserved_for"].get<std::uint64_t>())
-                             : ""),
-                    FormatMilliGpu(d["used_milli"].get<std::int64_t>()) + "/1",
-                    std::to_string(d["clients"].get<int>()), util,
-                    mem + "/" + FormatBytes(d["memory"].get<std::int64_t>()), Str(d, "uuid")});
+  for (const DeviceView& d : devices) {
+    std::string util = d.util_percent ? fmt::format("{:.0f}%", *d.util_percent) : "n/a";
+    std::string mem = d.memory_used ? FormatBytes(*d.memory_used) : "n/a";
+    rows.push_back({std::to_string(d.index), d.model,
+                    d.mode + (d.draining ? " (draining)" : "") +
+                        (d.reserved_for ? fmt::format(" (kept for job {})", *d.reserved_for) : ""),
+                    FormatMilliGpu(d.used_milli) + "/1", std::to_string(d.clients), util,
+                    mem + "/" + FormatBytes(d.memory), d.uuid});
   }
   PrintTable({"DEV", "MODEL", "MODE", "ALLOCATED", "SLICES", "UTIL", "MEMORY", "UUID"}, rows);
   Line(fmt::format("backend: {} ({})", Str(r, "backend"), Str(r, "backend_description")));
@@ -458,26 +466,24 @@ Status Queues(const ClientFlags& c) {
     PrintJson(r);
     return Status::Ok();
   }
+  // Typed first (see Ps): a field missing or of the wrong type is an error naming it.
+  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<QueueView> queues, QueuesFromJson(r));
+  auto def = r.find("default_queue");
+  const bool has_default = def != r.end() && def->is_string();
   Banner(r);
   std::vector<std::vector<std::string>> rows;
-  for (const auto& q : r["queues"]) {
-    const std::string kinds = Joined(q.value("allowed_kinds", json::array()), ",");
-    std::int64_t limit = q["time_limit_us"].get<std::int64_t>();
-    if (limit == 0) limit = q["max_duration_us"].get<std::int64_t>();
-    rows.push_back({Str(q, "name") + (q["name"] == r["default_queue"] ? " (default)" : ""),
-                    Str(q, "default_kind"), kinds,
-                    std::to_string(q["pending"].get<int>()), std::to_string(q["running"].get<int>()),
-                    Ago(q["oldest_wait_us"].get<std::int64_t>()), limit ? FormatDuration(limit) : "none",
-                    q["idle_reclaim"].get<bool>()
-                        ? fmt::format("after {} + {} grace{}{}", FormatDuration(q["idle_window_us"].get<std::int64_t>()),
-                                      FormatDuration(q["idle_grace_us"].get<std::int64_t>()),
-                                      q.value("idle_reclaim_mode", "") == "on-demand" ? ", on demand" : "",
-                                      q.contains("idle_signals") && q["idle_signals"].is_array() &&
-                                              std::any_of(q["idle_signals"].begin(), q["idle_signals"].end(),
-                                                          [](const json& x) { return x == "jupyter"; })
-                                          ? " (+jupyter)"
-                                          : "")
-                        : "no"});
+  for (const QueueView& q : queues) {
+    Micros limit = q.time_limit_us;
+    if (limit == 0) limit = q.max_duration_us;
+    const bool jupyter = std::find(q.idle_signals.begin(), q.idle_signals.end(), "jupyter") != q.idle_signals.end();
+    rows.push_back({q.name + (has_default && q.name == def->get_ref<const std::string&>() ? " (default)" : ""),
+                    q.default_kind, JoinedText(q.allowed_kinds, ","), std::to_string(q.pending),
+                    std::to_string(q.running), Ago(q.oldest_wait_us), limit ? FormatDuration(limit) : "none",
+                    q.idle_reclaim ? fmt::format("after {} + {} grace{}{}", FormatDuration(q.idle_window_us),
+                                                 FormatDuration(q.idle_grace_us),
+                                                 q.idle_reclaim_mode == "on-demand" ? ", on demand" : "",
+                                                 jupyter ? " (+jupyter)" : "")
+                                   : "no"});
   }
   PrintTable({"QUEUE", "KIND", "ALLOWED", "PENDING", "RUNNING", "OLDEST-WAIT", "LIMIT", "IDLE-RECLAIM"}, rows);
   return Status::Ok();
@@ -491,42 +497,42 @@ Status Top(const ClientFlags& c, bool once, const std::string& interval_text) {
   while (true) {
     GPUSLICE_ASSIGN_OR_RETURN(json devs, client.Get("/v1/devices"));
     GPUSLICE_ASSIGN_OR_RETURN(json slices, client.Get("/v1/slices"));
+    // Typed first (see Ps), in both modes: the lists below are then known to be there.
+    GPUSLICE_ASSIGN_OR_RETURN(const std::vector<DeviceView> dev_views, DevicesFromJson(devs));
+    GPUSLICE_ASSIGN_OR_RETURN(const std::vector<SliceView> slice_views, SlicesFromJson(slices));
     if (c.json) {
+      auto sim = devs.find("simulated");
       PrintJson(json{{"devices", devs["devices"]}, {"slices", slices["slices"]},
-                     {"simulated", devs.value("simulated", false)}});
+                     {"simulated", sim != devs.end() && sim->is_boolean() && sim->get<bool>()}});
     } else {
       if (!once) std::cout << "\033[H\033[2J";
       std::cout << "gpuslice top" << (once ? "" : fmt::format(" (every {}, Ctrl-C to quit)", FormatDuration(*interval)))
                 << "\n";
       Banner(devs);
       std::vector<std::vector<std::string>> rows;
-      for (const auto& d : devs["devices"]) {
-        double u = d["util_percent"].is_null() ? -1 : d["util_percent"].get<double>();
-        int bars = u < 0 ? 0 : static_cast<int>(u / 5);
-        rows.push_back({std::to_string(d["index"].get<int>()), Str(d, "model"), Str(d, "mode"),
+      for (const DeviceView& d : dev_views) {
+        // A hostile figure (negative, NaN, huge) must not size the bar: 0..20 marks.
+        const double u = d.util_percent && *d.util_percent >= 0 ? *d.util_percent : -1;
+        const int bars = u < 0 ? 0 : static_cast<int>(std::min(u, 100.0) / 5);
+        rows.push_back({std::to_string(d.index), d.model, d.mode,
                         u < 0 ? "n/a" : fmt::format("{:>3.0f}% {:<20}", u, std::string(static_cast<size_t>(bars), '#')),
-                        d["memory_used"].is_null() ? "n/a" : FormatBytes(d["memory_used"].get<std::int64_t>()),
-                        std::to_string(d["clients"].get<int>())});
+                        d.memory_used ? FormatBytes(*d.memory_used) : "n/a", std::to_string(d.clients)});
       }
       PrintTable({"DEV", "MODEL", "MODE", "UTIL", "MEM-USED", "SLICES"}, rows);
       std::cout << "\n";
       rows.clear();
-      for (const auto& s : slices["slices"]) {
+      for (const SliceView& s : slice_views) {
         std::string devices;
-        for (const auto& d : s["devices"]) devices += (devices.empty() ? "" : ",") + std::to_string(d.get<int>());
-        rows.push_back({std::to_string(s["id"].get<std::uint64_t>()), std::to_string(s["job"].get<std::uint64_t>()),
-                        Str(s, "user"), Str(s, "queue"), Str(s, "kind"),
-                        FormatMilliGpu(s["milli"].get<std::int64_t>()), devices,
-                        s["util_percent"].is_null() ? "n/a" : fmt::format("{}%", s["util_percent"].get<int>()),
-                        s["memory_used"].is_null() ? "n/a" : FormatBytes(s["memory_used"].get<std::int64_t>()),
-                        s["idle_seconds"].is_null() ? "-" : fmt::format("{:.0f}s", s["idle_seconds"].get<double>()),
-                        Str(s, "idle_state"),
-                        s.value("activity", json()).is_string()
-                            ? Str(s, "activity") +
-                                  (Str(s, "activity_basis").empty()
-                                       ? ""
-                                       : " (" + Str(s, "activity_basis") + ")")
-                            : "-"});
+        for (int d : s.devices) devices += (devices.empty() ? "" : ",") + std::to_string(d);
+        // A slice listed without its figures (not what /v1/slices sends): shown as unknown.
+        const SliceView::Figures f = s.figures.value_or(SliceView::Figures{});
+        const std::string basis = f.activity_basis.value_or("");
+        rows.push_back({std::to_string(s.id), std::to_string(s.job), f.user.value_or(""), f.queue.value_or(""),
+                        s.kind, FormatMilliGpu(s.milli), devices,
+                        f.util_percent ? fmt::format("{}%", *f.util_percent) : "n/a",
+                        f.memory_used ? FormatBytes(*f.memory_used) : "n/a",
+                        f.idle_seconds ? fmt::format("{:.0f}s", *f.idle_seconds) : "-", f.idle_state,
+                        f.activity ? *f.activity + (basis.empty() ? "" : " (" + basis + ")") : "-"});
       }
       PrintTable({"SLICE", "JOB", "USER", "QUEUE", "KIND", "SHARE", "DEV", "UTIL", "MEM", "IDLE", "STATE", "ACTIVITY"},
                  rows);

@@ -69,6 +69,25 @@ class Reader {
     auto it = o_.find(name);
     *out = it == o_.end() ? json() : *it;
   }
+  // A list of objects, each read by `read(Reader&, T*)` with a Reader of its own, so that an
+  // error names the element.
+  template <class T, class F>
+  void Objects(const char* name, std::vector<T>* out, F read) {
+    if (!st_.ok()) return;
+    auto it = o_.find(name);
+    if (it == o_.end() || !it->is_array()) return Fail(name, "expected a list", it == o_.end() ? json() : *it);
+    out->clear();
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      Reader r((*it)[i], fmt::format("{}: field '{}' element {}", where_, name, i));
+      T x{};
+      read(r, &x);
+      if (!r.status().ok()) {
+        st_ = r.status();
+        return;
+      }
+      out->push_back(std::move(x));
+    }
+  }
   const Status& status() const { return st_; }
 
  private:
@@ -106,11 +125,11 @@ class Reader {
       const std::int64_t x = v.get<std::int64_t>();
       if (x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max()) return Fail(name, "out of range", v);
       *out = static_cast<T>(x);
-    } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+    } else if constexpr (std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<std::uint64_t>>) {
       if (!v.is_array()) return Fail(name, "expected a list of integers", v);
       out->clear();
       for (const auto& e : v) {
-        int x = 0;
+        typename T::value_type x = 0;
         Read(name, e, &x);
         if (!st_.ok()) return;
         out->push_back(x);
@@ -290,6 +309,106 @@ Result<SliceView> SliceView::FromJson(const json& j) {
   return v;
 }
 
+json QueueView::ToJson() const {
+  return json{{"name", name},
+              {"default_kind", default_kind},
+              {"allowed_kinds", allowed_kinds},
+              {"priority", priority},
+              {"time_limit_us", time_limit_us},
+              {"max_duration_us", max_duration_us},
+              {"reserve_after_us", reserve_after_us},
+              {"idle_reclaim", idle_reclaim},
+              {"idle_window_us", idle_window_us},
+              {"idle_grace_us", idle_grace_us},
+              {"idle_reclaim_mode", idle_reclaim_mode},
+              {"idle_signals", idle_signals},
+              {"pending", pending},
+              {"running", running},
+              {"oldest_wait_us", oldest_wait_us}};
+}
+
+Result<QueueView> QueueView::FromJson(const json& j) {
+  QueueView v;
+  Reader r(j, fmt::format("queue {}", j.is_object() && j.contains("name") ? j["name"].dump(-1, ' ', false, json::error_handler_t::replace) : "?"));
+  r.Req("name", &v.name);
+  r.Req("default_kind", &v.default_kind);
+  r.Req("allowed_kinds", &v.allowed_kinds);
+  r.Req("priority", &v.priority);
+  r.Req("time_limit_us", &v.time_limit_us);
+  r.Req("max_duration_us", &v.max_duration_us);
+  r.Req("reserve_after_us", &v.reserve_after_us);
+  r.Req("idle_reclaim", &v.idle_reclaim);
+  r.Req("idle_window_us", &v.idle_window_us);
+  r.Req("idle_grace_us", &v.idle_grace_us);
+  r.Req("idle_reclaim_mode", &v.idle_reclaim_mode);
+  r.Req("idle_signals", &v.idle_signals);
+  r.Req("pending", &v.pending);
+  r.Req("running", &v.running);
+  r.Req("oldest_wait_us", &v.oldest_wait_us);
+  GPUSLICE_RETURN_IF_ERROR(r.status());
+  return v;
+}
+
+json DeviceView::ToJson() const {
+  json layout = json::array();
+  for (const MigPart& p : mig_layout) layout.push_back({{"profile", p.profile}, {"start", p.start}});
+  json o{{"index", index},
+         {"uuid", uuid},
+         {"model", model},
+         {"memory", memory},
+         {"mode", mode},
+         {"draining", draining},
+         {"used_milli", used_milli},
+         {"used_memory", used_memory},
+         {"clients", clients},
+         {"slices", slices},
+         {"mig_layout", layout}};
+  o["reserved_for"] = OrNull(reserved_for);
+  o["util_percent"] = OrNull(util_percent);
+  o["memory_used"] = OrNull(memory_used);
+  return o;
+}
+
+Result<DeviceView> DeviceView::FromJson(const json& j) {
+  DeviceView v;
+  Reader r(j, fmt::format("device {}", j.is_object() && j.contains("index") ? j["index"].dump() : "?"));
+  r.Req("index", &v.index);
+  r.Req("uuid", &v.uuid);
+  r.Req("model", &v.model);
+  r.Req("memory", &v.memory);
+  r.Req("mode", &v.mode);
+  r.Req("draining", &v.draining);
+  r.Req("used_milli", &v.used_milli);
+  r.Opt("reserved_for", &v.reserved_for);
+  r.Req("used_memory", &v.used_memory);
+  r.Req("clients", &v.clients);
+  r.Req("slices", &v.slices);
+  r.Objects("mig_layout", &v.mig_layout, [](Reader& p, MigPart* out) {
+    p.Req("profile", &out->profile);
+    p.Req("start", &out->start);
+  });
+  r.Opt("util_percent", &v.util_percent);
+  r.Opt("memory_used", &v.memory_used);
+  GPUSLICE_RETURN_IF_ERROR(r.status());
+  return v;
+}
+
+json EventView::ToJson() const {
+  return json{{"seq", seq}, {"time_us", time_us}, {"job", job}, {"type", type}, {"message", message}};
+}
+
+Result<EventView> EventView::FromJson(const json& j) {
+  EventView v;
+  Reader r(j, fmt::format("event {}", j.is_object() && j.contains("seq") ? j["seq"].dump() : "?"));
+  r.Req("seq", &v.seq);
+  r.Req("time_us", &v.time_us);
+  r.Req("job", &v.job);
+  r.Req("type", &v.type);
+  r.Req("message", &v.message);
+  GPUSLICE_RETURN_IF_ERROR(r.status());
+  return v;
+}
+
 namespace {
 template <class V>
 Result<std::vector<V>> ListFromJson(const json& answer, const char* key) {
@@ -311,6 +430,16 @@ Result<std::vector<JobView>> JobsFromJson(const json& answer, const char* key) {
 }
 Result<std::vector<SliceView>> SlicesFromJson(const json& answer, const char* key) {
   return ListFromJson<SliceView>(answer, key);
+}
+
+Result<std::vector<QueueView>> QueuesFromJson(const json& answer, const char* key) {
+  return ListFromJson<QueueView>(answer, key);
+}
+Result<std::vector<DeviceView>> DevicesFromJson(const json& answer, const char* key) {
+  return ListFromJson<DeviceView>(answer, key);
+}
+Result<std::vector<EventView>> EventsFromJson(const json& answer, const char* key) {
+  return ListFromJson<EventView>(answer, key);
 }
 
 }  // namespace gpuslice::api

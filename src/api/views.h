@@ -94,9 +94,71 @@ struct SliceView {
   static Result<SliceView> FromJson(const nlohmann::json& j);
 };
 
+// A queue as /v1/queues lists it: its configuration and what waits and runs in it now.
+struct QueueView {
+  std::string name;
+  std::string default_kind;
+  std::vector<std::string> allowed_kinds;
+  int priority = 0;
+  Micros time_limit_us = 0;    // 0: none
+  Micros max_duration_us = 0;  // 0: none
+  Micros reserve_after_us = 0;
+  bool idle_reclaim = false;
+  Micros idle_window_us = 0;
+  Micros idle_grace_us = 0;
+  std::string idle_reclaim_mode;          // always | on-demand | off
+  std::vector<std::string> idle_signals;  // e.g. "sm", "memory", "processes", "jupyter"
+  int pending = 0;
+  int running = 0;
+  Micros oldest_wait_us = 0;
+
+  nlohmann::json ToJson() const;
+  static Result<QueueView> FromJson(const nlohmann::json& j);
+};
+
+// A device as /v1/devices lists it, with its last sample (unknown: null, never 0).
+struct DeviceView {
+  std::uint32_t index = 0;
+  std::string uuid;
+  std::string model;
+  Bytes memory = 0;
+  std::string mode;  // sched::DeviceModeName
+  bool draining = false;
+  MilliGpu used_milli = 0;
+  std::optional<std::uint64_t> reserved_for;  // the waiting job it is kept for
+  Bytes used_memory = 0;
+  int clients = 0;
+  std::vector<std::uint64_t> slices;
+  struct MigPart {
+    int profile = 0;
+    int start = 0;
+  };
+  std::vector<MigPart> mig_layout;
+  std::optional<double> util_percent;
+  std::optional<Bytes> memory_used;
+
+  nlohmann::json ToJson() const;
+  static Result<DeviceView> FromJson(const nlohmann::json& j);
+};
+
+// An event as /v1/events lists it.
+struct EventView {
+  std::int64_t seq = 0;
+  Micros time_us = 0;
+  std::uint64_t job = 0;  // 0: not about one job
+  std::string type;
+  std::string message;
+
+  nlohmann::json ToJson() const;
+  static Result<EventView> FromJson(const nlohmann::json& j);
+};
+
 // `what` holds an array of views under `key` (e.g. {"jobs": [...]}): each read with FromJson,
 // the first error naming its position.
 Result<std::vector<JobView>> JobsFromJson(const nlohmann::json& answer, const char* key = "jobs");
 Result<std::vector<SliceView>> SlicesFromJson(const nlohmann::json& answer, const char* key = "slices");
+Result<std::vector<QueueView>> QueuesFromJson(const nlohmann::json& answer, const char* key = "queues");
+Result<std::vector<DeviceView>> DevicesFromJson(const nlohmann::json& answer, const char* key = "devices");
+Result<std::vector<EventView>> EventsFromJson(const nlohmann::json& answer, const char* key = "events");
 
 }  // namespace gpuslice::api

@@ -79,24 +79,24 @@ Json Daemon::Impl::Devices() const {
   std::shared_lock lock(mu_);
   Json arr = Json::array();
   for (const auto& [ref, d] : sched_->devices()) {
-    Json o{{"index", ref.index.value()}, {"uuid", d.uuid}, {"model", d.model},
-           {"memory", d.memory}, {"mode", sched::DeviceModeName(d.mode)},
-           {"draining", d.draining}, {"used_milli", d.used_milli},
-           {"reserved_for", d.reserved_for.valid() ? Json(d.reserved_for.value()) : Json()},
-           {"used_memory", d.used_memory}, {"clients", d.clients}};
-    Json sl = Json::array();
-    for (SliceId s : d.slices) sl.push_back(s.value());
-    o["slices"] = sl;
-    Json layout = Json::array();
-    for (const auto& p : d.layout) layout.push_back({{"profile", p.profile_id}, {"start", p.start}});
-    o["mig_layout"] = layout;
-    o["util_percent"] = nullptr;
-    o["memory_used"] = nullptr;
+    api::DeviceView o;
+    o.index = ref.index.value();
+    o.uuid = d.uuid;
+    o.model = d.model;
+    o.memory = d.memory;
+    o.mode = std::string(sched::DeviceModeName(d.mode));
+    o.draining = d.draining;
+    o.used_milli = d.used_milli;
+    if (d.reserved_for.valid()) o.reserved_for = d.reserved_for.value();
+    o.used_memory = d.used_memory;
+    o.clients = d.clients;
+    for (SliceId s : d.slices) o.slices.push_back(s.value());
+    for (const auto& p : d.layout) o.mig_layout.push_back({p.profile_id, p.start});
     if (auto s = latest_.find(static_cast<int>(ref.index.value())); s != latest_.end()) {
-      if (s->second.gpu_util.ok()) o["util_percent"] = s->second.gpu_util.value() / 10.0;
-      if (s->second.memory_used.ok()) o["memory_used"] = s->second.memory_used.value();
+      if (s->second.gpu_util.ok()) o.util_percent = s->second.gpu_util.value() / 10.0;
+      if (s->second.memory_used.ok()) o.memory_used = s->second.memory_used.value();
     }
-    arr.push_back(o);
+    arr.push_back(o.ToJson());
   }
   Json out{{"devices", arr}, {"simulated", opt_.simulated},
            {"backend", std::string(backend_->kind())},
@@ -121,18 +121,23 @@ Json Daemon::Impl::Queues() const {
         ++running;
       }
     }
-    Json kinds = Json::array();
-    for (auto k : q.allowed_kinds) kinds.push_back(sched::SliceKindName(k));
-    arr.push_back({{"name", q.name}, {"default_kind", sched::SliceKindName(q.default_kind)},
-                   {"allowed_kinds", kinds}, {"priority", q.priority},
-                   {"time_limit_us", q.time_limit}, {"max_duration_us", q.max_duration},
-                   {"reserve_after_us", q.reserve_after},
-                   {"idle_reclaim", q.idle.enabled && q.idle.action == sched::ReclaimAction::kReclaim},
-                   {"idle_window_us", q.idle.window}, {"idle_grace_us", q.idle.grace},
-                   {"idle_reclaim_mode", IdleReclaimMode(q.idle)},
-                   {"idle_signals", IdleSignalsJson(q.idle)},
-                   {"pending", pending}, {"running", running},
-                   {"oldest_wait_us", oldest}});
+    api::QueueView o;
+    o.name = q.name;
+    o.default_kind = std::string(sched::SliceKindName(q.default_kind));
+    for (auto k : q.allowed_kinds) o.allowed_kinds.emplace_back(sched::SliceKindName(k));
+    o.priority = q.priority;
+    o.time_limit_us = q.time_limit;
+    o.max_duration_us = q.max_duration;
+    o.reserve_after_us = q.reserve_after;
+    o.idle_reclaim = q.idle.enabled && q.idle.action == sched::ReclaimAction::kReclaim;
+    o.idle_window_us = q.idle.window;
+    o.idle_grace_us = q.idle.grace;
+    o.idle_reclaim_mode = std::string(IdleReclaimMode(q.idle));
+    for (const Json& s : IdleSignalsJson(q.idle)) o.idle_signals.push_back(s.get<std::string>());
+    o.pending = pending;
+    o.running = running;
+    o.oldest_wait_us = oldest;
+    arr.push_back(o.ToJson());
   }
   return Json{{"queues", arr}, {"default_queue", config_.default_queue},
               {"simulated", opt_.simulated}};
@@ -176,8 +181,7 @@ Result<Json> Daemon::Impl::Events(std::int64_t after, JobId job, int limit) cons
   GPUSLICE_ASSIGN_OR_RETURN(auto evs, store_->ListEvents(after, job, limit));
   Json arr = Json::array();
   for (const auto& e : evs) {
-    arr.push_back({{"seq", e.seq}, {"time_us", e.time}, {"job", e.job.value()},
-                   {"type", e.type}, {"message", e.message}});
+    arr.push_back(api::EventView{e.seq, e.time, e.job.value(), e.type, e.message}.ToJson());
   }
   return Json{{"events", arr}, {"simulated", opt_.simulated}};
 }

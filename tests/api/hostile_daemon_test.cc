@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "api/cli.h"
 #include "api/client.h"
 #include "api/protocol.h"
 
@@ -146,6 +147,45 @@ TEST(HostileDaemon, AWellFormedErrorKeepsItsCodeAndMessage) {
   auto r = client.Get("/v1/jobs/7");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status(), Status(StatusCode::kNotFound, "job 7: no such job"));
+}
+
+// The CLI commands read the answer through its typed view: a well-formed HTTP answer whose
+// records are not what the schema says is an error naming the record and the field (get<int>
+// on a string threw type_error here and the CLI aborted).
+TEST(HostileDaemon, MalformedQueuesDevicesEventsAreClearErrors) {
+  const std::string queue =
+      R"({"name":"gpu","default_kind":"shared","allowed_kinds":["shared"],"priority":0,"time_limit_us":0,)"
+      R"("max_duration_us":0,"reserve_after_us":0,"idle_reclaim":false,"idle_window_us":0,"idle_grace_us":0,)"
+      R"("idle_reclaim_mode":"off","idle_signals":[],"pending":"lots","running":0,"oldest_wait_us":0})";
+  struct CliCase {
+    const char* name;
+    std::string body;
+    Status (*run)(const ClientFlags&);
+    const char* says;
+  };
+  const CliCase cases[] = {
+      {"queues: pending not a number", R"({"queues":[)" + queue + R"(],"default_queue":"gpu"})",
+       [](const ClientFlags& c) { return Queues(c); }, "queues[0]: queue \"gpu\": field 'pending' = \"lots\""},
+      {"queues: not a list", R"({"queues":{"gpu":1}})", [](const ClientFlags& c) { return Queues(c); },
+       "field 'queues': expected a list"},
+      {"devices: index a string", R"({"devices":[{"index":"0"}]})", [](const ClientFlags& c) { return Devices(c); },
+       "devices[0]: device \"0\": field 'index'"},
+      {"top: devices missing", R"({"simulated":"yes"})",
+       [](const ClientFlags& c) { return Top(c, true, "1s"); }, "field 'devices': expected a list"},
+      {"show: events of the wrong shape", R"({"events":[{"seq":1,"time_us":"now"}]})",
+       [](const ClientFlags& c) { return Show(c, 7); }, "events[0]: event 1: field 'time_us'"},
+  };
+  for (const CliCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    FakeDaemon d(Answer("200 OK", c.body));
+    ClientFlags flags;
+    flags.socket = d.path();
+    Status st;
+    ASSERT_NO_THROW(st = c.run(flags));
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.ToString();
+  }
 }
 
 }  // namespace

@@ -121,5 +121,165 @@ TEST(ViewsTest, SliceWithAndWithoutFigures) {
   EXPECT_NE(err.status().message().find("field 'devices'"), std::string::npos) << err.status().ToString();
 }
 
+json AQueue() {
+  QueueView q;
+  q.name = "interactive";
+  q.default_kind = "shared";
+  q.allowed_kinds = {"shared", "mps"};
+  q.priority = 10;
+  q.time_limit_us = 3'600'000'000;
+  q.idle_reclaim = true;
+  q.idle_window_us = 1'800'000'000;
+  q.idle_grace_us = 300'000'000;
+  q.idle_reclaim_mode = "on-demand";
+  q.idle_signals = {"sm", "jupyter"};
+  q.pending = 2;
+  q.running = 1;
+  q.oldest_wait_us = 5'000'000;
+  return q.ToJson();
+}
+
+json ADevice() {
+  DeviceView d;
+  d.index = 1;
+  d.uuid = "GPU-1";
+  d.model = "A100-SXM4-40GB";
+  d.memory = 40LL << 30;
+  d.mode = "mig";
+  d.used_milli = 500;
+  d.reserved_for = 9;
+  d.clients = 2;
+  d.slices = {3, 4};
+  d.mig_layout = {{19, 0}, {14, 4}};
+  d.util_percent = 12.5;  // memory_used stays unknown: null, never 0
+  return d.ToJson();
+}
+
+json AnEvent() { return EventView{12, 1'700'000'000'000'000, 7, "start", "job 7 started on slice 3"}.ToJson(); }
+
+TEST(ViewsTest, QueueDeviceEventRoundTripByteForByte) {
+  for (const json& j : {AQueue(), ADevice(), AnEvent()}) {
+    SCOPED_TRACE(j.dump());
+    std::string back;
+    if (j.contains("default_kind")) {
+      auto v = QueueView::FromJson(j);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      EXPECT_EQ(v->idle_signals, (std::vector<std::string>{"sm", "jupyter"}));
+      back = v->ToJson().dump();
+    } else if (j.contains("mig_layout")) {
+      auto v = DeviceView::FromJson(j);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      EXPECT_FALSE(v->memory_used.has_value());
+      EXPECT_EQ(v->reserved_for, std::optional<std::uint64_t>(9));
+      ASSERT_EQ(v->mig_layout.size(), 2u);
+      EXPECT_EQ(v->mig_layout[1].profile, 14);
+      back = v->ToJson().dump();
+    } else {
+      auto v = EventView::FromJson(j);
+      ASSERT_TRUE(v.ok()) << v.status().ToString();
+      EXPECT_EQ(v->type, "start");
+      back = v->ToJson().dump();
+    }
+    EXPECT_EQ(back, j.dump());
+  }
+  json newer = ADevice();
+  newer["power_watts"] = 300;
+  EXPECT_TRUE(DeviceView::FromJson(newer).ok());
+  json unreserved = ADevice();
+  unreserved["reserved_for"] = nullptr;
+  auto u = DeviceView::FromJson(unreserved);
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_FALSE(u->reserved_for.has_value());
+}
+
+struct HostileOf {
+  json (*make)();
+  Hostile h;
+};
+
+Status ReadAny(const json& j) {
+  if (j.contains("default_kind")) return QueueView::FromJson(j).status();
+  if (j.contains("mig_layout")) return DeviceView::FromJson(j).status();
+  return EventView::FromJson(j).status();
+}
+
+TEST(ViewsTest, HostileQueueDeviceEventIsAnErrorNamingTheField) {
+  const HostileOf cases[] = {
+      {AQueue, {"name", 5, "queue 5: field 'name' = 5: expected a string"}},
+      {AQueue, {"pending", nullptr, "field 'pending': missing"}},
+      {AQueue, {"pending", "2", "field 'pending'"}},
+      {AQueue, {"running", 1.5, "field 'running'"}},
+      {AQueue, {"idle_reclaim", 1, "field 'idle_reclaim' = 1: expected true or false"}},
+      {AQueue, {"idle_signals", "sm", "field 'idle_signals'"}},
+      {AQueue, {"idle_signals", json::array({1}), "field 'idle_signals'"}},
+      {AQueue, {"allowed_kinds", nullptr, "field 'allowed_kinds': missing"}},
+      {AQueue, {"oldest_wait_us", json::array(), "field 'oldest_wait_us'"}},
+      {AQueue, {"time_limit_us", 1e300, "field 'time_limit_us'"}},
+      {ADevice, {"index", -1, "field 'index'"}},
+      {ADevice, {"index", 5'000'000'000LL, "field 'index' = 5000000000: out of range"}},
+      {ADevice, {"draining", "no", "field 'draining'"}},
+      {ADevice, {"clients", nullptr, "field 'clients': missing"}},
+      {ADevice, {"util_percent", "12%", "field 'util_percent'"}},
+      {ADevice, {"memory_used", true, "field 'memory_used'"}},
+      {ADevice, {"reserved_for", "job 9", "field 'reserved_for'"}},
+      {ADevice, {"slices", json::array({-3}), "field 'slices'"}},
+      {ADevice, {"mig_layout", "19@0", "field 'mig_layout'"}},
+      {ADevice, {"mig_layout", json::array({7}), "field 'mig_layout' element 0: expected an object"}},
+      {ADevice,
+       {"mig_layout", json::array({{{"profile", 19}, {"start", 0}}, {{"profile", "x"}, {"start", 4}}}),
+        "field 'mig_layout' element 1: field 'profile'"}},
+      {ADevice, {"mig_layout", json::array({{{"profile", 19}}}), "field 'mig_layout' element 0: field 'start': missing"}},
+      {AnEvent, {"seq", "12", "field 'seq'"}},
+      {AnEvent, {"time_us", nullptr, "field 'time_us': missing"}},
+      {AnEvent, {"job", -7, "field 'job'"}},
+      {AnEvent, {"type", 3, "field 'type'"}},
+      {AnEvent, {"message", json::object(), "field 'message'"}},
+  };
+  for (const auto& c : cases) {
+    json j = c.make();
+    if (c.h.value.is_null()) {
+      j.erase(c.h.field);
+    } else {
+      j[c.h.field] = c.h.value;
+    }
+    Status st;
+    ASSERT_NO_THROW(st = ReadAny(j)) << c.h.field;
+    ASSERT_FALSE(st.ok()) << c.h.field << " = " << c.h.value.dump();
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find(c.h.says), std::string::npos) << c.h.field << ": " << st.ToString();
+  }
+  for (const json& not_object : {json::array(), json(), json("queue")}) {
+    EXPECT_FALSE(QueueView::FromJson(not_object).ok());
+    EXPECT_FALSE(DeviceView::FromJson(not_object).ok());
+    EXPECT_FALSE(EventView::FromJson(not_object).ok());
+  }
+}
+
+TEST(ViewsTest, QueueDeviceEventListsNameThePosition) {
+  json q = AQueue();
+  q["running"] = "1";
+  auto qs = QueuesFromJson(json{{"queues", {AQueue(), AQueue(), q}}, {"default_queue", "interactive"}});
+  ASSERT_FALSE(qs.ok());
+  EXPECT_NE(qs.status().message().find("queues[2]"), std::string::npos) << qs.status().ToString();
+  EXPECT_NE(qs.status().message().find("field 'running'"), std::string::npos) << qs.status().ToString();
+  json d = ADevice();
+  d.erase("uuid");
+  auto ds = DevicesFromJson(json{{"devices", {d}}});
+  ASSERT_FALSE(ds.ok());
+  EXPECT_NE(ds.status().message().find("devices[0]"), std::string::npos) << ds.status().ToString();
+  EXPECT_NE(ds.status().message().find("field 'uuid': missing"), std::string::npos) << ds.status().ToString();
+  json e = AnEvent();
+  e["seq"] = nullptr;
+  auto es = EventsFromJson(json{{"events", {AnEvent(), e}}});
+  ASSERT_FALSE(es.ok());
+  EXPECT_NE(es.status().message().find("events[1]"), std::string::npos) << es.status().ToString();
+  EXPECT_FALSE(QueuesFromJson(json{{"queues", json::object()}}).ok());
+  EXPECT_FALSE(DevicesFromJson(json::array()).ok());
+  EXPECT_FALSE(EventsFromJson(json{{"evnts", json::array()}}).ok());
+  auto ok = EventsFromJson(json{{"events", {AnEvent(), AnEvent()}}});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->size(), 2u);
+}
+
 }  // namespace
 }  // namespace gpuslice::api

@@ -133,6 +133,12 @@ class GoldenTest : public ::testing::Test {
   void Record(const std::string& what, const Json& j) {
     out_ << "== " << what << "\n" << Normalise(j.dump()) << "\n";
   }
+  template <class V>
+  static void RoundTrips(const Result<std::vector<V>>& typed, const Json& list) {
+    ASSERT_TRUE(typed.ok()) << typed.status().ToString();
+    ASSERT_EQ(typed->size(), list.size());
+    for (std::size_t i = 0; i < typed->size(); ++i) EXPECT_EQ((*typed)[i].ToJson().dump(), list[i].dump());
+  }
   void Views(Daemon& d, const std::string& phase) {
     out_ << "=== phase: " << phase << " (t=" << now_ << ")\n";
     const Json jobs = *d.ListJobs({});
@@ -151,9 +157,15 @@ class GoldenTest : public ::testing::Test {
     for (std::size_t i = 0; i < typed_slices->size(); ++i) {
       EXPECT_EQ((*typed_slices)[i].ToJson().dump(), slices["slices"][i].dump());
     }
-    Record("queues", d.Queues());
-    Record("devices", d.Devices());
-    Record("events", *d.Events(events_seen_, JobId(), 1000));
+    const Json queues = d.Queues();
+    const Json devices = d.Devices();
+    const Json events = *d.Events(events_seen_, JobId(), 1000);
+    Record("queues", queues);
+    Record("devices", devices);
+    Record("events", events);
+    RoundTrips(api::QueuesFromJson(queues), queues["queues"]);
+    RoundTrips(api::DevicesFromJson(devices), devices["devices"]);
+    RoundTrips(api::EventsFromJson(events), events["events"]);
     auto evs = (*d.Events(events_seen_, JobId(), 1000))["events"];
     if (!evs.empty()) events_seen_ = evs.back()["seq"].get<std::int64_t>();
     auto journal = store_->ReadJournal();
