@@ -168,6 +168,16 @@ std::string CurrentDir() {
   return out;
 }
 
+// A daemon answer that does not read as its view is the daemon's fault (hostile, broken or
+// newer), not the user's: an internal error (exit 1), never a usage error (exit 2).
+template <typename T>
+Result<T> FromDaemon(Result<T> r) {
+  if (!r.ok() && r.status().code() == StatusCode::kInvalidArgument) {
+    return Status(StatusCode::kInternal, r.status().message());
+  }
+  return r;
+}
+
 }  // namespace
 
 Status CheckSubmitFlags(const SubmitFlags& s) {
@@ -267,7 +277,7 @@ Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::st
   std::vector<std::string> warnings;
   // Typed first: a field missing or of the wrong type (a hostile or newer daemon) is an error
   // naming it, not an exception; the JSON helpers below then read checked fields only.
-  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<JobView> views, JobsFromJson(r));
+  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<JobView> views, FromDaemon(JobsFromJson(r)));
   for (std::size_t i = 0; i < views.size(); ++i) {
     const json& j = r["jobs"][i];
     const JobView& v = views[i];
@@ -309,14 +319,14 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
     return Status::Ok();
   }
   // Typed first (see Ps): a malformed events answer is an error before anything is printed.
-  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<EventView> events, EventsFromJson(ev));
+  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<EventView> events, FromDaemon(EventsFromJson(ev)));
   Banner(r);
   const json& j = r["job"];
   // Typed first (see Ps); the JSON helpers below then read checked fields only.
-  GPUSLICE_ASSIGN_OR_RETURN(const JobView job, JobView::FromJson(j));
+  GPUSLICE_ASSIGN_OR_RETURN(const JobView job, FromDaemon(JobView::FromJson(j)));
   std::optional<SliceView> slice;
   if (!r["slice"].is_null()) {
-    GPUSLICE_ASSIGN_OR_RETURN(slice, SliceView::FromJson(r["slice"]));
+    GPUSLICE_ASSIGN_OR_RETURN(slice, FromDaemon(SliceView::FromJson(r["slice"])));
   }
   auto kv = [](const std::string& k, const std::string& v) { Line(fmt::format("{:<14}{}", k + ":", v)); };
   kv("job", std::to_string(job.id));
@@ -442,7 +452,7 @@ Status Devices(const ClientFlags& c) {
     return Status::Ok();
   }
   // Typed first (see Ps): a field missing or of the wrong type is an error naming it.
-  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<DeviceView> devices, DevicesFromJson(r));
+  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<DeviceView> devices, FromDaemon(DevicesFromJson(r)));
   Banner(r);
   std::vector<std::vector<std::string>> rows;
   for (const DeviceView& d : devices) {
@@ -467,7 +477,7 @@ Status Queues(const ClientFlags& c) {
     return Status::Ok();
   }
   // Typed first (see Ps): a field missing or of the wrong type is an error naming it.
-  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<QueueView> queues, QueuesFromJson(r));
+  GPUSLICE_ASSIGN_OR_RETURN(const std::vector<QueueView> queues, FromDaemon(QueuesFromJson(r)));
   auto def = r.find("default_queue");
   const bool has_default = def != r.end() && def->is_string();
   Banner(r);
@@ -498,8 +508,8 @@ Status Top(const ClientFlags& c, bool once, const std::string& interval_text) {
     GPUSLICE_ASSIGN_OR_RETURN(json devs, client.Get("/v1/devices"));
     GPUSLICE_ASSIGN_OR_RETURN(json slices, client.Get("/v1/slices"));
     // Typed first (see Ps), in both modes: the lists below are then known to be there.
-    GPUSLICE_ASSIGN_OR_RETURN(const std::vector<DeviceView> dev_views, DevicesFromJson(devs));
-    GPUSLICE_ASSIGN_OR_RETURN(const std::vector<SliceView> slice_views, SlicesFromJson(slices));
+    GPUSLICE_ASSIGN_OR_RETURN(const std::vector<DeviceView> dev_views, FromDaemon(DevicesFromJson(devs)));
+    GPUSLICE_ASSIGN_OR_RETURN(const std::vector<SliceView> slice_views, FromDaemon(SlicesFromJson(slices)));
     if (c.json) {
       auto sim = devs.find("simulated");
       PrintJson(json{{"devices", devs["devices"]}, {"slices", slices["slices"]},
