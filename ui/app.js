@@ -305,11 +305,17 @@ function renderReportInto(box, title, r) {
     return;
   }
   const b = r.body;
-  parts.push(el('p', 'verdict', b.verdict ? b.verdict : 'no verdict in the report'));
+  // The verdict is {code, text} (docs/report.md); a plain string is shown as it is.
+  const verdict = b.verdict && typeof b.verdict === 'object' ? b.verdict.text : b.verdict;
+  parts.push(el('p', 'verdict', verdict ? verdict : 'no verdict in the report'));
   const dl = el('dl', 'figures');
-  for (const [k, v] of Object.entries(b)) {
+  // The period's totals (held, used, idle GPU-hours...; null: not measured), then any other
+  // plain figure of the answer.
+  const figures = Object.entries(b.totals && typeof b.totals === 'object' ? b.totals : {})
+    .concat(Object.entries(b));
+  for (const [k, v] of figures) {
     if (k === 'verdict' || k === 'simulated' || !scalar(v)) continue;
-    dl.append(el('dt', null, k), el('dd', null, fmtValue(v)));
+    dl.append(el('dt', null, k), el('dd', null, v === null ? 'unknown' : fmtValue(v)));
   }
   if (dl.childElementCount) parts.push(dl);
   // Each list of records (e.g. one per queue) as a table of its plain fields.

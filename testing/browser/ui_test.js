@@ -180,15 +180,17 @@ async function main() {
           `another user is refused with the daemon's reason: ${refused}`);
     check((await job(pending)).state === 'pending', 'the job is still pending after the refusal');
 
-    // The report: the daemon's when it answers 200, otherwise "not available".
+    // The report: the daemon's own, with its verdict and totals.
     const rep = await call('GET', '/v1/report?since=1d&by=queue', ALICE);
     await waitFor(page, () => document.getElementById('report-1d').textContent.length > 0, null, 10000);
     const repText = await page.textContent('#report-1d');
-    if (rep.status === 200) {
-      check(repText.includes(rep.body.verdict), `report panel shows the daemon's verdict: ${repText.slice(0, 200)}`);
-    } else {
-      check(/report not available/.test(repText) && repText.includes(String(rep.status)),
-            `report panel says it is not available (HTTP ${rep.status}): ${repText}`);
+    check(rep.status === 200, `the daemon answers its report: HTTP ${rep.status}`);
+    {
+      check(rep.body.verdict && typeof rep.body.verdict.text === 'string' && rep.body.verdict.text.length > 0 &&
+            repText.includes(rep.body.verdict.text) && !repText.includes('[object Object]'),
+            `report panel shows the daemon's verdict text: ${repText.slice(0, 200)}`);
+      check(repText.includes('held_gpu_hours') && repText.includes(String(rep.body.totals.jobs)),
+            `report panel shows the period's totals: ${repText.slice(0, 300)}`);
     }
 
     // The owner cancels from the page; the job becomes cancelled and leaves the list.
@@ -225,10 +227,9 @@ async function main() {
     await page.screenshot({ path: path.join(artifacts, 'ui.png'), fullPage: true });
     console.log(`screenshot: ${path.join(artifacts, 'ui.png')}`);
 
-    // The 200 path of the report panel, with the daemon's answer replaced at the network edge
-    // (the report route may not exist in this daemon): its figures and a hostile verdict as text.
+    // A hostile report answer, replaced at the network edge: its verdict is drawn as text.
     await page.route('**/v1/report?*', (r) => r.fulfill({ status: 200, contentType: 'application/json',
-      body: JSON.stringify({ verdict: `8 GPUs: 71% held ${HOSTILE}`, held_gpu_hours: 12.5,
+      body: JSON.stringify({ verdict: { code: 'balanced', text: `8 GPUs: 71% held ${HOSTILE}` }, totals: { held_gpu_hours: 12.5 },
                              groups: [{ queue: 'training', held_gpu_hours: 10, used_gpu_hours: 3.25 }] }) }));
     await useToken(ALICE);  // also refreshes the report at once
     await waitFor(page, () => /71% held/.test(document.getElementById('report-7d').textContent), null, 10000);
@@ -237,6 +238,13 @@ async function main() {
           `a 200 report is drawn (verdict as text, per-queue table): ${fake}`);
     check(await page.locator('img').count() === 0 && await page.evaluate(() => window.__pwned === undefined),
           'the hostile verdict ran nothing');
+    // A report the daemon cannot give (here 503, e.g. no history yet) says so, with the status.
+    await page.unroute('**/v1/report?*');
+    await page.route('**/v1/report?*', (r) => r.fulfill({ status: 503, contentType: 'application/json',
+      body: JSON.stringify({ error: { code: 'UNAVAILABLE', message: 'store busy' } }) }));
+    await useToken(ALICE);
+    await waitFor(page, () => /report not available \(HTTP 503/.test(document.getElementById('report-7d').textContent),
+                  null, 10000);
     check(consoleErrors.length === 0, `no script errors or CSP violations: ${consoleErrors.join(' | ')}`);
   } finally {
     if (browser) await browser.close();
