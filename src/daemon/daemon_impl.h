@@ -33,6 +33,7 @@
 
 #include <fmt/format.h>
 
+#include "core/overloaded.h"
 #include "agent/agent.h"
 #include "api/views.h"
 #include "daemon/activity.h"
@@ -47,13 +48,6 @@ namespace gpuslice::daemon {
 using store::JobRecord;
 using store::JobState;
 using store::SliceRecord;
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 class Daemon::Impl {
  public:

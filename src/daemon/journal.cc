@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/overloaded.h"
+
 namespace gpuslice::daemon {
 namespace {
 
@@ -22,13 +24,6 @@ MigLayout LayoutFrom(const json& a) {
   for (const auto& p : a) l.push_back(MigPlacement{p.at(0).get<int>(), p.at(1).get<int>()});
   return l;
 }
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 }  // namespace
 

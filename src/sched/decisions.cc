@@ -3,17 +3,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/overloaded.h"
 #include "sched/events.h"
 
 namespace gpuslice::sched {
 namespace {
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 (the fuzz build) deduces no aggregate
 
 std::string Layout(const MigLayout& layout) {
   std::vector<std::string> parts;

@@ -5,15 +5,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "core/overloaded.h"
+
 namespace gpuslice::sched {
 namespace {
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 (the fuzz build) deduces no aggregate
 
 constexpr std::array<std::string_view, kWaitReasonKinds> kNames = {
     "no-device-fits", "user-cap", "reserved-for-other", "waiting-for-reservation", "draining-for-mig",

@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "core/overloaded.h"
 #include "sched/capacity_index.h"
 #include "sched/host_states.h"
 #include "sched/mig_plan.h"
@@ -28,13 +29,6 @@
 
 namespace gpuslice::sched {
 namespace {
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 (the fuzz build) deduces no aggregate
 
 // How the built-in policies order candidates (device level, see docs/config.md).
 enum class FastOrder { kNone, kTightest, kLoosest };

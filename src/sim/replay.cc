@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/catalogue.h"
+#include "core/overloaded.h"
 #include "sched/placement/fgd_frag.h"
 #include "sched/scheduler.h"
 #include "sim/placement_replay.h"
@@ -21,13 +22,6 @@ namespace {
 
 constexpr std::string_view kDefaultQueue = "default";
 constexpr std::string_view kDefaultUser = "sim";
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 (the fuzz build) deduces no aggregate
 
 // The utilisation percent a job reports on every sample (unknown: busy).
 int ReportedPercent(const ReplayJob& j) {
