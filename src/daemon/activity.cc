@@ -29,7 +29,8 @@ Status CountField(const json& body, const char* name, int& out) {
 Result<sched::ActivityReport> ParseActivityReport(const json& body, JobId job, Micros now) {
   if (!body.is_object()) return InvalidArgument("body: expected a JSON object");
   static constexpr const char* kKnown[] = {"source", "busy", "last_activity_us", "kernels", "connections"};
-  for (const auto& [k, v] : body.items()) {
+  for (const auto& item : body.items()) {
+    const std::string& k = item.key();  // a plain name: clang 14 (the fuzz build) captures no binding
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* n) { return k == n; }) ==
         std::end(kKnown)) {
       return InvalidArgument(fmt::format("field '{}': unknown (expected source, busy, last_activity_us, "
