@@ -116,6 +116,9 @@ api::HttpResponse Logs(Daemon& d, const api::HttpRequest& req, JobId id, const C
 api::Handler MakeApiHandler(Daemon& d) {
   return [&d](const api::HttpRequest& req) -> api::HttpResponse {
     const bool sim = d.simulated();
+    if (req.peer.unix_socket) {
+      if (Status st = CheckLoopbackHost(req); !st.ok()) return Error(st, sim);
+    }
     if (IsUiPath(req.path)) return ServeUi(req);  // the page itself holds no data (daemon/ui.h)
     if (req.method != "GET") {
       if (Status st = CheckSameOrigin(req); !st.ok()) return Error(st, sim);

@@ -92,6 +92,50 @@ Status CheckSameOrigin(const api::HttpRequest& req) {
       EscapeInvalidUtf8(req.path)));
 }
 
+namespace {
+// The host part of a Host header value, lower-cased, without the port ("[::1]:8080" -> "[::1]").
+std::string HostName(std::string_view v) {
+  std::string h;
+  if (!v.empty() && v.front() == '[') {
+    h = v.substr(0, v.find(']') == std::string_view::npos ? v.size() : v.find(']') + 1);
+  } else {
+    h = v.substr(0, v.find(':'));
+  }
+  for (char& c : h) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return h;
+}
+
+bool IsLoopbackIpv4(std::string_view h) {
+  int parts = 0;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = h.find('.', start);
+    const std::string_view part = h.substr(start, dot == std::string_view::npos ? h.npos : dot - start);
+    int value = -1;
+    auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    if (part.empty() || part.size() > 3 || ec != std::errc() || end != part.data() + part.size() || value > 255 ||
+        (parts == 0 && value != 127) || ++parts > 4) {
+      return false;
+    }
+    if (dot == std::string_view::npos) return parts == 4;
+    start = dot + 1;
+  }
+}
+}  // namespace
+
+Status CheckLoopbackHost(const api::HttpRequest& req) {
+  auto it = req.headers.find("host");
+  if (it == req.headers.end()) return Status::Ok();
+  const std::string h = HostName(it->second);
+  const bool local_suffix = h.size() > 10 && h.ends_with(".localhost");
+  if (h == "gpuslice" || h == "localhost" || local_suffix || h == "[::1]" || IsLoopbackIpv4(h)) {
+    return Status::Ok();
+  }
+  return PermissionDenied(fmt::format(
+      "host '{}' is not a loopback name: on the Unix socket (an ssh tunnel) open the page as "
+      "http://localhost:PORT or http://127.0.0.1:PORT; {} {} for another site's name is refused",
+      EscapeInvalidUtf8(it->second), EscapeInvalidUtf8(req.method), EscapeInvalidUtf8(req.path)));
+}
+
 Result<Json> DeviceHistoryJson(const std::map<std::string, std::string>& query,
                                const std::map<std::uint32_t, std::vector<agent::SeriesPoint>>& series,
                                const std::vector<std::uint32_t>& indices, Micros now, bool simulated) {

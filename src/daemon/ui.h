@@ -32,6 +32,14 @@ api::HttpResponse ServeUi(const api::HttpRequest& req);
 // allowed.
 Status CheckSameOrigin(const api::HttpRequest& req);
 
+// A request on the Unix socket whose Host is not a loopback name (localhost, *.localhost,
+// 127.0.0.0/8, [::1], with any port) nor the CLI's "gpuslice": refused. Through an ssh tunnel
+// to the socket, a page of another site that re-points its own name at 127.0.0.1 (DNS
+// rebinding) is same-origin with itself, so CheckSameOrigin passes it; its Host still names the
+// other site. No Host header (HTTP/1.0 tools): allowed. TCP needs a bearer token, which such
+// a page does not have, so it is not checked there.
+Status CheckLoopbackHost(const api::HttpRequest& req);
+
 // GET /v1/devices/history?minutes=M&step=S: for each device in `indices`, the mean SM and
 // memory-traffic utilisation (percent) and the mean memory used (bytes) per bucket of S
 // seconds over the last M minutes, oldest first; null where nothing was measured (a gap,

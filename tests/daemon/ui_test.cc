@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -191,6 +192,65 @@ TEST_F(UiTest, AnotherSitesPageCannotCancelButThisPageCan) {
   auto mine = http_.Post(path, Auth({{"Origin", self}}), "", "text/plain");
   ASSERT_TRUE(mine);
   EXPECT_EQ(mine->status, 200) << mine->body;
+  h_.WaitJob(id, [](const json& j) { return IsTerminal(j["state"].get<std::string>()); });
+}
+
+// One raw HTTP/1.1 request on the daemon's Unix socket (as an ssh tunnel forwards a browser's);
+// returns the status code (0: no answer) and the body.
+std::pair<int, std::string> UnixRequest(const std::string& socket, const std::string& head) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", socket.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return {0, ""};
+  }
+  const std::string req = head + "Connection: close\r\nContent-Length: 0\r\n\r\n";
+  if (::write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    ::close(fd);
+    return {0, ""};
+  }
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  if (out.size() < 12) return {0, out};
+  const std::size_t body = out.find("\r\n\r\n");
+  return {std::atoi(out.substr(9, 3).c_str()), body == std::string::npos ? "" : out.substr(body + 4)};
+}
+
+TEST_F(UiTest, ARebindingPageThroughAnSshTunnelIsRefusedByItsHostName) {
+  // On the Unix socket the peer credentials vouch for the caller, so a page of another site
+  // that re-points its name at the tunnel's 127.0.0.1 port would be same-origin with itself
+  // (Origin == "http://" + Host) and act as the user. Its Host still names that site.
+  const std::uint64_t id = h_.Submit({"sleep", "60"}, {{"queue", "interactive"}});
+  h_.WaitJob(id, [](const json& j) { return j["state"] == "running"; });
+  const std::string cancel = "/v1/jobs/" + std::to_string(id) + "/cancel";
+  auto [code, body] = UnixRequest(h_.socket(), "POST " + cancel + " HTTP/1.1\r\nHost: evil.example:8080\r\n"
+                                                 "Origin: http://evil.example:8080\r\n");
+  EXPECT_EQ(code, 403) << body;
+  EXPECT_NE(body.find("host 'evil.example:8080' is not a loopback name"), std::string::npos) << body;
+  EXPECT_EQ(h_.Job(id)["job"]["state"], "running") << "nothing changed";
+  auto [read_code, read_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: EVIL.example\r\n");
+  EXPECT_EQ(read_code, 403) << "reads too: the page would see every job's command";
+  // Loopback names (any port, any case), the CLI's name, and no Host at all are the tunnel's own.
+  for (const char* host : {"localhost:8080", "LOCALHOST", "127.0.0.1:8080", "127.1.2.3", "[::1]:8080",
+                           "gpuslice", "ui.localhost:9000"}) {
+    auto [c, b] = UnixRequest(h_.socket(), std::string("GET /v1/jobs HTTP/1.1\r\nHost: ") + host + "\r\n");
+    EXPECT_EQ(c, 200) << host << ": " << b;
+  }
+  for (const char* host : {"127.0.0.1.evil.example", "127.0.0.1.evil", "localhost.evil.example", "128.0.0.1", "127.0.0",
+                           "[::2]", "localhost-evil"}) {
+    auto [c, b] = UnixRequest(h_.socket(), std::string("GET /v1/jobs HTTP/1.1\r\nHost: ") + host + "\r\n");
+    EXPECT_EQ(c, 403) << host << ": " << b;
+  }
+  auto [c10, b10] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.0\r\n");
+  EXPECT_EQ(c10, 200) << b10;
+  // The page's own same-origin cancel through the tunnel works.
+  auto [ok, ok_body] = UnixRequest(h_.socket(), "POST " + cancel + " HTTP/1.1\r\nHost: localhost:8080\r\n"
+                                                  "Origin: http://localhost:8080\r\n");
+  EXPECT_EQ(ok, 200) << ok_body;
   h_.WaitJob(id, [](const json& j) { return IsTerminal(j["state"].get<std::string>()); });
 }
 
