@@ -123,8 +123,14 @@ bool IsLoopbackIpv4(std::string_view h) {
 }  // namespace
 
 Status CheckLoopbackHost(const api::HttpRequest& req) {
+  // Only what a browser sent: it always adds Sec-Fetch-* (or Origin on a write, or Referer),
+  // and a page's script cannot remove them. curl, the CLI and scripts may name any host.
+  bool browser = false;
+  for (const char* h : {"sec-fetch-site", "sec-fetch-mode", "origin", "referer"}) {
+    browser = browser || req.headers.contains(h);
+  }
   auto it = req.headers.find("host");
-  if (it == req.headers.end()) return Status::Ok();
+  if (!browser || it == req.headers.end()) return Status::Ok();
   const std::string h = HostName(it->second);
   const bool local_suffix = h.size() > 10 && h.ends_with(".localhost");
   if (h == "gpuslice" || h == "localhost" || local_suffix || h == "[::1]" || IsLoopbackIpv4(h)) {

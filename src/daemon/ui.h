@@ -32,12 +32,13 @@ api::HttpResponse ServeUi(const api::HttpRequest& req);
 // allowed.
 Status CheckSameOrigin(const api::HttpRequest& req);
 
-// A request on the Unix socket whose Host is not a loopback name (localhost, *.localhost,
-// 127.0.0.0/8, [::1], with any port) nor the CLI's "gpuslice": refused. Through an ssh tunnel
-// to the socket, a page of another site that re-points its own name at 127.0.0.1 (DNS
-// rebinding) is same-origin with itself, so CheckSameOrigin passes it; its Host still names the
-// other site. No Host header (HTTP/1.0 tools): allowed. TCP needs a bearer token, which such
-// a page does not have, so it is not checked there.
+// A request a browser sent on the Unix socket (it carries Sec-Fetch-Site/-Mode, Origin or
+// Referer) whose Host is not a loopback name (localhost, *.localhost, 127.0.0.0/8, [::1], any
+// port) nor "gpuslice": refused. Through an ssh tunnel to the socket, a page of another site
+// that re-points its own name at 127.0.0.1 (DNS rebinding) is same-origin with itself, so
+// CheckSameOrigin passes it; its Host still names the other site. Non-browser clients (curl,
+// the CLI, scripts; no such header) may name any host. TCP needs a bearer token, which such a
+// page does not have, so it is not checked there.
 Status CheckLoopbackHost(const api::HttpRequest& req);
 
 // GET /v1/devices/history?minutes=M&step=S: for each device in `indices`, the mean SM and

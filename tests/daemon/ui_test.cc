@@ -227,29 +227,37 @@ TEST_F(UiTest, ARebindingPageThroughAnSshTunnelIsRefusedByItsHostName) {
   const std::uint64_t id = h_.Submit({"sleep", "60"}, {{"queue", "interactive"}});
   h_.WaitJob(id, [](const json& j) { return j["state"] == "running"; });
   const std::string cancel = "/v1/jobs/" + std::to_string(id) + "/cancel";
+  // What Chromium sends for the page's fetch(): Sec-Fetch-* always, Origin on a POST.
+  const std::string browser = "Sec-Fetch-Site: same-origin\r\nSec-Fetch-Mode: cors\r\n";
   auto [code, body] = UnixRequest(h_.socket(), "POST " + cancel + " HTTP/1.1\r\nHost: evil.example:8080\r\n"
-                                                 "Origin: http://evil.example:8080\r\n");
+                                                 "Origin: http://evil.example:8080\r\n" + browser);
   EXPECT_EQ(code, 403) << body;
   EXPECT_NE(body.find("host 'evil.example:8080' is not a loopback name"), std::string::npos) << body;
   EXPECT_EQ(h_.Job(id)["job"]["state"], "running") << "nothing changed";
-  auto [read_code, read_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: EVIL.example\r\n");
+  auto [read_code, read_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: EVIL.example\r\n" + browser);
   EXPECT_EQ(read_code, 403) << "reads too: the page would see every job's command";
   // Loopback names (any port, any case), the CLI's name, and no Host at all are the tunnel's own.
   for (const char* host : {"localhost:8080", "LOCALHOST", "127.0.0.1:8080", "127.1.2.3", "[::1]:8080",
                            "gpuslice", "ui.localhost:9000"}) {
-    auto [c, b] = UnixRequest(h_.socket(), std::string("GET /v1/jobs HTTP/1.1\r\nHost: ") + host + "\r\n");
+    auto [c, b] = UnixRequest(h_.socket(), std::string("GET /v1/jobs HTTP/1.1\r\nHost: ") + host + "\r\n" + browser);
     EXPECT_EQ(c, 200) << host << ": " << b;
   }
   for (const char* host : {"127.0.0.1.evil.example", "127.0.0.1.evil", "localhost.evil.example", "128.0.0.1", "127.0.0",
                            "[::2]", "localhost-evil"}) {
-    auto [c, b] = UnixRequest(h_.socket(), std::string("GET /v1/jobs HTTP/1.1\r\nHost: ") + host + "\r\n");
+    auto [c, b] = UnixRequest(h_.socket(), std::string("GET /v1/jobs HTTP/1.1\r\nHost: ") + host + "\r\n" + browser);
     EXPECT_EQ(c, 403) << host << ": " << b;
   }
+  // A Referer alone marks a browser too.
+  auto [ref, ref_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: evil.example\r\nReferer: http://evil.example/\r\n");
+  EXPECT_EQ(ref, 403) << ref_body;
+  // Not a browser (curl --unix-socket S http://x/..., scripts): any host, or none.
   auto [c10, b10] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.0\r\n");
   EXPECT_EQ(c10, 200) << b10;
+  auto [curl, curl_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nUser-Agent: curl/7.88.1\r\n");
+  EXPECT_EQ(curl, 200) << curl_body;
   // The page's own same-origin cancel through the tunnel works.
   auto [ok, ok_body] = UnixRequest(h_.socket(), "POST " + cancel + " HTTP/1.1\r\nHost: localhost:8080\r\n"
-                                                  "Origin: http://localhost:8080\r\n");
+                                                  "Origin: http://localhost:8080\r\n" + browser);
   EXPECT_EQ(ok, 200) << ok_body;
   h_.WaitJob(id, [](const json& j) { return IsTerminal(j["state"].get<std::string>()); });
 }
