@@ -31,25 +31,9 @@
 
 namespace gpuslice::api {
 
-using http_detail::CodeForHttp;
-using http_detail::ErrorAnswer;
-using http_detail::ExtraHeaders;
-using http_detail::Head;
-using http_detail::IsTokenChar;
-using http_detail::kDrainTime;
-using http_detail::kMaxChunkLine;
-using http_detail::kMaxHeaders;
-using http_detail::kReadSize;
-using http_detail::Lower;
-using http_detail::NowUs;
 using http_detail::ParseHeaders;
 using http_detail::ParseSize;
-using http_detail::Reason;
-using http_detail::SameSecret;
 using http_detail::SendAll;
-using http_detail::SendNow;
-using http_detail::SetNonBlocking;
-using http_detail::Trim;
 
 // ---- client ---------------------------------------------------------------------------------
 
