@@ -914,29 +914,38 @@ class Scheduler::Impl {
   }
 
   void RefileHost(NodeId nid) {
-    std::vector<DeviceStateKey> keys;
-    std::vector<const DeviceView*> views;
+    scratch_keys_.clear();
+    scratch_devs_.clear();
     for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)}); it != devices_.end() && it->first.node == nid;
          ++it) {
       const DeviceView& d = it->second;
+      const int model = host_states_.ModelId(d.model);
+      scratch_devs_.push_back(&d);
+      const bool schedulable = Schedulable(d);
+      // ViewOf() shows every request the same unusable GPU for these (host_states.h).
+      if (!schedulable || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole) {
+        scratch_keys_.push_back(InertKey(model));
+        continue;
+      }
       DeviceStateKey k;
-      k.model = d.model;
+      k.model = model;
       k.mode = static_cast<int>(d.mode);
-      k.schedulable = Schedulable(d);
+      k.schedulable = true;
       k.used_milli = d.used_milli;
       k.memory = d.memory;
       k.used_memory = d.used_memory;
-      k.clients = d.clients;
-      k.mps_limit = MpsLimit(d);
+      // Only an MPS slice reads the clients and their limit (SharedFits), and only on a device
+      // that is free (no clients) or in MPS mode.
+      k.clients = d.mode == DeviceMode::kMps ? d.clients : 0;
+      k.mps_limit = d.mode == DeviceMode::kShared ? 0 : MpsLimit(d);
       // Necessary conditions of ViewOf() fitting, for HostStates' quick reject.
-      k.whole_free = k.schedulable && d.mode == DeviceMode::kFree && d.used_milli == 0;
-      const bool free = k.schedulable && d.mode == DeviceMode::kFree;
-      k.share_free = free || (k.schedulable && d.mode == DeviceMode::kShared) ? kOneGpu - d.used_milli : -1;
-      k.mps_free = free || (k.schedulable && d.mode == DeviceMode::kMps) ? kOneGpu - d.used_milli : -1;
-      keys.push_back(std::move(k));
-      views.push_back(&d);
+      const bool free = d.mode == DeviceMode::kFree;
+      k.whole_free = free && d.used_milli == 0;
+      k.share_free = free || d.mode == DeviceMode::kShared ? kOneGpu - d.used_milli : -1;
+      k.mps_free = free || d.mode == DeviceMode::kMps ? kOneGpu - d.used_milli : -1;
+      scratch_keys_.push_back(k);
     }
-    host_states_.Set(nid, keys, views);
+    host_states_.Set(nid, scratch_keys_, scratch_devs_);
   }
 
   // PlaceGeneric's decision, computed per distinct host state (host_states.h) for policies that
@@ -950,10 +959,12 @@ class Scheduler::Impl {
   // the top level decide (the last host whose draw is 0, else its first host); the lower ones
   // are made for their effect on rng_. Cost: O(live states) + O(draws), not O(hosts).
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
-    for (NodeId nid : host_states_.TakeDirty()) RefileHost(nid);
-    MemoKey key{r.kind, r.gpus, r.milli, r.memory, r.model, workload_version_, &policy};
-    if (!(key == memo_key_)) {
-      memo_key_ = std::move(key);
+    host_states_.TakeDirty(scratch_dirty_);
+    for (NodeId nid : scratch_dirty_) RefileHost(nid);
+    if (!(memo_key_.kind == r.kind && memo_key_.gpus == r.gpus && memo_key_.milli == r.milli &&
+          memo_key_.memory == r.memory && memo_key_.model == r.model && memo_key_.workload == workload_version_ &&
+          memo_key_.policy == &policy)) {
+      memo_key_ = MemoKey{r.kind, r.gpus, r.milli, r.memory, r.model, workload_version_, &policy};
       ++memo_generation_;
     }
     PlacementRequest req;
@@ -961,43 +972,41 @@ class Scheduler::Impl {
     req.milli_per_gpu = r.milli;
     PlacementContext ctx;
     ctx.rng = &rng_;
-    ctx.workload = Workload();
     ++stats_.placement_attempts;
     scratch_levels_.clear();
-    const std::vector<int>& live = host_states_.live();
-    const std::vector<HostStates::Summary>& summaries = host_states_.live_summaries();
-    for (std::size_t k = 0; k < live.size(); ++k) {
-      // Quick reject (a necessary condition of Fits) without touching the state.
-      const HostStates::Summary& q = summaries[k];
-      if (r.kind == SliceKind::kWhole ? q.whole_free < r.gpus
-                                      : (r.kind == SliceKind::kMps ? q.mps_free : q.share_free) < r.milli) {
-        continue;
+    bool have_workload = false;
+    // Only states whose summary could take the request (a necessary condition of Fits).
+    auto visit = [&](HostStates::State& s) {
+      if (s.memo.generation != memo_generation_) {
+        if (!have_workload) {
+          ctx.workload = Workload();
+          have_workload = true;
+        }
+        ScoreState(r, policy, req, ctx, s);
       }
-      const int id = live[k];
-      HostStates::State& s = host_states_.state(id);
-      if (s.memo.generation != memo_generation_) ScoreState(r, policy, req, ctx, s);
-      if (s.memo.fits) scratch_levels_.push_back({s.memo.score, id});
+      if (s.memo.fits) scratch_levels_.push_back({s.memo.score, &s});
+    };
+    if (r.kind == SliceKind::kWhole) {
+      host_states_.ForWhole(r.gpus, visit);
+    } else {
+      host_states_.ForShare(r.kind == SliceKind::kMps, r.milli, visit);
     }
     if (scratch_levels_.empty()) return std::nullopt;
     std::sort(scratch_levels_.begin(), scratch_levels_.end(),
               [](const auto& a, const auto& b) { return a.first > b.first; });
     // Levels from the highest score down; records found on the way, highest first.
-    struct Record {
-      std::size_t begin, end;  // range of scratch_levels_
-      NodeId first;            // the level's first host
-      std::optional<NodeId> bound;  // first host of any higher score (none for the top)
-    };
-    std::vector<Record> records;
+    using Record = LevelRecord;
+    scratch_records_.clear();
     std::optional<NodeId> above;
     for (std::size_t b = 0; b < scratch_levels_.size();) {
       std::size_t e = b;
-      NodeId first = *host_states_.state(scratch_levels_[b].second).hosts.begin();
+      NodeId first = scratch_levels_[b].second->hosts.front();
       while (e < scratch_levels_.size() && scratch_levels_[e].first == scratch_levels_[b].first) {
-        first = std::min(first, *host_states_.state(scratch_levels_[e].second).hosts.begin());
+        first = std::min(first, scratch_levels_[e].second->hosts.front());
         ++e;
       }
       if (!above || first < *above) {
-        records.push_back(Record{b, e, first, above});
+        scratch_records_.push_back(Record{b, e, first, above});
         above = first;
       }
       b = e;
@@ -1006,24 +1015,25 @@ class Scheduler::Impl {
       return std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_);
     };
     // Lower records, lowest first: only the number of draws matters.
-    for (std::size_t k = records.size(); k-- > 1;) {
-      const Record& rec = records[k];
+    for (std::size_t k = scratch_records_.size(); k-- > 1;) {
+      const Record& rec = scratch_records_[k];
       std::uint64_t count = 0;
       for (std::size_t i = rec.begin; i < rec.end; ++i) {
-        const std::set<NodeId>& hosts = host_states_.state(scratch_levels_[i].second).hosts;
-        for (auto it = hosts.upper_bound(rec.first); it != hosts.end() && *it < *rec.bound; ++it) ++count;
+        const std::vector<NodeId>& hosts = scratch_levels_[i].second->hosts;
+        count += std::lower_bound(hosts.begin(), hosts.end(), *rec.bound) -
+                 std::upper_bound(hosts.begin(), hosts.end(), rec.first);
       }
       for (std::uint64_t t = 2; t <= count + 1; ++t) draw(t);
     }
     // The top level: every host after its first, in NodeId order.
-    const Record& top = records.front();
+    const Record& top = scratch_records_.front();
     NodeId chosen = top.first;
-    int chosen_state = -1;
+    HostStates::State* chosen_state = nullptr;
     for (std::size_t i = top.begin; i < top.end; ++i) {
-      if (*host_states_.state(scratch_levels_[i].second).hosts.begin() == top.first) chosen_state = scratch_levels_[i].second;
+      if (scratch_levels_[i].second->hosts.front() == top.first) chosen_state = scratch_levels_[i].second;
     }
     if (top.end - top.begin == 1) {
-      const std::set<NodeId>& hosts = host_states_.state(chosen_state).hosts;
+      const std::vector<NodeId>& hosts = chosen_state->hosts;
       std::uint64_t ties = 1;
       for (auto it = std::next(hosts.begin()); it != hosts.end(); ++it) {
         if (draw(++ties) == 0) chosen = *it;
@@ -1031,21 +1041,23 @@ class Scheduler::Impl {
     } else {
       scratch_ties_.clear();
       for (std::size_t i = top.begin; i < top.end; ++i) {
-        const int id = scratch_levels_[i].second;
-        for (NodeId h : host_states_.state(id).hosts)
-          if (h != top.first) scratch_ties_.push_back({h, id});
+        HostStates::State* st = scratch_levels_[i].second;
+        for (NodeId h : st->hosts)
+          if (h != top.first) scratch_ties_.push_back({h, st});
       }
-      std::sort(scratch_ties_.begin(), scratch_ties_.end());
+      std::sort(scratch_ties_.begin(), scratch_ties_.end(),
+                [](const auto& a, const auto& b) { return a.first < b.first; });
       std::uint64_t ties = 1;
-      for (const auto& [h, id] : scratch_ties_) {
+      for (const auto& [h, st] : scratch_ties_) {
         if (draw(++ties) == 0) {
           chosen = h;
-          chosen_state = id;
+          chosen_state = st;
         }
       }
     }
     Choice c{chosen, {}, std::nullopt};
-    for (int g : host_states_.state(chosen_state).memo.gpus) c.devices.push_back(host_states_.Views(chosen)[g]->ref.index);
+    const std::vector<const DeviceView*>& order = host_states_.Views(chosen);
+    for (int g : chosen_state->memo.gpus) c.devices.push_back(order[g]->ref.index);
     std::sort(c.devices.begin(), c.devices.end());
     return c;
   }
@@ -1054,7 +1066,7 @@ class Scheduler::Impl {
   void ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
                   const PlacementContext& ctx, HostStates::State& s) {
     scratch_gpus_.clear();
-    for (const DeviceView* d : host_states_.Views(*s.hosts.begin())) scratch_gpus_.push_back(ViewOf(r, *d));
+    for (const DeviceView* d : host_states_.Views(s.hosts.front())) scratch_gpus_.push_back(ViewOf(r, *d));
     NodeView v;
     v.model = s.host_model;
     v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
@@ -1069,7 +1081,7 @@ class Scheduler::Impl {
     if (!choice) return;
     m.fits = true;
     m.score = choice->score;
-    m.gpus = std::move(choice->gpu_indices);
+    m.gpus.assign(choice->gpu_indices.begin(), choice->gpu_indices.end());
   }
 
   // The expected workload for fragmentation-aware policies (FGD's "typical pods"): the shapes
@@ -1913,8 +1925,17 @@ class Scheduler::Impl {
   };
   MemoKey memo_key_;
   std::uint64_t memo_generation_ = 0;
-  std::vector<std::pair<double, int>> scratch_levels_;  // (score, state) of fitting states
-  std::vector<std::pair<NodeId, int>> scratch_ties_;    // (host, state) of the top level
+  std::vector<std::pair<double, HostStates::State*>> scratch_levels_;  // (score, state) of fitting states
+  std::vector<std::pair<NodeId, HostStates::State*>> scratch_ties_;    // (host, state) of the top level
+  struct LevelRecord {
+    std::size_t begin, end;       // range of scratch_levels_
+    NodeId first;                 // the level's first host
+    std::optional<NodeId> bound;  // first host of any higher score (none for the top)
+  };
+  std::vector<LevelRecord> scratch_records_;
+  std::vector<DeviceStateKey> scratch_keys_;
+  std::vector<const DeviceView*> scratch_devs_;
+  std::vector<NodeId> scratch_dirty_;
 
   // Scratch (reused to avoid allocation per event).
   std::vector<char> scratch_failed_;
