@@ -21,6 +21,13 @@ int HostStates::ModelId(std::string_view model) {
   return static_cast<int>(model_names_.size() - 1);
 }
 
+int HostStates::FindModelId(std::string_view model) const {
+  for (std::size_t i = 0; i < model_names_.size(); ++i) {
+    if (model_names_[i] == model) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 std::uint64_t HostStates::Hash(int host_model, std::span<const DeviceStateKey> devices) {
   std::uint64_t h = static_cast<std::uint64_t>(host_model) + 1;
   for (const DeviceStateKey& d : devices) {

@@ -90,6 +90,8 @@ class HostStates {
 
   // A small integer for a model name (stable for the life of this object; names are kept).
   int ModelId(std::string_view model);
+  // ModelId() of a name seen before; -1 if none (nothing is added).
+  int FindModelId(std::string_view model) const;
 
   void MarkDirty(NodeId node);
   // Moves the hosts dirty since the last call (each once) into `out`. Each of them must be

@@ -913,6 +913,27 @@ class Scheduler::Impl {
     return g;
   }
 
+  // ViewOf() from a device's HostStates key (RefileHost() below), without reading the device:
+  // the same rules, on the key's copies of the fields they read. `model`: HostStates'
+  // id of r.model, kAnyModel when empty, -1 when no device has that model.
+  static constexpr int kAnyModel = -2;
+  static GpuView ViewOfKey(const Resolved& r, int model, const DeviceStateKey& k) {
+    bool ok = k.schedulable && (model == kAnyModel || k.model == model);
+    const auto mode = static_cast<DeviceMode>(k.mode);
+    if (ok && r.kind == SliceKind::kWhole) {
+      ok = mode == DeviceMode::kFree;
+    } else if (ok) {  // SharedFits()
+      ok = (mode == DeviceMode::kFree || mode == ModeFor(r.kind)) && kOneGpu - k.used_milli >= r.milli &&
+           !(k.memory > 0 && k.memory - k.used_memory < (r.memory > 0 ? r.memory : k.memory * r.milli / kOneGpu)) &&
+           !(r.kind == SliceKind::kMps && k.clients >= k.mps_limit);
+    }
+    GpuView g;
+    g.usable = ok;
+    g.free_milli = ok ? kOneGpu - k.used_milli : 0;
+    g.free_memory = ok ? std::max<Bytes>(k.memory - k.used_memory, 0) : 0;
+    return g;
+  }
+
   void RefileHost(NodeId nid) {
     scratch_keys_.clear();
     scratch_devs_.clear();
@@ -974,6 +995,7 @@ class Scheduler::Impl {
     ctx.rng = &rng_;
     ++stats_.placement_attempts;
     scratch_levels_.clear();
+    request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
     bool have_workload = false;
     // Only states whose summary could take the request (a necessary condition of Fits).
     auto visit = [&](HostStates::State& s) {
@@ -1062,26 +1084,104 @@ class Scheduler::Impl {
     return c;
   }
 
-  // One state's policy result for `r`, on the GPU views of its first host in canonical order.
+  // One state's policy result for `r`, on the GPU views of its first host in canonical order
+  // with the GPUs the request cannot use moved last (a reordering that keeps the usable GPUs in
+  // order, so a policy that ScoresByNodeState() chooses the same, and the unusable GPUs all
+  // show the same view). States whose views are then equal get one policy call per generation
+  // (view_memo_): whatever else differs between them (what runs on GPUs the request cannot
+  // use, memory beyond the request) is invisible to the policy.
   void ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
                   const PlacementContext& ctx, HostStates::State& s) {
-    scratch_gpus_.clear();
-    for (const DeviceView* d : host_states_.Views(s.hosts.front())) scratch_gpus_.push_back(ViewOf(r, *d));
-    NodeView v;
-    v.model = s.host_model;
-    v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
-    v.memory_free = v.memory_total = Bytes{1} << 50;
-    v.gpus = scratch_gpus_;
+    const int n = static_cast<int>(s.devices.size());
+    scratch_gpus_.resize(n);
+    scratch_pos_.resize(n);
+    int usable = 0;
+    for (int i = 0; i < n; ++i) {
+      const GpuView g = ViewOfKey(r, request_model_, s.devices[i]);
+      if (g.usable) {
+        scratch_gpus_[usable] = g;
+        scratch_pos_[usable++] = i;
+      }
+    }
+    for (int i = 0, k = usable; i < n; ++i) {
+      if (!ViewOfKey(r, request_model_, s.devices[i]).usable) {
+        scratch_gpus_[k] = GpuView{0, 0, false};
+        scratch_pos_[k++] = i;
+      }
+    }
     HostStates::Memo& m = s.memo;
     m.generation = memo_generation_;
     m.fits = false;
     m.gpus.clear();
-    if (!Fits(req, v)) return;
-    std::optional<NodeChoice> choice = policy.Score(req, v, ctx);
-    if (!choice) return;
+    const ViewMemo& vm = LookupViews(s.host_model_id, usable, [&] {
+      ViewMemo e;
+      NodeView v;
+      v.model = s.host_model;
+      v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
+      v.memory_free = v.memory_total = Bytes{1} << 50;
+      v.gpus = scratch_gpus_;
+      if (!Fits(req, v)) return e;
+      std::optional<NodeChoice> choice = policy.Score(req, v, ctx);
+      if (!choice) return e;
+      e.fits = true;
+      e.score = choice->score;
+      e.gpus = std::move(choice->gpu_indices);
+      return e;
+    });
+    if (!vm.fits) return;
     m.fits = true;
-    m.score = choice->score;
-    m.gpus.assign(choice->gpu_indices.begin(), choice->gpu_indices.end());
+    m.score = vm.score;
+    for (int g : vm.gpus) m.gpus.push_back(scratch_pos_[g]);
+  }
+
+  // Policy results by (host model, GPU views) for the current memo generation.
+  struct ViewMemo {
+    bool fits = false;
+    double score = 0;
+    std::vector<int> gpus;  // positions in the views
+  };
+  struct ViewMemoEntry {
+    std::uint64_t generation = 0;
+    std::uint64_t hash = 0;
+    int model = 0;
+    std::vector<GpuView> views;
+    ViewMemo result;
+  };
+  template <typename F>
+  const ViewMemo& LookupViews(int model, int usable, F compute) {
+    std::uint64_t h = static_cast<std::uint64_t>(model) * 0x9e3779b97f4a7c15ULL ^ scratch_gpus_.size();
+    for (const GpuView& g : scratch_gpus_) {
+      h ^= static_cast<std::uint64_t>(g.free_milli) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h ^= static_cast<std::uint64_t>(g.free_memory) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h ^= static_cast<std::uint64_t>(g.usable) + (h << 6) + (h >> 2);
+    }
+    (void)usable;
+    if (view_memo_.empty()) view_memo_.resize(4096);
+    const std::size_t mask = view_memo_.size() - 1;
+    auto same = [&](const ViewMemoEntry& e) {
+      if (e.hash != h || e.model != model || e.views.size() != scratch_gpus_.size()) return false;
+      for (std::size_t i = 0; i < e.views.size(); ++i) {
+        const GpuView& a = e.views[i];
+        const GpuView& b = scratch_gpus_[i];
+        if (a.free_milli != b.free_milli || a.free_memory != b.free_memory || a.usable != b.usable) return false;
+      }
+      return true;
+    };
+    // Open addressing, a few probes; an entry of an older generation is free. When the probes
+    // find neither, the last probed slot is overwritten (a memo, so losing one is only slower).
+    std::size_t slot = h & mask;
+    for (int probe = 0; probe < 8; ++probe, slot = (slot + 1) & mask) {
+      ViewMemoEntry& e = view_memo_[slot];
+      if (e.generation == memo_generation_ && same(e)) return e.result;
+      if (e.generation != memo_generation_) break;
+    }
+    ViewMemoEntry& e = view_memo_[slot];
+    e.generation = memo_generation_;
+    e.hash = h;
+    e.model = model;
+    e.views.assign(scratch_gpus_.begin(), scratch_gpus_.end());
+    e.result = compute();
+    return e.result;
   }
 
   // The expected workload for fragmentation-aware policies (FGD's "typical pods"): the shapes
@@ -1936,6 +2036,9 @@ class Scheduler::Impl {
   std::vector<DeviceStateKey> scratch_keys_;
   std::vector<const DeviceView*> scratch_devs_;
   std::vector<NodeId> scratch_dirty_;
+  int request_model_ = kAnyModel;               // PlaceByState: ViewOfKey()'s `model`
+  std::vector<int> scratch_pos_;                // ScoreState: view position -> canonical position
+  std::vector<ViewMemoEntry> view_memo_;        // see LookupViews()
 
   // Scratch (reused to avoid allocation per event).
   std::vector<char> scratch_failed_;
