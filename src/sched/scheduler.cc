@@ -1067,14 +1067,20 @@ class Scheduler::Impl {
         for (NodeId h : st->hosts)
           if (h != top.first) scratch_ties_.push_back({h, st});
       }
-      std::sort(scratch_ties_.begin(), scratch_ties_.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
+      // The draws' arguments do not depend on which host each is for (2, 3, ... in turn): draw
+      // them all, then find the host of the last zero, the k-th in NodeId order (O(hosts),
+      // no sort).
+      std::size_t last_zero = 0;  // 1 + position in NodeId order; 0: none
       std::uint64_t ties = 1;
-      for (const auto& [h, st] : scratch_ties_) {
-        if (draw(++ties) == 0) {
-          chosen = h;
-          chosen_state = st;
-        }
+      for (std::size_t k = 0; k < scratch_ties_.size(); ++k) {
+        if (draw(++ties) == 0) last_zero = k + 1;
+      }
+      if (last_zero > 0) {
+        auto nth = scratch_ties_.begin() + static_cast<std::ptrdiff_t>(last_zero - 1);
+        std::nth_element(scratch_ties_.begin(), nth, scratch_ties_.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        chosen = nth->first;
+        chosen_state = nth->second;
       }
     }
     Choice c{chosen, {}, std::nullopt};
