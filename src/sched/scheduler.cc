@@ -641,6 +641,7 @@ class Scheduler::Impl {
     PendingKey k{-r->queue->priority, r->submit, r->job};
     pending_.emplace(k, r);
     if (r->kind == SliceKind::kMig) pending_mig_.emplace(k, r);
+    if (MayReserve(*r)) pending_reserve_.emplace(k, r);
     if (shape_queue_.size() <= static_cast<std::size_t>(r->shape)) shape_queue_.resize(r->shape + 1);
     shape_queue_[r->shape].emplace(k, r);
     live_shapes_.insert(r->shape);
@@ -649,6 +650,7 @@ class Scheduler::Impl {
     PendingKey k{-r.queue->priority, r.submit, r.job};
     pending_.erase(k);
     pending_mig_.erase(k);
+    pending_reserve_.erase(k);
     auto& q = shape_queue_[r.shape];
     q.erase(k);
     if (q.empty()) live_shapes_.erase(r.shape);
@@ -1568,8 +1570,7 @@ class Scheduler::Impl {
 
   void MaybeReserve() {
     if (reservation_ || !any_reserve_) return;
-    for (const auto& [k, r] : pending_) {
-      if (r->kind != SliceKind::kWhole || r->queue->reserve_after <= 0) continue;
+    for (const auto& [k, r] : pending_reserve_) {
       if (now_ - r->submit < r->queue->reserve_after || CapBlocks(*r)) continue;
       if (auto c = ReservationFor(*r)) {
         reservation_ = Reservation{r->job, c->node, c->devices};
@@ -1989,6 +1990,8 @@ class Scheduler::Impl {
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
   std::map<PendingKey, Resolved*> pending_;
   std::map<PendingKey, Resolved*> pending_mig_;  // the kMig subset of pending_
+  std::map<PendingKey, Resolved*> pending_reserve_;  // the MayReserve() subset of pending_
+  static bool MayReserve(const Resolved& r) { return r.kind == SliceKind::kWhole && r.queue->reserve_after > 0; }
   std::vector<std::map<PendingKey, Resolved*>> shape_queue_;  // pending_ split by shape id
   std::set<int> live_shapes_;                                 // shapes with pending jobs
   std::map<std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*>, int> shapes_;
