@@ -40,8 +40,9 @@ std::uint64_t HostStates::Hash(int host_model, std::span<const DeviceStateKey> d
   return h;
 }
 
-void HostStates::MarkDirty(NodeId node) {
+void HostStates::MarkDirty(NodeId node, bool devices_changed) {
   Host& h = hosts_[node];
+  h.devices_changed = h.devices_changed || devices_changed;
   if (!h.dirty) {
     h.dirty = true;
     dirty_.push_back(node);
@@ -113,6 +114,8 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
   }
   Host& h = hosts_[node];
   h.dirty = false;
+  h.devices_changed = false;
+  h.index_order.assign(devices.begin(), devices.end());
   // Canonical order: stable by used share, so devices with equal shares keep index order
   // (an insertion sort: hosts have a few devices).
   const int n = static_cast<int>(keys.size());

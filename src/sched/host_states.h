@@ -93,7 +93,14 @@ class HostStates {
   // ModelId() of a name seen before; -1 if none (nothing is added).
   int FindModelId(std::string_view model) const;
 
-  void MarkDirty(NodeId node);
+  // `devices_changed`: a device of the host was added or removed (IndexOrder() is then stale).
+  void MarkDirty(NodeId node, bool devices_changed = false);
+  // The devices of `node` in index order as last Set(), while none was added or removed since;
+  // nullptr otherwise (the caller lists them afresh).
+  const std::vector<const DeviceView*>* IndexOrder(NodeId node) const {
+    auto it = hosts_.find(node);
+    return it == hosts_.end() || it->second.devices_changed || it->second.state < 0 ? nullptr : &it->second.index_order;
+  }
   // Moves the hosts dirty since the last call (each once) into `out`. Each of them must be
   // Set() next (that clears its mark).
   void TakeDirty(std::vector<NodeId>& out);
@@ -135,7 +142,9 @@ class HostStates {
   struct Host {
     int state = -1;
     bool dirty = false;
-    std::vector<const DeviceView*> order;  // canonical position -> device
+    bool devices_changed = false;
+    std::vector<const DeviceView*> order;        // canonical position -> device
+    std::vector<const DeviceView*> index_order;  // the devices as given to Set()
   };
   static constexpr int kWhole = 0, kShare = 1, kMps = 2;
   static constexpr int kWholeBuckets = 65;  // whole_free 0..63, 64 and more

@@ -463,7 +463,7 @@ class Scheduler::Impl {
     nodes_[e.device.node].insert(e.device.index);
     auto [it, _] = devices_.emplace(e.device, std::move(d));
     index_.Add(it->second, Facts(it->second));
-    if (by_state_) host_states_.MarkDirty(e.device.node);
+    if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
     CountCapacity(it->second, +1);
     Schedule(/*only=*/std::nullopt);
   }
@@ -481,7 +481,7 @@ class Scheduler::Impl {
     if (it->second.reserved_for.valid()) ReleaseReservation();  // chosen again later, elsewhere
     DeviceView& d = it->second;
     index_.Remove(d, Facts(d));
-    if (by_state_) host_states_.MarkDirty(e.device.node);
+    if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
     if (d.draining || d.reconfiguring) --mig_in_flight_;
     CountCapacity(d, -1);
     mig_mode_devices_ -= d.mode == DeviceMode::kMig;
@@ -939,11 +939,17 @@ class Scheduler::Impl {
   void RefileHost(NodeId nid) {
     scratch_keys_.clear();
     scratch_devs_.clear();
-    for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)}); it != devices_.end() && it->first.node == nid;
-         ++it) {
-      const DeviceView& d = it->second;
+    // The host's devices in index order: as filed last time unless devices came or went.
+    if (const std::vector<const DeviceView*>* same = host_states_.IndexOrder(nid)) {
+      scratch_devs_.assign(same->begin(), same->end());
+    } else {
+      for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)});
+           it != devices_.end() && it->first.node == nid; ++it)
+        scratch_devs_.push_back(&it->second);
+    }
+    for (const DeviceView* dp : scratch_devs_) {
+      const DeviceView& d = *dp;
       const int model = host_states_.ModelId(d.model);
-      scratch_devs_.push_back(&d);
       const bool schedulable = Schedulable(d);
       // ViewOf() shows every request the same unusable GPU for these (host_states.h).
       if (!schedulable || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole) {
