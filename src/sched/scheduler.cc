@@ -1109,20 +1109,19 @@ class Scheduler::Impl {
     const int n = static_cast<int>(s.devices.size());
     scratch_gpus_.resize(n);
     scratch_pos_.resize(n);
-    int usable = 0;
+    // Usable GPUs from the front, unusable ones from the back (then put back in order).
+    int usable = 0, back = n;
     for (int i = 0; i < n; ++i) {
       const GpuView g = ViewOfKey(r, request_model_, s.devices[i]);
       if (g.usable) {
         scratch_gpus_[usable] = g;
         scratch_pos_[usable++] = i;
+      } else {
+        scratch_gpus_[--back] = GpuView{0, 0, false};
+        scratch_pos_[back] = i;
       }
     }
-    for (int i = 0, k = usable; i < n; ++i) {
-      if (!ViewOfKey(r, request_model_, s.devices[i]).usable) {
-        scratch_gpus_[k] = GpuView{0, 0, false};
-        scratch_pos_[k++] = i;
-      }
-    }
+    std::reverse(scratch_pos_.begin() + usable, scratch_pos_.end());
     HostStates::Memo& m = s.memo;
     m.generation = memo_generation_;
     m.fits = false;
