@@ -641,7 +641,7 @@ class Scheduler::Impl {
     PendingKey k{-r->queue->priority, r->submit, r->job};
     pending_.emplace(k, r);
     if (r->kind == SliceKind::kMig) pending_mig_.emplace(k, r);
-    if (MayReserve(*r)) pending_reserve_.emplace(k, r);
+    if (MayReserve(*r)) pending_reserve_[r->queue].emplace(k, r);
     if (shape_queue_.size() <= static_cast<std::size_t>(r->shape)) shape_queue_.resize(r->shape + 1);
     shape_queue_[r->shape].emplace(k, r);
     live_shapes_.insert(r->shape);
@@ -650,7 +650,7 @@ class Scheduler::Impl {
     PendingKey k{-r.queue->priority, r.submit, r.job};
     pending_.erase(k);
     pending_mig_.erase(k);
-    pending_reserve_.erase(k);
+    if (MayReserve(r)) pending_reserve_[r.queue].erase(k);
     auto& q = shape_queue_[r.shape];
     q.erase(k);
     if (q.empty()) live_shapes_.erase(r.shape);
@@ -1575,8 +1575,19 @@ class Scheduler::Impl {
 
   void MaybeReserve() {
     if (reservation_ || !any_reserve_) return;
-    for (const auto& [k, r] : pending_reserve_) {
-      if (now_ - r->submit < r->queue->reserve_after || CapBlocks(*r)) continue;
+    // The jobs that have waited long enough, in queue order: per queue, a prefix of its
+    // pending whole-GPU jobs (ordered by submit time), merged.
+    scratch_reserve_.clear();
+    for (const auto& [queue, jobs] : pending_reserve_) {
+      for (const auto& [k, r] : jobs) {
+        if (now_ - r->submit < queue->reserve_after) break;
+        scratch_reserve_.emplace_back(k, r);
+      }
+    }
+    std::sort(scratch_reserve_.begin(), scratch_reserve_.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [k, r] : scratch_reserve_) {
+      if (CapBlocks(*r)) continue;
       if (auto c = ReservationFor(*r)) {
         reservation_ = Reservation{r->job, c->node, c->devices};
         for (DeviceIndex di : c->devices) {
@@ -1995,7 +2006,9 @@ class Scheduler::Impl {
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
   std::map<PendingKey, Resolved*> pending_;
   std::map<PendingKey, Resolved*> pending_mig_;  // the kMig subset of pending_
-  std::map<PendingKey, Resolved*> pending_reserve_;  // the MayReserve() subset of pending_
+  // The MayReserve() subset of pending_, per queue (each in submit order: one priority).
+  std::map<const QueueConfig*, std::map<PendingKey, Resolved*>> pending_reserve_;
+  std::vector<std::pair<PendingKey, Resolved*>> scratch_reserve_;
   static bool MayReserve(const Resolved& r) { return r.kind == SliceKind::kWhole && r.queue->reserve_after > 0; }
   std::vector<std::map<PendingKey, Resolved*>> shape_queue_;  // pending_ split by shape id
   std::set<int> live_shapes_;                                 // shapes with pending jobs
