@@ -1162,13 +1162,14 @@ class Scheduler::Impl {
   };
   template <typename F>
   const ViewMemo& LookupViews(int model, int usable, F compute) {
-    std::uint64_t h = static_cast<std::uint64_t>(model) * 0x9e3779b97f4a7c15ULL ^ scratch_gpus_.size();
-    for (const GpuView& g : scratch_gpus_) {
+    // The views past `usable` are all the same unusable view: their count stands for them.
+    std::uint64_t h = (static_cast<std::uint64_t>(model) * 0x9e3779b97f4a7c15ULL) ^
+                      (scratch_gpus_.size() << 32 | static_cast<std::uint64_t>(usable));
+    for (int i = 0; i < usable; ++i) {
+      const GpuView& g = scratch_gpus_[i];
       h ^= static_cast<std::uint64_t>(g.free_milli) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
       h ^= static_cast<std::uint64_t>(g.free_memory) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-      h ^= static_cast<std::uint64_t>(g.usable) + (h << 6) + (h >> 2);
     }
-    (void)usable;
     if (view_memo_.empty()) view_memo_.resize(4096);
     const std::size_t mask = view_memo_.size() - 1;
     auto same = [&](const ViewMemoEntry& e) {
