@@ -986,7 +986,8 @@ class Scheduler::Impl {
   // before the first host of any higher score) after its first host and before the next
   // record's first host, and every host of the top level after its first. Only the draws of
   // the top level decide (the last host whose draw is 0, else its first host); the lower ones
-  // are made for their effect on rng_. Cost: O(live states) + O(draws), not O(hosts).
+  // are made for their effect on rng_. Cost: O(states that could take the request) + O(draws),
+  // not O(hosts).
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
     host_states_.TakeDirty(scratch_dirty_);
     for (NodeId nid : scratch_dirty_) RefileHost(nid);
