@@ -205,10 +205,10 @@ double NaiveScanDecisionsPerSecond(std::uint64_t decisions) {
 
 void Print(const std::string& name, const Result& r) {
   std::printf("%-28s %9.0f decisions/s  %9.0f events/s  (%llu starts in %.2fs; %zu running, "
-              "%zu pending, ~%.0f%% of GPU share allocated)\n",
+              "%zu pending, ~%.0f%% of GPU share allocated; digest %016llx)\n",
               name.c_str(), r.starts / r.seconds, r.events / r.seconds,
               static_cast<unsigned long long>(r.starts), r.seconds, r.running, r.pending,
-              100 * r.utilisation);
+              100 * r.utilisation, static_cast<unsigned long long>(r.digest));
 }
 
 }  // namespace

@@ -115,8 +115,10 @@ int main(int argc, char** argv) {
   fmt::print("  scheduler: {} events, {} decisions, {:.0f} decisions/s, {:.0f} events/s\n", r.events, r.decisions,
              static_cast<double>(r.decisions) / r.seconds, static_cast<double>(r.events) / r.seconds);
   fmt::print("  reclaimed (idle) {}, time-limited {}, warnings {}\n", r.reclaimed, r.time_limited, r.warnings);
-  fmt::print("  started {} rejected {} waiting {}; delay p50 {:.0f} s p95 {:.0f} s p99 {:.0f} s; mean alloc {:.2f}%\n",
-             r.started, r.rejected, r.never_started, r.delay_p50_s, r.delay_p95_s, r.delay_p99_s, r.mean_alloc_pct);
+  fmt::print("  started {} rejected {} waiting {}; delay p50 {:.0f} s p95 {:.0f} s p99 {:.0f} s; mean alloc {:.2f}%; "
+             "start digest {:016x}\n",
+             r.started, r.rejected, r.never_started, r.delay_p50_s, r.delay_p95_s, r.delay_p99_s, r.mean_alloc_pct,
+             r.start_digest);
   if (baseline == "reference") {
     sim::ReplayOptions ref;
     ref.reference_placement = true;

@@ -1,7 +1,6 @@
 #include "sched/host_states.h"
 
 #include <algorithm>
-#include <numeric>
 
 namespace gpuslice::sched {
 
@@ -13,56 +12,99 @@ std::uint64_t Mix(std::uint64_t h, std::uint64_t v) {
 }
 }  // namespace
 
-std::uint64_t HostStates::Hash(const State& s) {
-  std::uint64_t h = std::hash<std::string>{}(s.host_model);
-  for (const DeviceStateKey& d : s.devices) {
-    h = Mix(h, std::hash<std::string>{}(d.model));
-    h = Mix(h, static_cast<std::uint64_t>(d.mode) * 2 + (d.schedulable ? 1 : 0));
+int HostStates::ModelId(std::string_view model) {
+  // A handful of models per cluster: a linear search beats hashing the name.
+  for (std::size_t i = 0; i < model_names_.size(); ++i) {
+    if (model_names_[i] == model) return static_cast<int>(i);
+  }
+  model_names_.emplace_back(model);
+  return static_cast<int>(model_names_.size() - 1);
+}
+
+int HostStates::FindModelId(std::string_view model) const {
+  for (std::size_t i = 0; i < model_names_.size(); ++i) {
+    if (model_names_[i] == model) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::uint64_t HostStates::Hash(int host_model, std::span<const DeviceStateKey> devices) {
+  std::uint64_t h = static_cast<std::uint64_t>(host_model) + 1;
+  for (const DeviceStateKey& d : devices) {
+    h = Mix(h, static_cast<std::uint64_t>(d.model) << 40 ^ static_cast<std::uint64_t>(d.mode + 2) << 2 ^
+                   (d.schedulable ? 1 : 0));
     h = Mix(h, static_cast<std::uint64_t>(d.used_milli));
-    h = Mix(h, static_cast<std::uint64_t>(d.memory));
-    h = Mix(h, static_cast<std::uint64_t>(d.used_memory));
+    h = Mix(h, static_cast<std::uint64_t>(d.memory) ^ static_cast<std::uint64_t>(d.used_memory) << 17);
     h = Mix(h, static_cast<std::uint64_t>(d.clients) << 32 | static_cast<std::uint32_t>(d.mps_limit));
   }
   return h;
 }
 
-void HostStates::MarkDirty(NodeId node) {
-  if (dirty_set_.insert(node).second) dirty_.push_back(node);
+void HostStates::MarkDirty(NodeId node, bool devices_changed) {
+  Host& h = hosts_[node];
+  h.devices_changed = h.devices_changed || devices_changed;
+  if (!h.dirty) {
+    h.dirty = true;
+    dirty_.push_back(node);
+  }
 }
 
-std::vector<NodeId> HostStates::TakeDirty() {
-  std::vector<NodeId> out;
+void HostStates::TakeDirty(std::vector<NodeId>& out) {
+  out.clear();
   out.swap(dirty_);
-  dirty_set_.clear();
-  return out;
+}
+
+// Buckets: whole-free count (kWhole), and largest free share / 64 for shared (kShare) and MPS
+// (kMps) slices; a state with no share free (-1) is in no share bucket.
+void HostStates::Bucket(int id) {
+  State& s = states_[id];
+  const int b[3] = {std::min(s.whole_free, kWholeBuckets - 1), s.share_free < 0 ? -1 : ShareBucket(s.share_free),
+                    s.mps_free < 0 ? -1 : ShareBucket(s.mps_free)};
+  for (int k = 0; k < 3; ++k) {
+    s.bucket[k] = b[k];
+    if (b[k] < 0) continue;
+    std::vector<int>& v = buckets_[k][b[k]];
+    s.slot[k] = static_cast<int>(v.size());
+    v.push_back(id);
+  }
+}
+
+void HostStates::Unbucket(int id) {
+  State& s = states_[id];
+  for (int k = 0; k < 3; ++k) {
+    if (s.bucket[k] < 0) continue;
+    std::vector<int>& v = buckets_[k][s.bucket[k]];
+    const int last = v.back();
+    v[s.slot[k]] = last;
+    states_[last].slot[k] = s.slot[k];
+    v.pop_back();
+    s.bucket[k] = -1;
+  }
 }
 
 void HostStates::Detach(NodeId node, Host& h) {
   if (h.state < 0) return;
-  State& s = states_[h.state];
-  s.hosts.erase(node);
+  const int id = h.state;
+  State& s = states_[id];
+  s.hosts.erase(std::lower_bound(s.hosts.begin(), s.hosts.end(), node));
   if (s.hosts.empty()) {
-    // Retire the state: out of the live list and the hash table, its id reused later.
-    const std::size_t p = live_pos_[h.state];
-    live_pos_[live_.back()] = p;
-    live_[p] = live_.back();
-    live_.pop_back();
-    live_summary_[p] = live_summary_.back();
-    live_summary_.pop_back();
-    const std::uint64_t hash = Hash(s);
-    for (auto [it, end] = by_hash_.equal_range(hash); it != end; ++it) {
-      if (it->second == h.state) {
+    // Retire the state: out of the buckets and the hash table, its id reused later (its
+    // vectors keep their capacity for the next state filed there).
+    Unbucket(id);
+    for (auto [it, end] = by_hash_.equal_range(s.hash); it != end; ++it) {
+      if (it->second == id) {
         by_hash_.erase(it);
         break;
       }
     }
-    s = State{};
-    free_ids_.push_back(h.state);
+    s.memo = Memo{};
+    free_ids_.push_back(id);
+    --live_;
   }
   h.state = -1;
 }
 
-void HostStates::Set(NodeId node, const std::vector<DeviceStateKey>& keys, const std::vector<const DeviceView*>& devices) {
+void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<const DeviceView* const> devices) {
   if (keys.empty()) {
     auto it = hosts_.find(node);
     if (it == hosts_.end()) return;
@@ -71,27 +113,42 @@ void HostStates::Set(NodeId node, const std::vector<DeviceStateKey>& keys, const
     return;
   }
   Host& h = hosts_[node];
-  // Canonical order: stable by used share, so devices with equal shares keep index order.
-  std::vector<int> perm(keys.size());
-  std::iota(perm.begin(), perm.end(), 0);
-  std::stable_sort(perm.begin(), perm.end(),
-                   [&](int a, int b) { return keys[a].used_milli < keys[b].used_milli; });
-  State probe;
-  probe.host_model = keys.front().model;
-  probe.devices.reserve(keys.size());
-  for (int i : perm) probe.devices.push_back(keys[i]);
-  h.order.clear();
-  for (int i : perm) h.order.push_back(devices[i]);
-  const std::uint64_t hash = Hash(probe);
+  h.dirty = false;
+  h.devices_changed = false;
+  h.index_order.assign(devices.begin(), devices.end());
+  // Canonical order: stable by used share, so devices with equal shares keep index order
+  // (an insertion sort: hosts have a few devices).
+  const int n = static_cast<int>(keys.size());
+  perm_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    int j = i;
+    while (j > 0 && keys[perm_[j - 1]].used_milli > keys[i].used_milli) {
+      perm_[j] = perm_[j - 1];
+      --j;
+    }
+    perm_[j] = i;
+  }
+  probe_.resize(n);
+  h.order.resize(n);
+  for (int i = 0; i < n; ++i) {
+    probe_[i] = keys[perm_[i]];
+    h.order[i] = devices[perm_[i]];
+  }
+  const int host_model = keys.front().model;
+  if (h.state >= 0) {
+    const State& cur = states_[h.state];
+    if (cur.host_model_id == host_model && std::equal(probe_.begin(), probe_.end(), cur.devices.begin(), cur.devices.end()))
+      return;
+  }
+  const std::uint64_t hash = Hash(host_model, probe_);
   int id = -1;
   for (auto [it, end] = by_hash_.equal_range(hash); it != end; ++it) {
     const State& s = states_[it->second];
-    if (s.host_model == probe.host_model && s.devices == probe.devices) {
+    if (s.host_model_id == host_model && std::equal(probe_.begin(), probe_.end(), s.devices.begin(), s.devices.end())) {
       id = it->second;
       break;
     }
   }
-  if (id >= 0 && id == h.state) return;
   Detach(node, h);
   if (id < 0) {
     if (!free_ids_.empty()) {
@@ -100,20 +157,28 @@ void HostStates::Set(NodeId node, const std::vector<DeviceStateKey>& keys, const
     } else {
       id = static_cast<int>(states_.size());
       states_.emplace_back();
-      live_pos_.push_back(0);
     }
-    for (const DeviceStateKey& k : probe.devices) {
-      probe.whole_free += k.whole_free ? 1 : 0;
-      probe.share_free = std::max(probe.share_free, k.share_free);
-      probe.mps_free = std::max(probe.mps_free, k.mps_free);
+    State& s = states_[id];
+    s.host_model_id = host_model;
+    s.host_model = model_names_[host_model];
+    s.devices.assign(probe_.begin(), probe_.end());
+    s.hosts.clear();
+    s.whole_free = 0;
+    s.share_free = -1;
+    s.mps_free = -1;
+    for (const DeviceStateKey& k : probe_) {
+      s.whole_free += k.whole_free ? 1 : 0;
+      s.share_free = std::max(s.share_free, k.share_free);
+      s.mps_free = std::max(s.mps_free, k.mps_free);
     }
-    states_[id] = std::move(probe);
+    s.hash = hash;
+    s.memo = Memo{};
     by_hash_.emplace(hash, id);
-    live_pos_[id] = live_.size();
-    live_.push_back(id);
-    live_summary_.push_back(Summary{states_[id].whole_free, states_[id].share_free, states_[id].mps_free});
+    Bucket(id);
+    ++live_;
   }
-  states_[id].hosts.insert(node);
+  State& s = states_[id];
+  s.hosts.insert(std::upper_bound(s.hosts.begin(), s.hosts.end(), node), node);
   h.state = id;
 }
 

@@ -8,17 +8,25 @@
 // up to that reordering, and devices with equal used share keep their index order, so a policy
 // whose choice on a node depends only on the GPU views and picks the first index among GPUs
 // with equal views (PlacementPolicy::ScoresByNodeState) makes the same choice on each, mapped
-// through the host's own order. The scheduler marks a host dirty on every device change and
-// refreshes dirty hosts before placing. Each state memoises its last score, valid while the
-// memo generation (request shape + workload version) is unchanged.
+// through the host's own order. Devices no request can use (the caller marks them inert: in MIG
+// or whole-GPU mode, or not schedulable) show every request the same unusable view, so their
+// key keeps only the model: hosts that differ only in what runs on such devices share a state.
+// The scheduler marks a host dirty on every device change and refreshes dirty hosts before
+// placing. Each state memoises its last score, valid while the memo generation (request shape
+// + workload version) is unchanged.
+//
+// Live states are kept in buckets by their quick-reject summaries (free whole devices, largest
+// free share for a shared or an MPS slice), so a request visits only the states that could take
+// it: a request that fits nowhere costs a few bucket checks, not a scan of every state.
 // Not thread-safe (owned by one Scheduler).
 
+#include <array>
 #include <cstdint>
-#include <optional>
-#include <set>
+#include <deque>
+#include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/ids.h"
@@ -30,7 +38,7 @@ namespace gpuslice::sched {
 
 // The fields of one device that the scheduler's placement views read.
 struct DeviceStateKey {
-  std::string model;
+  int model = 0;  // HostStates::ModelId() of the device's model
   int mode = 0;
   bool schedulable = true;
   MilliGpu used_milli = 0;
@@ -46,6 +54,17 @@ struct DeviceStateKey {
   bool operator==(const DeviceStateKey&) const = default;
 };
 
+// The key of a device no request can use: every field but the model fixed, its used share full
+// (so inert devices sort after the others and keep their index order among themselves).
+inline DeviceStateKey InertKey(int model) {
+  DeviceStateKey k;
+  k.model = model;
+  k.mode = -1;
+  k.schedulable = false;
+  k.used_milli = kOneGpu;
+  return k;
+}
+
 class HostStates {
  public:
   // A state's memoised policy result (canonical GPU positions), valid for one generation.
@@ -56,55 +75,99 @@ class HostStates {
     std::vector<int> gpus;  // canonical positions
   };
   struct State {
-    std::string host_model;             // model of the host's first device (NodeView::model)
+    std::string_view host_model;          // model of the host's first device (NodeView::model)
+    int host_model_id = -1;
     std::vector<DeviceStateKey> devices;  // canonical order
-    std::set<NodeId> hosts;             // hosts in this state, in scan (NodeId) order
-    int whole_free = 0;                 // devices with whole_free
-    MilliGpu share_free = -1;           // largest share_free
-    MilliGpu mps_free = -1;             // largest mps_free
+    std::vector<NodeId> hosts;            // hosts in this state, sorted (scan order)
+    int whole_free = 0;                   // devices with whole_free
+    MilliGpu share_free = -1;             // largest share_free
+    MilliGpu mps_free = -1;               // largest mps_free
+    std::uint64_t hash = 0;
+    std::array<int, 3> slot{-1, -1, -1};  // (bucket, position) packed per summary kind; see below
+    std::array<int, 3> bucket{-1, -1, -1};
     Memo memo;
   };
 
-  void MarkDirty(NodeId node);
-  // Dirty hosts since the last call (each once), emptying the list.
-  std::vector<NodeId> TakeDirty();
+  // A small integer for a model name (stable for the life of this object; names are kept).
+  int ModelId(std::string_view model);
+  // ModelId() of a name seen before; -1 if none (nothing is added).
+  int FindModelId(std::string_view model) const;
+
+  // `devices_changed`: a device of the host was added or removed (IndexOrder() is then stale).
+  void MarkDirty(NodeId node, bool devices_changed = false);
+  // The devices of `node` in index order as last Set(), while none was added or removed since;
+  // nullptr otherwise (the caller lists them afresh).
+  const std::vector<const DeviceView*>* IndexOrder(NodeId node) const {
+    auto it = hosts_.find(node);
+    return it == hosts_.end() || it->second.devices_changed || it->second.state < 0 ? nullptr : &it->second.index_order;
+  }
+  // Moves the hosts dirty since the last call (each once) into `out`. Each of them must be
+  // Set() next (that clears its mark).
+  void TakeDirty(std::vector<NodeId>& out);
 
   // (Re)files `node` with its devices in index order (`devices[i]` has `keys[i]`); no devices:
-  // the host is removed. The pointers must stay valid until the host is next refiled.
-  void Set(NodeId node, const std::vector<DeviceStateKey>& keys, const std::vector<const DeviceView*>& devices);
+  // the host is removed. The pointers must stay valid until the host is next refiled. The
+  // caller gives an inert device (see above) the key InertKey(model).
+  void Set(NodeId node, std::span<DeviceStateKey> keys, std::span<const DeviceView* const> devices);
 
-  // Live states (each has at least one host), in no particular order, and beside them (same
-  // positions) their quick-reject summaries, kept contiguous so a scan of them is cheap.
-  struct Summary {
-    int whole_free = 0;
-    MilliGpu share_free = -1;
-    MilliGpu mps_free = -1;
-  };
-  const std::vector<int>& live() const { return live_; }
-  const std::vector<Summary>& live_summaries() const { return live_summary_; }
+  // Calls f(State&) for every live state whose summary could take the request (a necessary
+  // condition of fitting): at least `gpus` whole-free devices / a share or MPS free share of at
+  // least `milli`. In no particular order.
+  template <typename F>
+  void ForWhole(int gpus, F&& f) {
+    for (int b = std::max(gpus, 0); b < kWholeBuckets; ++b)
+      for (int id : buckets_[kWhole][b]) f(states_[id]);
+  }
+  template <typename F>
+  void ForShare(bool mps, MilliGpu milli, F&& f) {
+    const int kind = mps ? kMps : kShare;
+    const int first = ShareBucket(std::max<MilliGpu>(milli, 0));
+    for (int b = first; b < kShareBuckets; ++b) {
+      for (int id : buckets_[kind][b]) {
+        State& s = states_[id];
+        if (b == first && (mps ? s.mps_free : s.share_free) < milli) continue;
+        f(s);
+      }
+    }
+  }
+
   State& state(int id) { return states_[id]; }
   // The devices of `node` in canonical order.
   const std::vector<const DeviceView*>& Views(NodeId node) const { return hosts_.at(node).order; }
 
   std::size_t hosts() const { return hosts_.size(); }
+  std::size_t live() const { return live_; }
 
  private:
   struct Host {
     int state = -1;
-    std::vector<const DeviceView*> order;  // canonical position -> device
+    bool dirty = false;
+    bool devices_changed = false;
+    std::vector<const DeviceView*> order;        // canonical position -> device
+    std::vector<const DeviceView*> index_order;  // the devices as given to Set()
   };
-  static std::uint64_t Hash(const State& s);
+  static constexpr int kWhole = 0, kShare = 1, kMps = 2;
+  static constexpr int kWholeBuckets = 65;  // whole_free 0..63, 64 and more
+  static constexpr int kShareBuckets = 17;  // free share / 64: 0..15 (1000 / 64), beyond
+  static int ShareBucket(MilliGpu free) { return static_cast<int>(std::min<MilliGpu>(free / 64, kShareBuckets - 1)); }
+  static std::uint64_t Hash(int host_model, std::span<const DeviceStateKey> devices);
   void Detach(NodeId node, Host& h);
+  void Bucket(int id);
+  void Unbucket(int id);
 
   std::unordered_map<NodeId, Host> hosts_;
   std::vector<State> states_;
   std::vector<int> free_ids_;
-  std::vector<int> live_;
-  std::vector<Summary> live_summary_;
-  std::vector<std::size_t> live_pos_;                  // state id -> position in live_
+  std::size_t live_ = 0;
+  std::array<std::vector<std::vector<int>>, 3> buckets_{std::vector<std::vector<int>>(kWholeBuckets),
+                                                        std::vector<std::vector<int>>(kShareBuckets),
+                                                        std::vector<std::vector<int>>(kShareBuckets)};
   std::unordered_multimap<std::uint64_t, int> by_hash_;  // hash of (host model, devices) -> id
   std::vector<NodeId> dirty_;
-  std::unordered_set<NodeId> dirty_set_;
+  std::deque<std::string> model_names_;  // ModelId -> name (a deque: stable addresses)
+  // Scratch for Set() (no allocation per call once warm).
+  std::vector<int> perm_;
+  std::vector<DeviceStateKey> probe_;
 };
 
 }  // namespace gpuslice::sched

@@ -463,7 +463,7 @@ class Scheduler::Impl {
     nodes_[e.device.node].insert(e.device.index);
     auto [it, _] = devices_.emplace(e.device, std::move(d));
     index_.Add(it->second, Facts(it->second));
-    if (by_state_) host_states_.MarkDirty(e.device.node);
+    if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
     CountCapacity(it->second, +1);
     Schedule(/*only=*/std::nullopt);
   }
@@ -481,7 +481,7 @@ class Scheduler::Impl {
     if (it->second.reserved_for.valid()) ReleaseReservation();  // chosen again later, elsewhere
     DeviceView& d = it->second;
     index_.Remove(d, Facts(d));
-    if (by_state_) host_states_.MarkDirty(e.device.node);
+    if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
     if (d.draining || d.reconfiguring) --mig_in_flight_;
     CountCapacity(d, -1);
     mig_mode_devices_ -= d.mode == DeviceMode::kMig;
@@ -641,6 +641,7 @@ class Scheduler::Impl {
     PendingKey k{-r->queue->priority, r->submit, r->job};
     pending_.emplace(k, r);
     if (r->kind == SliceKind::kMig) pending_mig_.emplace(k, r);
+    if (MayReserve(*r)) pending_reserve_[r->queue].emplace(k, r);
     if (shape_queue_.size() <= static_cast<std::size_t>(r->shape)) shape_queue_.resize(r->shape + 1);
     shape_queue_[r->shape].emplace(k, r);
     live_shapes_.insert(r->shape);
@@ -649,6 +650,7 @@ class Scheduler::Impl {
     PendingKey k{-r.queue->priority, r.submit, r.job};
     pending_.erase(k);
     pending_mig_.erase(k);
+    if (MayReserve(r)) pending_reserve_[r.queue].erase(k);
     auto& q = shape_queue_[r.shape];
     q.erase(k);
     if (q.empty()) live_shapes_.erase(r.shape);
@@ -913,30 +915,66 @@ class Scheduler::Impl {
     return g;
   }
 
+  // ViewOf() from a device's HostStates key (RefileHost() below), without reading the device:
+  // the same rules, on the key's copies of the fields they read. `model`: HostStates'
+  // id of r.model, kAnyModel when empty, -1 when no device has that model.
+  static constexpr int kAnyModel = -2;
+  static GpuView ViewOfKey(const Resolved& r, int model, const DeviceStateKey& k) {
+    bool ok = k.schedulable && (model == kAnyModel || k.model == model);
+    const auto mode = static_cast<DeviceMode>(k.mode);
+    if (ok && r.kind == SliceKind::kWhole) {
+      ok = mode == DeviceMode::kFree;
+    } else if (ok) {  // SharedFits()
+      ok = (mode == DeviceMode::kFree || mode == ModeFor(r.kind)) && kOneGpu - k.used_milli >= r.milli &&
+           !(k.memory > 0 && k.memory - k.used_memory < (r.memory > 0 ? r.memory : k.memory * r.milli / kOneGpu)) &&
+           !(r.kind == SliceKind::kMps && k.clients >= k.mps_limit);
+    }
+    GpuView g;
+    g.usable = ok;
+    g.free_milli = ok ? kOneGpu - k.used_milli : 0;
+    g.free_memory = ok ? std::max<Bytes>(k.memory - k.used_memory, 0) : 0;
+    return g;
+  }
+
   void RefileHost(NodeId nid) {
-    std::vector<DeviceStateKey> keys;
-    std::vector<const DeviceView*> views;
-    for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)}); it != devices_.end() && it->first.node == nid;
-         ++it) {
-      const DeviceView& d = it->second;
+    scratch_keys_.clear();
+    scratch_devs_.clear();
+    // The host's devices in index order: as filed last time unless devices came or went.
+    if (const std::vector<const DeviceView*>* same = host_states_.IndexOrder(nid)) {
+      scratch_devs_.assign(same->begin(), same->end());
+    } else {
+      for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)});
+           it != devices_.end() && it->first.node == nid; ++it)
+        scratch_devs_.push_back(&it->second);
+    }
+    for (const DeviceView* dp : scratch_devs_) {
+      const DeviceView& d = *dp;
+      const int model = host_states_.ModelId(d.model);
+      const bool schedulable = Schedulable(d);
+      // ViewOf() shows every request the same unusable GPU for these (host_states.h).
+      if (!schedulable || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole) {
+        scratch_keys_.push_back(InertKey(model));
+        continue;
+      }
       DeviceStateKey k;
-      k.model = d.model;
+      k.model = model;
       k.mode = static_cast<int>(d.mode);
-      k.schedulable = Schedulable(d);
+      k.schedulable = true;
       k.used_milli = d.used_milli;
       k.memory = d.memory;
       k.used_memory = d.used_memory;
-      k.clients = d.clients;
-      k.mps_limit = MpsLimit(d);
+      // Only an MPS slice reads the clients and their limit (SharedFits), and only on a device
+      // that is free (no clients) or in MPS mode.
+      k.clients = d.mode == DeviceMode::kMps ? d.clients : 0;
+      k.mps_limit = d.mode == DeviceMode::kShared ? 0 : MpsLimit(d);
       // Necessary conditions of ViewOf() fitting, for HostStates' quick reject.
-      k.whole_free = k.schedulable && d.mode == DeviceMode::kFree && d.used_milli == 0;
-      const bool free = k.schedulable && d.mode == DeviceMode::kFree;
-      k.share_free = free || (k.schedulable && d.mode == DeviceMode::kShared) ? kOneGpu - d.used_milli : -1;
-      k.mps_free = free || (k.schedulable && d.mode == DeviceMode::kMps) ? kOneGpu - d.used_milli : -1;
-      keys.push_back(std::move(k));
-      views.push_back(&d);
+      const bool free = d.mode == DeviceMode::kFree;
+      k.whole_free = free && d.used_milli == 0;
+      k.share_free = free || d.mode == DeviceMode::kShared ? kOneGpu - d.used_milli : -1;
+      k.mps_free = free || d.mode == DeviceMode::kMps ? kOneGpu - d.used_milli : -1;
+      scratch_keys_.push_back(k);
     }
-    host_states_.Set(nid, keys, views);
+    host_states_.Set(nid, scratch_keys_, scratch_devs_);
   }
 
   // PlaceGeneric's decision, computed per distinct host state (host_states.h) for policies that
@@ -948,12 +986,15 @@ class Scheduler::Impl {
   // before the first host of any higher score) after its first host and before the next
   // record's first host, and every host of the top level after its first. Only the draws of
   // the top level decide (the last host whose draw is 0, else its first host); the lower ones
-  // are made for their effect on rng_. Cost: O(live states) + O(draws), not O(hosts).
+  // are made for their effect on rng_. Cost: O(states that could take the request) + O(draws),
+  // not O(hosts).
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
-    for (NodeId nid : host_states_.TakeDirty()) RefileHost(nid);
-    MemoKey key{r.kind, r.gpus, r.milli, r.memory, r.model, workload_version_, &policy};
-    if (!(key == memo_key_)) {
-      memo_key_ = std::move(key);
+    host_states_.TakeDirty(scratch_dirty_);
+    for (NodeId nid : scratch_dirty_) RefileHost(nid);
+    if (!(memo_key_.kind == r.kind && memo_key_.gpus == r.gpus && memo_key_.milli == r.milli &&
+          memo_key_.memory == r.memory && memo_key_.model == r.model && memo_key_.workload == workload_version_ &&
+          memo_key_.policy == &policy)) {
+      memo_key_ = MemoKey{r.kind, r.gpus, r.milli, r.memory, r.model, workload_version_, &policy};
       ++memo_generation_;
     }
     PlacementRequest req;
@@ -961,43 +1002,42 @@ class Scheduler::Impl {
     req.milli_per_gpu = r.milli;
     PlacementContext ctx;
     ctx.rng = &rng_;
-    ctx.workload = Workload();
     ++stats_.placement_attempts;
     scratch_levels_.clear();
-    const std::vector<int>& live = host_states_.live();
-    const std::vector<HostStates::Summary>& summaries = host_states_.live_summaries();
-    for (std::size_t k = 0; k < live.size(); ++k) {
-      // Quick reject (a necessary condition of Fits) without touching the state.
-      const HostStates::Summary& q = summaries[k];
-      if (r.kind == SliceKind::kWhole ? q.whole_free < r.gpus
-                                      : (r.kind == SliceKind::kMps ? q.mps_free : q.share_free) < r.milli) {
-        continue;
+    request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
+    bool have_workload = false;
+    // Only states whose summary could take the request (a necessary condition of Fits).
+    auto visit = [&](HostStates::State& s) {
+      if (s.memo.generation != memo_generation_) {
+        if (!have_workload) {
+          ctx.workload = Workload();
+          have_workload = true;
+        }
+        ScoreState(r, policy, req, ctx, s);
       }
-      const int id = live[k];
-      HostStates::State& s = host_states_.state(id);
-      if (s.memo.generation != memo_generation_) ScoreState(r, policy, req, ctx, s);
-      if (s.memo.fits) scratch_levels_.push_back({s.memo.score, id});
+      if (s.memo.fits) scratch_levels_.push_back({s.memo.score, &s});
+    };
+    if (r.kind == SliceKind::kWhole) {
+      host_states_.ForWhole(r.gpus, visit);
+    } else {
+      host_states_.ForShare(r.kind == SliceKind::kMps, r.milli, visit);
     }
     if (scratch_levels_.empty()) return std::nullopt;
     std::sort(scratch_levels_.begin(), scratch_levels_.end(),
               [](const auto& a, const auto& b) { return a.first > b.first; });
     // Levels from the highest score down; records found on the way, highest first.
-    struct Record {
-      std::size_t begin, end;  // range of scratch_levels_
-      NodeId first;            // the level's first host
-      std::optional<NodeId> bound;  // first host of any higher score (none for the top)
-    };
-    std::vector<Record> records;
+    using Record = LevelRecord;
+    scratch_records_.clear();
     std::optional<NodeId> above;
     for (std::size_t b = 0; b < scratch_levels_.size();) {
       std::size_t e = b;
-      NodeId first = *host_states_.state(scratch_levels_[b].second).hosts.begin();
+      NodeId first = scratch_levels_[b].second->hosts.front();
       while (e < scratch_levels_.size() && scratch_levels_[e].first == scratch_levels_[b].first) {
-        first = std::min(first, *host_states_.state(scratch_levels_[e].second).hosts.begin());
+        first = std::min(first, scratch_levels_[e].second->hosts.front());
         ++e;
       }
       if (!above || first < *above) {
-        records.push_back(Record{b, e, first, above});
+        scratch_records_.push_back(Record{b, e, first, above});
         above = first;
       }
       b = e;
@@ -1006,24 +1046,25 @@ class Scheduler::Impl {
       return std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_);
     };
     // Lower records, lowest first: only the number of draws matters.
-    for (std::size_t k = records.size(); k-- > 1;) {
-      const Record& rec = records[k];
+    for (std::size_t k = scratch_records_.size(); k-- > 1;) {
+      const Record& rec = scratch_records_[k];
       std::uint64_t count = 0;
       for (std::size_t i = rec.begin; i < rec.end; ++i) {
-        const std::set<NodeId>& hosts = host_states_.state(scratch_levels_[i].second).hosts;
-        for (auto it = hosts.upper_bound(rec.first); it != hosts.end() && *it < *rec.bound; ++it) ++count;
+        const std::vector<NodeId>& hosts = scratch_levels_[i].second->hosts;
+        count += std::lower_bound(hosts.begin(), hosts.end(), *rec.bound) -
+                 std::upper_bound(hosts.begin(), hosts.end(), rec.first);
       }
       for (std::uint64_t t = 2; t <= count + 1; ++t) draw(t);
     }
     // The top level: every host after its first, in NodeId order.
-    const Record& top = records.front();
+    const Record& top = scratch_records_.front();
     NodeId chosen = top.first;
-    int chosen_state = -1;
+    HostStates::State* chosen_state = nullptr;
     for (std::size_t i = top.begin; i < top.end; ++i) {
-      if (*host_states_.state(scratch_levels_[i].second).hosts.begin() == top.first) chosen_state = scratch_levels_[i].second;
+      if (scratch_levels_[i].second->hosts.front() == top.first) chosen_state = scratch_levels_[i].second;
     }
     if (top.end - top.begin == 1) {
-      const std::set<NodeId>& hosts = host_states_.state(chosen_state).hosts;
+      const std::vector<NodeId>& hosts = chosen_state->hosts;
       std::uint64_t ties = 1;
       for (auto it = std::next(hosts.begin()); it != hosts.end(); ++it) {
         if (draw(++ties) == 0) chosen = *it;
@@ -1031,45 +1072,131 @@ class Scheduler::Impl {
     } else {
       scratch_ties_.clear();
       for (std::size_t i = top.begin; i < top.end; ++i) {
-        const int id = scratch_levels_[i].second;
-        for (NodeId h : host_states_.state(id).hosts)
-          if (h != top.first) scratch_ties_.push_back({h, id});
+        HostStates::State* st = scratch_levels_[i].second;
+        for (NodeId h : st->hosts)
+          if (h != top.first) scratch_ties_.push_back({h, st});
       }
-      std::sort(scratch_ties_.begin(), scratch_ties_.end());
+      // The draws' arguments do not depend on which host each is for (2, 3, ... in turn): draw
+      // them all, then find the host of the last zero, the k-th in NodeId order (O(hosts),
+      // no sort).
+      std::size_t last_zero = 0;  // 1 + position in NodeId order; 0: none
       std::uint64_t ties = 1;
-      for (const auto& [h, id] : scratch_ties_) {
-        if (draw(++ties) == 0) {
-          chosen = h;
-          chosen_state = id;
-        }
+      for (std::size_t k = 0; k < scratch_ties_.size(); ++k) {
+        if (draw(++ties) == 0) last_zero = k + 1;
+      }
+      if (last_zero > 0) {
+        auto nth = scratch_ties_.begin() + static_cast<std::ptrdiff_t>(last_zero - 1);
+        std::nth_element(scratch_ties_.begin(), nth, scratch_ties_.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        chosen = nth->first;
+        chosen_state = nth->second;
       }
     }
     Choice c{chosen, {}, std::nullopt};
-    for (int g : host_states_.state(chosen_state).memo.gpus) c.devices.push_back(host_states_.Views(chosen)[g]->ref.index);
+    const std::vector<const DeviceView*>& order = host_states_.Views(chosen);
+    for (int g : chosen_state->memo.gpus) c.devices.push_back(order[g]->ref.index);
     std::sort(c.devices.begin(), c.devices.end());
     return c;
   }
 
-  // One state's policy result for `r`, on the GPU views of its first host in canonical order.
+  // One state's policy result for `r`, on the GPU views of its first host in canonical order
+  // with the GPUs the request cannot use moved last (a reordering that keeps the usable GPUs in
+  // order, so a policy that ScoresByNodeState() chooses the same, and the unusable GPUs all
+  // show the same view). States whose views are then equal get one policy call per generation
+  // (view_memo_): whatever else differs between them (what runs on GPUs the request cannot
+  // use, memory beyond the request) is invisible to the policy.
   void ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
                   const PlacementContext& ctx, HostStates::State& s) {
-    scratch_gpus_.clear();
-    for (const DeviceView* d : host_states_.Views(*s.hosts.begin())) scratch_gpus_.push_back(ViewOf(r, *d));
-    NodeView v;
-    v.model = s.host_model;
-    v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
-    v.memory_free = v.memory_total = Bytes{1} << 50;
-    v.gpus = scratch_gpus_;
+    const int n = static_cast<int>(s.devices.size());
+    scratch_gpus_.resize(n);
+    scratch_pos_.resize(n);
+    // Usable GPUs from the front, unusable ones from the back (then put back in order).
+    int usable = 0, back = n;
+    for (int i = 0; i < n; ++i) {
+      const GpuView g = ViewOfKey(r, request_model_, s.devices[i]);
+      if (g.usable) {
+        scratch_gpus_[usable] = g;
+        scratch_pos_[usable++] = i;
+      } else {
+        scratch_gpus_[--back] = GpuView{0, 0, false};
+        scratch_pos_[back] = i;
+      }
+    }
+    std::reverse(scratch_pos_.begin() + usable, scratch_pos_.end());
     HostStates::Memo& m = s.memo;
     m.generation = memo_generation_;
     m.fits = false;
     m.gpus.clear();
-    if (!Fits(req, v)) return;
-    std::optional<NodeChoice> choice = policy.Score(req, v, ctx);
-    if (!choice) return;
+    const ViewMemo& vm = LookupViews(s.host_model_id, usable, [&] {
+      ViewMemo e;
+      NodeView v;
+      v.model = s.host_model;
+      v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
+      v.memory_free = v.memory_total = Bytes{1} << 50;
+      v.gpus = scratch_gpus_;
+      if (!Fits(req, v)) return e;
+      std::optional<NodeChoice> choice = policy.Score(req, v, ctx);
+      if (!choice) return e;
+      e.fits = true;
+      e.score = choice->score;
+      e.gpus = std::move(choice->gpu_indices);
+      return e;
+    });
+    if (!vm.fits) return;
     m.fits = true;
-    m.score = choice->score;
-    m.gpus = std::move(choice->gpu_indices);
+    m.score = vm.score;
+    for (int g : vm.gpus) m.gpus.push_back(scratch_pos_[g]);
+  }
+
+  // Policy results by (host model, GPU views) for the current memo generation.
+  struct ViewMemo {
+    bool fits = false;
+    double score = 0;
+    std::vector<int> gpus;  // positions in the views
+  };
+  struct ViewMemoEntry {
+    std::uint64_t generation = 0;
+    std::uint64_t hash = 0;
+    int model = 0;
+    std::vector<GpuView> views;
+    ViewMemo result;
+  };
+  template <typename F>
+  const ViewMemo& LookupViews(int model, int usable, F compute) {
+    // The views past `usable` are all the same unusable view: their count stands for them.
+    std::uint64_t h = (static_cast<std::uint64_t>(model) * 0x9e3779b97f4a7c15ULL) ^
+                      (scratch_gpus_.size() << 32 | static_cast<std::uint64_t>(usable));
+    for (int i = 0; i < usable; ++i) {
+      const GpuView& g = scratch_gpus_[i];
+      h ^= static_cast<std::uint64_t>(g.free_milli) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h ^= static_cast<std::uint64_t>(g.free_memory) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    if (view_memo_.empty()) view_memo_.resize(4096);
+    const std::size_t mask = view_memo_.size() - 1;
+    auto same = [&](const ViewMemoEntry& e) {
+      if (e.hash != h || e.model != model || e.views.size() != scratch_gpus_.size()) return false;
+      for (std::size_t i = 0; i < e.views.size(); ++i) {
+        const GpuView& a = e.views[i];
+        const GpuView& b = scratch_gpus_[i];
+        if (a.free_milli != b.free_milli || a.free_memory != b.free_memory || a.usable != b.usable) return false;
+      }
+      return true;
+    };
+    // Open addressing, a few probes; an entry of an older generation is free. When the probes
+    // find neither, the last probed slot is overwritten (a memo, so losing one is only slower).
+    std::size_t slot = h & mask;
+    for (int probe = 0; probe < 8; ++probe, slot = (slot + 1) & mask) {
+      ViewMemoEntry& e = view_memo_[slot];
+      if (e.generation == memo_generation_ && same(e)) return e.result;
+      if (e.generation != memo_generation_) break;
+    }
+    ViewMemoEntry& e = view_memo_[slot];
+    e.generation = memo_generation_;
+    e.hash = h;
+    e.model = model;
+    e.views.assign(scratch_gpus_.begin(), scratch_gpus_.end());
+    e.result = compute();
+    return e.result;
   }
 
   // The expected workload for fragmentation-aware policies (FGD's "typical pods"): the shapes
@@ -1450,9 +1577,19 @@ class Scheduler::Impl {
 
   void MaybeReserve() {
     if (reservation_ || !any_reserve_) return;
-    for (const auto& [k, r] : pending_) {
-      if (r->kind != SliceKind::kWhole || r->queue->reserve_after <= 0) continue;
-      if (now_ - r->submit < r->queue->reserve_after || CapBlocks(*r)) continue;
+    // The jobs that have waited long enough, in queue order: per queue, a prefix of its
+    // pending whole-GPU jobs (ordered by submit time), merged.
+    scratch_reserve_.clear();
+    for (const auto& [queue, jobs] : pending_reserve_) {
+      for (const auto& [k, r] : jobs) {
+        if (now_ - r->submit < queue->reserve_after) break;
+        scratch_reserve_.emplace_back(k, r);
+      }
+    }
+    std::sort(scratch_reserve_.begin(), scratch_reserve_.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [k, r] : scratch_reserve_) {
+      if (CapBlocks(*r)) continue;
       if (auto c = ReservationFor(*r)) {
         reservation_ = Reservation{r->job, c->node, c->devices};
         for (DeviceIndex di : c->devices) {
@@ -1871,6 +2008,10 @@ class Scheduler::Impl {
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
   std::map<PendingKey, Resolved*> pending_;
   std::map<PendingKey, Resolved*> pending_mig_;  // the kMig subset of pending_
+  // The MayReserve() subset of pending_, per queue (each in submit order: one priority).
+  std::map<const QueueConfig*, std::map<PendingKey, Resolved*>> pending_reserve_;
+  std::vector<std::pair<PendingKey, Resolved*>> scratch_reserve_;
+  static bool MayReserve(const Resolved& r) { return r.kind == SliceKind::kWhole && r.queue->reserve_after > 0; }
   std::vector<std::map<PendingKey, Resolved*>> shape_queue_;  // pending_ split by shape id
   std::set<int> live_shapes_;                                 // shapes with pending jobs
   std::map<std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*>, int> shapes_;
@@ -1913,8 +2054,20 @@ class Scheduler::Impl {
   };
   MemoKey memo_key_;
   std::uint64_t memo_generation_ = 0;
-  std::vector<std::pair<double, int>> scratch_levels_;  // (score, state) of fitting states
-  std::vector<std::pair<NodeId, int>> scratch_ties_;    // (host, state) of the top level
+  std::vector<std::pair<double, HostStates::State*>> scratch_levels_;  // (score, state) of fitting states
+  std::vector<std::pair<NodeId, HostStates::State*>> scratch_ties_;    // (host, state) of the top level
+  struct LevelRecord {
+    std::size_t begin, end;       // range of scratch_levels_
+    NodeId first;                 // the level's first host
+    std::optional<NodeId> bound;  // first host of any higher score (none for the top)
+  };
+  std::vector<LevelRecord> scratch_records_;
+  std::vector<DeviceStateKey> scratch_keys_;
+  std::vector<const DeviceView*> scratch_devs_;
+  std::vector<NodeId> scratch_dirty_;
+  int request_model_ = kAnyModel;               // PlaceByState: ViewOfKey()'s `model`
+  std::vector<int> scratch_pos_;                // ScoreState: view position -> canonical position
+  std::vector<ViewMemoEntry> view_memo_;        // see LookupViews()
 
   // Scratch (reused to avoid allocation per event).
   std::vector<char> scratch_failed_;

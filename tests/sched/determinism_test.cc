@@ -119,6 +119,43 @@ TEST(ByStatePlacement, TakesTheReferencePathsDecisions) {
   }
 }
 
+// The by-state path computes GPU views from its per-host keys, not from the devices: the limits
+// a random mix rarely reaches (MPS clients per device, device memory of small shares) must be
+// read the same way. Tiny MPS and memory-heavy shares fill two hosts past both limits, then
+// jobs finish and more arrive; both paths must take the same decisions.
+TEST(ByStatePlacement, AgreesAtTheMpsClientLimitAndTheMemoryLimit) {
+  auto run = [](bool reference) {
+    Config c = DefaultConfig();
+    for (QueueConfig& q : c.queues) {
+      q.placement = "gpuslice";
+      if (q.name == "interactive") q.allowed_kinds = {SliceKind::kShared, SliceKind::kMps};
+    }
+    SchedHarness h(c, 7);
+    h.scheduler().SetReferencePlacement(reference);
+    h.AddHost("2xH100-80GB");
+    h.AddHost("2xH100-80GB");
+    std::mt19937_64 rng(7);
+    int submitted = 0;
+    for (int i = 0; i < 400; ++i) {
+      if (i % 5 == 4 && submitted > 0) {
+        h.Finish(JobId(1 + rng() % submitted));
+        continue;
+      }
+      h.Submit(rng() % 3 == 0 ? "interactive gpu=50m mem=30GiB" : "interactive kind=mps gpu=10m");
+      ++submitted;
+    }
+    return h.log();
+  };
+  const auto fast = run(false);
+  const auto ref = run(true);
+  // The limits were reached: some jobs waited although GPU share was left.
+  std::size_t starts = 0;
+  for (const std::string& line : ref) starts += line.rfind("start", 0) == 0;
+  ASSERT_GT(starts, 60u);
+  ASSERT_LT(starts, 320u);
+  EXPECT_EQ(fast, ref);
+}
+
 INSTANTIATE_TEST_SUITE_P(EveryPolicy, DeterminismTest, ::testing::ValuesIn(PolicyNames()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
