@@ -105,7 +105,7 @@ ProcState Classify(const ProcStat& now, const ProcStat* before, std::int64_t int
 }
 
 // Launcher processes above the main one are neither main nor workers. `seen` holds this
-// tick's stats of processes visited so far (ancestors come first in ProcessTree order).
+// tick's snapshot of the tree.
 bool IsAncestor(int p, int main_pid, const std::map<int, ProcStat>& seen, int root) {
   if (p == main_pid) return false;
   int cur = main_pid;
@@ -187,7 +187,7 @@ std::vector<int> ProcessTree(int root) {
   return out;
 }
 
-int MainProcess(int root) {
+int MainProcess(int root, const std::map<int, ProcStat>& tree) {
   static constexpr std::string_view kLaunchers[] = {"sh", "bash", "dash", "zsh", "env", "pyenv",
                                                     "timeout", "nice", "nohup", "stdbuf", "time",
                                                     "uv", "conda", "srun", "numactl", "taskset"};
@@ -197,16 +197,26 @@ int MainProcess(int root) {
     if (!ReadWholeFile(fmt::format("/proc/{}/comm", main), &comm)) break;
     while (!comm.empty() && comm.back() == '\n') comm.pop_back();
     if (std::find(std::begin(kLaunchers), std::end(kLaunchers), comm) == std::end(kLaunchers)) break;
-    std::vector<int> tree = ProcessTree(main);
-    std::vector<int> children;
-    for (std::size_t i = 1; i < tree.size(); ++i) {
-      auto st = ReadProcStat(tree[i]);
-      if (st.ok() && st->ppid == main) children.push_back(tree[i]);
+    int child = 0, children = 0;
+    for (const auto& [p, st] : tree) {
+      if (p != main && st.ppid == main) {
+        child = p;
+        ++children;
+      }
     }
-    if (children.size() != 1) break;
-    main = children[0];
+    if (children != 1) break;
+    main = child;
   }
   return main;
+}
+
+int MainProcess(int root) {
+  std::map<int, ProcStat> tree;
+  for (int p : ProcessTree(root)) {
+    auto st = ReadProcStat(p);
+    if (st.ok()) tree[p] = *st;
+  }
+  return MainProcess(root, tree);
 }
 
 std::optional<std::int64_t> NetworkRxBytes(int pid) {
@@ -345,13 +355,18 @@ Result<Recording> Record(const RecordOptions& o, GpuSampler* gpu) {
         rec.gpu_error = r.status().ToString();
       }
     }
+    // One snapshot of the tree for the whole sample: a child forked between choosing the main
+    // process and counting workers would otherwise be counted as a worker of its launcher.
     std::map<int, ProcStat> now;
-    std::int64_t read_delta = 0;
-    const int main_pid = MainProcess(pid);
-    if (!ended) ++main_seen[main_pid];
     for (int p : ProcessTree(pid)) {
       auto st = ReadProcStat(p);
-      if (!st.ok()) continue;
+      if (st.ok()) now[p] = *st;
+    }
+    std::int64_t read_delta = 0;
+    const int main_pid = MainProcess(pid, now);
+    if (!ended) ++main_seen[main_pid];
+    for (const auto& [p, stat] : now) {
+      const ProcStat* st = &stat;
       const ProcStat* before = prev.count(p) ? &prev[p] : nullptr;
       ProcState state = Classify(*st, before, interval_ticks);
       std::int64_t cpu = before ? st->cpu_ticks - before->cpu_ticks : 0;
@@ -366,7 +381,6 @@ Result<Recording> Record(const RecordOptions& o, GpuSampler* gpu) {
         if (state == ProcState::kRunning) ++s.workers_running;
         if (state == ProcState::kIoWait) ++s.workers_iowait;
       }
-      now[p] = *st;
     }
     if (!prev.empty() || tick > 1) s.read_bytes_per_s = static_cast<std::int64_t>(static_cast<double>(read_delta) / dt);
     if (auto net = NetworkRxBytes(pid)) {

@@ -11,6 +11,7 @@
 // process exits, or max_duration passes). Not thread-safe; one recording per object.
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,9 @@ std::vector<int> ProcessTree(int root);
 // for one child (sh/bash/env/pyenv/timeout/nice/..., by /proc/PID/comm), that child.
 // So `gpuslice profile -- sh run.sh` watches the python the script starts, not the shell.
 int MainProcess(int root);
+// The same on one snapshot of the tree (pid -> its stat): children are taken from the snapshot,
+// so the main process and the workers of one sample agree even while processes fork and exit.
+int MainProcess(int root, const std::map<int, ProcStat>& tree);
 // Bytes received on all interfaces but loopback in `pid`'s network namespace.
 std::optional<std::int64_t> NetworkRxBytes(int pid);
 

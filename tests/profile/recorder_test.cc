@@ -3,7 +3,11 @@
 // synthetic program must get the right diagnosis.
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <filesystem>
+#include <map>
+#include <vector>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -138,6 +142,36 @@ TEST(Recorder, WorkersAreCountedApartFromTheMainProcess) {
   EXPECT_EQ(r.rec.max_workers, 3);
   EXPECT_EQ(r.rec.exit_code, 0);
   for (const auto& s : r.rec.samples) EXPECT_LE(s.workers, 3);
+}
+
+TEST(Recorder, TheMainProcessComesFromTheSnapshotTheSampleCounts) {
+  // A sample takes one snapshot of the tree: if the launcher forks between choosing the main
+  // process and counting workers, its child must not be counted as a worker of the launcher.
+  const pid_t root = fork();
+  ASSERT_GE(root, 0);
+  if (root == 0) {
+    execlp("sh", "sh", "-c", "sleep 5; true", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::vector<int> tree;
+  for (int i = 0; i < 200 && tree.size() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    tree = ProcessTree(root);
+  }
+  ASSERT_EQ(tree.size(), 2u);
+  std::map<int, ProcStat> before_fork, after_fork;
+  for (int p : tree) {
+    auto st = ReadProcStat(p);
+    ASSERT_TRUE(st.ok());
+    after_fork[p] = *st;
+    if (p == root) before_fork[p] = *st;
+  }
+  EXPECT_EQ(MainProcess(root, before_fork), root);     // the shell, alone in that snapshot
+  EXPECT_EQ(MainProcess(root, after_fork), tree[1]);   // its one child, the sleep
+  EXPECT_EQ(MainProcess(root), tree[1]);               // the live tree agrees
+  kill(root, SIGKILL);
+  kill(tree[1], SIGKILL);
+  waitpid(root, nullptr, 0);
 }
 
 TEST(Recorder, ALauncherShellIsSeenThroughToItsOneChild) {
