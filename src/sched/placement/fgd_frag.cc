@@ -1,6 +1,7 @@
 #include "sched/placement/fgd_frag.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace gpuslice::sched {
@@ -103,12 +104,45 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     heap_.resize(shapes.size());
     counts_ = heap_.data();
   }
-  free_total_ = FreeMilli(node);
+  // The usable GPUs' free shares, ascending, with prefix sums: a shape's counts are then the
+  // position of its share among them (integers, so any way of counting gives the same).
+  constexpr int kSorted = 16;
+  std::array<MilliGpu, kSorted> sorted;
+  std::array<MilliGpu, kSorted + 1> prefix;
+  prefix[0] = 0;
+  int n = 0;
+  bool small = true;
+  for (const GpuView& g : node.gpus) {
+    if (!g.usable) continue;
+    free_total_ += g.free_milli;
+    if (n == kSorted) {
+      small = false;
+      continue;
+    }
+    int j = n++;
+    while (j > 0 && sorted[j - 1] > g.free_milli) {
+      sorted[j] = sorted[j - 1];
+      --j;
+    }
+    sorted[j] = g.free_milli;
+  }
+  if (small) {
+    for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + sorted[i];
+  }
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
     c.eligible = s.milli_per_gpu > 0 && ModelAllowed(s.allowed_models, node.model);
+    c.enough = 0;
+    c.below = 0;
     if (!c.eligible) continue;
+    if (small) {
+      int below = 0;
+      while (below < n && sorted[below] < s.milli_per_gpu) ++below;
+      c.enough = n - below;
+      c.below = prefix[below];
+      continue;
+    }
     for (const GpuView& g : node.gpus) {
       if (!g.usable) continue;
       if (g.free_milli >= s.milli_per_gpu) {
