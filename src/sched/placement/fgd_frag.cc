@@ -132,7 +132,8 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
-    c.eligible = s.milli_per_gpu > 0 && ModelAllowed(s.allowed_models, node.model);
+    // (The empty check inline: the scheduler's shapes allow any model, and the call showed.)
+    c.eligible = s.milli_per_gpu > 0 && (s.allowed_models.empty() || ModelAllowed(s.allowed_models, node.model));
     c.enough = 0;
     c.below = 0;
     if (!c.eligible) continue;
