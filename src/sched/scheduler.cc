@@ -11,6 +11,7 @@
 #include "sched/scheduler.h"
 
 #include <algorithm>
+#include <functional>
 #include <cassert>
 #include <random>
 #include <set>
@@ -1535,16 +1536,25 @@ class Scheduler::Impl {
       // Jobs are tried in global queue order, skipping shapes that already failed in this
       // pass, by merging the per-shape queues: only the head job of each live shape is
       // visited, so a pass costs O(shapes + starts), not O(waiting jobs).
-      std::set<std::pair<PendingKey, int>> heads;
-      for (int shape : live_shapes_) heads.emplace(shape_queue_[shape].begin()->first, shape);
+      // A min-heap in a reused vector (the pairs are distinct: same order as a std::set,
+      // without a node allocation per head). Not re-entered: attempt() does not schedule.
+      std::vector<std::pair<PendingKey, int>>& heads = scratch_heads_;
+      const std::greater<> later;
+      heads.clear();
+      for (int shape : live_shapes_) heads.emplace_back(shape_queue_[shape].begin()->first, shape);
+      std::make_heap(heads.begin(), heads.end(), later);
       while (!heads.empty()) {
-        auto [key, shape] = *heads.begin();
-        heads.erase(heads.begin());
+        std::pop_heap(heads.begin(), heads.end(), later);
+        const auto [key, shape] = heads.back();
+        heads.pop_back();
         const auto& q = shape_queue_[shape];
         const Resolved* r = q.at(key);
         if (attempt(*r)) continue;  // the shape failed: its later jobs would too
         auto next = q.upper_bound(key);  // Start() may have erased `key`
-        if (next != q.end()) heads.emplace(next->first, shape);
+        if (next != q.end()) {
+          heads.emplace_back(next->first, shape);
+          std::push_heap(heads.begin(), heads.end(), later);
+        }
       }
     }
     if (!only) {
@@ -2071,6 +2081,7 @@ class Scheduler::Impl {
 
   // Scratch (reused to avoid allocation per event).
   std::vector<char> scratch_failed_;
+  std::vector<std::pair<PendingKey, int>> scratch_heads_;  // SchedulePass: head job of each shape
   std::vector<GpuView> scratch_gpus_;
   std::vector<NodeView> scratch_nodes_;
   std::vector<DeviceRef> scratch_refs_;

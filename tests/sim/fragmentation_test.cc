@@ -1,5 +1,10 @@
 // The FGD fragmentation measure on hand-computed nodes, and the plugins' GPU choices.
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -112,6 +117,59 @@ TEST(FgdPolicies, AllRegisteredByName) {
     auto p = MakePolicy(name);
     ASSERT_TRUE(p.ok()) << name << ": " << p.status().ToString();
     EXPECT_EQ((*p)->name(), name);
+  }
+}
+
+// FragmentationEval is a faster NodeFragmentation of the node before and after a placement;
+// decisions stay identical only if it gives the same bits. Random nodes (unusable GPUs, more
+// GPUs than its sorted buffer, CPU that runs out) and workloads (model lists, more shapes than
+// its inline buffer), against NodeFragmentation of an actual copy of the node after.
+TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
+  std::mt19937_64 rng(15);
+  const std::vector<std::string> models = {"V100", "T4", "A100"};
+  auto bits = [](double d) { return std::bit_cast<std::uint64_t>(d); };
+  for (int trial = 0; trial < 400; ++trial) {
+    const int gpus = 1 + static_cast<int>(rng() % 20);
+    std::vector<MilliGpu> free;
+    for (int i = 0; i < gpus; ++i) free.push_back(static_cast<MilliGpu>(rng() % 11) * 100 - (rng() % 3 == 0 ? 50 : 0));
+    for (MilliGpu& m : free) m = std::max<MilliGpu>(m, 0);
+    TestNode n(free, static_cast<std::int64_t>(rng() % 8) * 1000, models[rng() % models.size()]);
+    for (GpuView& g : n.gpus) g.usable = rng() % 5 != 0;
+    std::vector<WorkloadShape> shapes;
+    const int count = 1 + static_cast<int>(rng() % 60);
+    for (int k = 0; k < count; ++k) {
+      const int kind = static_cast<int>(rng() % 4);
+      std::vector<std::string> allowed;
+      if (rng() % 4 == 0) allowed.push_back(models[rng() % models.size()]);
+      shapes.push_back(Shape(static_cast<std::int64_t>(rng() % 6) * 1000, kind == 0 ? 0 : kind == 1 ? 1 : 1 + static_cast<int>(rng() % 4),
+                             kind == 0 ? 0 : kind == 1 ? 50 * static_cast<MilliGpu>(1 + rng() % 19) : kOneGpu,
+                             static_cast<double>(1 + rng() % 1000) / 997.0, allowed));
+    }
+    const FragmentationEval eval(n.view, shapes);
+    ASSERT_EQ(bits(eval.before()), bits(NodeFragmentation(n.view, shapes))) << "trial " << trial;
+    // A share on each GPU it fits, and the first k fully free usable GPUs.
+    const MilliGpu share = 50 * static_cast<MilliGpu>(1 + rng() % 19);
+    const std::int64_t cpu = static_cast<std::int64_t>(rng() % 4) * 1000;
+    for (int i = 0; i < gpus; ++i) {
+      if (!n.gpus[i].usable || n.gpus[i].free_milli < share) continue;
+      std::vector<GpuView> after = n.gpus;
+      after[i].free_milli -= share;
+      NodeView v = n.view;
+      v.gpus = after;
+      v.cpu_milli_free -= cpu;
+      ASSERT_EQ(bits(eval.AfterOne(cpu, i, share)), bits(NodeFragmentation(v, shapes))) << "trial " << trial << " gpu " << i;
+    }
+    std::vector<int> whole;
+    std::vector<GpuView> after = n.gpus;
+    for (int i = 0; i < gpus; ++i) {
+      if (!n.gpus[i].usable || n.gpus[i].free_milli < kOneGpu) continue;
+      whole.push_back(i);
+      after[i].free_milli -= kOneGpu;
+      NodeView v = n.view;
+      v.gpus = after;
+      v.cpu_milli_free -= cpu;
+      ASSERT_EQ(bits(eval.After(cpu, whole, kOneGpu)), bits(NodeFragmentation(v, shapes))) << "trial " << trial;
+    }
   }
 }
 

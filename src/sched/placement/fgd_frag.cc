@@ -97,35 +97,119 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
   return {chosen};
 }
 
-namespace {
-// A node view with a request applied on chosen GPUs, without heap allocation for up to 16 GPUs.
-class NodeAfter {
- public:
-  NodeAfter(const NodeView& node, std::int64_t cpu, std::span<const int> gpus, MilliGpu milli) : view_(node) {
-    const std::size_t n = node.gpus.size();
-    GpuView* buf = small_.data();
-    if (n > small_.size()) {
-      large_.resize(n);
-      buf = large_.data();
-    }
-    std::copy(node.gpus.begin(), node.gpus.end(), buf);
-    for (int i : gpus) buf[i].free_milli -= milli;
-    view_.gpus = std::span<const GpuView>(buf, n);
-    view_.cpu_milli_free -= cpu;
+FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes)
+    : node_(node), shapes_(shapes) {
+  counts_ = inline_.data();
+  if (shapes.size() > kInline) {
+    heap_.resize(shapes.size());
+    counts_ = heap_.data();
   }
-  const NodeView& view() const { return view_; }
+  // The usable GPUs' free shares, ascending, with prefix sums: a shape's counts are then the
+  // position of its share among them (integers, so any way of counting gives the same).
+  constexpr int kSorted = 16;
+  std::array<MilliGpu, kSorted> sorted;
+  std::array<MilliGpu, kSorted + 1> prefix;
+  prefix[0] = 0;
+  int n = 0;
+  bool small = true;
+  for (const GpuView& g : node.gpus) {
+    if (!g.usable) continue;
+    free_total_ += g.free_milli;
+    if (n == kSorted) {
+      small = false;
+      continue;
+    }
+    int j = n++;
+    while (j > 0 && sorted[j - 1] > g.free_milli) {
+      sorted[j] = sorted[j - 1];
+      --j;
+    }
+    sorted[j] = g.free_milli;
+  }
+  if (small) {
+    for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + sorted[i];
+  }
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const WorkloadShape& s = shapes[i];
+    Counts& c = counts_[i];
+    // (The empty check inline: the scheduler's shapes allow any model, and the call showed.)
+    c.eligible = s.milli_per_gpu > 0 && (s.allowed_models.empty() || ModelAllowed(s.allowed_models, node.model));
+    c.enough = 0;
+    c.below = 0;
+    if (!c.eligible) continue;
+    if (small) {
+      int below = 0;
+      while (below < n && sorted[below] < s.milli_per_gpu) ++below;
+      c.enough = n - below;
+      c.below = prefix[below];
+      continue;
+    }
+    for (const GpuView& g : node.gpus) {
+      if (!g.usable) continue;
+      if (g.free_milli >= s.milli_per_gpu) {
+        ++c.enough;
+      } else {
+        c.below += g.free_milli;
+      }
+    }
+  }
+  // As NodeFragmentation(): the same products, summed in the same order.
+  if (free_total_ == 0) return;
+  double frag = 0;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const WorkloadShape& s = shapes[i];
+    const Counts& c = counts_[i];
+    const bool fits = c.eligible && node.cpu_milli_free >= s.cpu_milli && c.enough >= s.num_gpus;
+    frag += s.frequency * static_cast<double>(fits ? c.below : free_total_);
+  }
+  before_ = frag;
+}
 
- private:
-  NodeView view_;
-  std::array<GpuView, 16> small_{};
-  std::vector<GpuView> large_;
-};
-}  // namespace
+double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli) const {
+  MilliGpu total = free_total_;
+  for (int i : gpus) {
+    if (node_.gpus[i].usable) total -= milli;
+  }
+  if (total == 0) return 0;
+  const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
+  double frag = 0;
+  for (std::size_t k = 0; k < shapes_.size(); ++k) {
+    const WorkloadShape& s = shapes_[k];
+    const Counts& c = counts_[k];
+    bool fits = c.eligible && cpu_free >= s.cpu_milli;
+    MilliGpu below = 0;
+    if (fits) {
+      // Only the chosen GPUs change: move each one's contribution from its old free share to
+      // its new one (across the shape's threshold or not).
+      int enough = c.enough;
+      below = c.below;
+      for (int i : gpus) {
+        const GpuView& g = node_.gpus[i];
+        if (!g.usable) continue;
+        const MilliGpu before = g.free_milli;
+        const MilliGpu after = before - milli;
+        if (before >= s.milli_per_gpu) {
+          --enough;
+        } else {
+          below -= before;
+        }
+        if (after >= s.milli_per_gpu) {
+          ++enough;
+        } else {
+          below += after;
+        }
+      }
+      fits = enough >= s.num_gpus;
+    }
+    frag += s.frequency * static_cast<double>(fits ? below : total);
+  }
+  return frag;
+}
 
 double FragmentationDrop(const PlacementRequest& req, const NodeView& node, std::span<const int> gpus,
                          double before, std::span<const WorkloadShape> shapes) {
-  const NodeAfter after(node, req.cpu_milli, gpus, req.milli_per_gpu);
-  return before - NodeFragmentation(after.view(), shapes);
+  const FragmentationEval eval(node, shapes);
+  return before - eval.After(req.cpu_milli, gpus, req.milli_per_gpu);
 }
 
 double FgdQuantisedScore(double drop) {
@@ -135,22 +219,27 @@ double FgdQuantisedScore(double drop) {
 
 std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
                                     std::span<const WorkloadShape> shapes) {
-  const double before = NodeFragmentation(node, shapes);
+  const FragmentationEval eval(node, shapes);
+  const double before = eval.before();
   if (!IsShare(req)) {
     std::vector<int> gpus = BestFitGpus(req, node);
     if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
-    const double score = FgdQuantisedScore(FragmentationDrop(req, node, gpus, before, shapes));
+    const double score = FgdQuantisedScore(before - eval.After(req.cpu_milli, gpus, req.milli_per_gpu));
     return NodeChoice{score, std::move(gpus)};
   }
-  std::optional<NodeChoice> best;
+  int best = -1;
+  double best_score = 0;
   for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
     const GpuView& g = node.gpus[i];
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
-    const int one[1] = {i};
-    const double s = FgdQuantisedScore(FragmentationDrop(req, node, one, before, shapes));
-    if (!best || s > best->score) best = NodeChoice{s, {i}};
+    const double s = FgdQuantisedScore(before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu));
+    if (best < 0 || s > best_score) {
+      best = i;
+      best_score = s;
+    }
   }
-  return best;
+  if (best < 0) return std::nullopt;
+  return NodeChoice{best_score, {best}};
 }
 
 }  // namespace gpuslice::sched

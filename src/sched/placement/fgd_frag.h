@@ -10,6 +10,7 @@
 // Node fragmentation is the sum over shapes. Memory is not part of a shape (as in the paper).
 // Free functions on values; thread-safe.
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -44,6 +45,48 @@ std::vector<int> BestFitGpus(const PlacementRequest& req, const NodeView& node);
 // As BestFitGpus, but a share goes on a uniformly random GPU among those it fits on.
 std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node,
                                std::mt19937_64* rng);
+
+// A node's fragmentation against a workload, and the fragmentation after hypothetical
+// placements on it, without copying the node. The per-shape integers (does the shape fit, how
+// many GPUs have its share free, the free milli of the others) are counted once; a placement
+// changes only its GPUs' free shares and the CPU, so each "after" costs O(shapes + changed GPUs)
+// instead of O(shapes x GPUs). The sums are the same per-shape products in the same order as
+// NodeFragmentation(), so the results are bit-identical to it on the node before / after.
+// Holds views into `node` and `shapes` (they must outlive it); not thread-safe (a value).
+class FragmentationEval {
+ public:
+  FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes);
+  FragmentationEval(const FragmentationEval&) = delete;
+  FragmentationEval& operator=(const FragmentationEval&) = delete;
+
+  // NodeFragmentation(node, shapes).
+  double before() const { return before_; }
+  // NodeFragmentation() of the node with `cpu` more CPU taken and `milli` taken from each GPU
+  // in `gpus` (distinct indices).
+  double After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli) const;
+  // After() for a share of `milli` on GPU `gpu` and `cpu` CPU (the common case, no span).
+  double AfterOne(std::int64_t cpu, int gpu, MilliGpu milli) const {
+    const int one[1] = {gpu};
+    return After(cpu, one, milli);
+  }
+
+ private:
+  // Left uninitialised in inline_ (the constructor sets every field of the ones it uses):
+  // zeroing kInline of them on every call cost more than counting.
+  struct Counts {
+    bool eligible;   // needs GPU share, and its model is allowed on the node
+    int enough;      // usable GPUs with free >= the shape's milli_per_gpu
+    MilliGpu below;  // free milli of the other usable GPUs
+  };
+  static constexpr std::size_t kInline = 48;
+  const NodeView& node_;
+  std::span<const WorkloadShape> shapes_;
+  MilliGpu free_total_ = 0;
+  double before_ = 0;
+  std::array<Counts, kInline> inline_;
+  std::vector<Counts> heap_;  // when there are more shapes than kInline
+  Counts* counts_ = nullptr;
+};
 
 // Fragmentation drop (before - after; higher is better) of placing `req` on `gpus` of `node`.
 double FragmentationDrop(const PlacementRequest& req, const NodeView& node, std::span<const int> gpus,

@@ -32,28 +32,32 @@ constexpr double kDropEpsilon = 1e-9;
 // A share's GPU: best FGD score, then the smallest exact fragmentation growth, then best fit.
 std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
                                       std::span<const WorkloadShape> shapes) {
-  const double before = NodeFragmentation(node, shapes);
-  std::optional<NodeChoice> choice;
+  const FragmentationEval eval(node, shapes);
+  const double before = eval.before();
+  int best = -1;
+  double best_score = 0;
   double best_drop = 0;
   MilliGpu best_free = 0;
   for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
     const GpuView& g = node.gpus[i];
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
-    const int one[1] = {i};
-    const double drop = FragmentationDrop(req, node, one, before, shapes);
+    const double drop = before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu);
     const double score = FgdQuantisedScore(drop);
-    bool better = !choice || score > choice->score;
-    if (!better && score == choice->score) {
+    bool better = best < 0 || score > best_score;
+    if (!better && score == best_score) {
       better = drop > best_drop + kDropEpsilon ||
                (drop > best_drop - kDropEpsilon && g.free_milli < best_free);
     }
     if (better) {
-      choice = NodeChoice{score, {i}};
+      best = i;
+      best_score = score;
       best_drop = drop;
       best_free = g.free_milli;
     }
   }
-  return choice;
+  // The choice is built once (one allocation), not for every better GPU on the way.
+  if (best < 0) return std::nullopt;
+  return NodeChoice{best_score, {best}};
 }
 
 class GpusliceFragPolicy final : public PlacementPolicy {
