@@ -54,6 +54,9 @@ struct DaemonOptions {
   // Fold and age out stored samples on a thread of the daemon's (store/retention.h); serve
   // turns it on.
   bool store_retention = false;
+  // A second, read-only connection to the store for the usage report (store::OpenSqliteReader),
+  // so a long report never holds up the daemon's commits; null: the report reads the store.
+  std::shared_ptr<store::Store> report_store;
 };
 
 // An authenticated API caller.

@@ -144,6 +144,11 @@ int RunServe(const ServeOptions& o) {
   dopt.cgroup_parent = DetectCgroupParent();
   dopt.max_log_size = o.max_log_size;
   dopt.store_retention = true;
+  if (auto reader = store::OpenSqliteReader(o.state_dir); reader.ok()) {
+    dopt.report_store = std::move(reader).value();
+  } else {
+    spdlog::warn("reports will share the store's connection: {}", reader.status().ToString());
+  }
   // MPS clients of every user reach the pipes; the state directory is 0700.
   dopt.mps_dir = (fs::absolute(socket_dir.empty() ? fs::path(".") : socket_dir) / "mps").string();
   Daemon daemon(*config, dopt, std::move(store).value(), std::move(backend),

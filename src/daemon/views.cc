@@ -346,8 +346,9 @@ Result<Json> Daemon::Impl::Report(const std::map<std::string, std::string>& quer
     o.devices = static_cast<int>(device_info_.size());
   }
   o.simulated = opt_.simulated;
-  // Outside the daemon's lock: the store is thread-safe, and the report reads only it.
-  return report::BuildReport(*store_, o);
+  // Outside the daemon's lock: the store is thread-safe, and the report reads only it; on its
+  // own connection where serve opened one, so the daemon's commits do not wait for it.
+  return report::BuildReport(opt_.report_store ? *opt_.report_store : *store_, o);
 }
 
 Result<Json> Daemon::Impl::DeviceHistory(const std::map<std::string, std::string>& q) const {

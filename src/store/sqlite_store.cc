@@ -91,6 +91,12 @@ class SqliteStore final : public Store {
   SqliteStore(sqlite3* db, Sync sync) : db_(db), sync_(sync) {}
   ~SqliteStore() override { sqlite3_close(db_); }
 
+  // A reader (OpenSqliteReader): the writer made the schema; this connection only reads.
+  Status InitReader() {
+    sqlite3_busy_timeout(db_, 5000);
+    return Exec("PRAGMA query_only=ON");
+  }
+
   Status Init() {
     GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
     GPUSLICE_RETURN_IF_ERROR(Exec(sync_ == Sync::kMachine ? "PRAGMA synchronous=FULL"
@@ -396,7 +402,11 @@ class SqliteStore final : public Store {
     GPUSLICE_RETURN_IF_ERROR(Exec("COMMIT"));
     // The freed pages are reused by later entries; the WAL is folded back so it does not
     // keep the old journal's pages around.
+    // Without waiting: TRUNCATE would wait (busy timeout) for a reader's snapshot, e.g. a
+    // report on the reader connection; the WAL is folded by a later checkpoint instead.
+    sqlite3_busy_timeout(db_, 0);
     (void)Exec("PRAGMA wal_checkpoint(TRUNCATE)");
+    sqlite3_busy_timeout(db_, 5000);
     return Status::Ok();
   }
 
@@ -571,6 +581,22 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir, Syn
   }
   auto store = std::make_unique<SqliteStore>(db, sync);
   Status st = store->Init();
+  if (!st.ok()) return st.WithContext(path + ": ");
+  return std::unique_ptr<Store>(std::move(store));
+}
+
+Result<std::unique_ptr<Store>> OpenSqliteReader(const std::string& state_dir) {
+  const std::string path = state_dir + "/gpuslice.db";
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, nullptr) !=
+      SQLITE_OK) {
+    Status st = Unavailable(fmt::format("{}: cannot open for reading: {}", path,
+                                        db ? sqlite3_errmsg(db) : "out of memory"));
+    sqlite3_close(db);
+    return st;
+  }
+  auto store = std::make_unique<SqliteStore>(db, Sync::kProcess);
+  Status st = store->InitReader();
   if (!st.ok()) return st.WithContext(path + ": ");
   return std::unique_ptr<Store>(std::move(store));
 }

@@ -222,6 +222,12 @@ enum class Sync {
 // linger in free pages.
 Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir,
                                                Sync sync = Sync::kMachine);
+// A second, read-only connection to the same <state_dir>/gpuslice.db, for long reads beside
+// the daemon's writer (the usage report over a year of history): in WAL mode a reader and the
+// writer never wait for each other, so a report does not hold up the daemon's commits. It sees
+// what was committed when each read began. Every write through it fails (read-only). The
+// database must exist (OpenSqliteStore made it).
+Result<std::unique_ptr<Store>> OpenSqliteReader(const std::string& state_dir);
 std::unique_ptr<Store> NewMemoryStore();
 
 }  // namespace gpuslice::store

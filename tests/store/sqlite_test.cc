@@ -117,6 +117,52 @@ TEST(SqliteStore, AnEndedJobsSecretIsNotLeftInTheFile) {
   std::filesystem::remove_all(dir);
 }
 
+// The report's own connection (OpenSqliteReader): it reads what the writer committed, each
+// read from the latest commit, and cannot change anything.
+TEST(SqliteStore, AReaderSeesEachCommitAndRefusesWrites) {
+  auto dir = std::filesystem::temp_directory_path() / ("sqlite_reader_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(OpenSqliteReader(dir.string()).ok()) << "no database yet: nothing to read";
+  auto w = OpenSqliteStore(dir.string(), Sync::kProcess);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  JobRecord j;
+  j.id = JobId(1);
+  j.user = "bob";
+  j.argv = {"true"};
+  ASSERT_TRUE((*w)->Commit(WriteBatch{.jobs = {j}}).ok());
+  auto r = OpenSqliteReader(dir.string());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto one = (*r)->ListJobsBrief();
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].user, "bob");
+  j.id = JobId(2);
+  ASSERT_TRUE((*w)->Commit(WriteBatch{.jobs = {j}, .events = {EventRecord{0, 5, JobId(2), "wait", "{}"}}}).ok());
+  auto two = (*r)->ListJobsBrief();
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->size(), 2u) << "a later read sees the later commit";
+  auto waits = (*r)->ListEventsOfType("wait", 10);
+  ASSERT_TRUE(waits.ok());
+  EXPECT_EQ(waits->size(), 1u);
+  j.id = JobId(3);
+  Status st = (*r)->Commit(WriteBatch{.jobs = {j}});
+  EXPECT_FALSE(st.ok()) << "the reader must not write";
+  st = (*r)->PutMeta("k", "v");
+  EXPECT_FALSE(st.ok());
+  auto three = (*w)->GetJob(JobId(3));
+  ASSERT_TRUE(three.ok());
+  EXPECT_FALSE(three->has_value()) << "nothing changed";
+  // The writer's journal compaction (which checkpoints the WAL) still succeeds with a reader open.
+  EXPECT_TRUE((*w)->ReplaceJournal({"a", "b"}).ok());
+  EXPECT_EQ(*(*w)->ReadJournal(), (std::vector<std::string>{"a", "b"}));
+  auto journal = (*r)->ReadJournal();
+  ASSERT_TRUE(journal.ok());
+  EXPECT_EQ(journal->size(), 2u);
+  r->reset();
+  w->reset();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SqliteStore, UncreatableStateDirIsAnError) {
   auto s = OpenSqliteStore("/proc/gpuslice-cannot-exist");
   ASSERT_FALSE(s.ok());
