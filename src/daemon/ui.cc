@@ -133,7 +133,7 @@ Status CheckLoopbackHost(const api::HttpRequest& req) {
   if (!browser || it == req.headers.end()) return Status::Ok();
   const std::string h = HostName(it->second);
   const bool local_suffix = h.size() > 10 && h.ends_with(".localhost");
-  if (h == "gpuslice" || h == "localhost" || local_suffix || h == "[::1]" || IsLoopbackIpv4(h)) {
+  if (h == "localhost" || local_suffix || h == "[::1]" || IsLoopbackIpv4(h)) {
     return Status::Ok();
   }
   return PermissionDenied(fmt::format(

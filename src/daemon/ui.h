@@ -34,7 +34,7 @@ Status CheckSameOrigin(const api::HttpRequest& req);
 
 // A request a browser sent on the Unix socket (it carries Sec-Fetch-Site/-Mode, Origin or
 // Referer) whose Host is not a loopback name (localhost, *.localhost, 127.0.0.0/8, [::1], any
-// port) nor "gpuslice": refused. Through an ssh tunnel to the socket, a page of another site
+// port): refused. Through an ssh tunnel to the socket, a page of another site
 // that re-points its own name at 127.0.0.1 (DNS rebinding) is same-origin with itself, so
 // CheckSameOrigin passes it; its Host still names the other site. Non-browser clients (curl,
 // the CLI, scripts; no such header) may name any host. TCP needs a bearer token, which such a
