@@ -272,7 +272,12 @@ class HttpClient {
   Status Send(std::string_view method, std::string_view target, std::string_view body);
   Result<int> ReadHead(std::map<std::string, std::string>* headers);
   Result<int> ReadChunks(const std::function<bool(std::string_view)>& on_chunk);
+  // One recv() appended to buf_ (EINTR retried); an error once the daemon closed.
+  Status RecvMore();
   Result<std::string> ReadExact(size_t n);
+  // The body of an answer without Transfer-Encoding: Content-Length bytes (none: empty). A bad
+  // or too large Content-Length closes the connection and is an error naming the value.
+  Result<std::string> ReadSizedBody(const std::map<std::string, std::string>& headers);
   Result<std::string> ReadLine();
   void Close();
 

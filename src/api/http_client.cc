@@ -125,28 +125,43 @@ Result<std::string> HttpClient::ReadLine() {
       Close();
       return Internal(fmt::format("bad response from daemon: a line longer than {} bytes", kMaxLine));
     }
-    char tmp[16384];
-    ssize_t n = recv(fd_, tmp, sizeof(tmp), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Unavailable("connection to the daemon closed");
-    buf_.append(tmp, static_cast<size_t>(n));
+    GPUSLICE_RETURN_IF_ERROR(RecvMore());
   }
   std::string line = buf_.substr(0, pos);
   buf_.erase(0, pos + 2);
   return line;
 }
 
-Result<std::string> HttpClient::ReadExact(size_t n) {
-  while (buf_.size() < n) {
-    char tmp[65536];
-    ssize_t r = recv(fd_, tmp, sizeof(tmp), 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return Unavailable("connection to the daemon closed");
-    buf_.append(tmp, static_cast<size_t>(r));
+Status HttpClient::RecvMore() {
+  char tmp[65536];
+  while (true) {
+    ssize_t n = recv(fd_, tmp, sizeof(tmp), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Unavailable("connection to the daemon closed");
+    buf_.append(tmp, static_cast<size_t>(n));
+    return Status::Ok();
   }
+}
+
+Result<std::string> HttpClient::ReadExact(size_t n) {
+  while (buf_.size() < n) GPUSLICE_RETURN_IF_ERROR(RecvMore());
   std::string out = buf_.substr(0, n);
   buf_.erase(0, n);
   return out;
+}
+
+Result<std::string> HttpClient::ReadSizedBody(const std::map<std::string, std::string>& headers) {
+  size_t len = 0;
+  if (auto it = headers.find("content-length"); it != headers.end()) {
+    auto n = ParseSize(it->second, 10);
+    if (!n || *n > kMaxAnswerBytes) {
+      Close();
+      return Internal(fmt::format("bad Content-Length from daemon: '{}' (at most {})",
+                                  EscapeInvalidUtf8(it->second.substr(0, 32)), kMaxAnswerBytes));
+    }
+    len = *n;
+  }
+  return ReadExact(len);
 }
 
 Result<int> HttpClient::ReadHead(std::map<std::string, std::string>* headers) {
@@ -210,18 +225,7 @@ Result<ClientResponse> HttpClient::Request(std::string_view method, std::string_
         return Internal(fmt::format("answer from daemon: more than {} bytes", kMaxAnswerBytes));
       }
     } else {
-      size_t len = 0;
-      if (auto it = headers.find("content-length"); it != headers.end()) {
-        auto n = ParseSize(it->second, 10);
-        if (!n || *n > kMaxAnswerBytes) {
-          Close();
-          return Internal(fmt::format("bad Content-Length from daemon: '{}' (at most {})",
-                                      EscapeInvalidUtf8(it->second.substr(0, 32)),
-                                      kMaxAnswerBytes));
-        }
-        len = *n;
-      }
-      GPUSLICE_ASSIGN_OR_RETURN(resp.body, ReadExact(len));
+      GPUSLICE_ASSIGN_OR_RETURN(resp.body, ReadSizedBody(headers));
     }
     if (auto it = headers.find("connection"); it != headers.end() && it->second == "close") {
       Close();
@@ -252,18 +256,7 @@ Result<int> HttpClient::Stream(std::string_view target,
     return on_chunk(c);
   };
   if (headers.find("transfer-encoding") == headers.end()) {
-    size_t len = 0;
-    if (auto it = headers.find("content-length"); it != headers.end()) {
-      auto n = ParseSize(it->second, 10);
-      if (!n || *n > kMaxAnswerBytes) {
-        Close();
-        return Internal(fmt::format("bad Content-Length from daemon: '{}' (at most {})",
-                                    EscapeInvalidUtf8(it->second.substr(0, 32)),
-                                    kMaxAnswerBytes));
-      }
-      len = *n;
-    }
-    GPUSLICE_ASSIGN_OR_RETURN(std::string all, ReadExact(len));
+    GPUSLICE_ASSIGN_OR_RETURN(std::string all, ReadSizedBody(headers));
     sink(all);
   } else {
     GPUSLICE_RETURN_IF_ERROR(ReadChunks(sink).status());
