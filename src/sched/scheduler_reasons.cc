@@ -1,0 +1,200 @@
+// Why a job is still pending (PendingReason, PendingReasonCounts): derived from the books, no side
+// effects.
+// Part of Scheduler::Impl (scheduler_impl.h); see scheduler.cc for the order of an event.
+#include "sched/scheduler_impl.h"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace gpuslice::sched {
+
+// ---------------------------------------------------------------- pending reasons
+// Derived from the books as they stand after the last event: placement tries every pending
+// job whenever capacity may have been freed, so a job still pending after a Handle() did not
+// fit then, and this says why. Const and free of side effects (no random draw, no counter):
+// asking never changes a decision. Order: could never fit, user cap, devices kept for this
+// job, devices kept for another job / changing MIG layout, no room.
+
+// What one query learns once and reuses for every job it explains.
+struct Scheduler::Impl::ReasonScan {
+  std::optional<const DeviceView*> changing;  // the device draining / reconfiguring (or null)
+  std::unordered_map<int, WaitReason> by_shape;  // the part that depends only on the shape
+};
+
+std::optional<WaitReason> Scheduler::Impl::PendingReason(JobId job) const {
+  auto it = resolved_.find(job);
+  if (it == resolved_.end() || it->second.view->state != JobState::kPending) return std::nullopt;
+  ReasonScan scan;
+  return ReasonFor(it->second, scan);
+}
+
+// The same answers as PendingReason() for every pending job, counted by shape: O(live shapes
+// + pending jobs of capped queues), not O(pending), since the simulator asks at every instant.
+std::array<std::int64_t, kWaitReasonKinds> Scheduler::Impl::PendingReasonCounts() const {
+  std::array<std::int64_t, kWaitReasonKinds> n{};
+  ReasonScan scan;
+  for (int shape : live_shapes_) {
+    const auto& jobs = shape_queue_[shape];
+    const Resolved& head = *jobs.begin()->second;
+    const QueueConfig& q = *head.queue;
+    const bool holder_here = reservation_ && resolved_.at(reservation_->job).shape == shape;
+    if (q.user_max_milli > 0 || q.user_max_jobs > 0) {
+      // Within a shape the cap depends only on the user: one answer per user.
+      std::unordered_map<std::string_view, std::size_t> by_user;
+      for (const auto& [k, r] : jobs) {
+        if (holder_here && r->job == reservation_->job) {
+          ++n[ReasonFor(*r, scan).index()];
+          continue;
+        }
+        auto [it, fresh] = by_user.try_emplace(r->user, 0);
+        if (fresh) it->second = ReasonFor(*r, scan).index();
+        ++n[it->second];
+      }
+      continue;
+    }
+    std::int64_t same = static_cast<std::int64_t>(jobs.size());
+    const WaitReason shaped = ShapeReason(head, scan);  // each live shape is visited once
+    if (holder_here && !std::holds_alternative<NeverFits>(shaped)) {
+      ++n[WaitReason(WaitingForReservation{}).index()];
+      --same;
+    }
+    n[shaped.index()] += same;
+  }
+  return n;
+}
+
+const WaitReason& Scheduler::Impl::ShapeReasonOf(const Resolved& r, ReasonScan& scan) const {
+  auto it = scan.by_shape.find(r.shape);
+  if (it == scan.by_shape.end()) it = scan.by_shape.emplace(r.shape, ShapeReason(r, scan)).first;
+  return it->second;
+}
+
+WaitReason Scheduler::Impl::ReasonFor(const Resolved& r, ReasonScan& scan) const {
+  const WaitReason& shaped = ShapeReasonOf(r, scan);
+  if (std::holds_alternative<NeverFits>(shaped)) return shaped;
+  if (auto cap = CapReason(r)) return *cap;
+  if (reservation_ && reservation_->job == r.job) {
+    WaitingForReservation w{reservation_->node, reservation_->devices, 0};
+    for (DeviceIndex di : reservation_->devices) {
+      const DeviceView& d = devices_.at({reservation_->node, di});
+      w.busy += !d.slices.empty() || d.mode != DeviceMode::kFree;
+    }
+    return w;
+  }
+  return shaped;
+}
+
+// The same test as CapBlocks(), with its figures.
+std::optional<UserCap> Scheduler::Impl::CapReason(const Resolved& r) const {
+  const QueueConfig& q = *r.queue;
+  if (q.user_max_milli == 0 && q.user_max_jobs == 0) return std::nullopt;
+  auto it = usage_.find({q.name, r.user});
+  Usage u = it == usage_.end() ? Usage{} : it->second;
+  if (q.user_max_jobs > 0 && u.jobs + 1 > q.user_max_jobs)
+    return UserCap{q.name, r.user, UserCap::Limit::kJobs, q.user_max_jobs, u.jobs, 1};
+  if (q.user_max_milli > 0 && u.milli + UsageMilli(r) > q.user_max_milli)
+    return UserCap{q.name, r.user, UserCap::Limit::kMilli, q.user_max_milli, u.milli, UsageMilli(r)};
+  return std::nullopt;
+}
+
+const DeviceView* Scheduler::Impl::ChangingDevice(ReasonScan& scan) const {
+  if (!scan.changing) {
+    scan.changing = nullptr;
+    if (mig_in_flight_ > 0)
+      for (const auto& [ref, d] : devices_)
+        if (d.draining || d.reconfiguring) scan.changing = &d;
+  }
+  return *scan.changing;
+}
+
+// Would `r` fit now if the devices `extra` (kept empty or changing layout) could take it?
+bool Scheduler::Impl::FitsWith(const Resolved& r, NodeId node, const std::vector<const DeviceView*>& extra) const {
+  if (r.kind == SliceKind::kWhole) {
+    int n = 0;
+    for (DeviceIndex di : index_.FreeOn(node)) n += ModelOk(r, devices_.at({node, di}));
+    for (const DeviceView* d : extra)
+      n += d->slices.empty() && d->mode == DeviceMode::kFree && ModelOk(r, *d);
+    return n >= r.gpus;
+  }
+  for (const DeviceView* d : extra) {
+    if (!ModelOk(r, *d)) continue;
+    if (d->mode != DeviceMode::kFree && d->mode != ModeFor(r.kind)) continue;
+    if (kOneGpu - d->used_milli < r.milli) continue;
+    if (d->memory > 0 && d->memory - d->used_memory < MemoryCap(r, *d)) continue;
+    if (r.kind == SliceKind::kMps && d->clients >= MpsLimit(*d)) continue;
+    return true;
+  }
+  return false;
+}
+
+WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) const {
+  if (Status st = Feasible(r); !st.ok()) return NeverFits{std::string(st.message())};
+  if (auto why = NeverFitsWhy(r)) return NeverFits{*why};
+  if (reservation_ && r.kind != SliceKind::kMig) {
+    std::vector<const DeviceView*> kept;
+    for (DeviceIndex di : reservation_->devices) kept.push_back(&devices_.at({reservation_->node, di}));
+    if (FitsWith(r, reservation_->node, kept))
+      return ReservedForOther{reservation_->job, reservation_->node, reservation_->devices};
+  }
+  if (const DeviceView* d = ChangingDevice(scan)) {
+    bool helps = r.kind == SliceKind::kMig ? ModelOk(r, *d) : FitsWith(r, d->ref.node, {d});
+    if (helps) return DrainingForMig{d->ref, d->reconfiguring};
+  }
+  NoDeviceFits n{r.kind, r.model, r.gpus, r.milli, r.kind == SliceKind::kMig ? r.mig_need : r.memory};
+  if (r.kind == SliceKind::kWhole) n.memory = 0;
+  return n;
+}
+
+// Beyond Feasible(): a device in MIG mode never leaves it, so MIG-mode devices count only for
+// MIG requests; a MIG request is placed on an instance of exactly its smallest fitting
+// profile, which only a layout change (mig.enabled, on a device that has not refused one)
+// can create where none exists.
+std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) const {
+  const std::string what = r.model.empty() ? "" : r.model + " ";
+  if (r.kind == SliceKind::kMig) {
+    for (const auto& [ref, d] : devices_) {
+      if (!d.catalogue || !ModelOk(r, d)) continue;
+      const MigProfile* p = d.catalogue->SmallestProfileFor(r.mig_need);
+      if (!p) continue;
+      if (config_.mig.enabled && d.mig_capable && !mig_broken_.contains(ref)) return std::nullopt;
+      const MigLayout& l = d.reconfiguring ? d.target_layout : d.layout;
+      if ((d.mode == DeviceMode::kMig || d.reconfiguring) &&
+          std::any_of(l.begin(), l.end(), [&](const MigPlacement& m) { return m.profile_id == p->id; }))
+        return std::nullopt;
+    }
+    if (!config_.mig.enabled)
+      return fmt::format("MIG layouts are not changed (mig.enabled = false) and no {}GPU in MIG mode has an "
+                         "instance sized for {}", what, FormatBytes(r.mig_need));
+    return fmt::format("every MIG-capable {}GPU that could hold an instance with {} refused a MIG "
+                       "reconfiguration or lacks that instance", what, FormatBytes(r.mig_need));
+  }
+  if (mig_mode_devices_ == 0) return std::nullopt;
+  if (r.kind == SliceKind::kWhole) {
+    int best = 0;
+    for (const auto& [node, indices] : nodes_) {
+      int n = 0;
+      for (DeviceIndex di : indices) {
+        const DeviceView& d = devices_.at({node, di});
+        n += d.mode != DeviceMode::kMig && ModelOk(r, d);
+      }
+      best = std::max(best, n);
+    }
+    if (best >= r.gpus) return std::nullopt;
+    return fmt::format("it needs {} {}GPUs on one host and at most {} are outside MIG mode (a GPU in MIG "
+                       "mode only takes MIG slices)", r.gpus, what, best);
+  }
+  for (const auto& [ref, d] : devices_) {
+    if (d.mode == DeviceMode::kMig || !ModelOk(r, d)) continue;
+    if (d.memory == 0 || d.memory >= MemoryCap(r, d)) return std::nullopt;
+  }
+  return fmt::format("every {}GPU{} is in MIG mode (a GPU in MIG mode only takes MIG slices)", what,
+                     r.memory > 0 ? fmt::format(" with {} of memory", FormatBytes(r.memory)) : "");
+}
+
+}  // namespace gpuslice::sched
