@@ -1,0 +1,420 @@
+// Job lifecycle: resolving a request, the pending set, ending jobs; starting them (Start) and the
+// scheduling pass (Schedule, SchedulePass).
+// Part of Scheduler::Impl (scheduler_impl.h); see scheduler.cc for the order of an event.
+#include "sched/scheduler_impl.h"
+
+#include <algorithm>
+#include <functional>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace gpuslice::sched {
+
+// ---------------------------------------------------------------- jobs
+Result<Resolved> Scheduler::Impl::Resolve(const Submit& e) const {
+  Resolved r;
+  r.job = e.job;
+  r.user = e.user;
+  r.submit = now_;
+  std::string qname = e.queue.empty() ? config_.default_queue : e.queue;
+  r.queue = config_.FindQueue(qname);
+  if (!r.queue) return NotFound(fmt::format("queue '{}' does not exist", qname));
+  const QueueConfig& q = *r.queue;
+  const JobRequest& req = e.request;
+  r.kind = req.kind.value_or(q.default_kind);
+  if (!q.Allows(r.kind))
+    return InvalidArgument(fmt::format("queue '{}' does not allow slice kind '{}'", q.name,
+                                       SliceKindName(r.kind)));
+  if (req.gpus < 0) return InvalidArgument(fmt::format("gpus = {}: must not be negative", req.gpus));
+  if (req.milli < 0 || req.milli > kOneGpu)
+    return InvalidArgument(fmt::format("gpu = {}: must be between 1m and 1", req.milli));
+  if (req.memory < 0) return InvalidArgument(fmt::format("memory = {}: must not be negative", req.memory));
+  if (req.time_limit < 0)
+    return InvalidArgument(fmt::format("time_limit = {}: must not be negative", req.time_limit));
+  Micros queue_limit = q.EffectiveLimit(0);
+  if (req.time_limit > 0 && queue_limit > 0 && req.time_limit > queue_limit)
+    return InvalidArgument(fmt::format("time_limit = {}: longer than queue '{}' allows ({})",
+                                       FormatDuration(req.time_limit), q.name,
+                                       FormatDuration(queue_limit)));
+  r.limit = q.EffectiveLimit(req.time_limit);
+  if (!req.model.empty()) {
+    auto m = FindModel(req.model);
+    if (!m.ok()) return m.status();
+    r.model = (*m)->name;
+  }
+  switch (r.kind) {
+    case SliceKind::kWhole:
+      r.gpus = req.gpus > 0 ? req.gpus : q.default_gpus;
+      if (req.milli > 0 && req.milli != kOneGpu)
+        return InvalidArgument(fmt::format("gpu = {}: whole slices take whole devices (use gpus=N)",
+                                           FormatMilliGpu(req.milli)));
+      r.milli = kOneGpu;
+      break;
+    case SliceKind::kShared:
+    case SliceKind::kMps:
+      if (req.gpus > 1)
+        return InvalidArgument(fmt::format("gpus = {}: {} slices are on one device", req.gpus,
+                                           SliceKindName(r.kind)));
+      r.milli = req.milli > 0 ? req.milli : q.default_milli;
+      r.memory = req.memory > 0 ? req.memory : q.default_memory;
+      break;
+    case SliceKind::kMig:
+      if (req.gpus > 1)
+        return InvalidArgument(fmt::format("gpus = {}: a mig slice is one instance", req.gpus));
+      r.mig_need = req.memory > 0 ? req.memory : q.default_memory;
+      if (r.mig_need <= 0) r.mig_need = 1;
+      break;
+  }
+  if (q.user_max_milli > 0 && UsageMilli(r) > q.user_max_milli)
+    return ResourceExhausted(fmt::format("asks for {} GPU, more than queue '{}' allows one user ({})",
+                                         FormatMilliGpu(UsageMilli(r)), q.name,
+                                         FormatMilliGpu(q.user_max_milli)));
+  return r;
+}
+
+// "Could ever fit": on the devices present, ignoring what runs now.
+Status Scheduler::Impl::Feasible(const Resolved& r) const {
+  std::string what = r.model.empty() ? "" : r.model + " ";
+  auto it = capacity_.find(r.model);
+  const Capacity* c = it == capacity_.end() ? nullptr : &it->second;
+  switch (r.kind) {
+    case SliceKind::kWhole:
+      if (c && !c->host_counts.empty() && *c->host_counts.rbegin() >= r.gpus) return Status::Ok();
+      return ResourceExhausted(fmt::format("no host has {} {}devices", r.gpus, what));
+    case SliceKind::kShared:
+    case SliceKind::kMps:
+      if (c && !c->memories.empty() && *c->memories.rbegin() >= r.memory) return Status::Ok();
+      return ResourceExhausted(fmt::format("no {}device has {} of memory", what, FormatBytes(r.memory)));
+    case SliceKind::kMig:
+      for (const auto& [name, cap] : capacity_) {
+        if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
+        if (!r.model.empty() && name != r.model) continue;
+        if (cap.model->SmallestProfileFor(r.mig_need)) return Status::Ok();
+      }
+      return ResourceExhausted(fmt::format("no MIG-capable {}device has an instance with {}", what,
+                                           FormatBytes(r.mig_need)));
+  }
+  return Internal("unknown kind");
+}
+
+void Scheduler::Impl::OnSubmit(const Submit& e) {
+  if (jobs_.contains(e.job)) {
+    out_.push_back(Reject{e.job, AlreadyExists(fmt::format("job {} already submitted", e.job.value()))});
+    ++stats_.rejected;
+    return;
+  }
+  JobView j;
+  j.job = e.job;
+  j.user = e.user;
+  j.queue = e.queue.empty() ? config_.default_queue : e.queue;
+  j.request = e.request;
+  j.submit_time = now_;
+  auto r = Resolve(e);
+  Status st = r.ok() ? Feasible(*r) : r.status();
+  if (!st.ok()) {
+    JobView& rec = jobs_.emplace(e.job, std::move(j)).first->second;
+    EndJob(rec, "rejected");
+    out_.push_back(Reject{e.job, st.WithContext(fmt::format("job {}", e.job.value()))});
+    ++stats_.rejected;
+    return;
+  }
+  j.kind = r->kind;
+  auto [shape_it, _] = shapes_.try_emplace(
+      std::make_tuple(r->kind, r->gpus, r->milli, r->memory, r->mig_need, r->model, r->queue),
+      static_cast<int>(shapes_.size()));
+  r->shape = shape_it->second;
+  JobView* view = &jobs_.emplace(e.job, std::move(j)).first->second;
+  Resolved* rp = &resolved_.emplace(e.job, std::move(r).value()).first->second;
+  rp->view = view;
+  if (rp->kind != SliceKind::kMig) CountShape(*rp);
+  AddPending(rp);
+  Schedule(e.job);
+}
+
+// The pending set, also kept per shape (a pass visits shapes, not every job) and with the
+// MIG jobs apart (the planner looks at the first few of them).
+void Scheduler::Impl::AddPending(Resolved* r) {
+  PendingKey k{-r->queue->priority, r->submit, r->job};
+  pending_.emplace(k, r);
+  if (r->kind == SliceKind::kMig) pending_mig_.emplace(k, r);
+  if (MayReserve(*r)) pending_reserve_[r->queue].emplace(k, r);
+  if (shape_queue_.size() <= static_cast<std::size_t>(r->shape)) shape_queue_.resize(r->shape + 1);
+  shape_queue_[r->shape].emplace(k, r);
+  live_shapes_.insert(r->shape);
+}
+void Scheduler::Impl::RemovePending(const Resolved& r) {
+  PendingKey k{-r.queue->priority, r.submit, r.job};
+  pending_.erase(k);
+  pending_mig_.erase(k);
+  if (MayReserve(r)) pending_reserve_[r.queue].erase(k);
+  auto& q = shape_queue_[r.shape];
+  q.erase(k);
+  if (q.empty()) live_shapes_.erase(r.shape);
+}
+
+void Scheduler::Impl::EndJob(JobView& j, std::string_view reason) {
+  j.state = JobState::kEnded;
+  j.end_time = now_;
+  j.end_reason = std::string(reason);
+  Remember(j.job);
+}
+
+// Ended jobs stay visible for a while (API, metrics), then are forgotten so that a
+// long-running daemon or simulation does not grow without bound.
+void Scheduler::Impl::Remember(JobId ended) {
+  ended_.push_back(ended);
+  while (ended_.size() > kEndedHistory) {
+    jobs_.erase(ended_.front());
+    ended_.pop_front();
+  }
+}
+
+void Scheduler::Impl::RejectPending(JobId id, const Status& st) {
+  const Resolved& r = resolved_.at(id);
+  ReleaseReservationOf(id);
+  RemovePending(r);
+  resolved_.erase(id);
+  EndJob(jobs_.at(id), "rejected");
+  out_.push_back(Reject{id, st.WithContext(fmt::format("job {}", id.value()))});
+  ++stats_.rejected;
+}
+
+void Scheduler::Impl::OnCancel(const Cancel& e) {
+  auto it = jobs_.find(e.job);
+  if (it == jobs_.end() || it->second.state == JobState::kEnded) return;
+  if (it->second.state == JobState::kPending) {
+    const Resolved& r = resolved_.at(e.job);
+    const bool held = reservation_ && reservation_->job == e.job;
+    ReleaseReservationOf(e.job);
+    RemovePending(r);
+    resolved_.erase(e.job);
+    EndJob(it->second, "cancelled");
+    if (held) Schedule(std::nullopt);  // the kept devices are free for others again
+    return;
+  }
+  out_.push_back(Stop{e.job, it->second.slice, StopReason::kCancelled});
+  ++stats_.stopped;
+  OnEnd(e.job, "cancelled");
+}
+
+// A running job ends (finished, cancelled): release, then reschedule.
+void Scheduler::Impl::OnEnd(JobId id, std::string_view reason) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  EndRunning(id, reason);
+  Schedule(std::nullopt);
+}
+
+// Releases a running job's slice; the job is ended (or pending again when `requeue`).
+void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue) {
+  Resolved& r = resolved_.at(id);
+  JobView& j = *r.view;
+  auto sit = r.slice;
+  const SliceView s = sit->second;  // a copy: the indexes read the record until it is erased
+  std::vector<DeviceView*> devs = std::move(r.devices);
+  r.devices.clear();
+  if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
+    Usage& u = usage_[{j.queue, j.user}];
+    u.milli -= SliceUsage(s);
+    u.jobs -= 1;
+  }
+  for (DeviceView* dv : devs) {
+    Mutate(*dv, [&](DeviceView& d) {
+      d.slices.erase(std::find(d.slices.begin(), d.slices.end(), s.slice));
+      d.clients -= 1;
+      if (s.kind != SliceKind::kMig) {
+        d.used_milli -= s.milli;
+        d.used_memory -= ReservedOn(s, d);
+      } else {
+        MigLayout& used = mig_in_use_[&d];
+        used.erase(std::find(used.begin(), used.end(), *s.mig));
+        if (used.empty()) mig_in_use_.erase(&d);
+      }
+      if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
+    });
+  }
+  Untime(s.slice);
+  reclaimable_.erase(s.slice);
+  slices_.erase(sit);
+  j.slice = SliceId();
+  if (requeue) {
+    j.state = JobState::kPending;
+    AddPending(&r);
+  } else {
+    EndJob(j, reason);
+    resolved_.erase(id);
+  }
+  // A draining device that became empty is reconfigured now.
+  for (DeviceView* dv : devs) MaybeFinishDrain(*dv);
+}
+
+// ---------------------------------------------------------------- starting jobs
+bool Scheduler::Impl::CapBlocks(const Resolved& r) const {
+  const QueueConfig& q = *r.queue;
+  if (q.user_max_milli == 0 && q.user_max_jobs == 0) return false;
+  auto it = usage_.find({q.name, r.user});
+  Usage u = it == usage_.end() ? Usage{} : it->second;
+  if (q.user_max_jobs > 0 && u.jobs + 1 > q.user_max_jobs) return true;
+  if (q.user_max_milli > 0 && u.milli + UsageMilli(r) > q.user_max_milli) return true;
+  return false;
+}
+
+void Scheduler::Impl::Start(const Resolved& r, const Choice& c) {
+  JobId id = r.job;
+  JobView& j = *r.view;
+  Resolved& rw = resolved_.at(id);
+  ReleaseReservationOf(id);  // before the devices change: they become schedulable again
+  RemovePending(r);
+  DeviceView& first = devices_.at({c.node, c.devices.front()});
+  SliceView s;
+  s.slice = SliceId(++last_slice_);
+  s.job = id;
+  s.kind = r.kind;
+  s.node = c.node;
+  s.devices = c.devices;
+  s.mig = c.mig;
+  s.start_time = now_;
+  s.last_active = now_;
+  s.deadline = r.limit > 0 ? now_ + r.limit : 0;
+  StartSlice d;
+  d.job = id;
+  d.slice = s.slice;
+  d.kind = r.kind;
+  d.queue = j.queue;
+  d.user = j.user;
+  d.node = c.node;
+  d.devices = c.devices;
+  d.mig = c.mig;
+  d.deadline = s.deadline;
+  switch (r.kind) {
+    case SliceKind::kWhole:
+      // Each device is reserved in full (ReservedOn); the slice's figure is what the job can
+      // count on on every one of its devices, which may be of different models.
+      s.milli = kOneGpu;
+      s.memory = first.memory;
+      for (DeviceIndex di : c.devices) s.memory = std::min(s.memory, devices_.at({c.node, di}).memory);
+      break;
+    case SliceKind::kShared:
+    case SliceKind::kMps:
+      s.milli = r.milli;
+      s.memory = MemoryCap(r, first);
+      d.memory_cap = s.memory;
+      if (r.kind == SliceKind::kMps) d.mps_thread_percent = static_cast<int>((r.milli + 9) / 10);
+      break;
+    case SliceKind::kMig: {
+      const DeviceModel* m = ModelOf(first.ref);
+      const MigProfile* p = m->FindProfileById(c.mig->profile_id);
+      s.milli = p && m->mig_compute_slices > 0 ? kOneGpu * p->compute_slices / m->mig_compute_slices : 0;
+      s.memory = p ? p->memory : 0;
+      d.memory_cap = s.memory;
+      break;
+    }
+  }
+  d.milli = s.milli;
+  // The slice is recorded before the devices change: the indexes read it (MIG in-use set).
+  rw.slice = slices_.emplace(s.slice, std::move(s)).first;
+  SliceView& rec = rw.slice->second;
+  Retime(rec);
+  for (DeviceIndex di : c.devices) {
+    DeviceView& target = di == c.devices.front() ? first : devices_.at({c.node, di});
+    rw.devices.push_back(&target);
+    Mutate(target, [&](DeviceView& dv) {
+      d.uuids.push_back(dv.uuid);
+      if (dv.mode == DeviceMode::kFree) SetMode(dv, ModeFor(r.kind));
+      dv.slices.insert(std::upper_bound(dv.slices.begin(), dv.slices.end(), rec.slice), rec.slice);
+      dv.clients += 1;
+      if (r.kind != SliceKind::kMig) {
+        dv.used_milli += rec.milli;
+        dv.used_memory += ReservedOn(rec, dv);
+      } else {
+        MigLayout& used = mig_in_use_[&dv];
+        used.push_back(*rec.mig);
+        SortByStart(used);
+      }
+    });
+  }
+  if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
+    Usage& u = usage_[{j.queue, j.user}];
+    u.milli += SliceUsage(rec);
+    u.jobs += 1;
+  }
+  j.state = JobState::kRunning;
+  j.start_time = now_;
+  j.slice = rec.slice;
+  out_.push_back(std::move(d));
+  ++stats_.started;
+}
+
+// Tries pending jobs (or just `only`) in order; then plans MIG for unmet demand. A shape
+// that failed once is not retried in the same pass, and the pass ends once every shape
+// present has failed: later jobs could only fail the same way.
+void Scheduler::Impl::Schedule(std::optional<JobId> only) {
+  SchedulePass(only);
+  // On-demand idle reclaim: each round frees at least one slice, so this ends.
+  while (!reclaimable_.empty() && !pending_.empty() && ReclaimOnDemand(only)) {
+    only.reset();
+    SchedulePass(std::nullopt);
+  }
+}
+
+void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
+  scratch_failed_.assign(shapes_.size(), 0);
+  bool mig_failed = false;
+  auto attempt = [&](const Resolved& r) -> bool {  // true: failed
+    if (CapBlocks(r)) return false;
+    if (scratch_failed_[r.shape]) return false;
+    if (auto c = TryPlace(r)) {
+      Start(r, *c);
+      return false;
+    }
+    scratch_failed_[r.shape] = 1;
+    if (r.kind == SliceKind::kMig) mig_failed = true;
+    return true;
+  };
+  if (only) {
+    attempt(resolved_.at(*only));
+  } else {
+    // Jobs are tried in global queue order, skipping shapes that already failed in this
+    // pass, by merging the per-shape queues: only the head job of each live shape is
+    // visited, so a pass costs O(shapes + starts), not O(waiting jobs).
+    // A min-heap in a reused vector (the pairs are distinct: same order as a std::set,
+    // without a node allocation per head). Not re-entered: attempt() does not schedule.
+    std::vector<std::pair<PendingKey, int>>& heads = scratch_heads_;
+    const std::greater<> later;
+    heads.clear();
+    for (int shape : live_shapes_) heads.emplace_back(shape_queue_[shape].begin()->first, shape);
+    std::make_heap(heads.begin(), heads.end(), later);
+    while (!heads.empty()) {
+      std::pop_heap(heads.begin(), heads.end(), later);
+      const auto [key, shape] = heads.back();
+      heads.pop_back();
+      const auto& q = shape_queue_[shape];
+      const Resolved* r = q.at(key);
+      if (attempt(*r)) continue;  // the shape failed: its later jobs would too
+      auto next = q.upper_bound(key);  // Start() may have erased `key`
+      if (next != q.end()) {
+        heads.emplace_back(next->first, shape);
+        std::push_heap(heads.begin(), heads.end(), later);
+      }
+    }
+  }
+  if (!only) {
+    ServeReservation();
+    MaybeReserve();
+  }
+  if (mig_failed && config_.mig.enabled && mig_in_flight_ == 0) {
+    std::vector<const Resolved*> unmet;
+    for (const auto& [k, r] : pending_mig_) {
+      if (unmet.size() >= kMaxPlannedNeeds) break;
+      if (!CapBlocks(*r)) unmet.push_back(r);
+    }
+    if (!unmet.empty()) PlanMig(unmet);
+  }
+}
+
+}  // namespace gpuslice::sched
