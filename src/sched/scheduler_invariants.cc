@@ -1,0 +1,150 @@
+// CheckInvariants(): rebuilds the indexes and counters from the records and compares.
+// Part of Scheduler::Impl (scheduler_impl.h); see scheduler.cc for the order of an event.
+#include "sched/scheduler_impl.h"
+
+#include <algorithm>
+#include <climits>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace gpuslice::sched {
+
+Status Scheduler::Impl::CheckInvariants() const {
+  if (!violation_.empty()) return Internal(violation_);
+  auto where = [](const DeviceView& d) {
+    return fmt::format("device {}/{}", d.ref.node.value(), d.ref.index.value());
+  };
+  CapacityIndex fresh;
+  fresh.ShareMemo(index_);
+  int in_flight = 0;
+  for (const auto& [ref, d] : devices_) {
+    MilliGpu milli = 0;
+    Bytes mem = 0;
+    std::set<std::pair<int, int>> instances;
+    for (SliceId sid : d.slices) {
+      auto it = slices_.find(sid);
+      if (it == slices_.end())
+        return Internal(fmt::format("{}: unknown slice {}", where(d), sid.value()));
+      const SliceView& s = it->second;
+      if (ModeFor(s.kind) != d.mode)
+        return Internal(fmt::format("{} in mode {} holds a {} slice {}", where(d),
+                                    DeviceModeName(d.mode), SliceKindName(s.kind), sid.value()));
+      if (s.kind == SliceKind::kMig) {
+        if (!s.mig) return Internal(fmt::format("mig slice {} without instance", sid.value()));
+        if (std::find(d.layout.begin(), d.layout.end(), *s.mig) == d.layout.end())
+          return Internal(fmt::format("{}: slice {} on an instance not in the layout", where(d), sid.value()));
+        if (!instances.insert({s.mig->profile_id, s.mig->start}).second)
+          return Internal(fmt::format("{}: two slices on one MIG instance", where(d)));
+      } else {
+        milli += s.milli;
+        mem += ReservedOn(s, d);
+      }
+    }
+    if (milli != d.used_milli || mem != d.used_memory || static_cast<int>(d.slices.size()) != d.clients)
+      return Internal(fmt::format("{}: books disagree with its slices", where(d)));
+    if (milli > kOneGpu) return Internal(fmt::format("{}: compute over-committed ({})", where(d), milli));
+    if (d.memory > 0 && mem > d.memory)
+      return Internal(fmt::format("{}: memory over-committed ({} > {})", where(d), FormatBytes(mem),
+                                  FormatBytes(d.memory)));
+    if (d.mode == DeviceMode::kWhole && d.slices.size() != 1)
+      return Internal(fmt::format("{}: whole device with {} slices", where(d), d.slices.size()));
+    if (d.mode == DeviceMode::kMps && d.clients > MpsLimit(d))
+      return Internal(fmt::format("{}: {} MPS clients over the limit", where(d), d.clients));
+    if (d.slices.empty() && (d.mode == DeviceMode::kWhole || d.mode == DeviceMode::kShared ||
+                             d.mode == DeviceMode::kMps))
+      return Internal(fmt::format("{}: empty but left in mode {}", where(d), DeviceModeName(d.mode)));
+    if (d.reconfiguring && !d.slices.empty() && d.mode != DeviceMode::kMig)
+      return Internal(fmt::format("{}: reconfiguring with slices on it", where(d)));
+    if (d.mode == DeviceMode::kMig) {
+      if (const DeviceModel* m = d.catalogue) {
+        Status st = ValidateLayout(*m, d.layout);
+        if (!st.ok()) return Internal(fmt::format("{}: illegal layout: {}", where(d), st.message()));
+      }
+    }
+    if (d.draining || d.reconfiguring) ++in_flight;
+    if (InUse(d) != InUseFromSlices(d))
+      return Internal(fmt::format("{}: MIG in-use record disagrees with its slices", where(d)));
+    fresh.Add(d, Facts(d));
+  }
+  if (!(fresh == index_)) return Internal("placement indexes disagree with the device records");
+  if (in_flight != mig_in_flight_)
+    return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_in_flight_));
+  if (in_flight > 1) return Internal(fmt::format("{} devices changing MIG layout at once", in_flight));
+  const auto mig_mode = std::count_if(devices_.begin(), devices_.end(),
+                                      [](const auto& kv) { return kv.second.mode == DeviceMode::kMig; });
+  if (mig_mode != mig_mode_devices_)
+    return Internal(fmt::format("{} devices in MIG mode, counted {}", mig_mode, mig_mode_devices_));
+  std::size_t reserved = 0;
+  for (const auto& [ref, d] : devices_) {
+    if (!d.reserved_for.valid()) continue;
+    ++reserved;
+    if (!reservation_ || reservation_->job != d.reserved_for || reservation_->node != ref.node ||
+        std::find(reservation_->devices.begin(), reservation_->devices.end(), ref.index) ==
+            reservation_->devices.end())
+      return Internal(fmt::format("device {}/{}: reserved for job {} outside the reservation",
+                                  ref.node.value(), ref.index.value(), d.reserved_for.value()));
+  }
+  if (reservation_) {
+    auto j = jobs_.find(reservation_->job);
+    if (j == jobs_.end() || j->second.state != JobState::kPending || j->second.kind != SliceKind::kWhole)
+      return Internal(fmt::format("reservation for job {} that is not a waiting whole-GPU job",
+                                  reservation_->job.value()));
+    if (reserved != reservation_->devices.size())
+      return Internal(fmt::format("reservation of {} devices marks {}", reservation_->devices.size(), reserved));
+  }
+  std::size_t timed = 0;
+  for (const auto& [sid, s] : slices_) {
+    Micros want = NextTimer(s, *resolved_.at(s.job).queue);
+    auto t = timer_of_.find(sid);
+    if (want != LLONG_MAX) ++timed;
+    if ((want == LLONG_MAX) != (t == timer_of_.end()) || (want != LLONG_MAX && (t->second != want || !timers_.contains({want, sid}))))
+      return Internal(fmt::format("slice {}: timer index disagrees with its record", sid.value()));
+  }
+  if (timed != timer_of_.size() || timed != timers_.size())
+    return Internal("timer index holds slices that are not running");
+  std::size_t reclaimable = 0;
+  for (const auto& [sid, s] : slices_) {
+    if ((s.idle == IdleState::kReclaimable) != reclaimable_.contains(sid))
+      return Internal(fmt::format("slice {}: reclaimable set disagrees with its idle state", sid.value()));
+    reclaimable += s.idle == IdleState::kReclaimable;
+  }
+  if (reclaimable != reclaimable_.size()) return Internal("reclaimable set holds slices that are not running");
+  for (const auto& [sid, s] : slices_) {
+    auto j = jobs_.find(s.job);
+    if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.slice != sid)
+      return Internal(fmt::format("slice {} does not belong to a running job", sid.value()));
+    for (DeviceIndex di : s.devices) {
+      auto d = devices_.find({s.node, di});
+      if (d == devices_.end() ||
+          std::find(d->second.slices.begin(), d->second.slices.end(), sid) == d->second.slices.end())
+        return Internal(fmt::format("slice {} not recorded on its device {}/{}", sid.value(),
+                                    s.node.value(), di.value()));
+    }
+  }
+  std::vector<int> per_shape(shapes_.size(), 0);
+  std::size_t mig = 0;
+  for (const auto& [k, r] : pending_) {
+    if (jobs_.at(k.job).state != JobState::kPending)
+      return Internal(fmt::format("job {} queued but not pending", k.job.value()));
+    ++per_shape[r->shape];
+    if (r->kind == SliceKind::kMig) {
+      if (!pending_mig_.contains(k))
+        return Internal(fmt::format("pending MIG job {} missing from the MIG queue", k.job.value()));
+      ++mig;
+    }
+  }
+  if (mig != pending_mig_.size()) return Internal("MIG queue holds jobs that are not pending");
+  for (std::size_t i = 0; i < per_shape.size(); ++i) {
+    std::size_t queued = i < shape_queue_.size() ? shape_queue_[i].size() : 0;
+    if (queued != static_cast<std::size_t>(per_shape[i]))
+      return Internal(fmt::format("shape {}: {} pending, {} in its queue", i, per_shape[i], queued));
+    if (live_shapes_.contains(static_cast<int>(i)) != (per_shape[i] > 0))
+      return Internal(fmt::format("shape {}: live-shape set is wrong", i));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpuslice::sched

@@ -1,0 +1,147 @@
+// MIG planning: re-laying out, or draining, one GPU for unmet MIG demand.
+// Part of Scheduler::Impl (scheduler_impl.h); see scheduler.cc for the order of an event.
+#include "sched/scheduler_impl.h"
+
+#include <algorithm>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "sched/mig_plan.h"
+
+namespace gpuslice::sched {
+
+// ---------------------------------------------------------------- MIG planning
+std::vector<Bytes> Scheduler::Impl::NeedsFor(const std::vector<const Resolved*>& jobs, const DeviceView& d) const {
+  std::vector<Bytes> needs;
+  for (const Resolved* r : jobs)
+    if (ModelOk(*r, d)) needs.push_back(r->mig_need);
+  return needs;
+}
+
+// One GPU at a time: prefer a MIG device whose free instances can be re-laid out (no drain),
+// then an empty MIG-capable device, then drain a device in another mode (fewest slices).
+void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet) {
+  if (mig_in_flight_ > 0) return;
+  std::set<DeviceRef> candidates;
+  for (const auto& [name, cap] : capacity_) {
+    if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
+    int mi = ModelIndex(cap.model);
+    std::set<int> profiles;
+    for (const Resolved* r : unmet) {
+      if (!r->model.empty() && r->model != name) continue;
+      if (const MigProfile* p = cap.model->SmallestProfileFor(r->mig_need)) profiles.insert(p->id);
+    }
+    if (profiles.empty()) continue;
+    for (int p : profiles)
+      for (const DeviceRef& ref : index_.RelayoutCandidates(mi, p, kRelayoutCandidates))
+        candidates.insert(ref);
+    if (auto ref = index_.FirstMigCapableFree(mi)) candidates.insert(*ref);
+  }
+  if (candidates.empty()) {
+    // Only now look at devices that would need a drain.
+    for (const DeviceRef& ref : index_.mig_capable_busy()) {
+      if (mig_broken_.contains(ref)) continue;
+      candidates.insert(ref);
+      if (candidates.size() >= kDrainCandidates) break;
+    }
+  }
+  struct Candidate {
+    int rank;  // 0: MIG mode, 1: empty, 2: needs a drain
+    int satisfied;
+    int clients;
+    DeviceRef ref;
+    MigLayout layout;
+  };
+  std::optional<Candidate> best;
+  for (const DeviceRef& ref : candidates) {
+    if (mig_broken_.contains(ref)) continue;
+    const DeviceView& d = devices_.at(ref);
+    std::vector<Bytes> needs = NeedsFor(unmet, d);
+    if (needs.empty()) continue;
+    int rank = d.mode == DeviceMode::kMig ? 0 : d.mode == DeviceMode::kFree ? 1 : 2;
+    auto plan = PlanMigLayout(*ModelOf(ref), rank == 0 ? InUse(d) : MigLayout{}, needs);
+    if (!plan.ok() || plan->satisfied == 0) continue;
+    if (rank == 0 && plan->layout == d.layout) continue;
+    Candidate c{rank, plan->satisfied, d.clients, ref, plan->layout};
+    auto key = [](const Candidate& x) { return std::make_tuple(x.rank, -x.satisfied, x.clients, x.ref); };
+    if (!best || key(c) < key(*best)) best = std::move(c);
+  }
+  if (!best) return;
+  if (best->rank < 2) {
+    Reconfigure(best->ref, best->layout);
+    return;
+  }
+  Mutate(best->ref, [&](DeviceView& dv) {
+    dv.draining = true;
+    dv.target_layout = best->layout;
+  });
+  out_.push_back(Drain{best->ref, fmt::format("MIG layout for {} pending inference request(s)",
+                                              best->satisfied)});
+  if (config_.mig.drain == MigDrainPolicy::kPreempt) {
+    std::vector<SliceId> victims = devices_.at(best->ref).slices;
+    for (SliceId s : victims) {
+      JobId job = slices_.at(s).job;
+      if (!resolved_.at(job).queue->preemptible) continue;
+      out_.push_back(Preempt{job, s, "drain for MIG reconfiguration", true});
+      ++stats_.preempted;
+      EndRunning(job, "preempted", /*requeue=*/true);
+    }
+  }
+  MaybeFinishDrain(devices_.at(best->ref));
+}
+
+void Scheduler::Impl::Reconfigure(const DeviceRef& ref, const MigLayout& layout) {
+  const DeviceView& d = devices_.at(ref);
+  MigLayout old = d.mode == DeviceMode::kMig ? d.layout : MigLayout{};
+  Mutate(ref, [&](DeviceView& dv) {
+    dv.reconfiguring = true;
+    dv.draining = false;
+    dv.target_layout = layout;
+  });
+  out_.push_back(ReconfigureMig{ref, d.uuid, std::move(old), layout});
+  ++stats_.reconfigurations;
+}
+
+void Scheduler::Impl::MaybeFinishDrain(DeviceView& d) {
+  if (!d.draining || !d.slices.empty()) return;
+  // Re-plan now: demand may have changed while draining.
+  std::vector<const Resolved*> mig_pending;
+  for (const auto& [k, r] : pending_mig_) {
+    if (mig_pending.size() >= kMaxPlannedNeeds) break;
+    mig_pending.push_back(r);
+  }
+  auto plan = PlanMigLayout(*d.catalogue, {}, NeedsFor(mig_pending, d));
+  MigLayout layout = plan.ok() && plan->satisfied > 0 ? plan->layout : d.target_layout;
+  Reconfigure(d.ref, layout);
+}
+
+void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
+  auto it = devices_.find(e.device);
+  if (it == devices_.end() || !it->second.reconfiguring) return;
+  // A reported layout that is illegal for the model (or drops an instance in use) is treated
+  // as a failure: the books keep what they knew.
+  const DeviceModel* m = it->second.catalogue;
+  bool legal = m && ValidateLayout(*m, e.layout).ok();
+  for (const MigPlacement& used : InUse(it->second))
+    legal = legal && std::find(e.layout.begin(), e.layout.end(), used) != e.layout.end();
+  bool ok = e.ok && legal;
+  Mutate(e.device, [&](DeviceView& d) {
+    d.reconfiguring = false;
+    d.draining = false;
+    d.target_layout.clear();
+    if (ok) {
+      SetMode(d, DeviceMode::kMig);
+      d.layout = e.layout;
+    } else if (d.mode == DeviceMode::kMig && legal) {
+      d.layout = e.layout;  // what the device reports it has now
+    }
+  });
+  if (!ok) mig_broken_.insert(e.device);  // don't loop on a device that refuses
+  Schedule(std::nullopt);
+}
+
+}  // namespace gpuslice::sched

@@ -1,0 +1,277 @@
+// Timers and samples: time limits, the idle state machine (Tick, Sample, ActivityReport) and the
+// idle rules of scheduler.h (ClassifySample, EffectiveLastActive, IdleWindowEnd).
+// Part of Scheduler::Impl (scheduler_impl.h); see scheduler.cc for the order of an event.
+#include "sched/scheduler_impl.h"
+
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace gpuslice::sched {
+
+// ---------------------------------------------------------------- timers and samples
+void Scheduler::Impl::OnSample(const Sample& e) {
+  for (const SliceSample& s : e.slices) {
+    auto it = slices_.find(s.slice);
+    if (it == slices_.end()) continue;
+    SliceView& sv = it->second;
+    const Activity a = ClassifySample(resolved_.at(sv.job).queue->idle, s).activity;
+    if (a == Activity::kActive) {
+      if (sv.idle != IdleState::kActive) {
+        // The owner was told the slice is idle (and, when warned, that it will be taken):
+        // no longer true, so say so rather than let the warning stand.
+        out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
+                                    fmt::format("slice {} is busy again; idle warning withdrawn",
+                                                sv.slice.value())});
+        reclaimable_.erase(sv.slice);
+      }
+      sv.last_active = now_;
+      sv.idle = IdleState::kActive;
+      sv.idle_deadline = 0;
+      sv.unmeasured = false;
+      Retime(sv);
+    } else if (a == Activity::kUnknown && !sv.unmeasured) {
+      // Unknown is not idle: a warning given on earlier evidence is withdrawn, not carried
+      // out while blind.
+      sv.unmeasured = true;
+      if (sv.idle == IdleState::kWarned || sv.idle == IdleState::kReclaimable) {
+        out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
+                                    fmt::format("slice {} can no longer be measured; idle "
+                                                "warning withdrawn", sv.slice.value())});
+        reclaimable_.erase(sv.slice);
+        sv.idle = IdleState::kActive;
+      }
+      sv.idle_deadline = 0;
+      Retime(sv);
+    } else if (a == Activity::kIdle && sv.unmeasured) {
+      // Measured again: idleness is counted from here, not across the blind stretch.
+      sv.unmeasured = false;
+      sv.last_active = now_;
+      Retime(sv);
+    }
+  }
+}
+
+// A report replaces the slice's earlier one. One that shows activity now (it counts, and the
+// slice's effective last activity is within the window) withdraws an idle warning, as an
+// active sample does; an idle-looking one changes nothing but the record: reports only
+// postpone. A busy streak (busy_max) runs across consecutive busy reports.
+void Scheduler::Impl::OnActivityReport(const ActivityReport& e) {
+  auto rit = resolved_.find(e.job);
+  if (rit == resolved_.end() || rit->second.view->state != JobState::kRunning) return;
+  SliceView& sv = rit->second.slice->second;
+  const IdlePolicy& p = rit->second.queue->idle;
+  SliceReport n;
+  n.source = e.source;
+  n.busy = e.busy;
+  n.last_activity = e.last_activity < 0 ? -1 : std::min(e.last_activity, now_);
+  n.kernels = e.kernels;
+  n.connections = e.connections;
+  n.received = now_;
+  if (e.busy) n.busy_since = sv.report && sv.report->busy ? sv.report->busy_since : now_;
+  sv.report = std::move(n);
+  if (p.enabled && !sv.unmeasured && sv.idle != IdleState::kActive && ReportCounts(p, *sv.report, now_) &&
+      now_ - EffectiveLastActive(p, sv, now_) < p.window) {
+    out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
+                                fmt::format("slice {} is in use again ({} reports activity); idle "
+                                            "warning withdrawn", sv.slice.value(), sv.report->source)});
+    reclaimable_.erase(sv.slice);
+    sv.idle = IdleState::kActive;
+    sv.idle_deadline = 0;
+  }
+  Retime(sv);
+}
+
+// Visits only the slices whose next timer is due (timers_), in SliceId order: a slice whose
+// time has not come passes through TickSlice without a decision or a change (NextTimer), so
+// the decisions are those of a scan over every slice, at O(due log n) instead of O(slices).
+void Scheduler::Impl::OnTick() {
+  std::vector<SliceId> due;
+  for (auto it = timers_.begin(); it != timers_.end() && it->first <= now_; ++it) due.push_back(it->second);
+  std::sort(due.begin(), due.end());
+  std::vector<std::pair<JobId, std::string>> ended;
+  for (SliceId sid : due) {
+    SliceView& s = slices_.at(sid);
+    if (!TickSlice(sid, s, ended)) Retime(s);
+  }
+  for (const auto& [job, reason] : ended) EndRunning(job, reason);
+  const bool serve = !ended.empty() || (became_reclaimable_ && !pending_.empty());
+  became_reclaimable_ = false;
+  if (serve) {
+    Schedule(std::nullopt);
+  } else {
+    MaybeReserve();  // a waiting job may have just reached its reserve_after
+  }
+}
+
+// One slice's timers at now_; true if it ends (listed in `ended`).
+bool Scheduler::Impl::TickSlice(SliceId sid, SliceView& s, std::vector<std::pair<JobId, std::string>>& ended) {
+  const Resolved& r = resolved_.at(s.job);
+  const JobView& j = *r.view;
+  const QueueConfig& q = *r.queue;
+  if (s.deadline > 0) {
+    if (now_ >= s.deadline) {
+      out_.push_back(Stop{s.job, sid, StopReason::kTimeLimit});
+      ++stats_.stopped;
+      ended.emplace_back(s.job, "time-limit");
+      return true;
+    }
+    if (q.warn_before > 0 && !s.limit_warned && now_ >= s.deadline - q.warn_before) {
+      s.limit_warned = true;
+      out_.push_back(Warn{s.job, sid, WarnReason::kTimeLimit, s.deadline,
+                          fmt::format("job {} of {} reaches its time limit in {}", s.job.value(),
+                                      j.user, FormatDuration(s.deadline - now_))});
+    }
+  }
+  if (!q.idle.enabled || s.unmeasured) return false;
+  const Micros since = EffectiveLastActive(q.idle, s, now_);
+  if (s.idle == IdleState::kActive && now_ - since >= q.idle.window) {
+    Micros idle_for = now_ - since;
+    if (q.idle.action == ReclaimAction::kReport) {
+      s.idle = IdleState::kReported;
+      s.idle_deadline = now_;
+      out_.push_back(Warn{s.job, sid, WarnReason::kIdle, now_,
+                          fmt::format("slice idle for {} (reported, not reclaimed)",
+                                      FormatDuration(idle_for))});
+    } else {
+      s.idle = IdleState::kWarned;
+      s.idle_deadline = now_ + q.idle.grace;
+      out_.push_back(Warn{s.job, sid, WarnReason::kIdle, s.idle_deadline,
+                          q.idle.reclaim == IdleReclaim::kOnDemand
+                              ? fmt::format("slice idle for {}; reclaimable on demand in {} unless used "
+                                            "(then reclaimed when a waiting job needs its room)",
+                                            FormatDuration(idle_for), FormatDuration(q.idle.grace))
+                              : fmt::format("slice idle for {}; reclaimed in {} unless used",
+                                            FormatDuration(idle_for), FormatDuration(q.idle.grace))});
+    }
+  }
+  if (s.idle == IdleState::kWarned && now_ >= s.idle_deadline && q.idle.reclaim == IdleReclaim::kOnDemand) {
+    // Past its grace, but nobody may need the room: it runs until a pending job does. The
+    // Warn is the decision that records the change (and tells the owner).
+    s.idle = IdleState::kReclaimable;
+    reclaimable_.insert(sid);
+    became_reclaimable_ = true;
+    out_.push_back(Warn{s.job, sid, WarnReason::kIdle, now_,
+                        fmt::format("slice idle for {}; idle, reclaimable on demand: it is reclaimed "
+                                    "as soon as a waiting job needs its room", FormatDuration(now_ - since))});
+    return false;
+  }
+  if (s.idle == IdleState::kWarned && now_ >= s.idle_deadline) {
+    out_.push_back(Reclaim{s.job, sid, fmt::format("idle for {}", FormatDuration(now_ - since))});
+    ++stats_.reclaimed;
+    ended.emplace_back(s.job, "idle");
+    return true;
+  }
+  return false;
+}
+
+// When the slice's next timer could fire: a time-limit warning or stop, the end of its idle
+// window (active) or grace (warned); LLONG_MAX: none. Before it, TickSlice does nothing.
+Micros Scheduler::Impl::NextTimer(const SliceView& s, const QueueConfig& q) {
+  Micros t = LLONG_MAX;
+  if (s.deadline > 0) {
+    t = s.deadline;
+    if (q.warn_before > 0 && !s.limit_warned) t = std::min(t, s.deadline - q.warn_before);
+  }
+  if (q.idle.enabled && !s.unmeasured) {
+    if (s.idle == IdleState::kActive) t = std::min(t, IdleWindowEnd(q.idle, s));
+    else if (s.idle == IdleState::kWarned) t = std::min(t, s.idle_deadline);
+  }
+  return t;
+}
+// Re-files a slice in timers_ after its timer fields changed (or it started).
+void Scheduler::Impl::Retime(const SliceView& s) {
+  Untime(s.slice);
+  Micros t = NextTimer(s, *resolved_.at(s.job).queue);
+  if (t == LLONG_MAX) return;
+  timers_.emplace(t, s.slice);
+  timer_of_.emplace(s.slice, t);
+}
+void Scheduler::Impl::Untime(SliceId id) {
+  auto it = timer_of_.find(id);
+  if (it == timer_of_.end()) return;
+  timers_.erase({it->second, id});
+  timer_of_.erase(it);
+}
+
+std::string_view ActivityName(Activity a) {
+  switch (a) {
+    case Activity::kUnknown: return "unknown";
+    case Activity::kIdle: return "idle";
+    case Activity::kActive: return "active";
+  }
+  return "unknown";
+}
+
+SampleVerdict ClassifySample(const IdlePolicy& idle, const SliceSample& s) {
+  const int thr = idle.util_threshold_percent;
+  std::string active, idled;
+  auto say = [&](bool is_active, const char* name) {
+    std::string& to = is_active ? active : idled;
+    to += to.empty() ? name : std::string(",") + name;
+  };
+  if (idle.activity.sm_utilisation && s.sm_known) say(s.sm_percent >= thr && s.sm_percent > 0, "sm");
+  if (idle.activity.memory_traffic && s.memory_known) {
+    say(s.memory_percent >= thr && s.memory_percent > 0, "mem");
+  }
+  if (s.processes_known) {
+    // No process holding the GPU is idle whatever the driver can or cannot measure; a
+    // process is activity only where the policy says presence counts.
+    if (s.processes == 0) say(false, "procs");
+    else if (idle.activity.process_presence) say(true, "procs");
+  }
+  const bool gpu_blind = !(idle.activity.sm_utilisation && s.sm_known) &&
+                         !(idle.activity.memory_traffic && s.memory_known);
+  if (gpu_blind && s.memory_change != Activity::kUnknown) {
+    say(s.memory_change == Activity::kActive, "memchange");
+  }
+  if (s.external != Activity::kUnknown) say(s.external == Activity::kActive, "external");
+  if (!active.empty()) return {Activity::kActive, active};
+  if (!idled.empty()) return {Activity::kIdle, idled};
+  return {Activity::kUnknown, ""};
+}
+
+bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s) {
+  return ClassifySample(idle, s).activity == Activity::kActive;
+}
+
+bool ReportCounts(const IdlePolicy& idle, const SliceReport& r, Micros t) {
+  return idle.CountsReports(r.source) && t - r.received < idle.report_stale;
+}
+
+Micros EffectiveLastActive(const IdlePolicy& idle, const SliceView& s, Micros t) {
+  Micros e = s.last_active;
+  if (!s.report || !ReportCounts(idle, *s.report, t)) return e;
+  const SliceReport& r = *s.report;
+  if (r.last_activity >= 0) e = std::max(e, r.last_activity);
+  if (r.busy && idle.busy_is_active) {
+    const Micros cap = idle.busy_max > 0 ? r.busy_since + idle.busy_max : LLONG_MAX;
+    e = std::max(e, std::min(t, cap));
+  }
+  return e;
+}
+
+// While the report is fresh (before stale_at) the window ends at its latest counted activity +
+// window; a busy report without a cap keeps it active until stale_at. Once stale, the GPU rule
+// alone applies, so the window ends at stale_at at the earliest. Agrees with
+// EffectiveLastActive: t >= IdleWindowEnd(s) iff t - EffectiveLastActive(s, t) >= window.
+Micros IdleWindowEnd(const IdlePolicy& idle, const SliceView& s) {
+  const Micros gpu_end = s.last_active + idle.window;
+  if (!s.report || !idle.CountsReports(s.report->source)) return gpu_end;
+  const SliceReport& r = *s.report;
+  const Micros stale_at = r.received + idle.report_stale;
+  Micros e = s.last_active;
+  if (r.last_activity >= 0) e = std::max(e, r.last_activity);
+  if (r.busy && idle.busy_is_active) {
+    if (idle.busy_max <= 0) return std::max(stale_at, gpu_end);
+    e = std::max(e, r.busy_since + idle.busy_max);
+  }
+  const Micros end = e + idle.window;
+  return end < stale_at ? end : std::max(stale_at, gpu_end);
+}
+
+}  // namespace gpuslice::sched
