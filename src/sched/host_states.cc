@@ -97,7 +97,7 @@ void HostStates::Detach(NodeId node, Host& h) {
         break;
       }
     }
-    s.memo = Memo{};
+    for (Memo& m : s.memo) m.generation = 0;  // keeps the vectors' capacity
     free_ids_.push_back(id);
     --live_;
   }
@@ -172,7 +172,7 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
       s.mps_free = std::max(s.mps_free, k.mps_free);
     }
     s.hash = hash;
-    s.memo = Memo{};
+    for (Memo& m : s.memo) m.generation = 0;  // keeps the vectors' capacity
     by_hash_.emplace(hash, id);
     Bucket(id);
     ++live_;

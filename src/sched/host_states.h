@@ -12,8 +12,9 @@
 // or whole-GPU mode, or not schedulable) show every request the same unusable view, so their
 // key keeps only the model: hosts that differ only in what runs on such devices share a state.
 // The scheduler marks a host dirty on every device change and refreshes dirty hosts before
-// placing. Each state memoises its last score, valid while the memo generation (request shape
-// + workload version) is unchanged.
+// placing. Each state memoises its score for the last few request shapes (kMemoSlots), each
+// valid while that shape's memo generation is (the scheduler starts a new one when the workload
+// it shows the policy changes, or when it gives the slot to another shape).
 //
 // Live states are kept in buckets by their quick-reject summaries (free whole devices, largest
 // free share for a shared or an MPS slice), so a request visits only the states that could take
@@ -67,6 +68,9 @@ inline DeviceStateKey InertKey(int model) {
 
 class HostStates {
  public:
+  // Request shapes whose results a state keeps at once: a pending pass tries one job of each
+  // pending shape, so with fewer slots than shapes every pass would overwrite every result.
+  static constexpr int kMemoSlots = 16;
   // A state's memoised policy result (canonical GPU positions), valid for one generation.
   struct Memo {
     std::uint64_t generation = 0;  // 0: never computed
@@ -85,7 +89,7 @@ class HostStates {
     std::uint64_t hash = 0;
     std::array<int, 3> slot{-1, -1, -1};  // (bucket, position) packed per summary kind; see below
     std::array<int, 3> bucket{-1, -1, -1};
-    Memo memo;
+    std::array<Memo, kMemoSlots> memo;  // by the scheduler's memo slot
   };
 
   // A small integer for a model name (stable for the life of this object; names are kept).

@@ -978,6 +978,40 @@ class Scheduler::Impl {
     host_states_.Set(nid, scratch_keys_, scratch_devs_);
   }
 
+  // Makes memo_slot_/memo_generation_ those of request shape `r` under `policy`: the slot that
+  // holds that shape, else the least recently used one, given a new generation. Every slot is
+  // given up when the workload the policy sees changes (a new generation for each shape).
+  void SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy) {
+    if (memo_workload_ != workload_version_) {
+      memo_workload_ = workload_version_;
+      for (MemoSlot& slot : memo_slots_) slot = MemoSlot{};
+    }
+    ++memo_clock_;
+    int victim = 0;
+    for (int i = 0; i < HostStates::kMemoSlots; ++i) {
+      MemoSlot& slot = memo_slots_[i];
+      const MemoKey& k = slot.key;
+      if (slot.generation != 0 && k.kind == r.kind && k.gpus == r.gpus && k.milli == r.milli &&
+          k.memory == r.memory && k.model == r.model && k.policy == &policy) {
+        slot.used = memo_clock_;
+        memo_slot_ = i;
+        memo_generation_ = slot.generation;
+        return;
+      }
+      if (slot.used < memo_slots_[victim].used) victim = i;
+    }
+    MemoSlot& slot = memo_slots_[victim];
+    slot.key = MemoKey{r.kind, r.gpus, r.milli, r.memory, r.model, &policy};
+    slot.generation = ++memo_generations_;
+    slot.used = memo_clock_;
+    memo_slot_ = victim;
+    memo_generation_ = slot.generation;
+    oldest_live_generation_ = slot.generation;
+    for (const MemoSlot& other : memo_slots_) {
+      if (other.generation != 0) oldest_live_generation_ = std::min(oldest_live_generation_, other.generation);
+    }
+  }
+
   // PlaceGeneric's decision, computed per distinct host state (host_states.h) for policies that
   // ScoresByNodeState(): each live state is scored once (memoised while the request shape and
   // the workload are unchanged), and the host is then chosen exactly as Place() would scan the
@@ -992,12 +1026,7 @@ class Scheduler::Impl {
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
     host_states_.TakeDirty(scratch_dirty_);
     for (NodeId nid : scratch_dirty_) RefileHost(nid);
-    if (!(memo_key_.kind == r.kind && memo_key_.gpus == r.gpus && memo_key_.milli == r.milli &&
-          memo_key_.memory == r.memory && memo_key_.model == r.model && memo_key_.workload == workload_version_ &&
-          memo_key_.policy == &policy)) {
-      memo_key_ = MemoKey{r.kind, r.gpus, r.milli, r.memory, r.model, workload_version_, &policy};
-      ++memo_generation_;
-    }
+    SelectMemoSlot(r, policy);
     PlacementRequest req;
     req.num_gpus = r.gpus;
     req.milli_per_gpu = r.milli;
@@ -1009,14 +1038,15 @@ class Scheduler::Impl {
     bool have_workload = false;
     // Only states whose summary could take the request (a necessary condition of Fits).
     auto visit = [&](HostStates::State& s) {
-      if (s.memo.generation != memo_generation_) {
+      const HostStates::Memo& m = s.memo[memo_slot_];
+      if (m.generation != memo_generation_) {
         if (!have_workload) {
           ctx.workload = Workload();
           have_workload = true;
         }
         ScoreState(r, policy, req, ctx, s);
       }
-      if (s.memo.fits) scratch_levels_.push_back({s.memo.score, &s});
+      if (m.fits) scratch_levels_.push_back({m.score, &s});
     };
     if (r.kind == SliceKind::kWhole) {
       host_states_.ForWhole(r.gpus, visit);
@@ -1095,7 +1125,7 @@ class Scheduler::Impl {
     }
     Choice c{chosen, {}, std::nullopt};
     const std::vector<const DeviceView*>& order = host_states_.Views(chosen);
-    for (int g : chosen_state->memo.gpus) c.devices.push_back(order[g]->ref.index);
+    for (int g : chosen_state->memo[memo_slot_].gpus) c.devices.push_back(order[g]->ref.index);
     std::sort(c.devices.begin(), c.devices.end());
     return c;
   }
@@ -1124,7 +1154,7 @@ class Scheduler::Impl {
       }
     }
     std::reverse(scratch_pos_.begin() + usable, scratch_pos_.end());
-    HostStates::Memo& m = s.memo;
+    HostStates::Memo& m = s.memo[memo_slot_];
     m.generation = memo_generation_;
     m.fits = false;
     m.gpus.clear();
@@ -1172,7 +1202,7 @@ class Scheduler::Impl {
       h ^= static_cast<std::uint64_t>(g.free_milli) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
       h ^= static_cast<std::uint64_t>(g.free_memory) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     }
-    if (view_memo_.empty()) view_memo_.resize(4096);
+    if (view_memo_.empty()) view_memo_.resize(8192);
     const std::size_t mask = view_memo_.size() - 1;
     auto same = [&](const ViewMemoEntry& e) {
       if (e.hash != h || e.model != model || e.views.size() != scratch_gpus_.size()) return false;
@@ -1183,13 +1213,14 @@ class Scheduler::Impl {
       }
       return true;
     };
-    // Open addressing, a few probes; an entry of an older generation is free. When the probes
-    // find neither, the last probed slot is overwritten (a memo, so losing one is only slower).
+    // Open addressing, a few probes; an entry older than every memo slot's generation is free
+    // (one of another live slot is not). When the probes find neither, the last probed entry
+    // is overwritten (a memo, so losing one is only slower).
     std::size_t slot = h & mask;
     for (int probe = 0; probe < 8; ++probe, slot = (slot + 1) & mask) {
       ViewMemoEntry& e = view_memo_[slot];
       if (e.generation == memo_generation_ && same(e)) return e.result;
-      if (e.generation != memo_generation_) break;
+      if (e.generation < oldest_live_generation_) break;
     }
     ViewMemoEntry& e = view_memo_[slot];
     e.generation = memo_generation_;
@@ -2058,12 +2089,20 @@ class Scheduler::Impl {
     MilliGpu milli = -1;
     Bytes memory = 0;
     std::string model;
-    std::uint64_t workload = 0;
     const PlacementPolicy* policy = nullptr;
-    bool operator==(const MemoKey&) const = default;
   };
-  MemoKey memo_key_;
-  std::uint64_t memo_generation_ = 0;
+  struct MemoSlot {
+    MemoKey key;
+    std::uint64_t generation = 0;  // 0: free
+    std::uint64_t used = 0;        // memo_clock_ when last selected
+  };
+  std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
+  std::uint64_t memo_workload_ = 0;            // workload_version_ the slots are for
+  std::uint64_t memo_clock_ = 0;
+  std::uint64_t memo_generations_ = 0;         // generations handed out so far
+  std::uint64_t oldest_live_generation_ = 0;  // view_memo_ entries older than this are free
+  int memo_slot_ = 0;                          // the current request's slot (SelectMemoSlot)
+  std::uint64_t memo_generation_ = 0;          // and its generation
   std::vector<std::pair<double, HostStates::State*>> scratch_levels_;  // (score, state) of fitting states
   std::vector<std::pair<NodeId, HostStates::State*>> scratch_ties_;    // (host, state) of the top level
   struct LevelRecord {
