@@ -1015,14 +1015,10 @@ class Scheduler::Impl {
   // PlaceGeneric's decision, computed per distinct host state (host_states.h) for policies that
   // ScoresByNodeState(): each live state is scored once (memoised while the request shape and
   // the workload are unchanged), and the host is then chosen exactly as Place() would scan the
-  // hosts in NodeId order, drawing from rng_ the same numbers with the same arguments:
-  // Place() draws once for every host that ties the best score seen so far. Over the levels of
-  // equal score, those are the hosts of each "record" level (a score whose first host comes
-  // before the first host of any higher score) after its first host and before the next
-  // record's first host, and every host of the top level after its first. Only the draws of
-  // the top level decide (the last host whose draw is 0, else its first host); the lower ones
-  // are made for their effect on rng_. Cost: O(states that could take the request) + O(draws),
-  // not O(hosts).
+  // hosts in NodeId order: Place() collects the hosts of the best score in that order and
+  // draws one of them from rng_ (one draw, none for a single host); here the same draw picks
+  // the k-th host of the best-scoring states in NodeId order. Cost: O(states that could take
+  // the request) + O(best states x log hosts), not O(hosts).
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
     host_states_.TakeDirty(scratch_dirty_);
     for (NodeId nid : scratch_dirty_) RefileHost(nid);
@@ -1054,73 +1050,45 @@ class Scheduler::Impl {
       host_states_.ForShare(r.kind == SliceKind::kMps, r.milli, visit);
     }
     if (scratch_levels_.empty()) return std::nullopt;
-    std::sort(scratch_levels_.begin(), scratch_levels_.end(),
-              [](const auto& a, const auto& b) { return a.first > b.first; });
-    // Levels from the highest score down; records found on the way, highest first.
-    using Record = LevelRecord;
-    scratch_records_.clear();
-    std::optional<NodeId> above;
-    for (std::size_t b = 0; b < scratch_levels_.size();) {
-      std::size_t e = b;
-      NodeId first = scratch_levels_[b].second->hosts.front();
-      while (e < scratch_levels_.size() && scratch_levels_[e].first == scratch_levels_[b].first) {
-        first = std::min(first, scratch_levels_[e].second->hosts.front());
-        ++e;
-      }
-      if (!above || first < *above) {
-        scratch_records_.push_back(Record{b, e, first, above});
-        above = first;
-      }
-      b = e;
+    // The states of the best score; the hosts in them are the ties Place() would collect.
+    double top = scratch_levels_.front().first;
+    for (const auto& [score, st] : scratch_levels_) top = std::max(top, score);
+    scratch_top_.clear();
+    std::uint64_t ties = 0;
+    for (const auto& [score, st] : scratch_levels_) {
+      if (score != top) continue;
+      scratch_top_.push_back(st);
+      ties += st->hosts.size();
     }
-    auto draw = [&](std::uint64_t ties) {
-      return std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_);
-    };
-    // Lower records, lowest first: only the number of draws matters.
-    for (std::size_t k = scratch_records_.size(); k-- > 1;) {
-      const Record& rec = scratch_records_[k];
-      std::uint64_t count = 0;
-      for (std::size_t i = rec.begin; i < rec.end; ++i) {
-        const std::vector<NodeId>& hosts = scratch_levels_[i].second->hosts;
-        count += std::lower_bound(hosts.begin(), hosts.end(), *rec.bound) -
-                 std::upper_bound(hosts.begin(), hosts.end(), rec.first);
+    // Place()'s one draw over the ties, then the k-th of them in NodeId order.
+    std::uint64_t k = ties > 1 ? std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_) : 0;
+    HostStates::State* chosen_state = scratch_top_.front();
+    NodeId chosen = chosen_state->hosts[k];
+    if (scratch_top_.size() > 1) {
+      // The smallest host id with k + 1 tied hosts at or below it (each state's hosts are sorted).
+      auto at_or_below = [&](std::uint32_t id) {
+        std::uint64_t n = 0;
+        for (const HostStates::State* st : scratch_top_) {
+          n += std::upper_bound(st->hosts.begin(), st->hosts.end(), NodeId(id)) - st->hosts.begin();
+        }
+        return n;
+      };
+      std::uint32_t lo = UINT32_MAX, hi = 0;
+      for (const HostStates::State* st : scratch_top_) {
+        lo = std::min(lo, st->hosts.front().value());
+        hi = std::max(hi, st->hosts.back().value());
       }
-      for (std::uint64_t t = 2; t <= count + 1; ++t) draw(t);
-    }
-    // The top level: every host after its first, in NodeId order.
-    const Record& top = scratch_records_.front();
-    NodeId chosen = top.first;
-    HostStates::State* chosen_state = nullptr;
-    for (std::size_t i = top.begin; i < top.end; ++i) {
-      if (scratch_levels_[i].second->hosts.front() == top.first) chosen_state = scratch_levels_[i].second;
-    }
-    if (top.end - top.begin == 1) {
-      const std::vector<NodeId>& hosts = chosen_state->hosts;
-      std::uint64_t ties = 1;
-      for (auto it = std::next(hosts.begin()); it != hosts.end(); ++it) {
-        if (draw(++ties) == 0) chosen = *it;
+      while (lo < hi) {
+        const std::uint32_t mid = lo + (hi - lo) / 2;
+        if (at_or_below(mid) >= k + 1) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
       }
-    } else {
-      scratch_ties_.clear();
-      for (std::size_t i = top.begin; i < top.end; ++i) {
-        HostStates::State* st = scratch_levels_[i].second;
-        for (NodeId h : st->hosts)
-          if (h != top.first) scratch_ties_.push_back({h, st});
-      }
-      // The draws' arguments do not depend on which host each is for (2, 3, ... in turn): draw
-      // them all, then find the host of the last zero, the k-th in NodeId order (O(hosts),
-      // no sort).
-      std::size_t last_zero = 0;  // 1 + position in NodeId order; 0: none
-      std::uint64_t ties = 1;
-      for (std::size_t k = 0; k < scratch_ties_.size(); ++k) {
-        if (draw(++ties) == 0) last_zero = k + 1;
-      }
-      if (last_zero > 0) {
-        auto nth = scratch_ties_.begin() + static_cast<std::ptrdiff_t>(last_zero - 1);
-        std::nth_element(scratch_ties_.begin(), nth, scratch_ties_.end(),
-                         [](const auto& a, const auto& b) { return a.first < b.first; });
-        chosen = nth->first;
-        chosen_state = nth->second;
+      chosen = NodeId(lo);
+      for (HostStates::State* st : scratch_top_) {
+        if (std::binary_search(st->hosts.begin(), st->hosts.end(), chosen)) chosen_state = st;
       }
     }
     Choice c{chosen, {}, std::nullopt};
@@ -2104,13 +2072,7 @@ class Scheduler::Impl {
   int memo_slot_ = 0;                          // the current request's slot (SelectMemoSlot)
   std::uint64_t memo_generation_ = 0;          // and its generation
   std::vector<std::pair<double, HostStates::State*>> scratch_levels_;  // (score, state) of fitting states
-  std::vector<std::pair<NodeId, HostStates::State*>> scratch_ties_;    // (host, state) of the top level
-  struct LevelRecord {
-    std::size_t begin, end;       // range of scratch_levels_
-    NodeId first;                 // the level's first host
-    std::optional<NodeId> bound;  // first host of any higher score (none for the top)
-  };
-  std::vector<LevelRecord> scratch_records_;
+  std::vector<HostStates::State*> scratch_top_;  // the states of the best score
   std::vector<DeviceStateKey> scratch_keys_;
   std::vector<const DeviceView*> scratch_devs_;
   std::vector<NodeId> scratch_dirty_;
