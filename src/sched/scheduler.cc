@@ -25,6 +25,7 @@
 #include "core/overloaded.h"
 #include "sched/capacity_index.h"
 #include "sched/host_states.h"
+#include "sched/learned_workload.h"
 #include "sched/mig_plan.h"
 #include "sched/placement/placement.h"
 
@@ -631,7 +632,7 @@ class Scheduler::Impl {
     JobView* view = &jobs_.emplace(e.job, std::move(j)).first->second;
     Resolved* rp = &resolved_.emplace(e.job, std::move(r).value()).first->second;
     rp->view = view;
-    if (rp->kind != SliceKind::kMig) CountShape(*rp);
+    if (rp->kind != SliceKind::kMig) workload_.Count(rp->gpus, rp->milli);
     AddPending(rp);
     Schedule(e.job);
   }
@@ -893,7 +894,7 @@ class Scheduler::Impl {
     req.milli_per_gpu = r.milli;
     PlacementContext ctx;
     ctx.rng = &rng_;
-    ctx.workload = Workload();
+    ctx.workload = workload_.Shapes();
     ++stats_.placement_attempts;
     auto p = Place(policy, req, scratch_nodes_, ctx);
     if (!p) return std::nullopt;
@@ -982,8 +983,8 @@ class Scheduler::Impl {
   // holds that shape, else the least recently used one, given a new generation. Every slot is
   // given up when the workload the policy sees changes (a new generation for each shape).
   void SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy) {
-    if (memo_workload_ != workload_version_) {
-      memo_workload_ = workload_version_;
+    if (memo_workload_ != workload_.version()) {
+      memo_workload_ = workload_.version();
       for (MemoSlot& slot : memo_slots_) slot = MemoSlot{};
     }
     ++memo_clock_;
@@ -1028,18 +1029,14 @@ class Scheduler::Impl {
     req.milli_per_gpu = r.milli;
     PlacementContext ctx;
     ctx.rng = &rng_;
+    ctx.workload = workload_.Shapes();
     ++stats_.placement_attempts;
     scratch_levels_.clear();
     request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
-    bool have_workload = false;
     // Only states whose summary could take the request (a necessary condition of Fits).
     auto visit = [&](HostStates::State& s) {
       const HostStates::Memo& m = s.memo[memo_slot_];
       if (m.generation != memo_generation_) {
-        if (!have_workload) {
-          ctx.workload = Workload();
-          have_workload = true;
-        }
         ScoreState(r, policy, req, ctx, s);
       }
       if (m.fits) scratch_levels_.push_back({m.score, &s});
@@ -1197,39 +1194,6 @@ class Scheduler::Impl {
     e.views.assign(scratch_gpus_.begin(), scratch_gpus_.end());
     e.result = compute();
     return e.result;
-  }
-
-  // The expected workload for fragmentation-aware policies (FGD's "typical pods"): the shapes
-  // of submitted GPU requests with their frequencies, forgetting old ones by halving every
-  // kWorkloadWindow submissions.
-  static constexpr std::int64_t kWorkloadWindow = 10000;
-  void CountShape(const Resolved& r) {
-    workload_counts_[{r.gpus, r.milli}] += 2;
-    workload_total_ += 2;
-    if (workload_total_ >= 2 * kWorkloadWindow) {
-      workload_total_ = 0;
-      for (auto it = workload_counts_.begin(); it != workload_counts_.end();) {
-        it->second /= 2;
-        workload_total_ += it->second;
-        it = it->second == 0 ? workload_counts_.erase(it) : std::next(it);
-      }
-    }
-    workload_dirty_ = true;
-    ++workload_version_;
-  }
-  std::span<const WorkloadShape> Workload() {
-    if (workload_dirty_) {
-      workload_.clear();
-      for (const auto& [shape, n] : workload_counts_) {
-        WorkloadShape w;
-        w.num_gpus = shape.first;
-        w.milli_per_gpu = shape.second;
-        w.frequency = static_cast<double>(n) / static_cast<double>(workload_total_);
-        workload_.push_back(w);
-      }
-      workload_dirty_ = false;
-    }
-    return workload_;
   }
 
   // MIG: a free instance of the smallest fitting profile (lowest device; deterministic).
@@ -2041,11 +2005,7 @@ class Scheduler::Impl {
   std::string violation_;
   CapacityIndex index_;
 
-  std::map<std::pair<int, MilliGpu>, std::int64_t> workload_counts_;  // (gpus, milli) -> weight
-  std::int64_t workload_total_ = 0;
-  std::vector<WorkloadShape> workload_;
-  bool workload_dirty_ = false;
-  std::uint64_t workload_version_ = 0;  // bumped by every CountShape()
+  LearnedWorkload workload_;  // what fragmentation-aware policies score against
 
   // Placement by host state (PlaceByState): on when some queue's policy ScoresByNodeState().
   bool by_state_ = false;
@@ -2065,7 +2025,7 @@ class Scheduler::Impl {
     std::uint64_t used = 0;        // memo_clock_ when last selected
   };
   std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
-  std::uint64_t memo_workload_ = 0;            // workload_version_ the slots are for
+  std::uint64_t memo_workload_ = 0;            // workload_.version() the slots are for
   std::uint64_t memo_clock_ = 0;
   std::uint64_t memo_generations_ = 0;         // generations handed out so far
   std::uint64_t oldest_live_generation_ = 0;  // view_memo_ entries older than this are free
