@@ -942,16 +942,19 @@ class Scheduler::Impl {
     scratch_keys_.clear();
     scratch_devs_.clear();
     // The host's devices in index order: as filed last time unless devices came or went.
+    // Their models' ids likewise (a lookup by name otherwise).
+    const std::vector<int>* models = nullptr;
     if (const std::vector<const DeviceView*>* same = host_states_.IndexOrder(nid)) {
       scratch_devs_.assign(same->begin(), same->end());
+      models = &host_states_.IndexModels(nid);
     } else {
       for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)});
            it != devices_.end() && it->first.node == nid; ++it)
         scratch_devs_.push_back(&it->second);
     }
-    for (const DeviceView* dp : scratch_devs_) {
-      const DeviceView& d = *dp;
-      const int model = host_states_.ModelId(d.model);
+    for (std::size_t i = 0; i < scratch_devs_.size(); ++i) {
+      const DeviceView& d = *scratch_devs_[i];
+      const int model = models != nullptr ? (*models)[i] : host_states_.ModelId(d.model);
       const bool schedulable = Schedulable(d);
       // ViewOf() shows every request the same unusable GPU for these (host_states.h).
       if (!schedulable || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole) {
