@@ -66,6 +66,7 @@ void HostStates::Bucket(int id) {
     std::vector<int>& v = buckets_[k][b[k]];
     s.slot[k] = static_cast<int>(v.size());
     v.push_back(id);
+    top_[k] = std::max(top_[k], b[k]);
   }
 }
 
@@ -78,6 +79,9 @@ void HostStates::Unbucket(int id) {
     v[s.slot[k]] = last;
     states_[last].slot[k] = s.slot[k];
     v.pop_back();
+    if (v.empty() && s.bucket[k] == top_[k]) {
+      while (top_[k] >= 0 && buckets_[k][top_[k]].empty()) --top_[k];
+    }
     s.bucket[k] = -1;
   }
 }
@@ -97,7 +101,7 @@ void HostStates::Detach(NodeId node, Host& h) {
         break;
       }
     }
-    s.memo = Memo{};
+    for (Memo& m : s.memo) m.generation = 0;  // keeps the vectors' capacity
     free_ids_.push_back(id);
     --live_;
   }
@@ -116,6 +120,8 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
   h.dirty = false;
   h.devices_changed = false;
   h.index_order.assign(devices.begin(), devices.end());
+  h.index_models.resize(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) h.index_models[i] = keys[i].model;
   // Canonical order: stable by used share, so devices with equal shares keep index order
   // (an insertion sort: hosts have a few devices).
   const int n = static_cast<int>(keys.size());
@@ -172,7 +178,7 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
       s.mps_free = std::max(s.mps_free, k.mps_free);
     }
     s.hash = hash;
-    s.memo = Memo{};
+    for (Memo& m : s.memo) m.generation = 0;  // keeps the vectors' capacity
     by_hash_.emplace(hash, id);
     Bucket(id);
     ++live_;

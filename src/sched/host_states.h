@@ -12,8 +12,9 @@
 // or whole-GPU mode, or not schedulable) show every request the same unusable view, so their
 // key keeps only the model: hosts that differ only in what runs on such devices share a state.
 // The scheduler marks a host dirty on every device change and refreshes dirty hosts before
-// placing. Each state memoises its last score, valid while the memo generation (request shape
-// + workload version) is unchanged.
+// placing. Each state memoises its score for the last few request shapes (kMemoSlots), each
+// valid while that shape's memo generation is (the scheduler starts a new one when the workload
+// it shows the policy changes, or when it gives the slot to another shape).
 //
 // Live states are kept in buckets by their quick-reject summaries (free whole devices, largest
 // free share for a shared or an MPS slice), so a request visits only the states that could take
@@ -67,6 +68,9 @@ inline DeviceStateKey InertKey(int model) {
 
 class HostStates {
  public:
+  // Request shapes whose results a state keeps at once: a pending pass tries one job of each
+  // pending shape, so with fewer slots than shapes every pass would overwrite every result.
+  static constexpr int kMemoSlots = 16;
   // A state's memoised policy result (canonical GPU positions), valid for one generation.
   struct Memo {
     std::uint64_t generation = 0;  // 0: never computed
@@ -85,7 +89,7 @@ class HostStates {
     std::uint64_t hash = 0;
     std::array<int, 3> slot{-1, -1, -1};  // (bucket, position) packed per summary kind; see below
     std::array<int, 3> bucket{-1, -1, -1};
-    Memo memo;
+    std::array<Memo, kMemoSlots> memo;  // by the scheduler's memo slot
   };
 
   // A small integer for a model name (stable for the life of this object; names are kept).
@@ -101,6 +105,9 @@ class HostStates {
     auto it = hosts_.find(node);
     return it == hosts_.end() || it->second.devices_changed || it->second.state < 0 ? nullptr : &it->second.index_order;
   }
+  // The ModelId() of each device of IndexOrder(node) (valid while IndexOrder() is not nullptr:
+  // a device's model does not change while it is present).
+  const std::vector<int>& IndexModels(NodeId node) const { return hosts_.at(node).index_models; }
   // Moves the hosts dirty since the last call (each once) into `out`. Each of them must be
   // Set() next (that clears its mark).
   void TakeDirty(std::vector<NodeId>& out);
@@ -115,14 +122,14 @@ class HostStates {
   // least `milli`. In no particular order.
   template <typename F>
   void ForWhole(int gpus, F&& f) {
-    for (int b = std::max(gpus, 0); b < kWholeBuckets; ++b)
+    for (int b = std::max(gpus, 0); b <= top_[kWhole]; ++b)
       for (int id : buckets_[kWhole][b]) f(states_[id]);
   }
   template <typename F>
   void ForShare(bool mps, MilliGpu milli, F&& f) {
     const int kind = mps ? kMps : kShare;
     const int first = ShareBucket(std::max<MilliGpu>(milli, 0));
-    for (int b = first; b < kShareBuckets; ++b) {
+    for (int b = first; b <= top_[kind]; ++b) {
       for (int id : buckets_[kind][b]) {
         State& s = states_[id];
         if (b == first && (mps ? s.mps_free : s.share_free) < milli) continue;
@@ -145,6 +152,7 @@ class HostStates {
     bool devices_changed = false;
     std::vector<const DeviceView*> order;        // canonical position -> device
     std::vector<const DeviceView*> index_order;  // the devices as given to Set()
+    std::vector<int> index_models;               // their keys' models
   };
   static constexpr int kWhole = 0, kShare = 1, kMps = 2;
   static constexpr int kWholeBuckets = 65;  // whole_free 0..63, 64 and more
@@ -162,6 +170,7 @@ class HostStates {
   std::array<std::vector<std::vector<int>>, 3> buckets_{std::vector<std::vector<int>>(kWholeBuckets),
                                                         std::vector<std::vector<int>>(kShareBuckets),
                                                         std::vector<std::vector<int>>(kShareBuckets)};
+  std::array<int, 3> top_{-1, -1, -1};  // per summary kind, the highest non-empty bucket (-1: none)
   std::unordered_multimap<std::uint64_t, int> by_hash_;  // hash of (host model, devices) -> id
   std::vector<NodeId> dirty_;
   std::deque<std::string> model_names_;  // ModelId -> name (a deque: stable addresses)

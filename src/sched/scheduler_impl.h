@@ -6,6 +6,7 @@
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -23,6 +24,7 @@
 
 #include "sched/capacity_index.h"
 #include "sched/host_states.h"
+#include "sched/learned_workload.h"
 #include "sched/placement/placement.h"
 #include "sched/scheduler.h"
 
@@ -170,6 +172,7 @@ class Scheduler::Impl {
   static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty
   static GpuView ViewOfKey(const Resolved& r, int model, const DeviceStateKey& k);
   void RefileHost(NodeId nid);
+  void SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy);
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy);
   void ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
                   const PlacementContext& ctx, HostStates::State& s);
@@ -190,9 +193,6 @@ class Scheduler::Impl {
   template <typename F>
   const ViewMemo& LookupViews(int model, int usable, F compute);
 
-  static constexpr std::int64_t kWorkloadWindow = 10000;  // see CountShape()
-  void CountShape(const Resolved& r);
-  std::span<const WorkloadShape> Workload();
   std::optional<Choice> PlaceMig(const Resolved& r);
   std::optional<Choice> TryPlace(const Resolved& r);
 
@@ -323,11 +323,7 @@ class Scheduler::Impl {
   std::string violation_;
   CapacityIndex index_;
 
-  std::map<std::pair<int, MilliGpu>, std::int64_t> workload_counts_;  // (gpus, milli) -> weight
-  std::int64_t workload_total_ = 0;
-  std::vector<WorkloadShape> workload_;
-  bool workload_dirty_ = false;
-  std::uint64_t workload_version_ = 0;  // bumped by every CountShape()
+  LearnedWorkload workload_;  // what fragmentation-aware policies score against
 
   // Placement by host state (PlaceByState): on when some queue's policy ScoresByNodeState().
   bool by_state_ = false;
@@ -339,20 +335,22 @@ class Scheduler::Impl {
     MilliGpu milli = -1;
     Bytes memory = 0;
     std::string model;
-    std::uint64_t workload = 0;
     const PlacementPolicy* policy = nullptr;
-    bool operator==(const MemoKey&) const = default;
   };
-  MemoKey memo_key_;
-  std::uint64_t memo_generation_ = 0;
+  struct MemoSlot {
+    MemoKey key;
+    std::uint64_t generation = 0;  // 0: free
+    std::uint64_t used = 0;        // memo_clock_ when last selected
+  };
+  std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
+  std::uint64_t memo_workload_ = 0;            // workload_.version() the slots are for
+  std::uint64_t memo_clock_ = 0;
+  std::uint64_t memo_generations_ = 0;         // generations handed out so far
+  std::uint64_t oldest_live_generation_ = 0;  // view_memo_ entries older than this are free
+  int memo_slot_ = 0;                          // the current request's slot (SelectMemoSlot)
+  std::uint64_t memo_generation_ = 0;          // and its generation
   std::vector<std::pair<double, HostStates::State*>> scratch_levels_;  // (score, state) of fitting states
-  std::vector<std::pair<NodeId, HostStates::State*>> scratch_ties_;    // (host, state) of the top level
-  struct LevelRecord {
-    std::size_t begin, end;       // range of scratch_levels_
-    NodeId first;                 // the level's first host
-    std::optional<NodeId> bound;  // first host of any higher score (none for the top)
-  };
-  std::vector<LevelRecord> scratch_records_;
+  std::vector<HostStates::State*> scratch_top_;  // the states of the best score
   std::vector<DeviceStateKey> scratch_keys_;
   std::vector<const DeviceView*> scratch_devs_;
   std::vector<NodeId> scratch_dirty_;

@@ -131,7 +131,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   JobView* view = &jobs_.emplace(e.job, std::move(j)).first->second;
   Resolved* rp = &resolved_.emplace(e.job, std::move(r).value()).first->second;
   rp->view = view;
-  if (rp->kind != SliceKind::kMig) CountShape(*rp);
+  if (rp->kind != SliceKind::kMig) workload_.Count(rp->gpus, rp->milli);
   AddPending(rp);
   Schedule(e.job);
 }

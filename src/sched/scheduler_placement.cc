@@ -144,7 +144,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceGeneric(const Resol
   req.milli_per_gpu = r.milli;
   PlacementContext ctx;
   ctx.rng = &rng_;
-  ctx.workload = Workload();
+  ctx.workload = workload_.Shapes();
   ++stats_.placement_attempts;
   auto p = Place(policy, req, scratch_nodes_, ctx);
   if (!p) return std::nullopt;
@@ -191,16 +191,19 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
   scratch_keys_.clear();
   scratch_devs_.clear();
   // The host's devices in index order: as filed last time unless devices came or went.
+  // Their models' ids likewise (a lookup by name otherwise).
+  const std::vector<int>* models = nullptr;
   if (const std::vector<const DeviceView*>* same = host_states_.IndexOrder(nid)) {
     scratch_devs_.assign(same->begin(), same->end());
+    models = &host_states_.IndexModels(nid);
   } else {
     for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)});
          it != devices_.end() && it->first.node == nid; ++it)
       scratch_devs_.push_back(&it->second);
   }
-  for (const DeviceView* dp : scratch_devs_) {
-    const DeviceView& d = *dp;
-    const int model = host_states_.ModelId(d.model);
+  for (std::size_t i = 0; i < scratch_devs_.size(); ++i) {
+    const DeviceView& d = *scratch_devs_[i];
+    const int model = models != nullptr ? (*models)[i] : host_states_.ModelId(d.model);
     const bool schedulable = Schedulable(d);
     // ViewOf() shows every request the same unusable GPU for these (host_states.h).
     if (!schedulable || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole) {
@@ -228,45 +231,67 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
   host_states_.Set(nid, scratch_keys_, scratch_devs_);
 }
 
+// Makes memo_slot_/memo_generation_ those of request shape `r` under `policy`: the slot that
+// holds that shape, else the least recently used one, given a new generation. Every slot is
+// given up when the workload the policy sees changes (a new generation for each shape).
+void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy) {
+  if (memo_workload_ != workload_.version()) {
+    memo_workload_ = workload_.version();
+    for (MemoSlot& slot : memo_slots_) slot = MemoSlot{};
+  }
+  ++memo_clock_;
+  int victim = 0;
+  for (int i = 0; i < HostStates::kMemoSlots; ++i) {
+    MemoSlot& slot = memo_slots_[i];
+    const MemoKey& k = slot.key;
+    if (slot.generation != 0 && k.kind == r.kind && k.gpus == r.gpus && k.milli == r.milli &&
+        k.memory == r.memory && k.model == r.model && k.policy == &policy) {
+      slot.used = memo_clock_;
+      memo_slot_ = i;
+      memo_generation_ = slot.generation;
+      return;
+    }
+    if (slot.used < memo_slots_[victim].used) victim = i;
+  }
+  MemoSlot& slot = memo_slots_[victim];
+  slot.key = MemoKey{r.kind, r.gpus, r.milli, r.memory, r.model, &policy};
+  slot.generation = ++memo_generations_;
+  slot.used = memo_clock_;
+  memo_slot_ = victim;
+  memo_generation_ = slot.generation;
+  oldest_live_generation_ = slot.generation;
+  for (const MemoSlot& other : memo_slots_) {
+    if (other.generation != 0) oldest_live_generation_ = std::min(oldest_live_generation_, other.generation);
+  }
+}
+
 // PlaceGeneric's decision, computed per distinct host state (host_states.h) for policies that
 // ScoresByNodeState(): each live state is scored once (memoised while the request shape and
 // the workload are unchanged), and the host is then chosen exactly as Place() would scan the
-// hosts in NodeId order, drawing from rng_ the same numbers with the same arguments:
-// Place() draws once for every host that ties the best score seen so far. Over the levels of
-// equal score, those are the hosts of each "record" level (a score whose first host comes
-// before the first host of any higher score) after its first host and before the next
-// record's first host, and every host of the top level after its first. Only the draws of
-// the top level decide (the last host whose draw is 0, else its first host); the lower ones
-// are made for their effect on rng_. Cost: O(states that could take the request) + O(draws),
-// not O(hosts).
+// hosts in NodeId order: Place() collects the hosts of the best score in that order and
+// draws one of them from rng_ (one draw, none for a single host); here the same draw picks
+// the k-th host of the best-scoring states in NodeId order. Cost: O(states that could take
+// the request) + O(best states x log hosts), not O(hosts).
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
   host_states_.TakeDirty(scratch_dirty_);
   for (NodeId nid : scratch_dirty_) RefileHost(nid);
-  if (!(memo_key_.kind == r.kind && memo_key_.gpus == r.gpus && memo_key_.milli == r.milli &&
-        memo_key_.memory == r.memory && memo_key_.model == r.model && memo_key_.workload == workload_version_ &&
-        memo_key_.policy == &policy)) {
-    memo_key_ = MemoKey{r.kind, r.gpus, r.milli, r.memory, r.model, workload_version_, &policy};
-    ++memo_generation_;
-  }
+  SelectMemoSlot(r, policy);
   PlacementRequest req;
   req.num_gpus = r.gpus;
   req.milli_per_gpu = r.milli;
   PlacementContext ctx;
   ctx.rng = &rng_;
+  ctx.workload = workload_.Shapes();
   ++stats_.placement_attempts;
   scratch_levels_.clear();
   request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
-  bool have_workload = false;
   // Only states whose summary could take the request (a necessary condition of Fits).
   auto visit = [&](HostStates::State& s) {
-    if (s.memo.generation != memo_generation_) {
-      if (!have_workload) {
-        ctx.workload = Workload();
-        have_workload = true;
-      }
+    const HostStates::Memo& m = s.memo[memo_slot_];
+    if (m.generation != memo_generation_) {
       ScoreState(r, policy, req, ctx, s);
     }
-    if (s.memo.fits) scratch_levels_.push_back({s.memo.score, &s});
+    if (m.fits) scratch_levels_.push_back({m.score, &s});
   };
   if (r.kind == SliceKind::kWhole) {
     host_states_.ForWhole(r.gpus, visit);
@@ -274,78 +299,50 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
     host_states_.ForShare(r.kind == SliceKind::kMps, r.milli, visit);
   }
   if (scratch_levels_.empty()) return std::nullopt;
-  std::sort(scratch_levels_.begin(), scratch_levels_.end(),
-            [](const auto& a, const auto& b) { return a.first > b.first; });
-  // Levels from the highest score down; records found on the way, highest first.
-  using Record = LevelRecord;
-  scratch_records_.clear();
-  std::optional<NodeId> above;
-  for (std::size_t b = 0; b < scratch_levels_.size();) {
-    std::size_t e = b;
-    NodeId first = scratch_levels_[b].second->hosts.front();
-    while (e < scratch_levels_.size() && scratch_levels_[e].first == scratch_levels_[b].first) {
-      first = std::min(first, scratch_levels_[e].second->hosts.front());
-      ++e;
-    }
-    if (!above || first < *above) {
-      scratch_records_.push_back(Record{b, e, first, above});
-      above = first;
-    }
-    b = e;
+  // The states of the best score; the hosts in them are the ties Place() would collect.
+  double top = scratch_levels_.front().first;
+  for (const auto& [score, st] : scratch_levels_) top = std::max(top, score);
+  scratch_top_.clear();
+  std::uint64_t ties = 0;
+  for (const auto& [score, st] : scratch_levels_) {
+    if (score != top) continue;
+    scratch_top_.push_back(st);
+    ties += st->hosts.size();
   }
-  auto draw = [&](std::uint64_t ties) {
-    return std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_);
-  };
-  // Lower records, lowest first: only the number of draws matters.
-  for (std::size_t k = scratch_records_.size(); k-- > 1;) {
-    const Record& rec = scratch_records_[k];
-    std::uint64_t count = 0;
-    for (std::size_t i = rec.begin; i < rec.end; ++i) {
-      const std::vector<NodeId>& hosts = scratch_levels_[i].second->hosts;
-      count += std::lower_bound(hosts.begin(), hosts.end(), *rec.bound) -
-               std::upper_bound(hosts.begin(), hosts.end(), rec.first);
+  // Place()'s one draw over the ties, then the k-th of them in NodeId order.
+  std::uint64_t k = ties > 1 ? std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_) : 0;
+  HostStates::State* chosen_state = scratch_top_.front();
+  NodeId chosen = chosen_state->hosts[k];
+  if (scratch_top_.size() > 1) {
+    // The smallest host id with k + 1 tied hosts at or below it (each state's hosts are sorted).
+    auto at_or_below = [&](std::uint32_t id) {
+      std::uint64_t n = 0;
+      for (const HostStates::State* st : scratch_top_) {
+        n += std::upper_bound(st->hosts.begin(), st->hosts.end(), NodeId(id)) - st->hosts.begin();
+      }
+      return n;
+    };
+    std::uint32_t lo = UINT32_MAX, hi = 0;
+    for (const HostStates::State* st : scratch_top_) {
+      lo = std::min(lo, st->hosts.front().value());
+      hi = std::max(hi, st->hosts.back().value());
     }
-    for (std::uint64_t t = 2; t <= count + 1; ++t) draw(t);
-  }
-  // The top level: every host after its first, in NodeId order.
-  const Record& top = scratch_records_.front();
-  NodeId chosen = top.first;
-  HostStates::State* chosen_state = nullptr;
-  for (std::size_t i = top.begin; i < top.end; ++i) {
-    if (scratch_levels_[i].second->hosts.front() == top.first) chosen_state = scratch_levels_[i].second;
-  }
-  if (top.end - top.begin == 1) {
-    const std::vector<NodeId>& hosts = chosen_state->hosts;
-    std::uint64_t ties = 1;
-    for (auto it = std::next(hosts.begin()); it != hosts.end(); ++it) {
-      if (draw(++ties) == 0) chosen = *it;
+    while (lo < hi) {
+      const std::uint32_t mid = lo + (hi - lo) / 2;
+      if (at_or_below(mid) >= k + 1) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
     }
-  } else {
-    scratch_ties_.clear();
-    for (std::size_t i = top.begin; i < top.end; ++i) {
-      HostStates::State* st = scratch_levels_[i].second;
-      for (NodeId h : st->hosts)
-        if (h != top.first) scratch_ties_.push_back({h, st});
-    }
-    // The draws' arguments do not depend on which host each is for (2, 3, ... in turn): draw
-    // them all, then find the host of the last zero, the k-th in NodeId order (O(hosts),
-    // no sort).
-    std::size_t last_zero = 0;  // 1 + position in NodeId order; 0: none
-    std::uint64_t ties = 1;
-    for (std::size_t k = 0; k < scratch_ties_.size(); ++k) {
-      if (draw(++ties) == 0) last_zero = k + 1;
-    }
-    if (last_zero > 0) {
-      auto nth = scratch_ties_.begin() + static_cast<std::ptrdiff_t>(last_zero - 1);
-      std::nth_element(scratch_ties_.begin(), nth, scratch_ties_.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-      chosen = nth->first;
-      chosen_state = nth->second;
+    chosen = NodeId(lo);
+    for (HostStates::State* st : scratch_top_) {
+      if (std::binary_search(st->hosts.begin(), st->hosts.end(), chosen)) chosen_state = st;
     }
   }
   Choice c{chosen, {}, std::nullopt};
   const std::vector<const DeviceView*>& order = host_states_.Views(chosen);
-  for (int g : chosen_state->memo.gpus) c.devices.push_back(order[g]->ref.index);
+  for (int g : chosen_state->memo[memo_slot_].gpus) c.devices.push_back(order[g]->ref.index);
   std::sort(c.devices.begin(), c.devices.end());
   return c;
 }
@@ -374,7 +371,7 @@ void Scheduler::Impl::ScoreState(const Resolved& r, const PlacementPolicy& polic
     }
   }
   std::reverse(scratch_pos_.begin() + usable, scratch_pos_.end());
-  HostStates::Memo& m = s.memo;
+  HostStates::Memo& m = s.memo[memo_slot_];
   m.generation = memo_generation_;
   m.fits = false;
   m.gpus.clear();
@@ -409,7 +406,7 @@ const Scheduler::Impl::ViewMemo& Scheduler::Impl::LookupViews(int model, int usa
     h ^= static_cast<std::uint64_t>(g.free_milli) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     h ^= static_cast<std::uint64_t>(g.free_memory) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   }
-  if (view_memo_.empty()) view_memo_.resize(4096);
+  if (view_memo_.empty()) view_memo_.resize(8192);
   const std::size_t mask = view_memo_.size() - 1;
   auto same = [&](const ViewMemoEntry& e) {
     if (e.hash != h || e.model != model || e.views.size() != scratch_gpus_.size()) return false;
@@ -420,13 +417,14 @@ const Scheduler::Impl::ViewMemo& Scheduler::Impl::LookupViews(int model, int usa
     }
     return true;
   };
-  // Open addressing, a few probes; an entry of an older generation is free. When the probes
-  // find neither, the last probed slot is overwritten (a memo, so losing one is only slower).
+  // Open addressing, a few probes; an entry older than every memo slot's generation is free
+  // (one of another live slot is not). When the probes find neither, the last probed entry
+  // is overwritten (a memo, so losing one is only slower).
   std::size_t slot = h & mask;
   for (int probe = 0; probe < 8; ++probe, slot = (slot + 1) & mask) {
     ViewMemoEntry& e = view_memo_[slot];
     if (e.generation == memo_generation_ && same(e)) return e.result;
-    if (e.generation != memo_generation_) break;
+    if (e.generation < oldest_live_generation_) break;
   }
   ViewMemoEntry& e = view_memo_[slot];
   e.generation = memo_generation_;
@@ -435,38 +433,6 @@ const Scheduler::Impl::ViewMemo& Scheduler::Impl::LookupViews(int model, int usa
   e.views.assign(scratch_gpus_.begin(), scratch_gpus_.end());
   e.result = compute();
   return e.result;
-}
-
-// The expected workload for fragmentation-aware policies (FGD's "typical pods"): the shapes
-// of submitted GPU requests with their frequencies, forgetting old ones by halving every
-// kWorkloadWindow submissions.
-void Scheduler::Impl::CountShape(const Resolved& r) {
-  workload_counts_[{r.gpus, r.milli}] += 2;
-  workload_total_ += 2;
-  if (workload_total_ >= 2 * kWorkloadWindow) {
-    workload_total_ = 0;
-    for (auto it = workload_counts_.begin(); it != workload_counts_.end();) {
-      it->second /= 2;
-      workload_total_ += it->second;
-      it = it->second == 0 ? workload_counts_.erase(it) : std::next(it);
-    }
-  }
-  workload_dirty_ = true;
-  ++workload_version_;
-}
-std::span<const WorkloadShape> Scheduler::Impl::Workload() {
-  if (workload_dirty_) {
-    workload_.clear();
-    for (const auto& [shape, n] : workload_counts_) {
-      WorkloadShape w;
-      w.num_gpus = shape.first;
-      w.milli_per_gpu = shape.second;
-      w.frequency = static_cast<double>(n) / static_cast<double>(workload_total_);
-      workload_.push_back(w);
-    }
-    workload_dirty_ = false;
-  }
-  return workload_;
 }
 
 // MIG: a free instance of the smallest fitting profile (lowest device; deterministic).

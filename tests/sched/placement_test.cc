@@ -1,4 +1,7 @@
 // The placement framework (Fits, Place) and the simple policies.
+#include <map>
+#include <random>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -115,6 +118,31 @@ TEST(PlaceTest, RandomTieBreakIsSeeded) {
   EXPECT_EQ(a, b);
   std::sort(a.begin(), a.end());
   EXPECT_NE(a.front(), a.back());  // ties really are broken at random
+}
+
+// Ties among the best score: each tied node equally likely, chosen by one draw over them all
+// (not one per tie on the way), and nodes below the best score are never chosen.
+TEST(PlaceTest, RandomTieBreakIsOneUniformDrawOverTheBestNodes) {
+  // best-fit prefers the tightest GPU: nodes 0, 2 and 3 tie, node 1 is looser.
+  Cluster c({{400}, {1000}, {400}, {400}});
+  auto policy = MakePolicy("best-fit");
+  ASSERT_TRUE(policy.ok());
+  std::map<std::uint32_t, int> seen;
+  std::mt19937_64 rng(11);
+  constexpr int kTrials = 3000;
+  for (int i = 0; i < kTrials; ++i) {
+    std::mt19937_64 before = rng;
+    ++seen[Place(**policy, Frac(100), c.nodes, PlacementContext{{}, &rng})->node_index];
+    // One draw of a uniform index over the three ties.
+    std::uniform_int_distribution<std::uint64_t>(0, 2)(before);
+    EXPECT_EQ(before, rng) << "trial " << i;
+  }
+  EXPECT_EQ(seen.count(1), 0u);
+  for (std::uint32_t n : {0u, 2u, 3u}) {
+    // 1000 expected each; 5 standard deviations (~26) either side is far beyond chance.
+    EXPECT_GT(seen[n], 850) << n;
+    EXPECT_LT(seen[n], 1150) << n;
+  }
 }
 
 TEST(RegistryTest, KnowsTheSimplePoliciesAndRejectsOthers) {

@@ -25,31 +25,36 @@ bool Fits(const PlacementRequest& req, const NodeView& node) {
 
 std::optional<Placement> Place(const PlacementPolicy& policy, const PlacementRequest& req,
                                std::span<const NodeView> nodes, const PlacementContext& ctx) {
-  std::optional<Placement> best;
+  // The nodes of the best score so far, in scan order, with their choices. With an RNG, one
+  // draw over them once the scan is over picks one, each equally likely (not a draw for every
+  // tie on the way: the by-state path, which must make the same draws, would then pay one per
+  // tied host); without one, the lowest node index.
+  std::vector<Placement> tied;
   double best_score = 0;
-  std::uint64_t ties = 0;  // reservoir sampling among equal scores when an RNG is given
   for (const NodeView& node : nodes) {
     if (!Fits(req, node)) continue;
     std::optional<NodeChoice> choice = policy.Score(req, node, ctx);
     if (!choice) continue;
-    bool take = false;
-    if (!best || choice->score > best_score) {
-      take = true;
-      ties = 1;
-    } else if (choice->score == best_score) {
-      ++ties;
-      if (ctx.rng != nullptr) {
-        take = std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(*ctx.rng) == 0;
-      } else {
-        take = node.index < best->node_index;
-      }
-    }
-    if (take) {
+    if (tied.empty() || choice->score > best_score) {
+      tied.clear();
       best_score = choice->score;
-      best = Placement{node.index, std::move(choice->gpu_indices)};
+    } else if (choice->score != best_score) {
+      continue;
+    }
+    tied.push_back(Placement{node.index, std::move(choice->gpu_indices)});
+  }
+  if (tied.empty()) return std::nullopt;
+  std::size_t k = 0;
+  if (tied.size() > 1) {
+    if (ctx.rng != nullptr) {
+      k = static_cast<std::size_t>(std::uniform_int_distribution<std::uint64_t>(0, tied.size() - 1)(*ctx.rng));
+    } else {
+      k = static_cast<std::size_t>(std::min_element(tied.begin(), tied.end(), [](const auto& a, const auto& b) {
+                                     return a.node_index < b.node_index;
+                                   }) - tied.begin());
     }
   }
-  return best;
+  return std::move(tied[k]);
 }
 
 }  // namespace gpuslice::sched

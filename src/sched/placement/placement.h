@@ -2,7 +2,8 @@
 // Placement policies as small named plugins (Filter/Score, as in the Kubernetes scheduler
 // framework). The framework filters nodes on which a request cannot fit; a policy scores each
 // remaining node and chooses the GPUs on it; the framework takes the highest score, ties broken
-// by the context's seeded RNG or, without one, by the lowest node index (deterministic).
+// by one draw from the context's seeded RNG over the tied nodes (each equally likely) or,
+// without one, by the lowest node index (deterministic).
 // Both the scheduler (daemon, Slurm mode) and the simulator (FGD protocol) use these.
 // Policies are stateless and const: thread-safe to share.
 
