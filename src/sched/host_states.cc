@@ -101,7 +101,7 @@ void HostStates::Detach(NodeId node, Host& h) {
         break;
       }
     }
-    for (Memo& m : s.memo) m.generation = 0;  // keeps the vectors' capacity
+    for (auto& slot : memos_) slot[id].generation = 0;  // keeps the vectors' capacity
     free_ids_.push_back(id);
     --live_;
   }
@@ -163,6 +163,7 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
     } else {
       id = static_cast<int>(states_.size());
       states_.emplace_back();
+      for (auto& slot : memos_) slot.emplace_back();
     }
     State& s = states_[id];
     s.host_model_id = host_model;
@@ -178,7 +179,8 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
       s.mps_free = std::max(s.mps_free, k.mps_free);
     }
     s.hash = hash;
-    for (Memo& m : s.memo) m.generation = 0;  // keeps the vectors' capacity
+    s.id = id;
+    for (auto& slot : memos_) slot[id].generation = 0;  // keeps the vectors' capacity
     by_hash_.emplace(hash, id);
     Bucket(id);
     ++live_;

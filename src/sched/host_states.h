@@ -89,7 +89,7 @@ class HostStates {
     std::uint64_t hash = 0;
     std::array<int, 3> slot{-1, -1, -1};  // (bucket, position) packed per summary kind; see below
     std::array<int, 3> bucket{-1, -1, -1};
-    std::array<Memo, kMemoSlots> memo;  // by the scheduler's memo slot
+    int id = -1;                          // its index (memo(), state())
   };
 
   // A small integer for a model name (stable for the life of this object; names are kept).
@@ -139,6 +139,9 @@ class HostStates {
   }
 
   State& state(int id) { return states_[id]; }
+  // State `id`'s memo in the scheduler's memo slot `slot`. Kept apart from the states, one
+  // array per slot, so a request that visits many states reads one compact array.
+  Memo& memo(int slot, int id) { return memos_[slot][id]; }
   // The devices of `node` in canonical order.
   const std::vector<const DeviceView*>& Views(NodeId node) const { return hosts_.at(node).order; }
 
@@ -165,6 +168,7 @@ class HostStates {
 
   std::unordered_map<NodeId, Host> hosts_;
   std::vector<State> states_;
+  std::array<std::vector<Memo>, kMemoSlots> memos_;  // [slot][state id]
   std::vector<int> free_ids_;
   std::size_t live_ = 0;
   std::array<std::vector<std::vector<int>>, 3> buckets_{std::vector<std::vector<int>>(kWholeBuckets),

@@ -349,7 +349,6 @@ class Scheduler::Impl {
   std::uint64_t oldest_live_generation_ = 0;  // view_memo_ entries older than this are free
   int memo_slot_ = 0;                          // the current request's slot (SelectMemoSlot)
   std::uint64_t memo_generation_ = 0;          // and its generation
-  std::vector<std::pair<double, HostStates::State*>> scratch_levels_;  // (score, state) of fitting states
   std::vector<HostStates::State*> scratch_top_;  // the states of the best score
   std::vector<DeviceStateKey> scratch_keys_;
   std::vector<const DeviceView*> scratch_devs_;

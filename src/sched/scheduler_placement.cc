@@ -283,32 +283,34 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   ctx.rng = &rng_;
   ctx.workload = workload_.Shapes();
   ++stats_.placement_attempts;
-  scratch_levels_.clear();
   request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
+  // The states of the best score, in one pass; their hosts are the ties Place() would collect.
+  scratch_top_.clear();
+  double top = 0;
+  std::uint64_t ties = 0;
   // Only states whose summary could take the request (a necessary condition of Fits).
   auto visit = [&](HostStates::State& s) {
-    const HostStates::Memo& m = s.memo[memo_slot_];
+    const HostStates::Memo& m = host_states_.memo(memo_slot_, s.id);
     if (m.generation != memo_generation_) {
       ScoreState(r, policy, req, ctx, s);
     }
-    if (m.fits) scratch_levels_.push_back({m.score, &s});
+    if (!m.fits) return;
+    if (scratch_top_.empty() || m.score > top) {
+      scratch_top_.clear();
+      top = m.score;
+      ties = 0;
+    } else if (m.score != top) {
+      return;
+    }
+    scratch_top_.push_back(&s);
+    ties += s.hosts.size();
   };
   if (r.kind == SliceKind::kWhole) {
     host_states_.ForWhole(r.gpus, visit);
   } else {
     host_states_.ForShare(r.kind == SliceKind::kMps, r.milli, visit);
   }
-  if (scratch_levels_.empty()) return std::nullopt;
-  // The states of the best score; the hosts in them are the ties Place() would collect.
-  double top = scratch_levels_.front().first;
-  for (const auto& [score, st] : scratch_levels_) top = std::max(top, score);
-  scratch_top_.clear();
-  std::uint64_t ties = 0;
-  for (const auto& [score, st] : scratch_levels_) {
-    if (score != top) continue;
-    scratch_top_.push_back(st);
-    ties += st->hosts.size();
-  }
+  if (scratch_top_.empty()) return std::nullopt;
   // Place()'s one draw over the ties, then the k-th of them in NodeId order.
   std::uint64_t k = ties > 1 ? std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_) : 0;
   HostStates::State* chosen_state = scratch_top_.front();
@@ -342,7 +344,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   }
   Choice c{chosen, {}, std::nullopt};
   const std::vector<const DeviceView*>& order = host_states_.Views(chosen);
-  for (int g : chosen_state->memo[memo_slot_].gpus) c.devices.push_back(order[g]->ref.index);
+  for (int g : host_states_.memo(memo_slot_, chosen_state->id).gpus) c.devices.push_back(order[g]->ref.index);
   std::sort(c.devices.begin(), c.devices.end());
   return c;
 }
@@ -371,7 +373,7 @@ void Scheduler::Impl::ScoreState(const Resolved& r, const PlacementPolicy& polic
     }
   }
   std::reverse(scratch_pos_.begin() + usable, scratch_pos_.end());
-  HostStates::Memo& m = s.memo[memo_slot_];
+  HostStates::Memo& m = host_states_.memo(memo_slot_, s.id);
   m.generation = memo_generation_;
   m.fits = false;
   m.gpus.clear();
