@@ -51,9 +51,11 @@ Scheduler::Impl::Impl(Config config, std::uint64_t seed) : config_(std::move(con
     auto p = MakePolicy(q.placement);
     // ValidateConfig guarantees known names; an unknown one here is a caller bug.
     assert(p.ok());
+    QueuePlacement& qp = placement_.emplace_back();
+    qp.order = FastOrderFor(q.placement);
     if (p.ok()) {
       by_state_ = by_state_ || (*p)->ScoresByNodeState();
-      policies_[q.name] = std::move(p).value();
+      qp.policy = std::move(p).value();
     }
     any_reserve_ = any_reserve_ || q.reserve_after > 0;
   }

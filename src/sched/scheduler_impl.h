@@ -33,6 +33,12 @@ namespace gpuslice::sched {
 // How the built-in policies order candidates (device level, see docs/config.md).
 enum class FastOrder { kNone, kTightest, kLoosest };
 
+inline FastOrder FastOrderFor(std::string_view policy) {
+  if (policy == "best-fit" || policy == "packing") return FastOrder::kTightest;
+  if (policy == "spread") return FastOrder::kLoosest;
+  return FastOrder::kNone;
+}
+
 inline DeviceMode ModeFor(SliceKind kind) {
   switch (kind) {
     case SliceKind::kWhole: return DeviceMode::kWhole;
@@ -289,7 +295,13 @@ class Scheduler::Impl {
   Micros now_ = 0;
   std::vector<Decision> out_;
   SchedulerStats stats_;
-  std::map<std::string, std::unique_ptr<PlacementPolicy>> policies_;
+  // Per queue, by its position in config_.queues (Resolved::queue points there): its placement
+  // policy and, for the built-in ones, the indexed order (looked up once, not by name per try).
+  struct QueuePlacement {
+    std::unique_ptr<PlacementPolicy> policy;
+    FastOrder order = FastOrder::kNone;
+  };
+  std::vector<QueuePlacement> placement_;
 
   std::map<JobId, JobView> jobs_;
   std::deque<JobId> ended_;  // oldest first; see Remember()

@@ -12,16 +12,6 @@
 
 namespace gpuslice::sched {
 
-namespace {
-
-FastOrder FastOrderFor(std::string_view policy) {
-  if (policy == "best-fit" || policy == "packing") return FastOrder::kTightest;
-  if (policy == "spread") return FastOrder::kLoosest;
-  return FastOrder::kNone;
-}
-
-}  // namespace
-
 // ---------------------------------------------------------------- placement
 bool Scheduler::Impl::SharedFits(const Resolved& r, const DeviceView& d) const {
   if (!Schedulable(d) || !ModelOk(r, d)) return false;
@@ -455,9 +445,10 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceMig(const Resolved&
 
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::TryPlace(const Resolved& r) {
   if (r.kind == SliceKind::kMig) return PlaceMig(r);
-  FastOrder order = FastOrderFor(r.queue->placement);
+  const QueuePlacement& q = placement_[static_cast<std::size_t>(r.queue - config_.queues.data())];
+  const FastOrder order = q.order;
   if (order == FastOrder::kNone) {
-    const PlacementPolicy& policy = *policies_.at(r.queue->name);
+    const PlacementPolicy& policy = *q.policy;
     if (by_state_ && !reference_placement_ && policy.ScoresByNodeState()) return PlaceByState(r, policy);
     return PlaceGeneric(r, policy);
   }
