@@ -14,7 +14,9 @@ const std::set<DeviceIndex>& CapacityIndex::FreeOn(NodeId node) const {
 }
 
 const std::vector<int>& CapacityIndex::PlaceableBeside(const DeviceFacts& f) const {
-  std::vector<int> key{f.model_idx};
+  // The key is built in a reused buffer: a lookup that hits (almost all of them) allocates nothing.
+  std::vector<int>& key = scratch_key_;
+  key.assign(1, f.model_idx);
   for (const MigPlacement& p : f.in_use) {
     key.push_back(p.profile_id);
     key.push_back(p.start);
@@ -26,7 +28,7 @@ const std::vector<int>& CapacityIndex::PlaceableBeside(const DeviceFacts& f) con
     if (p.media_extensions) continue;  // the planner sizes requests without +me
     if (mig::FirstFreePlacement(*f.model, f.in_use, p.id).ok()) ok.push_back(p.id);
   }
-  return placeable_memo_.emplace(std::move(key), std::move(ok)).first->second;
+  return placeable_memo_.emplace(key, std::move(ok)).first->second;
 }
 
 CapacityIndex::Entries CapacityIndex::EntriesOf(const DeviceView& d, const DeviceFacts& f) const {

@@ -71,6 +71,7 @@ class CapacityIndex {
   std::set<DeviceRef> mig_busy_;
   // Memo: (model, in-use layout) -> profiles that fit beside it. Not part of equality.
   mutable std::map<std::vector<int>, std::vector<int>> placeable_memo_;
+  mutable std::vector<int> scratch_key_;  // PlaceableBeside()'s key
 };
 
 }  // namespace gpuslice::sched
