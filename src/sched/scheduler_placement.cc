@@ -346,7 +346,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
 // (view_memo_): whatever else differs between them (what runs on GPUs the request cannot
 // use, memory beyond the request) is invisible to the policy.
 void Scheduler::Impl::ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
-                const PlacementContext& ctx, HostStates::State& s) {
+                                 const PlacementContext& ctx, HostStates::State& s) {
   const int n = static_cast<int>(s.devices.size());
   scratch_gpus_.resize(n);
   scratch_pos_.resize(n);

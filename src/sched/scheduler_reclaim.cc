@@ -90,7 +90,7 @@ bool Scheduler::Impl::FitsFreed(const Resolved& r, const DeviceView& d, const Fr
 
 // Whether `r` fits once `set` is freed; `target`: where (a device, or a host for whole).
 bool Scheduler::Impl::FitsAfter(const Resolved& r, const std::vector<const SliceView*>& set,
-               std::optional<DeviceRef>* device, std::optional<NodeId>* node) const {
+                                std::optional<DeviceRef>* device, std::optional<NodeId>* node) const {
   std::map<const DeviceView*, Freed> freed;
   for (const SliceView* v : set) {
     for (DeviceIndex di : v->devices) {
@@ -132,7 +132,7 @@ bool Scheduler::Impl::FitsAfter(const Resolved& r, const std::vector<const Slice
 // The fewest reclaimable slices (from `cands`, longest idle first) that make room for `r`;
 // empty: none would.
 std::vector<const SliceView*> Scheduler::Impl::RoomFrom(const Resolved& r,
-                                                       const std::vector<const SliceView*>& cands) const {
+                                                        const std::vector<const SliceView*>& cands) const {
   std::vector<const SliceView*> taken;
   std::optional<DeviceRef> device;
   std::optional<NodeId> node;
