@@ -2,9 +2,11 @@
 // of a long random mixed workload, under every registered placement policy.
 #include <random>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "sched/host_states.h"
 #include "sched/placement/placement.h"
 #include "sched/scheduler.h"
 #include "testing/builders.h"
@@ -106,8 +108,8 @@ TEST_P(DeterminismTest, SameEventsAndSeedGiveTheSameDecisions) {
 // fragmentation-aware default policy takes exactly the decisions of the reference path that
 // scores every candidate host, random tie-breaks included.
 TEST(ByStatePlacement, TakesTheReferencePathsDecisions) {
-  // One copy of the four hosts, and eight (many hosts in equal states: ties at several score
-  // levels, so the draws of lower "record" levels matter too).
+  // One copy of the four hosts, and eight (many hosts in equal states: ties among several
+  // states, so the one draw must pick the same host from them).
   for (auto [seed, copies] : {std::pair{42, 1}, {43, 1}, {44, 8}, {45, 8}}) {
     std::string v1, v2;
     auto fast = RunRandom(seed, "gpuslice", MigDrainPolicy::kPreempt, &v1, 3000, false, copies);
@@ -153,6 +155,51 @@ TEST(ByStatePlacement, AgreesAtTheMpsClientLimitAndTheMemoryLimit) {
   for (const std::string& line : ref) starts += line.rfind("start", 0) == 0;
   ASSERT_GT(starts, 60u);
   ASSERT_LT(starts, 320u);
+  EXPECT_EQ(fast, ref);
+}
+
+// By-state results are memoised for the last HostStates::kMemoSlots request shapes. With more
+// shapes waiting than that, slots are given to other shapes and taken back again while jobs
+// come and go, and the learned workload is refreshed on the way: the decisions must still be
+// the reference path's.
+TEST(ByStatePlacement, AgreesWhenMoreShapesWaitThanItKeepsResultsFor) {
+  auto run = [](bool reference) {
+    Config c = DefaultConfig();
+    for (QueueConfig& q : c.queues) {
+      q.placement = "gpuslice";
+      if (q.name == "interactive") q.allowed_kinds = {SliceKind::kShared, SliceKind::kMps};
+      q.user_max_milli = 0;  // no per-user cap: every shape is tried for placement
+      q.user_max_jobs = 0;
+    }
+    SchedHarness h(c, 11);
+    h.scheduler().SetReferencePlacement(reference);
+    for (int i = 0; i < 6; ++i) h.AddHost(i % 2 == 0 ? "4xH100-80GB" : "2xH100-80GB");
+    std::mt19937_64 rng(11);
+    std::vector<JobId> running;
+    auto note = [&](const std::vector<Decision>& ds) {
+      for (const Decision& d : ds)
+        if (const auto* st = std::get_if<StartSlice>(&d)) running.push_back(st->job);
+    };
+    for (int i = 0; i < 1500; ++i) {
+      if (i % 3 == 2 && !running.empty()) {
+        const std::size_t k = rng() % running.size();
+        const JobId j = running[k];
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+        note(h.Finish(j));
+        continue;
+      }
+      // More shapes than memo slots (25 against 16): shares of 20m..980m in steps of 40m.
+      static_assert(HostStates::kMemoSlots < 25);
+      const int milli = 20 + 40 * static_cast<int>(rng() % 25);
+      note(h.Submit(fmt::format("interactive gpu={}m", milli)));
+    }
+    return h.log();
+  };
+  const auto fast = run(false);
+  const auto ref = run(true);
+  std::size_t starts = 0;
+  for (const std::string& line : ref) starts += line.rfind("start", 0) == 0;
+  ASSERT_GT(starts, 300u);
   EXPECT_EQ(fast, ref);
 }
 
