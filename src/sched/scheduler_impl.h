@@ -173,6 +173,11 @@ class Scheduler::Impl {
   bool SharedFits(const Resolved& r, const DeviceView& d) const;
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
+  struct PolicyInput {
+    PlacementRequest req;
+    PlacementContext ctx;
+  };
+  PolicyInput InputFor(const Resolved& r);
   std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
   static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty

@@ -83,6 +83,18 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceWholeFast(const Res
   return std::nullopt;
 }
 
+// What a policy is shown of request `r`: the request, and the context (the RNG for ties and
+// the learned workload); one more placement attempt counted.
+Scheduler::Impl::PolicyInput Scheduler::Impl::InputFor(const Resolved& r) {
+  PolicyInput in;
+  in.req.num_gpus = r.gpus;
+  in.req.milli_per_gpu = r.milli;
+  in.ctx.rng = &rng_;
+  in.ctx.workload = workload_.Shapes();
+  ++stats_.placement_attempts;
+  return in;
+}
+
 // Other policies (fgd, gpuslice, ...): Filter/Score over every host, via placement.h.
 // Only hosts the indexes say could take the request are shown to the policy: the others would
 // fail Fits() anyway, so the choice (scores, lowest-index and seeded random tie-breaks, which
@@ -129,13 +141,9 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceGeneric(const Resol
     v.gpus = std::span<const GpuView>(scratch_gpus_.data() + pos, scratch_gpus_.size() - pos);
     scratch_nodes_.push_back(v);
   }
-  PlacementRequest req;
-  req.num_gpus = r.gpus;
-  req.milli_per_gpu = r.milli;
-  PlacementContext ctx;
-  ctx.rng = &rng_;
-  ctx.workload = workload_.Shapes();
-  ++stats_.placement_attempts;
+  const PolicyInput in = InputFor(r);
+  const PlacementRequest& req = in.req;
+  const PlacementContext& ctx = in.ctx;
   auto p = Place(policy, req, scratch_nodes_, ctx);
   if (!p) return std::nullopt;
   std::size_t first = 0;
@@ -266,13 +274,9 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   host_states_.TakeDirty(scratch_dirty_);
   for (NodeId nid : scratch_dirty_) RefileHost(nid);
   SelectMemoSlot(r, policy);
-  PlacementRequest req;
-  req.num_gpus = r.gpus;
-  req.milli_per_gpu = r.milli;
-  PlacementContext ctx;
-  ctx.rng = &rng_;
-  ctx.workload = workload_.Shapes();
-  ++stats_.placement_attempts;
+  const PolicyInput in = InputFor(r);
+  const PlacementRequest& req = in.req;
+  const PlacementContext& ctx = in.ctx;
   request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
   // The states of the best score, in one pass; their hosts are the ties Place() would collect.
   scratch_top_.clear();
