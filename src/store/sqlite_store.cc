@@ -357,12 +357,8 @@ class SqliteStore final : public Store {
     GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     Status st = Exec("DELETE FROM journal");
     if (st.ok()) {
-      Stmt s(db_, "INSERT INTO journal(entry) VALUES(?)");
-      st = s.status();
-      for (size_t i = 0; st.ok() && i < entries.size(); ++i) {
-        s.Bind(1, entries[i]);
-        st = s.Run();
-      }
+      st = InsertAll("INSERT INTO journal(entry) VALUES(?)", entries,
+                     [](Stmt& s, const std::string& e) { s.Bind(1, e); });
     }
     if (!st.ok()) {
       (void)Exec("ROLLBACK");
@@ -410,67 +406,62 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
-  Status Write(const WriteBatch& b) {
-    if (!b.jobs.empty()) {
-      Stmt s(db_, "INSERT INTO jobs(id, state, user, data) VALUES(?, ?, ?, ?) "
-                  "ON CONFLICT(id) DO UPDATE SET state = excluded.state, data = excluded.data");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& j : b.jobs) {
-        s.Bind(1, static_cast<std::int64_t>(j.id.value()));
-        s.Bind(2, JobStateName(j.state));
-        s.Bind(3, j.user);
-        s.Bind(4, JobToJson(PrivateCopy(j)).dump());
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
-    }
-    if (!b.slices.empty()) {
-      Stmt s(db_, "INSERT INTO slices(id, job, active, data) VALUES(?, ?, ?, ?) "
-                  "ON CONFLICT(id) DO UPDATE SET active = excluded.active, data = excluded.data");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& r : b.slices) {
-        s.Bind(1, static_cast<std::int64_t>(r.id.value()));
-        s.Bind(2, static_cast<std::int64_t>(r.job.value()));
-        s.Bind(3, r.active ? 1 : 0);
-        s.Bind(4, SliceToJson(r).dump());
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
-    }
-    if (!b.events.empty()) {
-      Stmt s(db_, "INSERT INTO events(time, job, type, message) VALUES(?, ?, ?, ?)");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& e : b.events) {
-        s.Bind(1, e.time);
-        s.Bind(2, static_cast<std::int64_t>(e.job.value()));
-        s.Bind(3, e.type);
-        s.Bind(4, e.message);
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
-    }
-    if (!b.samples.empty()) {
-      Stmt s(db_, "INSERT INTO samples(time, subject, util_permille, memory_used, span, known, "
-                  "idle, resolution) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& r : b.samples) {
-        s.Bind(1, r.time);
-        s.Bind(2, r.subject);
-        s.Bind(3, r.util_permille);
-        s.Bind(4, r.memory_used);
-        s.Bind(5, r.span);
-        s.Bind(6, r.known);
-        s.Bind(7, r.idle);
-        s.Bind(8, r.resolution);
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
-    }
-    if (!b.journal.empty()) {
-      Stmt s(db_, "INSERT INTO journal(entry) VALUES(?)");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& e : b.journal) {
-        s.Bind(1, e);
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
+  // Runs `sql` once per row, its values bound by `bind(stmt, row)`; stops at the first error.
+  // Prepares nothing for no rows.
+  template <class T, class F>
+  Status InsertAll(const char* sql, const std::vector<T>& rows, F bind) {
+    if (rows.empty()) return Status::Ok();
+    Stmt s(db_, sql);
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    for (const T& r : rows) {
+      bind(s, r);
+      GPUSLICE_RETURN_IF_ERROR(s.Run());
     }
     return Status::Ok();
+  }
+
+  Status Write(const WriteBatch& b) {
+    GPUSLICE_RETURN_IF_ERROR(InsertAll(
+        "INSERT INTO jobs(id, state, user, data) VALUES(?, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET state = excluded.state, data = excluded.data",
+        b.jobs, [](Stmt& s, const JobRecord& j) {
+          s.Bind(1, static_cast<std::int64_t>(j.id.value()));
+          s.Bind(2, JobStateName(j.state));
+          s.Bind(3, j.user);
+          s.Bind(4, JobToJson(PrivateCopy(j)).dump());
+        }));
+    GPUSLICE_RETURN_IF_ERROR(InsertAll(
+        "INSERT INTO slices(id, job, active, data) VALUES(?, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET active = excluded.active, data = excluded.data",
+        b.slices, [](Stmt& s, const SliceRecord& r) {
+          s.Bind(1, static_cast<std::int64_t>(r.id.value()));
+          s.Bind(2, static_cast<std::int64_t>(r.job.value()));
+          s.Bind(3, r.active ? 1 : 0);
+          s.Bind(4, SliceToJson(r).dump());
+        }));
+    GPUSLICE_RETURN_IF_ERROR(InsertAll(
+        "INSERT INTO events(time, job, type, message) VALUES(?, ?, ?, ?)", b.events,
+        [](Stmt& s, const EventRecord& e) {
+          s.Bind(1, e.time);
+          s.Bind(2, static_cast<std::int64_t>(e.job.value()));
+          s.Bind(3, e.type);
+          s.Bind(4, e.message);
+        }));
+    GPUSLICE_RETURN_IF_ERROR(InsertAll(
+        "INSERT INTO samples(time, subject, util_permille, memory_used, span, known, "
+        "idle, resolution) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+        b.samples, [](Stmt& s, const SampleRecord& r) {
+          s.Bind(1, r.time);
+          s.Bind(2, r.subject);
+          s.Bind(3, r.util_permille);
+          s.Bind(4, r.memory_used);
+          s.Bind(5, r.span);
+          s.Bind(6, r.known);
+          s.Bind(7, r.idle);
+          s.Bind(8, r.resolution);
+        }));
+    return InsertAll("INSERT INTO journal(entry) VALUES(?)", b.journal,
+                     [](Stmt& s, const std::string& e) { s.Bind(1, e); });
   }
 
   // Replaces the points with time <= cut and a resolution finer than `width` by their folds.
