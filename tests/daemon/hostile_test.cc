@@ -254,18 +254,6 @@ TEST(HostileApi, SlowHeadsOversizedAndChunkedBodiesAndConflictingLengths) {
   EXPECT_TRUE(Healthy(h));
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 std::string WriteTokenFile(const std::string& name, const std::string& text) {
   std::string path = (fs::temp_directory_path() /
                       ("gse2e_tokens_" + name + "_" + std::to_string(getpid()))).string();
