@@ -158,6 +158,15 @@ json OrNull(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
+// How errors name a view before its fields are read: `what` and the view's `key` field as
+// sent ("job 12", "queue \"gpu\""), or "?" without one. Bytes that are not UTF-8 are replaced,
+// so naming a view never fails.
+std::string ViewName(const char* what, const json& j, const char* key) {
+  return fmt::format("{} {}", what,
+                     j.is_object() && j.contains(key) ? j[key].dump(-1, ' ', false, json::error_handler_t::replace)
+                                                      : "?");
+}
+
 }  // namespace
 
 json JobView::ToJson() const {
@@ -204,7 +213,7 @@ json JobView::ToJson() const {
 
 Result<JobView> JobView::FromJson(const json& j) {
   JobView v;
-  Reader r(j, fmt::format("job {}", j.is_object() && j.contains("id") ? j["id"].dump() : "?"));
+  Reader r(j, ViewName("job", j, "id"));
   r.Req("id", &v.id);
   r.Req("user", &v.user);
   r.Req("uid", &v.uid);
@@ -280,7 +289,7 @@ json SliceView::ToJson() const {
 
 Result<SliceView> SliceView::FromJson(const json& j) {
   SliceView v;
-  Reader r(j, fmt::format("slice {}", j.is_object() && j.contains("id") ? j["id"].dump() : "?"));
+  Reader r(j, ViewName("slice", j, "id"));
   r.Req("id", &v.id);
   r.Req("job", &v.job);
   r.Req("kind", &v.kind);
@@ -329,7 +338,7 @@ json QueueView::ToJson() const {
 
 Result<QueueView> QueueView::FromJson(const json& j) {
   QueueView v;
-  Reader r(j, fmt::format("queue {}", j.is_object() && j.contains("name") ? j["name"].dump(-1, ' ', false, json::error_handler_t::replace) : "?"));
+  Reader r(j, ViewName("queue", j, "name"));
   r.Req("name", &v.name);
   r.Req("default_kind", &v.default_kind);
   r.Req("allowed_kinds", &v.allowed_kinds);
@@ -371,7 +380,7 @@ json DeviceView::ToJson() const {
 
 Result<DeviceView> DeviceView::FromJson(const json& j) {
   DeviceView v;
-  Reader r(j, fmt::format("device {}", j.is_object() && j.contains("index") ? j["index"].dump() : "?"));
+  Reader r(j, ViewName("device", j, "index"));
   r.Req("index", &v.index);
   r.Req("uuid", &v.uuid);
   r.Req("model", &v.model);
@@ -399,7 +408,7 @@ json EventView::ToJson() const {
 
 Result<EventView> EventView::FromJson(const json& j) {
   EventView v;
-  Reader r(j, fmt::format("event {}", j.is_object() && j.contains("seq") ? j["seq"].dump() : "?"));
+  Reader r(j, ViewName("event", j, "seq"));
   r.Req("seq", &v.seq);
   r.Req("time_us", &v.time_us);
   r.Req("job", &v.job);

@@ -79,12 +79,37 @@ class Stmt {
     const unsigned char* t = sqlite3_column_text(st_, col);
     return t ? std::string(reinterpret_cast<const char*>(t)) : std::string();
   }
+  // Every remaining row, each made into a T by `read(*this)`, which returns a T or a
+  // Result<T>; the first step or row that fails is the answer.
+  template <class T, class F>
+  Result<std::vector<T>> ReadAll(F read) {
+    std::vector<T> out;
+    while (true) {
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, Step());
+      if (!row) return out;
+      GPUSLICE_ASSIGN_OR_RETURN(T v, Result<T>(read(*this)));
+      out.push_back(std::move(v));
+    }
+  }
 
  private:
   sqlite3* db_;
   sqlite3_stmt* st_ = nullptr;
   int rc_;
 };
+
+// Row readers, one per column list the queries below select.
+
+// seq, time, job, type, message
+EventRecord EventFromRow(Stmt& s) {
+  return EventRecord{s.Int(0), s.Int(1), JobId(static_cast<std::uint64_t>(s.Int(2))), s.Text(3), s.Text(4)};
+}
+
+// time, subject, util_permille, memory_used, span, known, idle, resolution
+SampleRecord SampleFromRow(Stmt& s) {
+  return SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3),
+                      s.Int(4), s.Int(5), s.Int(6), s.Int(7)};
+}
 
 class SqliteStore final : public Store {
  public:
@@ -145,13 +170,8 @@ class SqliteStore final : public Store {
     s.Bind(1, from);
     s.Bind(2, to);
     s.Bind(3, width);
-    std::vector<SampleSum> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
-      out.push_back(SampleSum{s.Text(0), s.Int(1), s.Int(2), s.Int(3), s.Int(4), s.Int(5)});
-    }
-    return out;
+    return s.ReadAll<SampleSum>(
+        [](Stmt& r) { return SampleSum{r.Text(0), r.Int(1), r.Int(2), r.Int(3), r.Int(4), r.Int(5)}; });
   }
 
   Result<std::vector<EventRecord>> ListEventsOfType(std::string_view type, Micros before) override {
@@ -160,14 +180,7 @@ class SqliteStore final : public Store {
     GPUSLICE_RETURN_IF_ERROR(s.status());
     s.Bind(1, type);
     s.Bind(2, before);
-    std::vector<EventRecord> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
-      out.push_back(EventRecord{s.Int(0), s.Int(1), JobId(static_cast<std::uint64_t>(s.Int(2))),
-                                s.Text(3), s.Text(4)});
-    }
-    return out;
+    return s.ReadAll<EventRecord>(EventFromRow);
   }
 
   Result<std::vector<JobRecord>> ListJobsBrief() override {
@@ -176,23 +189,19 @@ class SqliteStore final : public Store {
                 "json_extract(data, '$.start_time_us'), json_extract(data, '$.end_time_us'), "
                 "json_extract(data, '$.deadline_us'), json_extract(data, '$.slice') FROM jobs ORDER BY id");
     GPUSLICE_RETURN_IF_ERROR(s.status());
-    std::vector<JobRecord> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
+    return s.ReadAll<JobRecord>([](Stmt& r) -> Result<JobRecord> {
       JobRecord j;
-      j.id = JobId(static_cast<std::uint64_t>(s.Int(0)));
-      j.user = s.Text(1);
-      j.queue = s.Text(2);
-      GPUSLICE_ASSIGN_OR_RETURN(j.state, ParseJobState(s.Text(3)));
-      j.submit_time = s.Int(4);
-      j.start_time = s.Int(5);
-      j.end_time = s.Int(6);
-      j.deadline = s.Int(7);
-      j.slice = SliceId(static_cast<std::uint64_t>(s.Int(8)));
-      out.push_back(std::move(j));
-    }
-    return out;
+      j.id = JobId(static_cast<std::uint64_t>(r.Int(0)));
+      j.user = r.Text(1);
+      j.queue = r.Text(2);
+      GPUSLICE_ASSIGN_OR_RETURN(j.state, ParseJobState(r.Text(3)));
+      j.submit_time = r.Int(4);
+      j.start_time = r.Int(5);
+      j.end_time = r.Int(6);
+      j.deadline = r.Int(7);
+      j.slice = SliceId(static_cast<std::uint64_t>(r.Int(8)));
+      return j;
+    });
   }
 
   Result<std::vector<SliceRecord>> ListSlicesBrief() override {
@@ -201,16 +210,13 @@ class SqliteStore final : public Store {
                 "json_extract(data, '$.milli'), active, json_extract(data, '$.created_us'), "
                 "json_extract(data, '$.released_us') FROM slices ORDER BY id");
     GPUSLICE_RETURN_IF_ERROR(s.status());
-    std::vector<SliceRecord> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
+    return s.ReadAll<SliceRecord>([](Stmt& row) {
       SliceRecord r;
-      r.id = SliceId(static_cast<std::uint64_t>(s.Int(0)));
-      r.job = JobId(static_cast<std::uint64_t>(s.Int(1)));
-      r.kind = s.Text(2);
+      r.id = SliceId(static_cast<std::uint64_t>(row.Int(0)));
+      r.job = JobId(static_cast<std::uint64_t>(row.Int(1)));
+      r.kind = row.Text(2);
       // "[0,3]": small integers only (the store wrote it).
-      const std::string devs = s.Text(3);
+      const std::string devs = row.Text(3);
       int v = -1;
       for (char c : devs) {
         if (c >= '0' && c <= '9') {
@@ -220,13 +226,12 @@ class SqliteStore final : public Store {
           v = -1;
         }
       }
-      r.milli = s.Int(4);
-      r.active = s.Int(5) != 0;
-      r.created = s.Int(6);
-      r.released = s.Int(7);
-      out.push_back(std::move(r));
-    }
-    return out;
+      r.milli = row.Int(4);
+      r.active = row.Int(5) != 0;
+      r.created = row.Int(6);
+      r.released = row.Int(7);
+      return r;
+    });
   }
 
   Result<std::optional<Micros>> OldestSample() override {
@@ -248,11 +253,7 @@ class SqliteStore final : public Store {
       s.Bind(1, before);
       s.Bind(2, width);
       s.Bind(3, static_cast<std::int64_t>(std::max(max_points, 1)));
-      while (true) {
-        GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-        if (!row) break;
-        times.push_back(s.Int(0));
-      }
+      GPUSLICE_ASSIGN_OR_RETURN(times, s.ReadAll<Micros>([](Stmt& r) { return r.Int(0); }));
     }
     if (times.empty()) return std::int64_t{0};
     const Micros cut = CompactionCut(times, before, width, max_points);
@@ -305,14 +306,7 @@ class SqliteStore final : public Store {
     std::lock_guard lock(mu_);
     Stmt s(db_, "SELECT data FROM jobs ORDER BY id");
     GPUSLICE_RETURN_IF_ERROR(s.status());
-    std::vector<JobRecord> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
-      GPUSLICE_ASSIGN_OR_RETURN(JobRecord j, ParseJob(s.Text(0)));
-      out.push_back(std::move(j));
-    }
-    return out;
+    return s.ReadAll<JobRecord>([](Stmt& r) { return ParseJob(r.Text(0)); });
   }
 
   Result<std::vector<SliceRecord>> ListSlices(bool active_only) override {
@@ -320,16 +314,11 @@ class SqliteStore final : public Store {
     Stmt s(db_, active_only ? "SELECT data FROM slices WHERE active = 1 ORDER BY id"
                             : "SELECT data FROM slices ORDER BY id");
     GPUSLICE_RETURN_IF_ERROR(s.status());
-    std::vector<SliceRecord> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
-      nlohmann::json j = nlohmann::json::parse(s.Text(0), nullptr, false);
+    return s.ReadAll<SliceRecord>([](Stmt& r) -> Result<SliceRecord> {
+      nlohmann::json j = nlohmann::json::parse(r.Text(0), nullptr, false);
       if (j.is_discarded()) return Status(StatusCode::kDataLoss, "slices: unreadable row");
-      GPUSLICE_ASSIGN_OR_RETURN(SliceRecord r, SliceFromJson(j));
-      out.push_back(std::move(r));
-    }
-    return out;
+      return SliceFromJson(j);
+    });
   }
 
   Result<std::vector<EventRecord>> ListEvents(std::int64_t after_seq, JobId job,
@@ -343,14 +332,7 @@ class SqliteStore final : public Store {
     s.Bind(1, after_seq);
     s.Bind(2, static_cast<std::int64_t>(job.value()));
     s.Bind(3, static_cast<std::int64_t>(limit));
-    std::vector<EventRecord> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
-      out.push_back(EventRecord{s.Int(0), s.Int(1), JobId(static_cast<std::uint64_t>(s.Int(2))),
-                                s.Text(3), s.Text(4)});
-    }
-    return out;
+    return s.ReadAll<EventRecord>(EventFromRow);
   }
 
   Result<std::vector<SampleRecord>> ListSamples(std::string_view subject, Micros since) override {
@@ -360,27 +342,14 @@ class SqliteStore final : public Store {
     GPUSLICE_RETURN_IF_ERROR(s.status());
     s.Bind(1, subject);
     s.Bind(2, since);
-    std::vector<SampleRecord> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
-      out.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3),
-                                 s.Int(4), s.Int(5), s.Int(6), s.Int(7)});
-    }
-    return out;
+    return s.ReadAll<SampleRecord>(SampleFromRow);
   }
 
   Result<std::vector<std::string>> ReadJournal() override {
     std::lock_guard lock(mu_);
     Stmt s(db_, "SELECT entry FROM journal ORDER BY seq");
     GPUSLICE_RETURN_IF_ERROR(s.status());
-    std::vector<std::string> out;
-    while (true) {
-      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-      if (!row) break;
-      out.push_back(s.Text(0));
-    }
-    return out;
+    return s.ReadAll<std::string>([](Stmt& r) { return r.Text(0); });
   }
 
   Status ReplaceJournal(const std::vector<std::string>& entries) override {
@@ -388,12 +357,8 @@ class SqliteStore final : public Store {
     GPUSLICE_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
     Status st = Exec("DELETE FROM journal");
     if (st.ok()) {
-      Stmt s(db_, "INSERT INTO journal(entry) VALUES(?)");
-      st = s.status();
-      for (size_t i = 0; st.ok() && i < entries.size(); ++i) {
-        s.Bind(1, entries[i]);
-        st = s.Run();
-      }
+      st = InsertAll("INSERT INTO journal(entry) VALUES(?)", entries,
+                     [](Stmt& s, const std::string& e) { s.Bind(1, e); });
     }
     if (!st.ok()) {
       (void)Exec("ROLLBACK");
@@ -441,67 +406,62 @@ class SqliteStore final : public Store {
     return Status::Ok();
   }
 
-  Status Write(const WriteBatch& b) {
-    if (!b.jobs.empty()) {
-      Stmt s(db_, "INSERT INTO jobs(id, state, user, data) VALUES(?, ?, ?, ?) "
-                  "ON CONFLICT(id) DO UPDATE SET state = excluded.state, data = excluded.data");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& j : b.jobs) {
-        s.Bind(1, static_cast<std::int64_t>(j.id.value()));
-        s.Bind(2, JobStateName(j.state));
-        s.Bind(3, j.user);
-        s.Bind(4, JobToJson(PrivateCopy(j)).dump());
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
-    }
-    if (!b.slices.empty()) {
-      Stmt s(db_, "INSERT INTO slices(id, job, active, data) VALUES(?, ?, ?, ?) "
-                  "ON CONFLICT(id) DO UPDATE SET active = excluded.active, data = excluded.data");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& r : b.slices) {
-        s.Bind(1, static_cast<std::int64_t>(r.id.value()));
-        s.Bind(2, static_cast<std::int64_t>(r.job.value()));
-        s.Bind(3, r.active ? 1 : 0);
-        s.Bind(4, SliceToJson(r).dump());
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
-    }
-    if (!b.events.empty()) {
-      Stmt s(db_, "INSERT INTO events(time, job, type, message) VALUES(?, ?, ?, ?)");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& e : b.events) {
-        s.Bind(1, e.time);
-        s.Bind(2, static_cast<std::int64_t>(e.job.value()));
-        s.Bind(3, e.type);
-        s.Bind(4, e.message);
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
-    }
-    if (!b.samples.empty()) {
-      Stmt s(db_, "INSERT INTO samples(time, subject, util_permille, memory_used, span, known, "
-                  "idle, resolution) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& r : b.samples) {
-        s.Bind(1, r.time);
-        s.Bind(2, r.subject);
-        s.Bind(3, r.util_permille);
-        s.Bind(4, r.memory_used);
-        s.Bind(5, r.span);
-        s.Bind(6, r.known);
-        s.Bind(7, r.idle);
-        s.Bind(8, r.resolution);
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
-    }
-    if (!b.journal.empty()) {
-      Stmt s(db_, "INSERT INTO journal(entry) VALUES(?)");
-      GPUSLICE_RETURN_IF_ERROR(s.status());
-      for (const auto& e : b.journal) {
-        s.Bind(1, e);
-        GPUSLICE_RETURN_IF_ERROR(s.Run());
-      }
+  // Runs `sql` once per row, its values bound by `bind(stmt, row)`; stops at the first error.
+  // Prepares nothing for no rows.
+  template <class T, class F>
+  Status InsertAll(const char* sql, const std::vector<T>& rows, F bind) {
+    if (rows.empty()) return Status::Ok();
+    Stmt s(db_, sql);
+    GPUSLICE_RETURN_IF_ERROR(s.status());
+    for (const T& r : rows) {
+      bind(s, r);
+      GPUSLICE_RETURN_IF_ERROR(s.Run());
     }
     return Status::Ok();
+  }
+
+  Status Write(const WriteBatch& b) {
+    GPUSLICE_RETURN_IF_ERROR(InsertAll(
+        "INSERT INTO jobs(id, state, user, data) VALUES(?, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET state = excluded.state, data = excluded.data",
+        b.jobs, [](Stmt& s, const JobRecord& j) {
+          s.Bind(1, static_cast<std::int64_t>(j.id.value()));
+          s.Bind(2, JobStateName(j.state));
+          s.Bind(3, j.user);
+          s.Bind(4, JobToJson(PrivateCopy(j)).dump());
+        }));
+    GPUSLICE_RETURN_IF_ERROR(InsertAll(
+        "INSERT INTO slices(id, job, active, data) VALUES(?, ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET active = excluded.active, data = excluded.data",
+        b.slices, [](Stmt& s, const SliceRecord& r) {
+          s.Bind(1, static_cast<std::int64_t>(r.id.value()));
+          s.Bind(2, static_cast<std::int64_t>(r.job.value()));
+          s.Bind(3, r.active ? 1 : 0);
+          s.Bind(4, SliceToJson(r).dump());
+        }));
+    GPUSLICE_RETURN_IF_ERROR(InsertAll(
+        "INSERT INTO events(time, job, type, message) VALUES(?, ?, ?, ?)", b.events,
+        [](Stmt& s, const EventRecord& e) {
+          s.Bind(1, e.time);
+          s.Bind(2, static_cast<std::int64_t>(e.job.value()));
+          s.Bind(3, e.type);
+          s.Bind(4, e.message);
+        }));
+    GPUSLICE_RETURN_IF_ERROR(InsertAll(
+        "INSERT INTO samples(time, subject, util_permille, memory_used, span, known, "
+        "idle, resolution) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+        b.samples, [](Stmt& s, const SampleRecord& r) {
+          s.Bind(1, r.time);
+          s.Bind(2, r.subject);
+          s.Bind(3, r.util_permille);
+          s.Bind(4, r.memory_used);
+          s.Bind(5, r.span);
+          s.Bind(6, r.known);
+          s.Bind(7, r.idle);
+          s.Bind(8, r.resolution);
+        }));
+    return InsertAll("INSERT INTO journal(entry) VALUES(?)", b.journal,
+                     [](Stmt& s, const std::string& e) { s.Bind(1, e); });
   }
 
   // Replaces the points with time <= cut and a resolution finer than `width` by their folds.
@@ -514,12 +474,7 @@ class SqliteStore final : public Store {
       GPUSLICE_RETURN_IF_ERROR(s.status());
       s.Bind(1, cut);
       s.Bind(2, width);
-      while (true) {
-        GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-        if (!row) break;
-        pts.push_back(SampleRecord{s.Int(0), s.Text(1), static_cast<int>(s.Int(2)), s.Int(3),
-                                   s.Int(4), s.Int(5), s.Int(6), s.Int(7)});
-      }
+      GPUSLICE_ASSIGN_OR_RETURN(pts, s.ReadAll<SampleRecord>(SampleFromRow));
     }
     {
       Stmt d(db_, "DELETE FROM samples INDEXED BY samples_resolution WHERE time <= ? AND resolution < ?");

@@ -16,75 +16,17 @@
 
 #include "api/http.h"
 #include "api/protocol.h"
+#include "testing/raw_http.h"
 
 namespace gpuslice::api {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using namespace ::gpuslice::testing;  // raw HTTP: ConnectUnix, Send, ReadUntilClosed, Raw, StatusOf, BodyOf
 
 std::string Sock(const std::string& tag) {
   return (std::filesystem::temp_directory_path() /
           ("api_hostile_" + tag + "_" + std::to_string(getpid()) + ".sock")).string();
-}
-
-int Connect(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void Send(int fd, std::string_view s) {
-  while (!s.empty()) {
-    ssize_t n = send(fd, s.data(), s.size(), MSG_NOSIGNAL);
-    if (n <= 0) return;
-    s.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
-// Reads until the peer closes or `timeout` passes; returns what arrived.
-std::string ReadUntilClosed(int fd, std::chrono::milliseconds timeout) {
-  std::string out;
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    if (poll(&p, 1, std::max(left, 1)) <= 0) break;
-    char buf[65536];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-// One raw exchange on a fresh connection.
-std::string Raw(const std::string& path, std::string_view request,
-                std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
-  int fd = Connect(path);
-  if (fd < 0) return "";
-  Send(fd, request);
-  std::string out = ReadUntilClosed(fd, timeout);
-  close(fd);
-  return out;
-}
-
-int StatusOf(const std::string& response) {
-  int status = 0;
-  if (std::sscanf(response.c_str(), "HTTP/1.1 %d", &status) != 1) return 0;
-  return status;
-}
-
-nlohmann::json BodyOf(const std::string& response) {
-  size_t p = response.find("\r\n\r\n");
-  if (p == std::string::npos) return nullptr;
-  return nlohmann::json::parse(response.substr(p + 4), nullptr, false);
 }
 
 HttpResponse Echo(const HttpRequest& r) {
@@ -196,7 +138,7 @@ TEST_F(Hostile, ChunkedBodiesAreDecoded) {
   EXPECT_EQ(StatusOf(Raw(path_, "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
                                 "ffffffff\r\n")), 413);
   // Expect: 100-continue (curl sends it for bodies over 1 KiB) is answered.
-  int fd = Connect(path_);
+  int fd = ConnectUnix(path_);
   Send(fd, "POST /x HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n");
   pollfd p{fd, POLLIN, 0};
   ASSERT_EQ(poll(&p, 1, 3000), 1);
@@ -235,7 +177,7 @@ TEST_F(Hostile, SlowHeadsAndBodiesTimeOutWith408) {
   l.idle_timeout = 300 * kMillisecond;
   Start(l);
   // Slowloris: a header line every 100 ms never finishes the head.
-  int fd = Connect(path_);
+  int fd = ConnectUnix(path_);
   Send(fd, "GET /x HTTP/1.1\r\n");
   auto t0 = Clock::now();
   std::string got;
@@ -252,7 +194,7 @@ TEST_F(Hostile, SlowHeadsAndBodiesTimeOutWith408) {
                       std::chrono::milliseconds(3000));
   EXPECT_EQ(StatusOf(r), 408) << r;
   // An idle keep-alive connection is closed quietly.
-  fd = Connect(path_);
+  fd = ConnectUnix(path_);
   Send(fd, "GET /x HTTP/1.1\r\n\r\n");
   r = ReadUntilClosed(fd, std::chrono::milliseconds(3000));
   close(fd);
@@ -267,7 +209,7 @@ TEST_F(Hostile, OverTheConnectionCapsAClientGetsAFast503AndOthersStillGetIn) {
   l.max_connections = 8;
   Start(l);
   std::vector<int> held;
-  for (int i = 0; i < 5; ++i) held.push_back(Connect(path_));
+  for (int i = 0; i < 5; ++i) held.push_back(ConnectUnix(path_));
   // The sixth from the same uid: refused at once with a JSON 503, and closed.
   std::string r = Raw(path_, "", std::chrono::milliseconds(3000));
   EXPECT_EQ(StatusOf(r), 503) << r;
@@ -289,7 +231,7 @@ TEST_F(Hostile, StreamsAreCappedPerUser) {
   Start(l);
   std::vector<int> streams;
   for (int i = 0; i < 2; ++i) {
-    int fd = Connect(path_);
+    int fd = ConnectUnix(path_);
     Send(fd, "GET /stream HTTP/1.1\r\n\r\n");
     EXPECT_NE(ReadUntilClosed(fd, std::chrono::milliseconds(200)).find("200 OK"),
               std::string::npos);
@@ -303,7 +245,7 @@ TEST_F(Hostile, StreamsAreCappedPerUser) {
   bool freed = false;
   for (int i = 0; i < 50 && !freed; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    int fd = Connect(path_);
+    int fd = ConnectUnix(path_);
     Send(fd, "GET /stream HTTP/1.1\r\n\r\n");
     freed = ReadUntilClosed(fd, std::chrono::milliseconds(100)).find("200 OK") !=
             std::string::npos;
@@ -315,8 +257,8 @@ TEST_F(Hostile, StreamsAreCappedPerUser) {
 TEST_F(Hostile, StopReturnsWithConnectionsHeldAndStreamsOpen) {
   Start();
   std::vector<int> fds;
-  for (int i = 0; i < 20; ++i) fds.push_back(Connect(path_));
-  int s = Connect(path_);
+  for (int i = 0; i < 20; ++i) fds.push_back(ConnectUnix(path_));
+  int s = ConnectUnix(path_);
   Send(s, "GET /stream HTTP/1.1\r\n\r\n");
   ReadUntilClosed(s, std::chrono::milliseconds(100));
   server_->Stop();

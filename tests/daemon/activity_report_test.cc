@@ -22,9 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool Running(const json& j) { return j["state"] == "running"; }
-bool Ended(const json& j) { return IsTerminal(j["state"].get<std::string>()); }
-
 std::int64_t NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -34,20 +31,13 @@ std::int64_t NowUs() {
 std::string Config(const std::string& stale = "10m", const std::string& busy_max = "0",
                    const std::string& window = "2s", const std::string& grace = "1s",
                    const std::string& extra = "") {
-  return fmt::format(R"toml(
-[queues.interactive]
-time_limit = "1h"
-[queues.interactive.idle]
-window = "{}"
-grace = "{}"
+  const std::string idle = fmt::format(R"toml(
 signals = ["gpu", "jupyter"]
 report_stale = "{}"
 busy_max = "{}"
-{}
-[queues.training]
-[queues.inference]
-)toml",
-                     window, grace, stale, busy_max, extra);
+{})toml",
+                                       stale, busy_max, extra);
+  return QueuesConfig({.idle_window = window, .idle_grace = grace, .idle = idle});
 }
 
 Result<json> Report(const DaemonHarness& h, std::uint64_t id, json body) {
@@ -56,18 +46,6 @@ Result<json> Report(const DaemonHarness& h, std::uint64_t id, json body) {
 }
 
 json Busy() { return {{"source", "jupyter"}, {"busy", true}, {"kernels", 1}, {"connections", 0}}; }
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
 
 int ActivityEntries(const DaemonHarness& h) {
   auto store = store::OpenSqliteStore(h.dir() + "/state");

@@ -23,16 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kConfig = R"toml(
-[queues.interactive]
-time_limit = "1h"
-[queues.interactive.idle]
-window = "5m"
-grace = "1m"
-[queues.training]
-[queues.inference]
-)toml";
-
 struct CliRun {
   int rc = -1;          // exit status; 128+N for signal N; -2 when it ran past the timeout
   std::string out;      // stdout + stderr
@@ -109,7 +99,7 @@ std::uint64_t SubmittedId(const std::string& out) {
 }
 
 TEST(CliInput, BytesThatAreNotUtf8ReachTheJobExactly) {
-  DaemonHarness h("cli_bytes", kConfig);
+  DaemonHarness h("cli_bytes", QueuesConfig());
   h.Start();
   const std::string odd_dir = h.dir() + "/dir-\xff\xfe";
   fs::create_directories(odd_dir);
@@ -155,7 +145,7 @@ TEST(CliInput, BytesThatAreNotUtf8ReachTheJobExactly) {
 }
 
 TEST(CliInput, FlagsThatAreNotUtf8OrNotNumbersAreUsageErrorsAndTheDaemonLives) {
-  DaemonHarness h("cli_flags", kConfig);
+  DaemonHarness h("cli_flags", QueuesConfig());
   h.Start();
   struct Case {
     std::vector<std::string> args;
@@ -207,7 +197,7 @@ TEST(CliInput, FlagsThatAreNotUtf8OrNotNumbersAreUsageErrorsAndTheDaemonLives) {
 }
 
 TEST(CliInput, SubmittedTextCannotInjectTerminalControlOrForgeRows) {
-  DaemonHarness h("cli_inject", kConfig);
+  DaemonHarness h("cli_inject", QueuesConfig());
   h.Start();
   const std::string forged = "\n99  root  training  running  8 GPUs  1  1h  FORGED";
   const std::uint64_t id = h.Submit({"sh", "-c", "sleep 30", "\x1b[2J\x1b]0;title\x07", forged, "\xc2\x9b" "31m", "\r\t\x7f"});
@@ -239,7 +229,7 @@ TEST(CliInput, SubmittedTextCannotInjectTerminalControlOrForgeRows) {
 }
 
 TEST(CliInput, ArgvAndEnvSizesAreCappedAtSubmitNamingTheField) {
-  DaemonHarness h("cli_caps", kConfig);
+  DaemonHarness h("cli_caps", QueuesConfig());
   h.Start();
   auto cl = h.Client();
   struct Case {

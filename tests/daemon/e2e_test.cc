@@ -14,29 +14,7 @@ namespace gpuslice::testing_e2e {
 namespace {
 
 // Short timers so the suite stays fast; idle reclaim effectively off except in its own test.
-constexpr const char* kConfig = R"toml(
-[queues.interactive]
-time_limit = "1h"
-warn_before = "1s"
-[queues.interactive.idle]
-window = "5m"
-grace = "1m"
-[queues.training]
-[queues.inference]
-)toml";
-
-constexpr const char* kIdleConfig = R"toml(
-[queues.interactive]
-time_limit = "1h"
-[queues.interactive.idle]
-window = "2s"
-grace = "1s"
-[queues.training]
-[queues.inference]
-)toml";
-
-bool Running(const json& j) { return j["state"] == "running"; }
-bool Ended(const json& j) { return IsTerminal(j["state"].get<std::string>()); }
+const std::string kConfig = QueuesConfig({.interactive = R"(warn_before = "1s")"});
 
 TEST(DaemonE2E, EachQueuePlacesOnItsSliceKindAndTheJobSeesItsEnvironment) {
   DaemonHarness h("queues", kConfig);
@@ -233,7 +211,7 @@ TEST(DaemonE2E, TimeLimitWarnsThenTermsThenFreesTheSlice) {
 }
 
 TEST(DaemonE2E, IdleReclaimTakesOnlyTheIdleJob) {
-  DaemonHarness h("idle", kIdleConfig, {"--simulate-script", DaemonHarness::kScript});
+  DaemonHarness h("idle", QueuesConfig({.idle_window = "2s", .idle_grace = "1s"}), {"--simulate-script", DaemonHarness::kScript});
   // Job 1 is busy (80% SM scripted on the fake device, attributed through its pid); job 2
   // does nothing. Only job 2 is warned and reclaimed.
   h.WriteScript({{"jobs", {{"1", {{"sm", 80}, {"memory", "2GiB"}}}}}});

@@ -1,8 +1,11 @@
 #include "tests/daemon/harness.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace gpuslice::testing_e2e {
@@ -25,6 +29,36 @@ std::string Binary() { return std::string(GPUSLICE_BUILD_DIR) + "/apps/gpuslice/
 bool IsTerminal(const std::string& s) {
   return s != "pending" && s != "starting" && s != "running" && s != "stopping";
 }
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string QueuesConfig(const QueuesToml& q) {
+  return fmt::format(R"toml(
+[queues.interactive]
+time_limit = "1h"
+{}
+[queues.interactive.idle]
+window = "{}"
+grace = "{}"
+{}
+[queues.training]
+[queues.inference]
+)toml",
+                     q.interactive, q.idle_window, q.idle_grace, q.idle);
+}
+
+bool Running(const json& job) { return job["state"] == "running"; }
+bool Ended(const json& job) { return IsTerminal(job["state"].get<std::string>()); }
 
 DaemonHarness::DaemonHarness(const std::string& name, const std::string& config_toml,
                              std::vector<std::string> extra)

@@ -64,5 +64,23 @@ class DaemonHarness {
 
 bool IsTerminal(const std::string& state);
 std::string Binary();
+// A TCP port on 127.0.0.1 that the kernel found free a moment ago (for serve --tcp and the like).
+int FreePort();
+
+// The queues most tests run on: interactive (a 1h time limit; idle reclaim after `idle_window`
+// idle and `idle_grace` warned), training and inference. `interactive` and `idle` are more TOML
+// lines for the [queues.interactive] and [queues.interactive.idle] tables.
+struct QueuesToml {
+  std::string idle_window = "5m";
+  std::string idle_grace = "1m";
+  std::string interactive{};
+  std::string idle{};
+};
+// As gpuslice.toml, e.g. QueuesConfig({.idle_window = "2s", .idle_grace = "1s"}).
+std::string QueuesConfig(const QueuesToml& q = {});
+
+// Predicates on a job view, for WaitJob.
+bool Running(const json& job);  // its state is "running"
+bool Ended(const json& job);    // its state is terminal
 
 }  // namespace gpuslice::testing_e2e

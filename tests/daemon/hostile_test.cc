@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "api/client.h"
+#include "testing/raw_http.h"
 #include "tests/daemon/harness.h"
 
 namespace gpuslice::testing_e2e {
@@ -30,6 +31,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
+using namespace ::gpuslice::testing;  // raw HTTP: ConnectUnix, Raw, StatusOf, BodyOf
 
 constexpr const char* kConfig = R"toml(
 [queues.interactive]
@@ -37,53 +39,6 @@ time_limit = "1h"
 [queues.training]
 [queues.inference]
 )toml";
-
-int ConnectUnix(const std::string& path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-std::string ReadUntilClosed(int fd, std::chrono::milliseconds timeout) {
-  std::string out;
-  auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    pollfd p{fd, POLLIN, 0};
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) break;
-    char buf[65536];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
-
-std::string Raw(const std::string& sock, std::string_view req,
-                std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
-  int fd = ConnectUnix(sock);
-  if (fd < 0) return "";
-  send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  std::string out = ReadUntilClosed(fd, timeout);
-  close(fd);
-  return out;
-}
-
-int StatusOf(const std::string& r) {
-  int s = 0;
-  return std::sscanf(r.c_str(), "HTTP/1.1 %d", &s) == 1 ? s : 0;
-}
-
-json BodyOf(const std::string& r) {
-  size_t p = r.find("\r\n\r\n");
-  return p == std::string::npos ? json() : json::parse(r.substr(p + 4), nullptr, false);
-}
 
 // "Threads:" and open descriptors of a process, from /proc.
 int ThreadsOf(pid_t pid) {
@@ -252,18 +207,6 @@ TEST(HostileApi, SlowHeadsOversizedAndChunkedBodiesAndConflictingLengths) {
   EXPECT_EQ(h.WaitJob(id, [](const json& j) { return IsTerminal(j["state"]); })["job"]["state"],
             "succeeded");
   EXPECT_TRUE(Healthy(h));
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 std::string WriteTokenFile(const std::string& name, const std::string& text) {

@@ -32,18 +32,6 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // A child process with its output in `log`; killed on destruction.
 class Child {
  public:
@@ -106,16 +94,6 @@ nlohmann::json WaitForData(httplib::Client& prom, const std::string& expr, secon
   return nlohmann::json::array();
 }
 
-constexpr const char* kConfig = R"toml(
-[queues.interactive]
-time_limit = "1h"
-[queues.interactive.idle]
-window = "10m"
-grace = "1m"
-[queues.training]
-[queues.inference]
-)toml";
-
 constexpr const char* kToken = "s3cret-scrape-token-0123456789";
 
 TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
@@ -123,7 +101,7 @@ TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
     GTEST_SKIP() << "Debian's prometheus package is not installed (scripts/install-deps installs it)";
   }
   const int serve_port = FreePort(), agent_port = FreePort(), prom_port = FreePort();
-  DaemonHarness h("prom", kConfig,
+  DaemonHarness h("prom", QueuesConfig({.idle_window = "10m"}),
                   {"--simulate-script", DaemonHarness::kScript, "--tcp", "127.0.0.1:" + std::to_string(serve_port), "--token-file",
                    (fs::temp_directory_path() / ("gse2e_prom_" + std::to_string(getpid())) / "tokens").string()});
   const std::string dir = h.dir();

@@ -26,19 +26,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kConfig = R"toml(
-[queues.interactive]
-time_limit = "1h"
-[queues.interactive.idle]
-window = "5m"
-grace = "1m"
-[queues.training]
-[queues.inference]
-)toml";
-
-bool Running(const json& j) { return j["state"] == "running"; }
-bool Ended(const json& j) { return IsTerminal(j["state"].get<std::string>()); }
-
 mode_t ModeOf(const fs::path& p) {
   struct stat sb {};
   EXPECT_EQ(lstat(p.c_str(), &sb), 0) << p;
@@ -96,7 +83,7 @@ Exit Serve(const std::string& tag, const std::vector<std::string>& args,
 // ---------------------------------------------------------------- private state
 
 TEST(DaemonState, StateDirStoreWalAndLogsArePrivate) {
-  DaemonHarness h("private", kConfig);
+  DaemonHarness h("private", QueuesConfig());
   h.Start();
   const std::string secret = "hf_TOPSECRET_0123456789";
   auto id = h.Submit({"sh", "-c", "echo out; echo err >&2"},
@@ -133,7 +120,7 @@ TEST(DaemonState, StateDirStoreWalAndLogsArePrivate) {
 }
 
 TEST(DaemonState, LooseStateDirIsTightenedAndAForeignOneRefused) {
-  DaemonHarness h("tighten", kConfig);
+  DaemonHarness h("tighten", QueuesConfig());
   const fs::path state = h.dir() + "/state";
   fs::create_directories(state / "logs");
   chmod(state.c_str(), 0755);
@@ -197,7 +184,7 @@ kinds = ["mps"]
 // ---------------------------------------------------------------- one daemon per state dir
 
 TEST(DaemonState, SecondServeOnTheSameStateDirIsRefusedAndAPendingJobRunsOnce) {
-  DaemonHarness h("lock", kConfig);
+  DaemonHarness h("lock", QueuesConfig());
   h.Start();
   // Job 1 holds every device; job 2 waits, and records each run of itself.
   auto hold = h.Submit({"sleep", "60"}, {{"queue", "training"}, {"gpus", 8}});
@@ -226,7 +213,7 @@ TEST(DaemonState, SecondServeOnTheSameStateDirIsRefusedAndAPendingJobRunsOnce) {
 // ---------------------------------------------------------------- the socket path
 
 TEST(DaemonState, SocketPathIsTakenOnlyFromADeadDaemon) {
-  DaemonHarness live("sock", kConfig);
+  DaemonHarness live("sock", QueuesConfig());
   live.Start();
   const std::string base = live.dir();
   auto refused = [&](const std::string& tag, const std::string& path, const std::string& what) {
@@ -255,7 +242,7 @@ TEST(DaemonState, SocketPathIsTakenOnlyFromADeadDaemon) {
   EXPECT_TRUE(fs::is_symlink(link));
 
   // A stale socket (its daemon died without removing it) is replaced.
-  DaemonHarness stale("stale", kConfig);
+  DaemonHarness stale("stale", QueuesConfig());
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -270,7 +257,7 @@ TEST(DaemonState, SocketPathIsTakenOnlyFromADeadDaemon) {
 // ---------------------------------------------------------------- devices at restart
 
 TEST(DaemonState, DevicesThatVanishedWhileDownAreNotSchedulable) {
-  DaemonHarness h("devices", kConfig);
+  DaemonHarness h("devices", QueuesConfig());
   h.Start();
   auto wide = h.Submit({"sleep", "60"}, {{"queue", "training"}, {"gpus", 8}});
   json running = h.WaitJob(wide, Running);
@@ -323,7 +310,7 @@ TEST(DaemonState, DevicesThatVanishedWhileDownAreNotSchedulable) {
 // ---------------------------------------------------------------- the log cap
 
 TEST(DaemonState, AJobsLogIsCappedAndSaysSo) {
-  DaemonHarness h("logcap", kConfig, {"--max-log-size", "64KiB"});
+  DaemonHarness h("logcap", QueuesConfig(), {"--max-log-size", "64KiB"});
   h.Start();
   // 20 MB written straight into the log, in bursts, then a last line.
   auto id = h.Submit({"sh", "-c",
@@ -353,16 +340,7 @@ TEST(DaemonState, BadMaxLogSizeIsAClearError) {
 // ---------------------------------------------------------------- what users see
 
 TEST(DaemonState, AnIdleWarningClearsOnceTheJobIsBusyAgain) {
-  constexpr const char* kIdle = R"toml(
-[queues.interactive]
-time_limit = "1h"
-[queues.interactive.idle]
-window = "1s"
-grace = "30s"
-[queues.training]
-[queues.inference]
-)toml";
-  DaemonHarness h("unwarn", kIdle, {"--simulate-script", DaemonHarness::kScript});
+  DaemonHarness h("unwarn", QueuesConfig({.idle_window = "1s", .idle_grace = "30s"}), {"--simulate-script", DaemonHarness::kScript});
   h.WriteScript({{"jobs", json::object()}});
   h.Start();
   auto id = h.Submit({"sleep", "60"}, {{"queue", "interactive"}});
@@ -386,7 +364,7 @@ grace = "30s"
 }
 
 TEST(DaemonState, EndedJobsShowNoTimeLeftAndRejectedOnesNoWait) {
-  DaemonHarness h("views", kConfig);
+  DaemonHarness h("views", QueuesConfig());
   h.Start();
   auto id = h.Submit({"true"}, {{"queue", "interactive"}, {"time", "30m"}});
   json done = h.WaitJob(id, Ended);
