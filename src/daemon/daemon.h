@@ -10,7 +10,9 @@
 // (pid + start time) still lives is re-adopted; one whose processes are gone ends with the
 // result its exec stub recorded (state/status/<job>.exit; `lost` if none was); a
 // job chosen to start whose pid was never stored is started now (the launcher's go-ahead pipe
-// guarantees it never ran); a job being stopped is stopped again. Slices are freed only when
+// guarantees it never ran); one whose pid was stored but whose go-ahead never came (its stub
+// recorded never-started) is requeued in its old place, up to 3 times, then failed; a job being
+// stopped is stopped again. Slices are freed only when
 // their processes are gone.
 //
 // Thread-safety: every public method is thread-safe (one mutex; reads share it).

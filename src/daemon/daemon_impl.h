@@ -146,6 +146,9 @@ class Daemon::Impl {
   void Launch(JobRecord& j, const SliceRecord& s);
   void Reap(Micros now, store::WriteBatch& b, Actions& act);
   void EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Actions& act);
+  // A job whose start the daemon recorded but whose go-ahead never came (it stopped in
+  // between) is requeued up to this many times; the next such start fails it (EndJob).
+  static constexpr int kMaxNeverStartedRequeues = 3;
   void BindSlice(JobId id);
 
   // (job_logs.cc)

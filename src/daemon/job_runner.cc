@@ -183,11 +183,39 @@ void Daemon::Impl::EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Ac
                                        store::JobStateName(p.final_state), p.final_reason));
     return;
   }
+  if (p.leader_exit->never_started && j.never_started_requeues < kMaxNeverStartedRequeues) {
+    // Counted as started (the pid commit) but the go-ahead never came: nothing of the user's
+    // command ran, through no fault of the job. It goes back to pending in its old place
+    // (the scheduler keeps its priority, submit time and id) with the same request, command
+    // and environment, and starts again when it fits.
+    ++j.never_started_requeues;
+    j.state = JobState::kPending;
+    j.reason = fmt::format("requeued: the daemon stopped between recording the start and the "
+                           "go-ahead, so nothing ran (requeue {} of at most {})",
+                           j.never_started_requeues, kMaxNeverStartedRequeues);
+    j.exit_code.reset();
+    j.exit_signal.reset();
+    j.pid = 0;
+    j.pid_start_ticks = 0;
+    j.start_time = 0;
+    ReleaseSlice(j, b);
+    j.slice = SliceId();
+    b.jobs.push_back(j);
+    AddEvent(b, id, "requeue", fmt::format("job {} {}", id.value(), j.reason));
+    act.log_lines.emplace_back(id, "gpuslice: " + j.reason);
+    // After the job's own records: the scheduler may start it again at once (StartSlice
+    // updates the same record).
+    Feed(sched::Requeue{now, id, j.reason}, b, act);
+    return;
+  }
   if (p.leader_exit->never_started) {
-    // Counted as started (the pid commit) but the go-ahead never came: nothing ran.
+    // The same, again and again: something stops the daemon at this point every time (a
+    // crash on this job's start?). Failing it keeps it from looping silently.
     j.state = JobState::kFailed;
-    j.reason = "never started: the daemon stopped between recording the start and the "
-               "go-ahead, so nothing ran; resubmit it";
+    j.reason = fmt::format("never started: the daemon stopped between recording the start and "
+                           "the go-ahead, so nothing ran; this happened {} times and it was "
+                           "requeued {} times, the limit; resubmit it",
+                           j.never_started_requeues + 1, j.never_started_requeues);
   } else if (!j.exit_code && !j.exit_signal) {
     j.state = JobState::kLost;
     j.reason = fmt::format(

@@ -54,6 +54,9 @@ std::string EncodeEvent(const sched::Event& e) {
           [](const sched::Cancel& c) -> json {
             return {{"t", "cancel"}, {"now", c.now}, {"job", c.job.value()}};
           },
+          [](const sched::Requeue& r) -> json {
+            return {{"t", "requeue"}, {"now", r.now}, {"job", r.job.value()}, {"reason", r.reason}};
+          },
           [](const sched::Sample& s) -> json {
             json a = json::array();
             for (const auto& x : s.slices) {
@@ -123,6 +126,10 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
     }
     if (t == "finish") return sched::Event(sched::Finish{now, JobId(o.at("job").get<std::uint64_t>())});
     if (t == "cancel") return sched::Event(sched::Cancel{now, JobId(o.at("job").get<std::uint64_t>())});
+    if (t == "requeue") {
+      return sched::Event(sched::Requeue{now, JobId(o.at("job").get<std::uint64_t>()),
+                                         o.at("reason").get<std::string>()});
+    }
     if (t == "sample") {
       sched::Sample s{now, {}};
       for (const auto& x : o.at("slices")) {
@@ -203,6 +210,11 @@ void JournalCompactor::Observe(const sched::Event& e, const std::vector<sched::D
     if (auto l = lives_.find(slice); l != lives_.end()) l->second.ended = index;
     running_.erase(job);
   };
+  // A requeued job's slice ends before its decisions, which may start it again on a new one.
+  if (const auto* q = std::get_if<sched::Requeue>(&e)) {
+    auto r = running_.find(q->job);
+    if (r != running_.end() && !after.slices().contains(r->second)) end(q->job, r->second);
+  }
   for (const auto& d : decisions) {
     if (const auto* st = std::get_if<sched::StartSlice>(&d)) {
       const sched::QueueConfig* q = queue_of(st->job);

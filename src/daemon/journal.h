@@ -39,7 +39,7 @@ bool CanChangeState(const sched::Event& e);
 // the slice, the latest Sample is kept, making both states equal again. The first active Sample
 // after an idle warning is kept (it changes the idle state, not only the time), as is the last
 // Sample of every slice still running. Parts of slices that did not exist, and inactive parts,
-// did nothing and go. Everything else is kept: Submits, Finishes, Cancels, devices, MIG, Ticks
+// did nothing and go. Everything else is kept: Submits, Finishes, Cancels, Requeues, devices, MIG, Ticks
 // (journaled only when they decided something). A Sample left with no part is dropped when that
 // moves no clock (its time is not after the next kept entry's), else kept empty.
 // So a busy slice keeps about one Sample per idle window while Ticks are journaled, and none

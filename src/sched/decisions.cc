@@ -89,7 +89,8 @@ Micros EventTime(const Event& e) {
 std::string_view EventName(const Event& e) {
   static constexpr std::string_view kNames[] = {"device-added", "device-removed", "submit",
                                                 "finish",       "cancel",         "sample",
-                                                "tick",         "reconfigure-done", "activity"};
+                                                "tick",         "reconfigure-done", "activity",
+                                                "requeue"};
   return kNames[e.index()];
 }
 

@@ -46,6 +46,17 @@ struct Finish {
   JobId job;
 };
 
+// A running job's processes ended without running its command (the daemon stopped between
+// recording its start and giving the go-ahead): its slice is released and it is pending again
+// in its old place (priority, submit time, JobId), so it starts again when it fits. Ignored
+// unless the job is running. The caller decides whether a job may be requeued (the daemon
+// bounds how often); `reason` is for the caller's records.
+struct Requeue {
+  Micros now = 0;
+  JobId job;
+  std::string reason;
+};
+
 // A user or admin cancelled the job (pending or running).
 struct Cancel {
   Micros now = 0;
@@ -110,7 +121,7 @@ struct ActivityReport {
 };
 
 using Event = std::variant<DeviceAdded, DeviceRemoved, Submit, Finish, Cancel, Sample, Tick,
-                           ReconfigureDone, ActivityReport>;
+                           ReconfigureDone, ActivityReport, Requeue>;
 
 Micros EventTime(const Event& e);
 std::string_view EventName(const Event& e);

@@ -76,6 +76,7 @@ std::vector<Decision> Scheduler::Impl::Handle(const Event& e) {
                  [&](const Tick&) { OnTick(); },
                  [&](const ReconfigureDone& ev) { OnReconfigureDone(ev); },
                  [&](const ActivityReport& ev) { OnActivityReport(ev); },
+                 [&](const Requeue& ev) { OnRequeue(ev); },
              },
              e);
   return std::move(out_);

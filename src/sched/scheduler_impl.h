@@ -235,6 +235,7 @@ class Scheduler::Impl {
   void RejectPending(JobId id, const Status& st);
   void OnCancel(const Cancel& e);
   void OnEnd(JobId id, std::string_view reason);
+  void OnRequeue(const Requeue& e);
   void EndRunning(JobId id, std::string_view reason, bool requeue = false);
 
   // The memory a (non-MIG) slice holds on one of its devices. A whole slice holds all of each

@@ -210,6 +210,15 @@ void Scheduler::Impl::OnEnd(JobId id, std::string_view reason) {
   Schedule(std::nullopt);
 }
 
+// A running job that never ran its command goes back to pending, keeping its key (priority,
+// submit time, JobId): its place in the queue. Then reschedule, as its capacity is free.
+void Scheduler::Impl::OnRequeue(const Requeue& e) {
+  auto it = jobs_.find(e.job);
+  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  EndRunning(e.job, e.reason, /*requeue=*/true);
+  Schedule(std::nullopt);
+}
+
 // Releases a running job's slice; the job is ended (or pending again when `requeue`).
 void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue) {
   Resolved& r = resolved_.at(id);

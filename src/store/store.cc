@@ -113,6 +113,7 @@ nlohmann::json JobToJson(const JobRecord& j) {
       {"slice", j.slice.value()},   {"pid", j.pid},
       {"pid_start_ticks", j.pid_start_ticks},
       {"log_path", BytesToJson(j.log_path)},
+      {"never_started_requeues", j.never_started_requeues},
   };
   o["exit_code"] = j.exit_code ? nlohmann::json(*j.exit_code) : nlohmann::json(nullptr);
   o["exit_signal"] = j.exit_signal ? nlohmann::json(*j.exit_signal) : nlohmann::json(nullptr);
@@ -153,6 +154,8 @@ Result<JobRecord> JobFromJson(const nlohmann::json& o) {
     j.log_path = DecodeBytes(o.at("log_path"), "log_path");
     if (!o.at("exit_code").is_null()) j.exit_code = o.at("exit_code").get<int>();
     if (!o.at("exit_signal").is_null()) j.exit_signal = o.at("exit_signal").get<int>();
+    // Absent in records written before requeues were counted.
+    j.never_started_requeues = o.value("never_started_requeues", 0);
     return j;
   } catch (const nlohmann::json::exception& e) {
     return Status(StatusCode::kDataLoss, fmt::format("job record: {}", e.what()));

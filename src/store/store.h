@@ -72,6 +72,10 @@ struct JobRecord {
   std::optional<int> exit_code;       // as the exec stub recorded it; unset: unknown
   std::optional<int> exit_signal;
   std::string log_path;
+  // Times it was put back in the queue because it never started (the daemon stopped between
+  // the start's commit and the go-ahead; docs/api.md "Durability and recovery"); the
+  // daemon fails the job instead after a few.
+  int never_started_requeues = 0;
 
   friend bool operator==(const JobRecord&, const JobRecord&) = default;
 };

@@ -325,6 +325,47 @@ TEST_F(SchedTest, CancelPendingAndRunning) {
   EXPECT_THAT(h().Finish(JobId(1)), SizeIs(0));  // late Finish is ignored
 }
 
+// Requeue (a running job whose command never ran: the daemon stopped before the go-ahead) puts
+// it back in its old place: before jobs submitted after it, behind higher priorities.
+TEST_F(SchedTest, RequeuedJobGoesBackInItsOldPlaceAndStartsAgain) {
+  h().AddHost("1xH100-80GB");
+  auto a = Only<StartSlice>(h().Submit("training gpus=1"));  // job 1
+  ASSERT_THAT(a, SizeIs(1));
+  const Micros submitted = h().now();
+  h().Advance(kMinute);
+  EXPECT_THAT(Only<StartSlice>(h().Submit("training gpus=1")), SizeIs(0));  // job 2 waits
+  auto again = Only<StartSlice>(h().Feed(Requeue{0, JobId(1), "never started"}));
+  ASSERT_THAT(again, SizeIs(1));
+  EXPECT_EQ(again[0].job, JobId(1)) << "ahead of job 2, submitted later";
+  EXPECT_NE(again[0].slice, a[0].slice);
+  EXPECT_FALSE(h().scheduler().slices().contains(a[0].slice)) << "its first slice is released";
+  EXPECT_EQ(h().scheduler().jobs().at(JobId(1)).submit_time, submitted);
+  EXPECT_EQ(h().scheduler().Pending(), std::vector<JobId>{JobId(2)});
+  // Only a running job is requeued: a pending, an ended or an unknown one is left as it is.
+  EXPECT_THAT(h().Feed(Requeue{0, JobId(2), "never started"}), SizeIs(0));
+  EXPECT_EQ(h().scheduler().jobs().at(JobId(2)).state, JobState::kPending);
+  h().Finish(JobId(1));  // job 2 starts
+  EXPECT_THAT(h().Feed(Requeue{0, JobId(1), "never started"}), SizeIs(0));
+  EXPECT_EQ(h().scheduler().jobs().at(JobId(1)).state, JobState::kEnded);
+  EXPECT_THAT(h().Feed(Requeue{0, JobId(99), "never started"}), SizeIs(0));
+}
+
+TEST_F(SchedTest, RequeuedJobWaitsForRoomThenStartsBeforeLaterJobs) {
+  h().AddHost("1xH100-80GB");
+  ASSERT_THAT(Only<StartSlice>(h().Submit("training gpus=1")), SizeIs(1));       // job 1
+  EXPECT_THAT(Only<StartSlice>(h().Submit("interactive gpu=500m")), SizeIs(0));  // job 2
+  auto s = Only<StartSlice>(h().Feed(Requeue{0, JobId(1), "never started"}));
+  ASSERT_THAT(s, SizeIs(1));
+  EXPECT_EQ(s[0].job, JobId(2)) << "the higher-priority queue goes first";
+  EXPECT_EQ(h().scheduler().jobs().at(JobId(1)).state, JobState::kPending);
+  EXPECT_FALSE(h().scheduler().jobs().at(JobId(1)).slice.valid());
+  EXPECT_THAT(Only<StartSlice>(h().Submit("training gpus=1")), SizeIs(0));  // job 3
+  EXPECT_EQ(h().scheduler().Pending(), (std::vector<JobId>{JobId(1), JobId(3)}));
+  auto next = Only<StartSlice>(h().Finish(JobId(2)));
+  ASSERT_THAT(next, SizeIs(1));
+  EXPECT_EQ(next[0].job, JobId(1));
+}
+
 TEST_F(SchedTest, RemovedDeviceStopsItsSlicesAndRejectsWhatCanNoLongerFit) {
   h().AddHost("2xH100-80GB");
   h().Submit("training gpus=2");

@@ -193,5 +193,19 @@ TEST(JobCodec, RejectsMissingField) {
   EXPECT_NE(r.status().message().find("queue"), std::string::npos);
 }
 
+// The count of never-started requeues round-trips; a record written before it existed reads 0.
+TEST(JobCodec, NeverStartedRequeuesRoundTripAndDefaultToZero) {
+  JobRecord job = Job(1);
+  job.never_started_requeues = 2;
+  nlohmann::json j = JobToJson(job);
+  auto r = JobFromJson(j);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->never_started_requeues, 2);
+  j.erase("never_started_requeues");
+  r = JobFromJson(j);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->never_started_requeues, 0);
+}
+
 }  // namespace
 }  // namespace gpuslice::store

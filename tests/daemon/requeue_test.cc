@@ -1,0 +1,253 @@
+// A job whose start the daemon recorded but whose go-ahead never came (the daemon was killed in
+// between, so nothing of the user's command ran) goes back to the queue, keeps its id, request,
+// command, environment and submit time, and runs when it fits; after 3 such requeues the next
+// one fails it with the reason. Real parts: the exec stub, a SQLite file, and a daemon killed
+// with SIGKILL (in a child process) right after the commit that records a job's start, which
+// is exactly the instant in question.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "daemon/daemon.h"
+#include "devices/clock.h"
+#include "devices/fake.h"
+#include "exec/launcher.h"
+#include "store/store.h"
+
+namespace gpuslice::daemon {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The SQLite store of a daemon that dies (SIGKILL, as kill -9) right after a commit that
+// records a job's start: the pid is durable, and the go-ahead is never sent.
+class DiesAfterStartCommit : public store::Store {
+ public:
+  explicit DiesAfterStartCommit(std::unique_ptr<store::Store> s) : s_(std::move(s)) {}
+  Status Commit(const store::WriteBatch& b) override {
+    Status st = s_->Commit(b);
+    for (const auto& e : b.events) {
+      if (st.ok() && e.type == "start") raise(SIGKILL);
+    }
+    return st;
+  }
+  Result<std::optional<store::JobRecord>> GetJob(JobId id) override { return s_->GetJob(id); }
+  Result<std::vector<store::JobRecord>> ListJobs() override { return s_->ListJobs(); }
+  Result<std::vector<store::SliceRecord>> ListSlices(bool a) override { return s_->ListSlices(a); }
+  Result<std::vector<store::EventRecord>> ListEvents(std::int64_t after, JobId job, int limit) override {
+    return s_->ListEvents(after, job, limit);
+  }
+  Result<std::vector<store::SampleRecord>> ListSamples(std::string_view s, Micros t) override {
+    return s_->ListSamples(s, t);
+  }
+  Result<std::vector<std::string>> ReadJournal() override { return s_->ReadJournal(); }
+  Status ReplaceJournal(const std::vector<std::string>& e) override { return s_->ReplaceJournal(e); }
+  Result<std::optional<std::string>> GetMeta(std::string_view k) override { return s_->GetMeta(k); }
+  Status PutMeta(std::string_view k, std::string_view v) override { return s_->PutMeta(k, v); }
+
+ private:
+  std::unique_ptr<store::Store> s_;
+};
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class RequeueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("requeue_test_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string StateDir() const { return (dir_ / "state").string(); }
+  fs::path Runs() const { return dir_ / "runs"; }
+
+  // Null if the store does not open (the caller reports it).
+  std::unique_ptr<Daemon> NewDaemon(bool dies_after_start) {
+    DaemonOptions o;
+    o.state_dir = StateDir();
+    o.simulated = true;
+    o.grace = kSecond;
+    auto s = store::OpenSqliteStore(StateDir(), store::Sync::kProcess);
+    if (!s.ok()) return nullptr;
+    std::unique_ptr<store::Store> st = std::move(s).value();
+    if (dies_after_start) st = std::make_unique<DiesAfterStartCommit>(std::move(st));
+    auto fake = devices::FakeBackend::Create("1xH100-80GB", devices::SystemClock());
+    if (!fake.ok()) return nullptr;
+    return std::make_unique<Daemon>(sched::DefaultConfig(), o, std::move(st), std::move(fake).value(),
+                                    exec::NewProcessLauncher("", 0), devices::SystemClock());
+  }
+
+  Json Body() const {
+    return Json{{"queue", "training"},
+                {"gpus", 1},
+                {"cwd", dir_.string()},
+                {"env", {{"PATH", "/usr/bin:/bin"}, {"GREETING", "hello"}}},
+                {"argv", {"sh", "-c", "echo \"$GPUSLICE_JOB_ID $GREETING\" >> " + Runs().string()}}};
+  }
+
+  // Runs a daemon in a child process that dies right after committing a job's start (after
+  // submitting `body`, if given; else a restart's requeue starts the job again). Returns ""
+  // when it died so, else what happened. Then waits until the job's exec stub, left without
+  // its go-ahead, has recorded that it never started.
+  std::string CrashAtStart(const Json* body, JobId job) {
+    pid_t pid = fork();
+    if (pid < 0) return "fork failed";
+    if (pid == 0) {
+      auto d = NewDaemon(true);
+      if (d == nullptr) _exit(10);
+      if (!d->Start().ok()) _exit(11);
+      if (body != nullptr && !d->Submit(me_, *body).ok()) _exit(12);
+      // At a restart the stub may still be exiting: the job is then re-adopted and reaped by
+      // a later step, which requeues it.
+      for (int i = 0; i < 500; ++i) {
+        d->Step();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      _exit(13);  // never started the job: did not die
+    }
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return "waitpid failed";
+    if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+      return "the daemon did not die after the start's commit: status " + std::to_string(status);
+    }
+    const fs::path exit_file = fs::path(StateDir()) / "status" / (std::to_string(job.value()) + ".exit");
+    for (int i = 0; i < 500; ++i) {
+      if (Slurp(exit_file).find("never-started") != std::string::npos) return "";
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return "the stub recorded no never-started in " + exit_file.string() + ": '" + Slurp(exit_file) + "'";
+  }
+
+  // The job as the store holds it between crashes (no connection is kept across a fork).
+  store::JobRecord Stored(JobId id) {
+    auto s = store::OpenSqliteReader(StateDir());
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return {};
+    auto j = (*s)->GetJob(id);
+    EXPECT_TRUE(j.ok() && j->has_value());
+    return j.ok() && j->has_value() ? **j : store::JobRecord{};
+  }
+
+  // Steps the daemon until the job has ended; returns its view.
+  Json WaitEnded(Daemon& d, JobId id) {
+    Json j;
+    for (int i = 0; i < 1000; ++i) {
+      d.Step();
+      j = (*d.GetJob(id))["job"];
+      const std::string st = j["state"];
+      if (st != "pending" && st != "starting" && st != "running" && st != "stopping") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return j;
+  }
+
+  std::vector<store::EventRecord> EventsOf(Daemon& d, JobId id, std::string_view type) {
+    std::vector<store::EventRecord> out;
+    auto events = d.Events(0, id, 1000);
+    EXPECT_TRUE(events.ok()) << events.status().ToString();
+    if (!events.ok()) return out;
+    for (const auto& e : (*events)["events"]) {
+      if (e["type"].get<std::string>() != type) continue;
+      out.push_back({e["seq"].get<std::int64_t>(), e["time_us"].get<Micros>(), id,
+                     e["type"].get<std::string>(), e["message"].get<std::string>()});
+    }
+    return out;
+  }
+
+  fs::path dir_;
+  Caller me_{static_cast<std::int64_t>(geteuid()), static_cast<std::int64_t>(getegid())};
+};
+
+TEST_F(RequeueTest, AJobTheDaemonDiedBeforeGivingTheGoAheadRunsLaterWithTheSameId) {
+  const JobId id(1);
+  const Json body = Body();
+  ASSERT_EQ(CrashAtStart(&body, id), "");
+  const store::JobRecord first = Stored(id);
+  EXPECT_EQ(first.state, store::JobState::kRunning) << "the start (its pid) was committed";
+  EXPECT_GT(first.pid, 0);
+  EXPECT_FALSE(fs::exists(Runs())) << "nothing ran";
+  // Killed again at the same point once: the restart requeued it and started it again.
+  ASSERT_EQ(CrashAtStart(nullptr, id), "");
+  const store::JobRecord second = Stored(id);
+  EXPECT_EQ(second.never_started_requeues, 1);
+  EXPECT_EQ(second.state, store::JobState::kRunning);
+  EXPECT_NE(second.slice, first.slice) << "the first slice was released";
+  EXPECT_EQ(second.submit_time, first.submit_time) << "its place in the queue";
+  EXPECT_FALSE(fs::exists(Runs())) << "nothing ran";
+
+  auto d = NewDaemon(false);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(d->Start().ok());
+  Json j = WaitEnded(*d, id);
+  EXPECT_EQ(j["state"], "succeeded") << j.dump();
+  EXPECT_EQ(j["exit_code"], 0) << j.dump();
+  EXPECT_EQ(j["submit_time_us"], first.submit_time);
+  EXPECT_EQ(j["argv"], body["argv"]);
+  EXPECT_EQ(Slurp(Runs()), "1 hello\n") << "it ran once, same id, same environment";
+  auto requeues = EventsOf(*d, id, "requeue");
+  ASSERT_EQ(requeues.size(), 2u);
+  EXPECT_NE(requeues[0].message.find("requeued: the daemon stopped between recording the start "
+                                     "and the go-ahead, so nothing ran"),
+            std::string::npos)
+      << requeues[0].message;
+  EXPECT_EQ(EventsOf(*d, id, "start").size(), 3u) << "two starts that never got the go-ahead";
+  auto exits = EventsOf(*d, id, "exit");
+  ASSERT_EQ(exits.size(), 1u) << "one end: the run that got its go-ahead";
+  EXPECT_EQ(exits[0].message, "job 1 succeeded");
+  auto log = d->LogPath(id);
+  ASSERT_TRUE(log.ok());
+  EXPECT_NE(Slurp(*log).find("gpuslice: requeued: "), std::string::npos) << Slurp(*log);
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  auto active = store::OpenSqliteReader(StateDir()).value()->ListSlices(true);
+  ASSERT_TRUE(active.ok());
+  EXPECT_TRUE(active->empty()) << "every slice it held is released in the store";
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+}
+
+TEST_F(RequeueTest, AJobThatNeverStartsAgainAndAgainFailsAfterThreeRequeues) {
+  const JobId id(1);
+  const Json body = Body();
+  ASSERT_EQ(CrashAtStart(&body, id), "");
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_EQ(CrashAtStart(nullptr, id), "") << "crash " << i + 1;
+    EXPECT_EQ(Stored(id).never_started_requeues, i);
+  }
+  auto d = NewDaemon(false);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(d->Start().ok());
+  Json j = WaitEnded(*d, id);
+  EXPECT_EQ(j["state"], "failed") << j.dump();
+  const std::string reason = j["reason"];
+  EXPECT_EQ(reason.rfind("never started: ", 0), 0u) << reason;
+  EXPECT_NE(reason.find("this happened 4 times and it was requeued 3 times, the limit"), std::string::npos) << reason;
+  EXPECT_TRUE(j["exit_code"].is_null()) << j.dump();
+  EXPECT_FALSE(fs::exists(Runs())) << "nothing ran, ever";
+  EXPECT_EQ(EventsOf(*d, id, "requeue").size(), 3u);
+  EXPECT_EQ(EventsOf(*d, id, "start").size(), 4u);
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+  // The device is free again: the next job runs.
+  auto r = d->Submit(me_, Body());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const JobId next((*r)["job"]["id"].get<std::uint64_t>());
+  EXPECT_EQ(WaitEnded(*d, next)["state"], "succeeded");
+  EXPECT_EQ(Slurp(Runs()), std::to_string(next.value()) + " hello\n");
+}
+
+}  // namespace
+}  // namespace gpuslice::daemon
