@@ -308,8 +308,10 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   // Place()'s one draw over the ties, then the k-th of them in NodeId order.
   std::uint64_t k = ties > 1 ? std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_) : 0;
   HostStates::State* chosen_state = scratch_top_.front();
-  NodeId chosen = chosen_state->hosts[k];
-  if (scratch_top_.size() > 1) {
+  NodeId chosen;
+  if (scratch_top_.size() == 1) {
+    chosen = chosen_state->hosts[k];
+  } else {
     // The smallest host id with k + 1 tied hosts at or below it (each state's hosts are sorted).
     auto at_or_below = [&](std::uint32_t id) {
       std::uint64_t n = 0;
