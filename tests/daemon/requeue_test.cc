@@ -21,6 +21,7 @@
 #include "devices/fake.h"
 #include "exec/launcher.h"
 #include "store/store.h"
+#include "tests/daemon/shared_store.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -29,32 +30,19 @@ namespace fs = std::filesystem;
 
 // The SQLite store of a daemon that dies (SIGKILL, as kill -9) right after a commit that
 // records a job's start: the pid is durable, and the go-ahead is never sent.
-class DiesAfterStartCommit : public store::Store {
+class DiesAfterStartCommit : public SharedStore {
  public:
-  explicit DiesAfterStartCommit(std::unique_ptr<store::Store> s) : s_(std::move(s)) {}
+  explicit DiesAfterStartCommit(std::unique_ptr<store::Store> s) : SharedStore(s.get()), owned_(std::move(s)) {}
   Status Commit(const store::WriteBatch& b) override {
-    Status st = s_->Commit(b);
+    Status st = SharedStore::Commit(b);
     for (const auto& e : b.events) {
       if (st.ok() && e.type == "start") raise(SIGKILL);
     }
     return st;
   }
-  Result<std::optional<store::JobRecord>> GetJob(JobId id) override { return s_->GetJob(id); }
-  Result<std::vector<store::JobRecord>> ListJobs() override { return s_->ListJobs(); }
-  Result<std::vector<store::SliceRecord>> ListSlices(bool a) override { return s_->ListSlices(a); }
-  Result<std::vector<store::EventRecord>> ListEvents(std::int64_t after, JobId job, int limit) override {
-    return s_->ListEvents(after, job, limit);
-  }
-  Result<std::vector<store::SampleRecord>> ListSamples(std::string_view s, Micros t) override {
-    return s_->ListSamples(s, t);
-  }
-  Result<std::vector<std::string>> ReadJournal() override { return s_->ReadJournal(); }
-  Status ReplaceJournal(const std::vector<std::string>& e) override { return s_->ReplaceJournal(e); }
-  Result<std::optional<std::string>> GetMeta(std::string_view k) override { return s_->GetMeta(k); }
-  Status PutMeta(std::string_view k, std::string_view v) override { return s_->PutMeta(k, v); }
 
  private:
-  std::unique_ptr<store::Store> s_;
+  std::unique_ptr<store::Store> owned_;
 };
 
 std::string Slurp(const fs::path& p) {
