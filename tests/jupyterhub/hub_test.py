@@ -98,7 +98,11 @@ def daemon_config():
         # GS_GPU_ONLY=1 leaves the Jupyter signal out (the old GPU-only rule): T4 must fail then.
         if not os.environ.get("GS_GPU_ONLY"):
             signals = '["sm", "memory", "jupyter"]'
-        idle_extra = 'busy_is_active = true\nbusy_max = "5m"\nreport_stale = "8s"\n'
+        # report_stale: the spawner reports on every hub poll (POLL s); production polls every
+        # 30 s against a 10 min staleness. 8 polls of slack here, as a poll cycle (two fetches
+        # from the server, one POST) can stall for seconds on a loaded 2-core machine.
+        # T4 still fails under the GPU-only rule (GS_GPU_ONLY), which ignores reports.
+        idle_extra = 'busy_is_active = true\nbusy_max = "5m"\nreport_stale = "16s"\n'
         # The same queue, but an idle slice is reclaimed only when a waiting job needs it.
         ondemand = f"""
 [queues.ondemand]
@@ -629,9 +633,32 @@ def t4_silent_cell(user, token):
 
     asyncio.run(run_cell())
     t0 = time.monotonic()
+    # What the daemon received while the cell ran, for the failure message: (seconds into the
+    # cell, received_us, busy) each time a new report arrived.
+    seen, done = [], threading.Event()
+
+    def watch():
+        last = None
+        while not done.wait(1):
+            try:
+                rep = job(j["id"]).get("activity_report") or {}
+            except Exception:  # the failure message says what was seen before
+                continue
+            if rep.get("received_us") != last:
+                last = rep.get("received_us")
+                seen.append((round(time.monotonic() - t0, 1), last, rep.get("busy")))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     time.sleep(WINDOW + GRACE + 4)
+    done.set()
+    watcher.join()
     jj = job(j["id"])
-    check(jj["state"] == "running", f"a silent running cell lost its session: {jj['state']}")
+    gaps = [round((b[1] - a[1]) / 1e6, 1) for a, b in zip(seen, seen[1:]) if a[1] and b[1]]
+    check(jj["state"] == "running",
+          f"a silent running cell lost its session: {jj['state']} ({jj.get('reason')}); "
+          f"reports seen (s into the cell, received_us, busy): {seen}; largest gap between "
+          f"reports: {max(gaps, default=None)} s")
     check(not warned(j["id"]), f"warned while a cell ran: {warned(j['id'])}")
     log(f"T4 {user}: no warning {time.monotonic() - t0:.0f}s into a silent {cell}s cell")
     jj = wait_for(lambda: (lambda x: x if x["state"] == "reclaimed" else None)(job(j["id"])),
