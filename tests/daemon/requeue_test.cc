@@ -345,5 +345,40 @@ TEST_F(RequeueTest, ANeverStartedJobWhoseDeviceVanishedWhileTheDaemonWasDownRuns
   EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
 }
 
+// Two devices went: requeued from the first, the job is placed on the second before that one
+// is removed too (the scheduler takes the lowest free index); never exec'd there, it goes back
+// again, uncounted, and runs on the third.
+TEST_F(RequeueTest, AJobRequeuedFromAVanishedDeviceAndPlacedOnAnotherThatVanishedRunsOnAThird) {
+  const JobId id(1);
+  spec_ = "3xH100-80GB";
+  Json body = Body();
+  body["model"] = "H100-80GB";
+  ASSERT_EQ(CrashAtStart(&body, id), "");
+  const store::JobRecord first = Stored(id);
+  ASSERT_TRUE(StubGone(first.pid));
+  ASSERT_EQ(SliceOf(first).devices, std::vector<int>{0});
+  spec_ = "2xA100-80GB,1xH100-80GB";  // devices 0 and 1 are other models now
+  auto d = NewDaemon(false);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(d->Start().ok());
+  Json j = WaitEnded(*d, id);
+  EXPECT_EQ(j["state"], "succeeded") << j.dump();
+  EXPECT_EQ(j["requeues"], 1) << "one start that never got its go-ahead";
+  EXPECT_EQ(Slurp(Runs()), "1 hello\n");
+  EXPECT_EQ(SliceOf(Stored(id)).devices, std::vector<int>{2});
+  auto requeues = EventsOf(*d, id, "requeue");
+  ASSERT_EQ(requeues.size(), 2u);
+  EXPECT_NE(requeues[0].message.find("vanished while the daemon was down"), std::string::npos) << requeues[0].message;
+  EXPECT_NE(requeues[1].message.find("requeued: its device 1 ("), std::string::npos) << requeues[1].message;
+  EXPECT_NE(requeues[1].message.find("vanished before the job started, so nothing ran"), std::string::npos)
+      << requeues[1].message;
+  for (const auto& e : EventsOf(*d, id, "stop")) ADD_FAILURE() << "stopped: " << e.message;
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  auto active = store::OpenSqliteReader(StateDir()).value()->ListSlices(true);
+  ASSERT_TRUE(active.ok());
+  EXPECT_TRUE(active->empty()) << "every slice it held is released in the store";
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon
