@@ -341,6 +341,10 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   if (job.pid > 0) kv("pid", std::to_string(job.pid));
   if (job.exit_code) kv("exit code", std::to_string(*job.exit_code));
   if (job.exit_signal) kv("signal", std::to_string(*job.exit_signal));
+  if (job.requeues > 0) {
+    kv("requeued", fmt::format("{} time{} (its start was recorded but nothing of it ran; see the requeue events)",
+                               job.requeues, job.requeues == 1 ? "" : "s"));
+  }
   if (job.time_left_us) kv("time left", Ago(*job.time_left_us));  // running jobs only
   if (!Str(j, "warning").empty()) kv("WARNING", Str(j, "warning"));
   if (j.value("idle_reclaim_mode", json()).is_string()) {

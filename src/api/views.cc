@@ -196,6 +196,7 @@ json JobView::ToJson() const {
       {"deadline_us", deadline_us},
       {"slice", slice},
       {"pid", pid},
+      {"requeues", requeues},
       {"log_path", store::BytesToJson(log_path)},
   };
   o["exit_code"] = OrNull(exit_code);
@@ -237,6 +238,7 @@ Result<JobView> JobView::FromJson(const json& j) {
   r.Req("deadline_us", &v.deadline_us);
   r.Req("slice", &v.slice);
   r.Req("pid", &v.pid);
+  r.Req("requeues", &v.requeues);
   r.Bytes("log_path", &v.log_path);
   r.Opt("exit_code", &v.exit_code);
   r.Opt("exit_signal", &v.exit_signal);
@@ -249,6 +251,9 @@ Result<JobView> JobView::FromJson(const json& j) {
   r.Opt("idle_state_text", &v.idle_state_text);
   r.Opt("idle_reclaim_mode", &v.idle_reclaim_mode);
   GPUSLICE_RETURN_IF_ERROR(r.status());
+  if (v.requeues < 0) {
+    return InvalidArgument(fmt::format("job {}: field 'requeues' = {}: expected a non-negative integer", v.id, v.requeues));
+  }
   if (!v.activity_report.is_null() && !v.activity_report.is_object()) {
     return InvalidArgument(fmt::format("job {}: field 'activity_report': expected null or an object", v.id));
   }

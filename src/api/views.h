@@ -46,6 +46,9 @@ struct JobView {
   std::string log_path;  // bytes
   std::optional<int> exit_code;
   std::optional<int> exit_signal;
+  // How many times it went back to pending because nothing of it ran (its start was recorded
+  // but the daemon stopped before the go-ahead); 0 when never. Preemptions are not counted.
+  int requeues = 0;
   std::optional<Micros> time_left_us;          // no limit, not started, or ended: none
   std::optional<std::string> activity;         // active | idle | unmeasured
   std::optional<std::string> activity_basis;   // the signals that decided it, e.g. "sm,mem"

@@ -47,6 +47,9 @@ void Daemon::Impl::Apply(const sched::Decision& d, store::WriteBatch& b, Actions
             j.slice = s.slice;
             j.deadline = s.deadline;
             j.warning.clear();
+            // Placed: why it last stopped or waited (requeued, preempted) no longer holds, as
+            // for a first start; the requeue count and the events keep the history.
+            j.reason.clear();
             b.jobs.push_back(j);
             to_launch_.insert(s.job);
             AddEvent(b, s.job, "place", fmt::format("job {}: {}", s.job.value(), sched::FormatDecision(d)));

@@ -28,6 +28,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -118,6 +119,11 @@ class Daemon::Impl {
   static JobState StoppingFinal(const JobRecord& j);
   void RemoveVanishedDevices(Micros now, const std::vector<devices::DeviceInfo>& devs,
                              store::WriteBatch& b, Actions& act);
+  // Jobs with a slice on `index` of which nothing ran, back to pending in the records (their
+  // ids, for DeviceRemoved::requeue): never exec'd (starting), or exec'd but their stub got
+  // no go-ahead and has ended so (within kMaxNeverStartedRequeues).
+  std::vector<JobId> RequeueNothingRanOn(int index, const std::string& device, store::WriteBatch& b,
+                                         Actions& act);
   // Where each job's exec stub records its exit status (exec/launcher.h, "Results"): only the
   // daemon's user (root) may write or read it, so a job cannot forge its own result.
   std::string StatusDir() const { return (std::filesystem::absolute(opt_.state_dir) / "status").string(); }
@@ -149,6 +155,9 @@ class Daemon::Impl {
   // A job whose start the daemon recorded but whose go-ahead never came (it stopped in
   // between) is requeued up to this many times; the next such start fails it (EndJob).
   static constexpr int kMaxNeverStartedRequeues = 3;
+  // Its records only (the caller feeds the scheduler): pending again, the count, the reason
+  // (with `also` after its first part), the event and the log line.
+  void RequeueNeverStarted(JobRecord& j, std::string_view also, store::WriteBatch& b, Actions& act);
   void BindSlice(JobId id);
 
   // (job_logs.cc)

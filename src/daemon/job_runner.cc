@@ -184,25 +184,7 @@ void Daemon::Impl::EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Ac
     return;
   }
   if (p.leader_exit->never_started && j.never_started_requeues < kMaxNeverStartedRequeues) {
-    // Counted as started (the pid commit) but the go-ahead never came: nothing of the user's
-    // command ran, through no fault of the job. It goes back to pending in its old place
-    // (the scheduler keeps its priority, submit time and id) with the same request, command
-    // and environment, and starts again when it fits.
-    ++j.never_started_requeues;
-    j.state = JobState::kPending;
-    j.reason = fmt::format("requeued: the daemon stopped between recording the start and the "
-                           "go-ahead, so nothing ran (requeue {} of at most {})",
-                           j.never_started_requeues, kMaxNeverStartedRequeues);
-    j.exit_code.reset();
-    j.exit_signal.reset();
-    j.pid = 0;
-    j.pid_start_ticks = 0;
-    j.start_time = 0;
-    ReleaseSlice(j, b);
-    j.slice = SliceId();
-    b.jobs.push_back(j);
-    AddEvent(b, id, "requeue", fmt::format("job {} {}", id.value(), j.reason));
-    act.log_lines.emplace_back(id, "gpuslice: " + j.reason);
+    RequeueNeverStarted(j, "", b, act);
     // After the job's own records: the scheduler may start it again at once (StartSlice
     // updates the same record).
     Feed(sched::Requeue{now, id, j.reason}, b, act);
@@ -235,6 +217,29 @@ void Daemon::Impl::EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Ac
   AddEvent(b, id, "exit", fmt::format("job {} {}{}", id.value(), store::JobStateName(j.state),
                                       j.reason.empty() ? "" : ": " + j.reason));
   Feed(sched::Finish{now, id}, b, act);
+}
+
+// Counted as started (the pid commit) but the go-ahead never came: nothing of the user's
+// command ran, through no fault of the job. It goes back to pending in its old place (the
+// scheduler keeps its priority, submit time and id; the caller tells it) with the same
+// request, command and environment, and starts again when it fits. `also` adds to the reason.
+void Daemon::Impl::RequeueNeverStarted(JobRecord& j, std::string_view also, store::WriteBatch& b,
+                                       Actions& act) {
+  ++j.never_started_requeues;
+  j.state = JobState::kPending;
+  j.reason = fmt::format("requeued: the daemon stopped between recording the start and the "
+                         "go-ahead, so nothing ran{} (requeue {} of at most {})",
+                         also, j.never_started_requeues, kMaxNeverStartedRequeues);
+  j.exit_code.reset();
+  j.exit_signal.reset();
+  j.pid = 0;
+  j.pid_start_ticks = 0;
+  j.start_time = 0;
+  ReleaseSlice(j, b);
+  j.slice = SliceId();
+  b.jobs.push_back(j);
+  AddEvent(b, j.id, "requeue", fmt::format("job {} {}", j.id.value(), j.reason));
+  act.log_lines.emplace_back(j.id, "gpuslice: " + j.reason);
 }
 
 // Tells the agent who owns a running job's processes: the job's process group (its

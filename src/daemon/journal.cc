@@ -37,8 +37,15 @@ std::string EncodeEvent(const sched::Event& e) {
                     {"mig_enabled", d.mig_enabled}, {"layout", LayoutJson(d.mig_layout)}};
           },
           [](const sched::DeviceRemoved& d) -> json {
-            return {{"t", "device_removed"}, {"now", d.now},
-                    {"node", d.device.node.value()}, {"index", d.device.index.value()}};
+            json o = {{"t", "device_removed"}, {"now", d.now},
+                      {"node", d.device.node.value()}, {"index", d.device.index.value()}};
+            // Only when there are some: older entries have none, and read the same.
+            if (!d.requeue.empty()) {
+              json ids = json::array();
+              for (JobId j : d.requeue) ids.push_back(j.value());
+              o["requeue"] = ids;
+            }
+            return o;
           },
           [](const sched::Submit& s) -> json {
             json r = {{"gpus", s.request.gpus}, {"milli", s.request.milli},
@@ -108,7 +115,13 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
                                              o.at("mig_enabled").get<bool>(),
                                              LayoutFrom(o.at("layout"))});
     }
-    if (t == "device_removed") return sched::Event(sched::DeviceRemoved{now, ref()});
+    if (t == "device_removed") {
+      sched::DeviceRemoved d{now, ref(), {}};
+      if (o.contains("requeue")) {
+        for (const auto& j : o.at("requeue")) d.requeue.push_back(JobId(j.get<std::uint64_t>()));
+      }
+      return sched::Event(std::move(d));
+    }
     if (t == "submit") {
       const json& r = o.at("request");
       sched::JobRequest req;
@@ -211,9 +224,13 @@ void JournalCompactor::Observe(const sched::Event& e, const std::vector<sched::D
     running_.erase(job);
   };
   // A requeued job's slice ends before its decisions, which may start it again on a new one.
-  if (const auto* q = std::get_if<sched::Requeue>(&e)) {
-    auto r = running_.find(q->job);
-    if (r != running_.end() && !after.slices().contains(r->second)) end(q->job, r->second);
+  auto requeued = [&](JobId job) {
+    auto r = running_.find(job);
+    if (r != running_.end() && !after.slices().contains(r->second)) end(job, r->second);
+  };
+  if (const auto* q = std::get_if<sched::Requeue>(&e)) requeued(q->job);
+  if (const auto* d = std::get_if<sched::DeviceRemoved>(&e)) {
+    for (JobId job : d->requeue) requeued(job);
   }
   for (const auto& d : decisions) {
     if (const auto* st = std::get_if<sched::StartSlice>(&d)) {

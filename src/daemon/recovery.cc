@@ -206,8 +206,10 @@ JobState Daemon::Impl::StoppingFinal(const JobRecord& j) {
 
 // Recovery: devices the scheduler knows (from the journal) that the backend no longer lists
 // at the same index with the same UUID and model vanished while the daemon was down. They
-// are removed from scheduling; their slices' jobs are stopped (Stop, device lost) and pending
-// jobs that can no longer ever fit are rejected with the reason.
+// are removed from scheduling; their slices' jobs are stopped (Stop, device lost) but for
+// those of which nothing ran there, which are requeued (RequeueNothingRanOn), and pending
+// jobs that can no longer ever fit are rejected with the reason. This runs before the jobs'
+// processes are reconciled (Start, step 3), so a job's never-started end is read here.
 void Daemon::Impl::RemoveVanishedDevices(Micros now, const std::vector<devices::DeviceInfo>& devs,
                            store::WriteBatch& b, Actions& act) {
   std::vector<std::pair<sched::DeviceRef, std::string>> gone;
@@ -234,8 +236,55 @@ void Daemon::Impl::RemoveVanishedDevices(Micros now, const std::vector<devices::
   for (const auto& [ref, message] : gone) {
     spdlog::warn("{}", message);
     AddEvent(b, JobId(), "device", message);
-    Feed(sched::DeviceRemoved{now, ref}, b, act);
+    // Read per device, just before its removal: a job requeued from an earlier one may have
+    // been placed on this one since (and, never exec'd, goes back again).
+    sched::DeviceRemoved ev{now, ref, {}};
+    ev.requeue = RequeueNothingRanOn(static_cast<int>(ref.index.value()),
+                                     fmt::format("{} ({})", ref.index.value(),
+                                                 sched_->devices().at(ref).uuid),
+                                     b, act);
+    Feed(ev, b, act);
   }
+}
+
+std::vector<JobId> Daemon::Impl::RequeueNothingRanOn(int index, const std::string& device,
+                                                     store::WriteBatch& b, Actions& act) {
+  std::vector<JobId> out;
+  for (auto& [id, j] : jobs_) {
+    if (j.state != JobState::kStarting && j.state != JobState::kRunning) continue;
+    auto s = slices_.find(j.slice);
+    if (s == slices_.end() ||
+        std::find(s->second.devices.begin(), s->second.devices.end(), index) == s->second.devices.end()) {
+      continue;
+    }
+    if (j.state == JobState::kStarting) {
+      // Placed, never exec'd (no pid was stored): nothing ran, and nothing counts against
+      // the job.
+      to_launch_.erase(id);
+      j.state = JobState::kPending;
+      j.reason = fmt::format("requeued: its device {} vanished before the job started, so "
+                             "nothing ran", device);
+      ReleaseSlice(j, b);
+      j.slice = SliceId();
+      b.jobs.push_back(j);
+      AddEvent(b, id, "requeue", fmt::format("job {} {}", id.value(), j.reason));
+      act.log_lines.emplace_back(id, "gpuslice: " + j.reason);
+      out.push_back(id);
+      continue;
+    }
+    // Running in the records (its pid was stored): requeued only if its stub has ended saying
+    // it never got the go-ahead. One still exiting (or one that ran) is stopped, device lost.
+    if (j.pid <= 0 || procs_.contains(id) || j.never_started_requeues >= kMaxNeverStartedRequeues) continue;
+    exec::ProcessHandle h{j.pid, j.pid_start_ticks, true, StatusPath(id)};
+    if (launcher_->StillAlive(h)) continue;
+    auto e = launcher_->Poll(h);
+    if (!e || !e->never_started) continue;
+    act.forget_status.push_back(id);
+    RequeueNeverStarted(j, fmt::format(", and its device {} vanished while the daemon was down", device),
+                        b, act);
+    out.push_back(id);
+  }
+  return out;
 }
 
 Status Daemon::Impl::MakeStatusDir() const {

@@ -243,6 +243,7 @@ Json Daemon::Impl::JobJson(const JobRecord& j) const {
   o.deadline_us = j.deadline;
   o.slice = j.slice.value();
   o.pid = j.pid;
+  o.requeues = j.never_started_requeues;
   o.log_path = j.log_path;
   o.exit_code = j.exit_code;
   o.exit_signal = j.exit_signal;

@@ -26,10 +26,15 @@ struct DeviceAdded {
   MigLayout mig_layout;
 };
 
-// A device disappeared or failed. Slices on it are stopped (Stop, reason kDeviceLost).
+// A device disappeared or failed. Slices on it are stopped (Stop, reason kDeviceLost), except
+// those of the jobs in `requeue`: the caller knows nothing of them ran (a start recorded whose
+// go-ahead never came, or one never exec'd), so, as with Requeue, their slices are released and
+// they are pending again in their old place, with no decision. Then pending jobs that can no
+// longer ever fit are rejected (Reject).
 struct DeviceRemoved {
   Micros now = 0;
   DeviceRef device;
+  std::vector<JobId> requeue;
 };
 
 struct Submit {

@@ -105,10 +105,14 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   if (it == devices_.end()) return;
   std::vector<SliceId> lost = it->second.slices;
   for (SliceId s : lost) {
-    const SliceView& sv = slices_.at(s);
-    out_.push_back(Stop{sv.job, s, StopReason::kDeviceLost});
+    const JobId job = slices_.at(s).job;
+    if (std::find(e.requeue.begin(), e.requeue.end(), job) != e.requeue.end()) {
+      EndRunning(job, "requeued", /*requeue=*/true);
+      continue;
+    }
+    out_.push_back(Stop{job, s, StopReason::kDeviceLost});
     ++stats_.stopped;
-    EndRunning(sv.job, "device-lost");
+    EndRunning(job, "device-lost");
   }
   if (it->second.reserved_for.valid()) ReleaseReservation();  // chosen again later, elsewhere
   DeviceView& d = it->second;

@@ -18,6 +18,7 @@
 #include "api/cli.h"
 #include "api/client.h"
 #include "api/protocol.h"
+#include "api/views.h"
 
 namespace gpuslice::api {
 namespace {
@@ -185,6 +186,36 @@ TEST(HostileDaemon, MalformedQueuesDevicesEventsAreClearErrors) {
     ASSERT_FALSE(st.ok());
     EXPECT_EQ(st.code(), StatusCode::kInternal) << st.ToString();  // exit 1: the daemon's fault
     EXPECT_NE(st.message().find(c.says), std::string::npos) << st.ToString();
+  }
+}
+
+// Not hostile: `show` says how often a job was requeued, only when it was.
+TEST(HostileDaemon, ShowSaysHowOftenAJobWasRequeued) {
+  for (int requeues : {0, 1, 2}) {
+    SCOPED_TRACE(requeues);
+    JobView v;
+    v.id = 7;
+    v.user = "alice";
+    v.queue = "training";
+    v.gpus = 1;
+    v.state = "running";
+    v.argv = {"sleep", "1"};
+    v.requeues = requeues;
+    // One answer for both requests show makes (the job, its events).
+    const nlohmann::json body = {{"job", v.ToJson()}, {"slice", nullptr}, {"events", nlohmann::json::array()}};
+    FakeDaemon d(Answer("200 OK", body.dump()));
+    ClientFlags flags;
+    flags.socket = d.path();
+    ::testing::internal::CaptureStdout();
+    Status st = Show(flags, 7);
+    const std::string out = ::testing::internal::GetCapturedStdout();
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_NE(out.find("state:        running\n"), std::string::npos) << out;
+    if (requeues == 0) {
+      EXPECT_EQ(out.find("requeued"), std::string::npos) << out;
+    } else {
+      EXPECT_NE(out.find(requeues == 1 ? "requeued:     1 time (" : "requeued:     2 times ("), std::string::npos) << out;
+    }
   }
 }
 

@@ -25,6 +25,7 @@ json AJob() {
   v.state = "running";
   v.slice = 3;
   v.pid = 4242;
+  v.requeues = 2;
   v.time_left_us = 60'000'000;
   v.activity = "idle";
   v.activity_basis = "sm,mem";
@@ -38,6 +39,8 @@ TEST(ViewsTest, JobRoundTripsByteForByte) {
   EXPECT_EQ(v->argv[1], std::string("\xff\xfe", 2));
   EXPECT_EQ(v->ToJson().dump(), j.dump());
   EXPECT_FALSE(v->exit_code.has_value());
+  EXPECT_EQ(v->requeues, 2);
+  EXPECT_EQ(j["requeues"], 2);
 }
 
 TEST(ViewsTest, UnknownFieldsFromANewerDaemonAreIgnored) {
@@ -64,6 +67,9 @@ TEST(ViewsTest, HostileJobIsAnErrorNamingTheField) {
       {"argv", json::array({1}), "field 'argv' element 0"},
       {"exit_code", "0", "field 'exit_code'"},
       {"pending_reason", "busy", "field 'pending_reason'"},
+      {"requeues", nullptr, "field 'requeues': missing"},
+      {"requeues", "2", "field 'requeues'"},
+      {"requeues", -1, "field 'requeues' = -1: expected a non-negative integer"},
   };
   for (const auto& c : cases) {
     json j = AJob();

@@ -38,7 +38,9 @@ std::vector<sched::Event> Events() {
       sched::Requeue{6, JobId(1), "requeued: never started"},
       sched::Finish{7, JobId(1)},
       sched::ReconfigureDone{8, {NodeId(1), DeviceIndex(1)}, false, {{19, 0}}, "busy"},
-      sched::DeviceRemoved{9, {NodeId(1), DeviceIndex(2)}},
+      sched::DeviceRemoved{9, {NodeId(1), DeviceIndex(2)}, {}},
+      // Jobs on it that never ran go back to pending instead of being stopped.
+      sched::DeviceRemoved{9, {NodeId(1), DeviceIndex(3)}, {JobId(1), JobId(3)}},
   };
 }
 
@@ -50,6 +52,18 @@ TEST(Journal, EveryEventRoundTrips) {
     EXPECT_EQ(EncodeEvent(*back), text);
     EXPECT_EQ(back->index(), e.index());
   }
+}
+
+TEST(Journal, ADeviceRemovalNamesTheJobsItRequeuesOnlyWhenThereAreSome) {
+  const std::string old = R"({"index":2,"node":1,"now":9,"t":"device_removed"})";
+  EXPECT_EQ(EncodeEvent(sched::DeviceRemoved{9, {NodeId(1), DeviceIndex(2)}, {}}), old)
+      << "entries written before the field existed read and write the same";
+  auto back = DecodeEvent(R"({"index":2,"node":1,"now":9,"t":"device_removed","requeue":[4,7]})");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto& d = std::get<sched::DeviceRemoved>(*back);
+  EXPECT_EQ(d.requeue, (std::vector<JobId>{JobId(4), JobId(7)}));
+  EXPECT_EQ(DecodeEvent(R"({"index":2,"node":1,"now":9,"t":"device_removed","requeue":["x"]})").status().code(),
+            StatusCode::kDataLoss);
 }
 
 TEST(Journal, CorruptEntriesAreDataLoss) {

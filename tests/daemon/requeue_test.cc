@@ -14,12 +14,14 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "daemon/daemon.h"
 #include "devices/clock.h"
 #include "devices/fake.h"
 #include "exec/launcher.h"
+#include "exec/proc.h"
 #include "store/store.h"
 #include "tests/daemon/shared_store.h"
 
@@ -74,7 +76,7 @@ class RequeueTest : public ::testing::Test {
     if (!s.ok()) return nullptr;
     std::unique_ptr<store::Store> st = std::move(s).value();
     if (dies_after_start) st = std::make_unique<DiesAfterStartCommit>(std::move(st));
-    auto fake = devices::FakeBackend::Create("1xH100-80GB", devices::SystemClock());
+    auto fake = devices::FakeBackend::Create(spec_, devices::SystemClock());
     if (!fake.ok()) return nullptr;
     return std::make_unique<Daemon>(sched::DefaultConfig(), o, std::move(st), std::move(fake).value(),
                                     exec::NewProcessLauncher("", 0), devices::SystemClock());
@@ -157,7 +159,33 @@ class RequeueTest : public ::testing::Test {
     return out;
   }
 
+  // The first slice a job got, from the store.
+  store::SliceRecord SliceOf(const store::JobRecord& j) {
+    auto s = store::OpenSqliteReader(StateDir());
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    if (!s.ok()) return {};
+    auto all = (*s)->ListSlices(false);
+    EXPECT_TRUE(all.ok());
+    if (all.ok()) {
+      for (const auto& x : *all) {
+        if (x.id == j.slice) return x;
+      }
+    }
+    ADD_FAILURE() << "no slice " << j.slice.value();
+    return {};
+  }
+
+  // Until the exec stub is gone (a zombie counts as gone): a restart then reads its end.
+  static bool StubGone(int pid) {
+    for (int i = 0; i < 500; ++i) {
+      if (!exec::ProcessStartTicks(pid)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
   fs::path dir_;
+  std::string spec_ = "1xH100-80GB";  // the simulated devices of the next daemon
   Caller me_{static_cast<std::int64_t>(geteuid()), static_cast<std::int64_t>(getegid())};
 };
 
@@ -235,6 +263,121 @@ TEST_F(RequeueTest, AJobThatNeverStartsAgainAndAgainFailsAfterThreeRequeues) {
   const JobId next((*r)["job"]["id"].get<std::uint64_t>());
   EXPECT_EQ(WaitEnded(*d, next)["state"], "succeeded");
   EXPECT_EQ(Slurp(Runs()), std::to_string(next.value()) + " hello\n");
+}
+
+TEST_F(RequeueTest, ARequeuedJobRunsWithoutTheRequeueReasonAndCountsItsRequeue) {
+  const JobId id(1);
+  Json body = Body();
+  body["argv"] = {"sh", "-c", "echo \"$GPUSLICE_JOB_ID $GREETING\" >> " + Runs().string() + "; sleep 2"};
+  ASSERT_EQ(CrashAtStart(&body, id), "");
+  ASSERT_TRUE(StubGone(Stored(id).pid));
+  auto d = NewDaemon(false);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(d->Start().ok());
+  Json j;
+  for (int i = 0; i < 500; ++i) {
+    d->Step();
+    j = (*d->GetJob(id))["job"];
+    if (j["state"] == "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["reason"], "") << "it runs: why it was requeued no longer holds";
+  EXPECT_EQ(j["requeues"], 1) << j.dump();
+  const Json listed = (*d->ListJobs({}))["jobs"];
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["requeues"], 1) << listed.dump();
+  j = WaitEnded(*d, id);
+  EXPECT_EQ(j["state"], "succeeded") << j.dump();
+  EXPECT_EQ(j["requeues"], 1) << j.dump();
+  // The record of why is kept in the events and the log.
+  auto requeues = EventsOf(*d, id, "requeue");
+  ASSERT_EQ(requeues.size(), 1u);
+  EXPECT_NE(requeues[0].message.find("requeued: the daemon stopped between"), std::string::npos)
+      << requeues[0].message;
+  EXPECT_NE(Slurp(*d->LogPath(id)).find("gpuslice: requeued: "), std::string::npos);
+  // A job never requeued says 0.
+  auto r = d->Submit(me_, Body());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)["job"]["requeues"], 0) << r->dump();
+}
+
+// The device a never-started job was placed on is gone at the restart: nothing of the job ran
+// there, so it is requeued like any never-started job (not ended "device lost") and runs on the
+// other device. (A job that did run there still ends "device lost": state_test.cc.)
+TEST_F(RequeueTest, ANeverStartedJobWhoseDeviceVanishedWhileTheDaemonWasDownRunsOnAnother) {
+  const JobId id(1);
+  spec_ = "2xH100-80GB";
+  Json body = Body();
+  body["model"] = "H100-80GB";
+  ASSERT_EQ(CrashAtStart(&body, id), "");
+  const store::JobRecord first = Stored(id);
+  ASSERT_EQ(first.state, store::JobState::kRunning);
+  ASSERT_TRUE(StubGone(first.pid));
+  const store::SliceRecord was = SliceOf(first);
+  ASSERT_EQ(was.devices.size(), 1u);
+  // While the daemon was down its device went: index 1 is no longer there, or index 0 now
+  // reports another model (the fake's UUIDs follow the index); the other H100 stays.
+  spec_ = was.devices[0] == 1 ? "1xH100-80GB" : "1xA100-80GB,1xH100-80GB";
+  const int other = 1 - was.devices[0];
+
+  auto d = NewDaemon(false);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(d->Start().ok());
+  Json j = WaitEnded(*d, id);
+  EXPECT_EQ(j["state"], "succeeded") << j.dump();
+  EXPECT_EQ(j["requeues"], 1) << j.dump();
+  EXPECT_EQ(Slurp(Runs()), "1 hello\n") << "it ran once, same id, same environment";
+  const store::JobRecord last = Stored(id);
+  EXPECT_EQ(SliceOf(last).devices, std::vector<int>{other}) << "on the device that is still there";
+  auto requeues = EventsOf(*d, id, "requeue");
+  ASSERT_EQ(requeues.size(), 1u);
+  EXPECT_NE(requeues[0].message.find(fmt::format("and its device {} ({}) vanished while the daemon was down",
+                                                 was.devices[0], was.uuids.at(0))),
+            std::string::npos)
+      << requeues[0].message;
+  for (const auto& e : EventsOf(*d, id, "stop")) ADD_FAILURE() << "stopped: " << e.message;
+  EXPECT_EQ(EventsOf(*d, id, "start").size(), 2u);
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  auto active = store::OpenSqliteReader(StateDir()).value()->ListSlices(true);
+  ASSERT_TRUE(active.ok());
+  EXPECT_TRUE(active->empty()) << "every slice it held is released in the store";
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+}
+
+// Two devices went: requeued from the first, the job is placed on the second before that one
+// is removed too (the scheduler takes the lowest free index); never exec'd there, it goes back
+// again, uncounted, and runs on the third.
+TEST_F(RequeueTest, AJobRequeuedFromAVanishedDeviceAndPlacedOnAnotherThatVanishedRunsOnAThird) {
+  const JobId id(1);
+  spec_ = "3xH100-80GB";
+  Json body = Body();
+  body["model"] = "H100-80GB";
+  ASSERT_EQ(CrashAtStart(&body, id), "");
+  const store::JobRecord first = Stored(id);
+  ASSERT_TRUE(StubGone(first.pid));
+  ASSERT_EQ(SliceOf(first).devices, std::vector<int>{0});
+  spec_ = "2xA100-80GB,1xH100-80GB";  // devices 0 and 1 are other models now
+  auto d = NewDaemon(false);
+  ASSERT_NE(d, nullptr);
+  ASSERT_TRUE(d->Start().ok());
+  Json j = WaitEnded(*d, id);
+  EXPECT_EQ(j["state"], "succeeded") << j.dump();
+  EXPECT_EQ(j["requeues"], 1) << "one start that never got its go-ahead";
+  EXPECT_EQ(Slurp(Runs()), "1 hello\n");
+  EXPECT_EQ(SliceOf(Stored(id)).devices, std::vector<int>{2});
+  auto requeues = EventsOf(*d, id, "requeue");
+  ASSERT_EQ(requeues.size(), 2u);
+  EXPECT_NE(requeues[0].message.find("vanished while the daemon was down"), std::string::npos) << requeues[0].message;
+  EXPECT_NE(requeues[1].message.find("requeued: its device 1 ("), std::string::npos) << requeues[1].message;
+  EXPECT_NE(requeues[1].message.find("vanished before the job started, so nothing ran"), std::string::npos)
+      << requeues[1].message;
+  for (const auto& e : EventsOf(*d, id, "stop")) ADD_FAILURE() << "stopped: " << e.message;
+  EXPECT_TRUE(d->Slices()["slices"].empty());
+  auto active = store::OpenSqliteReader(StateDir()).value()->ListSlices(true);
+  ASSERT_TRUE(active.ok());
+  EXPECT_TRUE(active->empty()) << "every slice it held is released in the store";
+  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
 }
 
 }  // namespace

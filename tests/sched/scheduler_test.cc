@@ -370,7 +370,7 @@ TEST_F(SchedTest, RemovedDeviceStopsItsSlicesAndRejectsWhatCanNoLongerFit) {
   h().AddHost("2xH100-80GB");
   h().Submit("training gpus=2");
   h().Submit("training gpus=2");  // pending
-  auto ds = h().Feed(DeviceRemoved{0, {NodeId(1), DeviceIndex(1)}});
+  auto ds = h().Feed(DeviceRemoved{0, {NodeId(1), DeviceIndex(1)}, {}});
   auto stops = Only<Stop>(ds);
   ASSERT_THAT(stops, SizeIs(1));
   EXPECT_EQ(stops[0].reason, StopReason::kDeviceLost);
@@ -378,6 +378,28 @@ TEST_F(SchedTest, RemovedDeviceStopsItsSlicesAndRejectsWhatCanNoLongerFit) {
   ASSERT_THAT(rejects, SizeIs(1));
   EXPECT_EQ(rejects[0].job, JobId(2));
   EXPECT_THAT(h().scheduler().devices(), SizeIs(1));
+}
+
+TEST_F(SchedTest, RemovedDeviceRequeuesTheJobsOfWhichNothingRanInsteadOfStoppingThem) {
+  h().AddHost("2xH100-80GB");
+  auto first = Only<StartSlice>(h().Submit("training gpus=1"));   // job 1
+  auto second = Only<StartSlice>(h().Submit("training gpus=1"));  // job 2, on the other device
+  ASSERT_THAT(first, SizeIs(1));
+  ASSERT_THAT(second, SizeIs(1));
+  // Job 2 is listed too, but its slice is not on the device: it keeps running.
+  auto ds = h().Feed(DeviceRemoved{0, {NodeId(1), first[0].devices[0]}, {JobId(1), JobId(2)}});
+  EXPECT_THAT(Only<Stop>(ds), SizeIs(0));
+  EXPECT_THAT(Only<Reject>(ds), SizeIs(0));
+  EXPECT_THAT(Only<StartSlice>(ds), SizeIs(0)) << "the one device left is busy";
+  EXPECT_EQ(h().scheduler().jobs().at(JobId(1)).state, JobState::kPending);
+  EXPECT_FALSE(h().scheduler().jobs().at(JobId(1)).slice.valid());
+  EXPECT_EQ(h().scheduler().jobs().at(JobId(2)).state, JobState::kRunning);
+  EXPECT_EQ(h().scheduler().Pending(), (std::vector<JobId>{JobId(1)}));
+  auto next = Only<StartSlice>(h().Finish(JobId(2)));
+  ASSERT_THAT(next, SizeIs(1));
+  EXPECT_EQ(next[0].job, JobId(1));
+  EXPECT_EQ(next[0].devices, second[0].devices);
+  EXPECT_TRUE(h().scheduler().CheckInvariants().ok()) << h().scheduler().CheckInvariants().ToString();
 }
 
 TEST_F(SchedTest, EndedJobsAreForgottenAfterABoundedHistory) {
