@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <tuple>
+#include <vector>
 
 #include "sched/placement/fgd_frag.h"
 #include "sim/cluster.h"
@@ -30,9 +31,11 @@ double RoundHalfEven(double x, int digits) {
 std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pods, double coverage) {
   std::map<ShapeKey, std::int64_t> counts;
   std::map<ShapeKey, const TracePod*> example;
+  std::map<ShapeKey, std::vector<Bytes>> memory;  // per shape, its pods' host memory
   for (const TracePod& p : pods) {
     ShapeKey k{NonZeroCpu(p.cpu_milli), p.milli_per_gpu, p.num_gpus, p.gpu_spec};
     ++counts[k];
+    memory[k].push_back(p.memory);
     example.emplace(k, &p);
   }
   std::vector<std::pair<ShapeKey, std::int64_t>> sorted(counts.begin(), counts.end());
@@ -55,6 +58,11 @@ std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pod
     s.num_gpus = std::get<2>(key);
     s.allowed_models = p.allowed_models;
     s.frequency = static_cast<double>(count) / cum;
+    // The median (the lower one of an even count): the shape key leaves memory out, as the
+    // artifact's does, so its pods may ask different amounts.
+    std::vector<Bytes>& m = memory.at(key);
+    std::nth_element(m.begin(), m.begin() + (m.size() - 1) / 2, m.end());
+    s.host_memory = m[(m.size() - 1) / 2];
     out.push_back(std::move(s));
   }
   return out;

@@ -20,7 +20,8 @@ namespace gpuslice::sim {
 
 // FGD's "typical pods": the most frequent resource shapes (cpu, per-GPU milli, GPU count, model
 // constraint; CPU-only pods included) covering at least `coverage` of the pods, frequencies
-// renormalised to sum to 1. Order: count descending, then cpu, milli, count, spec descending.
+// renormalised to sum to 1, each with the median host memory of its pods (not part of the key).
+// Order: count descending, then cpu, milli, count, spec descending.
 std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pods, double coverage = 0.95);
 
 // The pod request as the artifact sees it (a zero CPU request counts as 100m, as Kubernetes'

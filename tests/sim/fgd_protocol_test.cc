@@ -51,6 +51,23 @@ TEST(FgdProtocol, TypicalShapesCover95PercentAndRenormalise) {
   EXPECT_DOUBLE_EQ(shapes[1].frequency, 36.0 / 96.0);
 }
 
+TEST(FgdProtocol, TypicalShapesCarryTheirPodsMedianHostMemory) {
+  // Memory is not part of the shape key (as in the artifact): one shape, its pods' median.
+  std::vector<TracePod> pods;
+  const Bytes asks[] = {64 * kGiB, 8 * kGiB, 32 * kGiB, 16 * kGiB, 128 * kGiB};
+  for (int i = 0; i < 5; ++i) {
+    pods.push_back(Pod("a" + std::to_string(i), 1000, 1, 500));
+    pods.back().memory = asks[i];
+  }
+  auto shapes = TypicalShapes(pods);
+  ASSERT_EQ(shapes.size(), 1u);
+  EXPECT_EQ(shapes[0].host_memory, 32 * kGiB);
+  pods.pop_back();  // an even count: the lower of the two middle ones
+  shapes = TypicalShapes(pods);
+  ASSERT_EQ(shapes.size(), 1u);
+  EXPECT_EQ(shapes[0].host_memory, 16 * kGiB);
+}
+
 TEST(FgdProtocol, InflatesDefaultToAbout10866PodsKeepingTheOriginals) {
   const FgdInputs in = DefaultInputs();
   const MilliGpu capacity = 6212 * kOneGpu;

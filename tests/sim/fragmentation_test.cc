@@ -60,6 +60,26 @@ TEST(Fragmentation, ModelConstraintAndMultiGpuShapes) {
   EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, std::vector{Shape(1000, 3, 1000, 1.0)}), 2600.0);
 }
 
+// gpuslice's measure also asks for the shape's host memory; the paper's ignores it.
+TEST(Fragmentation, MemoryCountsOnlyWhenAsked) {
+  TestNode n({1000, 300}, 10000);  // 256 GiB free
+  WorkloadShape big = Shape(2000, 1, 500, 1.0);
+  big.host_memory = 300 * kGiB;  // more than the node has: it cannot use the node's GPUs
+  const std::vector<WorkloadShape> shapes = {big};
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, shapes), 300.0);  // only GPU 1 (300 < 500)
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, shapes, Resources::kCpuAndMemory), 1300.0);
+  // A placement that takes memory strands the GPUs for a shape that fitted before.
+  WorkloadShape mid = Shape(2000, 1, 500, 1.0);
+  mid.host_memory = 200 * kGiB;
+  const std::vector<WorkloadShape> mids = {mid};
+  const FragmentationEval eval(n.view, mids, Resources::kCpuAndMemory);
+  EXPECT_DOUBLE_EQ(eval.before(), 300.0);
+  EXPECT_DOUBLE_EQ(eval.AfterOne(1000, 0, 100, 100 * kGiB), 1200.0);  // 900 + 300, none usable
+  EXPECT_DOUBLE_EQ(eval.AfterOne(1000, 0, 100, 10 * kGiB), 300.0);    // 200 GiB still free
+  const FragmentationEval paper(n.view, mids);
+  EXPECT_DOUBLE_EQ(paper.AfterOne(1000, 0, 100, 100 * kGiB), 300.0);
+}
+
 TEST(Fragmentation, FullNodeHasNone) {
   TestNode n({0, 0}, 0);
   EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, std::vector{Shape(1000, 0, 0, 1.0)}), 0.0);
@@ -112,6 +132,31 @@ TEST(FgdPolicy, ScoresQuantisedFragmentationDropAndPicksTheBestGpu) {
   EXPECT_EQ(c2->gpu_indices, std::vector<int>{0});  // first index among equals
 }
 
+// Two nodes FGD cannot tell apart: the same free GPUs and CPU, one with less host memory.
+// Taking 30 GiB there leaves less than the typical pod's 32 GiB beside its last free GPU,
+// which gpuslice counts as stranded (the paper's measure does not look at memory).
+TEST(GpuslicePolicy, KeepsHostMemoryBesideFreeGpusForTheTypicalPod) {
+  auto fgd = MakePolicy("fgd");
+  auto ours = MakePolicy("gpuslice");
+  ASSERT_TRUE(fgd.ok() && ours.ok());
+  std::vector<WorkloadShape> shapes = {Shape(1000, 1, kOneGpu, 1.0)};
+  shapes[0].host_memory = 32 * kGiB;
+  TestNode roomy({0, kOneGpu, kOneGpu}, 64000), tight({0, kOneGpu, kOneGpu}, 64000);
+  roomy.view.memory_free = 100 * kGiB;
+  tight.view.memory_free = 40 * kGiB;
+  PlacementRequest req;
+  req.cpu_milli = 1000;
+  req.num_gpus = 1;
+  req.milli_per_gpu = kOneGpu;
+  req.host_memory = 30 * kGiB;
+  PlacementContext ctx{shapes, nullptr};
+  auto fr = (*fgd)->Score(req, roomy.view, ctx), ft = (*fgd)->Score(req, tight.view, ctx);
+  auto gr = (*ours)->Score(req, roomy.view, ctx), gt = (*ours)->Score(req, tight.view, ctx);
+  ASSERT_TRUE(fr && ft && gr && gt);
+  EXPECT_DOUBLE_EQ(fr->score, ft->score);  // a tie for FGD
+  EXPECT_GT(gr->score, gt->score + 1);     // a whole FGD score step or more for gpuslice
+}
+
 TEST(FgdPolicies, AllRegisteredByName) {
   for (const char* name : {"random", "dot-product", "gpu-clustering", "gpu-packing", "best-fit-fgd", "fgd", "gpuslice"}) {
     auto p = MakePolicy(name);
@@ -126,6 +171,7 @@ TEST(FgdPolicies, AllRegisteredByName) {
 // its inline buffer), against NodeFragmentation of an actual copy of the node after.
 TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
   std::mt19937_64 rng(15);
+  for (Resources resources : {Resources::kCpu, Resources::kCpuAndMemory}) {
   const std::vector<std::string> models = {"V100", "T4", "A100"};
   auto bits = [](double d) { return std::bit_cast<std::uint64_t>(d); };
   for (int trial = 0; trial < 400; ++trial) {
@@ -134,6 +180,7 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
     for (int i = 0; i < gpus; ++i) free.push_back(static_cast<MilliGpu>(rng() % 11) * 100 - (rng() % 3 == 0 ? 50 : 0));
     for (MilliGpu& m : free) m = std::max<MilliGpu>(m, 0);
     TestNode n(free, static_cast<std::int64_t>(rng() % 8) * 1000, models[rng() % models.size()]);
+    n.view.memory_free = static_cast<Bytes>(rng() % 8) * 16 * kGiB;
     for (GpuView& g : n.gpus) g.usable = rng() % 5 != 0;
     std::vector<WorkloadShape> shapes;
     const int count = 1 + static_cast<int>(rng() % 60);
@@ -144,12 +191,14 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       shapes.push_back(Shape(static_cast<std::int64_t>(rng() % 6) * 1000, kind == 0 ? 0 : kind == 1 ? 1 : 1 + static_cast<int>(rng() % 4),
                              kind == 0 ? 0 : kind == 1 ? 50 * static_cast<MilliGpu>(1 + rng() % 19) : kOneGpu,
                              static_cast<double>(1 + rng() % 1000) / 997.0, allowed));
+      shapes.back().host_memory = static_cast<Bytes>(rng() % 6) * 16 * kGiB;
     }
-    const FragmentationEval eval(n.view, shapes);
-    ASSERT_EQ(bits(eval.before()), bits(NodeFragmentation(n.view, shapes))) << "trial " << trial;
+    const FragmentationEval eval(n.view, shapes, resources);
+    ASSERT_EQ(bits(eval.before()), bits(NodeFragmentation(n.view, shapes, resources))) << "trial " << trial;
     // A share on each GPU it fits, and the first k fully free usable GPUs.
     const MilliGpu share = 50 * static_cast<MilliGpu>(1 + rng() % 19);
     const std::int64_t cpu = static_cast<std::int64_t>(rng() % 4) * 1000;
+    const Bytes memory = static_cast<Bytes>(rng() % 3) * 16 * kGiB;
     for (int i = 0; i < gpus; ++i) {
       if (!n.gpus[i].usable || n.gpus[i].free_milli < share) continue;
       std::vector<GpuView> after = n.gpus;
@@ -157,7 +206,9 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       NodeView v = n.view;
       v.gpus = after;
       v.cpu_milli_free -= cpu;
-      ASSERT_EQ(bits(eval.AfterOne(cpu, i, share)), bits(NodeFragmentation(v, shapes))) << "trial " << trial << " gpu " << i;
+      v.memory_free -= memory;
+      ASSERT_EQ(bits(eval.AfterOne(cpu, i, share, memory)), bits(NodeFragmentation(v, shapes, resources)))
+          << "trial " << trial << " gpu " << i;
     }
     std::vector<int> whole;
     std::vector<GpuView> after = n.gpus;
@@ -168,8 +219,11 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       NodeView v = n.view;
       v.gpus = after;
       v.cpu_milli_free -= cpu;
-      ASSERT_EQ(bits(eval.After(cpu, whole, kOneGpu)), bits(NodeFragmentation(v, shapes))) << "trial " << trial;
+      v.memory_free -= memory;
+      ASSERT_EQ(bits(eval.After(cpu, whole, kOneGpu, memory)), bits(NodeFragmentation(v, shapes, resources)))
+          << "trial " << trial;
     }
+  }
   }
 }
 

@@ -22,13 +22,14 @@ MilliGpu FreeMilli(const NodeView& node) {
   return total;
 }
 
-double NodeFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes) {
+double NodeFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
+  const bool count_memory = resources == Resources::kCpuAndMemory;
   const MilliGpu free_total = FreeMilli(node);
   if (free_total == 0) return 0;
   double frag = 0;
   for (const WorkloadShape& s : shapes) {
     bool fits = s.milli_per_gpu > 0 && node.cpu_milli_free >= s.cpu_milli &&
-                ModelAllowed(s.allowed_models, node.model);
+                (!count_memory || node.memory_free >= s.host_memory) && ModelAllowed(s.allowed_models, node.model);
     MilliGpu below = 0;
     if (fits) {
       int enough = 0;
@@ -97,8 +98,9 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
   return {chosen};
 }
 
-FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes)
-    : node_(node), shapes_(shapes) {
+FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
+                                     Resources resources)
+    : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory) {
   counts_ = inline_.data();
   if (shapes.size() > kInline) {
     heap_.resize(shapes.size());
@@ -159,24 +161,25 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     const Counts& c = counts_[i];
-    const bool fits = c.eligible && node.cpu_milli_free >= s.cpu_milli && c.enough >= s.num_gpus;
+    const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
     frag += s.frequency * static_cast<double>(fits ? c.below : free_total_);
   }
   before_ = frag;
 }
 
-double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli) const {
+double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory) const {
   MilliGpu total = free_total_;
   for (int i : gpus) {
     if (node_.gpus[i].usable) total -= milli;
   }
   if (total == 0) return 0;
   const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
+  const Bytes memory_free = node_.memory_free - memory;
   double frag = 0;
   for (std::size_t k = 0; k < shapes_.size(); ++k) {
     const WorkloadShape& s = shapes_[k];
     const Counts& c = counts_[k];
-    bool fits = c.eligible && cpu_free >= s.cpu_milli;
+    bool fits = c.eligible && HostFits(s, cpu_free, memory_free);
     MilliGpu below = 0;
     if (fits) {
       // Only the chosen GPUs change: move each one's contribution from its old free share to
@@ -218,13 +221,13 @@ double FgdQuantisedScore(double drop) {
 }
 
 std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
-                                    std::span<const WorkloadShape> shapes) {
-  const FragmentationEval eval(node, shapes);
+                                    std::span<const WorkloadShape> shapes, Resources resources) {
+  const FragmentationEval eval(node, shapes, resources);
   const double before = eval.before();
   if (!IsShare(req)) {
     std::vector<int> gpus = BestFitGpus(req, node);
     if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
-    const double score = FgdQuantisedScore(before - eval.After(req.cpu_milli, gpus, req.milli_per_gpu));
+    const double score = FgdQuantisedScore(before - eval.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory));
     return NodeChoice{score, std::move(gpus)};
   }
   int best = -1;
@@ -232,7 +235,7 @@ std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView&
   for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
     const GpuView& g = node.gpus[i];
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
-    const double s = FgdQuantisedScore(before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu));
+    const double s = FgdQuantisedScore(before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory));
     if (best < 0 || s > best_score) {
       best = i;
       best_score = s;

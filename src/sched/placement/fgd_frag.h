@@ -7,7 +7,9 @@
 //     enough CPU, or fewer than p.num_gpus GPUs with p.milli_per_gpu free): every free milli-GPU
 //     of the node counts as fragment, times f;
 //   - otherwise the free milli of the GPUs whose free share is below p.milli_per_gpu counts, × f.
-// Node fragmentation is the sum over shapes. Memory is not part of a shape (as in the paper).
+// Node fragmentation is the sum over shapes. Memory is not part of it in the paper; with
+// Resources::kCpuAndMemory a shape that cannot get its host memory on the node (its
+// host_memory above the node's free memory) is counted like one that cannot get its CPU.
 // Free functions on values; thread-safe.
 
 #include <array>
@@ -22,8 +24,13 @@
 
 namespace gpuslice::sched {
 
+// Which host resources decide whether a shape can run on a node: CPU (the paper's measure), or
+// CPU and host memory (gpuslice's).
+enum class Resources { kCpu, kCpuAndMemory };
+
 // Fragmented milli-GPU of `node` against `shapes` (fractional: frequencies are weights).
-double NodeFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes);
+double NodeFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
+                         Resources resources = Resources::kCpu);
 
 // Total free milli-GPU of the usable GPUs of `node`.
 MilliGpu FreeMilli(const NodeView& node);
@@ -55,19 +62,20 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
 // Holds views into `node` and `shapes` (they must outlive it); not thread-safe (a value).
 class FragmentationEval {
  public:
-  FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes);
+  FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
+                    Resources resources = Resources::kCpu);
   FragmentationEval(const FragmentationEval&) = delete;
   FragmentationEval& operator=(const FragmentationEval&) = delete;
 
-  // NodeFragmentation(node, shapes).
+  // NodeFragmentation(node, shapes, resources).
   double before() const { return before_; }
-  // NodeFragmentation() of the node with `cpu` more CPU taken and `milli` taken from each GPU
-  // in `gpus` (distinct indices).
-  double After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli) const;
+  // NodeFragmentation() of the node with `cpu` more CPU and `memory` more host memory taken
+  // and `milli` taken from each GPU in `gpus` (distinct indices).
+  double After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory = 0) const;
   // After() for a share of `milli` on GPU `gpu` and `cpu` CPU (the common case, no span).
-  double AfterOne(std::int64_t cpu, int gpu, MilliGpu milli) const {
+  double AfterOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory = 0) const {
     const int one[1] = {gpu};
-    return After(cpu, one, milli);
+    return After(cpu, one, milli, memory);
   }
 
  private:
@@ -79,8 +87,13 @@ class FragmentationEval {
     MilliGpu below;  // free milli of the other usable GPUs
   };
   static constexpr std::size_t kInline = 48;
+  // Whether shape `s` gets its host resources with `cpu_free` CPU and `memory_free` memory.
+  bool HostFits(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const {
+    return cpu_free >= s.cpu_milli && (!count_memory_ || memory_free >= s.host_memory);
+  }
   const NodeView& node_;
   std::span<const WorkloadShape> shapes_;
+  bool count_memory_ = false;
   MilliGpu free_total_ = 0;
   double before_ = 0;
   std::array<Counts, kInline> inline_;
@@ -98,7 +111,8 @@ double FgdQuantisedScore(double drop);
 // FGD's choice on one node: whole GPUs / CPU-only as BestFitGpus, a share on the GPU with the best
 // quantised score (first index on ties); the score is that quantised score. nullopt: no fit.
 std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
-                                    std::span<const WorkloadShape> shapes);
+                                    std::span<const WorkloadShape> shapes,
+                                    Resources resources = Resources::kCpu);
 
 inline bool IsShare(const PlacementRequest& req) {
   return req.num_gpus == 1 && req.milli_per_gpu < kOneGpu;

@@ -4,7 +4,9 @@
 // Primary: the FGD score — the drop of the node's fragmentation against the expected workload,
 // on FGD's coarse integer scale int(sigmoid(drop / 1000) * 100). The coarse scale matters: small
 // differences in fragmentation (mostly the share of CPU-only shapes) are noise for what comes
-// next, and ranking nodes by them was measurably worse (docs/evaluation.md).
+// next, and ranking nodes by them was measurably worse (docs/evaluation.md). Unlike the paper's
+// measure, a typical shape counts as unable to use the node when the node lacks its host memory
+// (its median), as when it lacks its CPU: GPUs stranded behind exhausted memory are fragment too.
 // Within a node, a share goes on the GPU with the best FGD score; among equals, on the one whose
 // exact fragmentation grows least, then the least free one (best fit) — FGD takes the first index.
 // Across nodes, only among placements FGD scores equal:
@@ -32,7 +34,7 @@ constexpr double kDropEpsilon = 1e-9;
 // A share's GPU: best FGD score, then the smallest exact fragmentation growth, then best fit.
 std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
                                       std::span<const WorkloadShape> shapes) {
-  const FragmentationEval eval(node, shapes);
+  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory);
   const double before = eval.before();
   int best = -1;
   double best_score = 0;
@@ -41,7 +43,7 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
   for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
     const GpuView& g = node.gpus[i];
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
-    const double drop = before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu);
+    const double drop = before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory);
     const double score = FgdQuantisedScore(drop);
     bool better = best < 0 || score > best_score;
     if (!better && score == best_score) {
@@ -71,7 +73,7 @@ class GpusliceFragPolicy final : public PlacementPolicy {
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
     std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, ctx.workload)
-                                                    : FgdChoice(req, node, ctx.workload);
+                                                    : FgdChoice(req, node, ctx.workload, Resources::kCpuAndMemory);
     if (!choice) return std::nullopt;
     const bool empty = FreeMilli(node) == static_cast<MilliGpu>(node.gpus.size()) * kOneGpu;
     choice->score += (empty ? 0 : kUsedNodeBonus) +

@@ -70,6 +70,9 @@ struct WorkloadShape {
   MilliGpu milli_per_gpu = 0;
   std::vector<std::string> allowed_models;
   double frequency = 0;  // sums to 1 over the workload
+  // Host memory the shape's pods typically ask (their median; 0: none or not known). Only a
+  // measure that counts memory (FragmentationEval's Resources::kCpuAndMemory) reads it.
+  Bytes host_memory = 0;
 };
 
 struct PlacementContext {
