@@ -64,6 +64,15 @@ class RequeueTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string StateDir() const { return (dir_ / "state").string(); }
+
+  // No slice left, in the daemon's view and in the store, and the two agree.
+  void ExpectEverySliceReleased(Daemon& d) {
+    EXPECT_TRUE(d.Slices()["slices"].empty());
+    auto active = store::OpenSqliteReader(StateDir()).value()->ListSlices(true);
+    ASSERT_TRUE(active.ok());
+    EXPECT_TRUE(active->empty()) << "every slice it held is released in the store";
+    EXPECT_TRUE(d.CheckConsistency().ok()) << d.CheckConsistency().ToString();
+  }
   fs::path Runs() const { return dir_ / "runs"; }
 
   // Null if the store does not open (the caller reports it).
@@ -228,11 +237,7 @@ TEST_F(RequeueTest, AJobTheDaemonDiedBeforeGivingTheGoAheadRunsLaterWithTheSameI
   auto log = d->LogPath(id);
   ASSERT_TRUE(log.ok());
   EXPECT_NE(Slurp(*log).find("gpuslice: requeued: "), std::string::npos) << Slurp(*log);
-  EXPECT_TRUE(d->Slices()["slices"].empty());
-  auto active = store::OpenSqliteReader(StateDir()).value()->ListSlices(true);
-  ASSERT_TRUE(active.ok());
-  EXPECT_TRUE(active->empty()) << "every slice it held is released in the store";
-  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+  ExpectEverySliceReleased(*d);
 }
 
 TEST_F(RequeueTest, AJobThatNeverStartsAgainAndAgainFailsAfterThreeRequeues) {
@@ -338,11 +343,7 @@ TEST_F(RequeueTest, ANeverStartedJobWhoseDeviceVanishedWhileTheDaemonWasDownRuns
       << requeues[0].message;
   for (const auto& e : EventsOf(*d, id, "stop")) ADD_FAILURE() << "stopped: " << e.message;
   EXPECT_EQ(EventsOf(*d, id, "start").size(), 2u);
-  EXPECT_TRUE(d->Slices()["slices"].empty());
-  auto active = store::OpenSqliteReader(StateDir()).value()->ListSlices(true);
-  ASSERT_TRUE(active.ok());
-  EXPECT_TRUE(active->empty()) << "every slice it held is released in the store";
-  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+  ExpectEverySliceReleased(*d);
 }
 
 // Two devices went: requeued from the first, the job is placed on the second before that one
@@ -373,11 +374,7 @@ TEST_F(RequeueTest, AJobRequeuedFromAVanishedDeviceAndPlacedOnAnotherThatVanishe
   EXPECT_NE(requeues[1].message.find("vanished before the job started, so nothing ran"), std::string::npos)
       << requeues[1].message;
   for (const auto& e : EventsOf(*d, id, "stop")) ADD_FAILURE() << "stopped: " << e.message;
-  EXPECT_TRUE(d->Slices()["slices"].empty());
-  auto active = store::OpenSqliteReader(StateDir()).value()->ListSlices(true);
-  ASSERT_TRUE(active.ok());
-  EXPECT_TRUE(active->empty()) << "every slice it held is released in the store";
-  EXPECT_TRUE(d->CheckConsistency().ok()) << d->CheckConsistency().ToString();
+  ExpectEverySliceReleased(*d);
 }
 
 }  // namespace
