@@ -158,6 +158,9 @@ class Daemon::Impl {
   // Its records only (the caller feeds the scheduler): pending again, the count, the reason
   // (with `also` after its first part), the event and the log line.
   void RequeueNeverStarted(JobRecord& j, std::string_view also, store::WriteBatch& b, Actions& act);
+  // Back to pending in its old place because nothing of it ran: slice released, `reason` kept,
+  // a "requeue" event and a line in its log. The caller tells the scheduler.
+  void BackToPending(JobRecord& j, std::string reason, store::WriteBatch& b, Actions& act);
   void BindSlice(JobId id);
 
   // (job_logs.cc)

@@ -226,15 +226,21 @@ void Daemon::Impl::EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Ac
 void Daemon::Impl::RequeueNeverStarted(JobRecord& j, std::string_view also, store::WriteBatch& b,
                                        Actions& act) {
   ++j.never_started_requeues;
-  j.state = JobState::kPending;
-  j.reason = fmt::format("requeued: the daemon stopped between recording the start and the "
-                         "go-ahead, so nothing ran{} (requeue {} of at most {})",
-                         also, j.never_started_requeues, kMaxNeverStartedRequeues);
   j.exit_code.reset();
   j.exit_signal.reset();
   j.pid = 0;
   j.pid_start_ticks = 0;
   j.start_time = 0;
+  BackToPending(j,
+                fmt::format("requeued: the daemon stopped between recording the start and the "
+                            "go-ahead, so nothing ran{} (requeue {} of at most {})",
+                            also, j.never_started_requeues, kMaxNeverStartedRequeues),
+                b, act);
+}
+
+void Daemon::Impl::BackToPending(JobRecord& j, std::string reason, store::WriteBatch& b, Actions& act) {
+  j.state = JobState::kPending;
+  j.reason = std::move(reason);
   ReleaseSlice(j, b);
   j.slice = SliceId();
   b.jobs.push_back(j);

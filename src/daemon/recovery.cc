@@ -261,14 +261,9 @@ std::vector<JobId> Daemon::Impl::RequeueNothingRanOn(int index, const std::strin
       // Placed, never exec'd (no pid was stored): nothing ran, and nothing counts against
       // the job.
       to_launch_.erase(id);
-      j.state = JobState::kPending;
-      j.reason = fmt::format("requeued: its device {} vanished before the job started, so "
-                             "nothing ran", device);
-      ReleaseSlice(j, b);
-      j.slice = SliceId();
-      b.jobs.push_back(j);
-      AddEvent(b, id, "requeue", fmt::format("job {} {}", id.value(), j.reason));
-      act.log_lines.emplace_back(id, "gpuslice: " + j.reason);
+      BackToPending(j, fmt::format("requeued: its device {} vanished before the job started, so "
+                                   "nothing ran", device),
+                    b, act);
       out.push_back(id);
       continue;
     }
