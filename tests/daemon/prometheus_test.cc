@@ -24,9 +24,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/daemon/harness.h"
+#include "testing/files.h"
 
 namespace gpuslice::testing_e2e {
 namespace {
+
+using gpuslice::testing::Slurp;
 
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
@@ -61,19 +64,12 @@ class Child {
   pid_t pid_ = -1;
 };
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Runs `promtool check metrics` on `text`; returns its exit status and output.
 int PromtoolCheck(const std::string& text, const std::string& dir, std::string* out) {
   const std::string in = dir + "/metrics.txt", log = dir + "/promtool.out";
   std::ofstream(in) << text;
   const int rc = std::system(("promtool check metrics < " + in + " > " + log + " 2>&1").c_str());
-  *out = ReadAll(log);
+  *out = Slurp(log);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
@@ -151,19 +147,19 @@ TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
     }
     std::this_thread::sleep_for(milliseconds(250));
   }
-  EXPECT_DOUBLE_EQ(util, 0.8) << ReadAll(dir + "/prometheus.log") << ReadAll(dir + "/agent.log");
+  EXPECT_DOUBLE_EQ(util, 0.8) << Slurp(dir + "/prometheus.log") << Slurp(dir + "/agent.log");
   // Both targets are up (the bearer token was accepted), and the agent's scripted device is
   // there under dcgm-exporter's name and labels.
   for (const char* job : {"gpuslice", "slurm-agent"}) {
     const auto up = WaitForData(prom, std::string("up{job=\"") + job + "\"} == 1");
-    EXPECT_FALSE(up.empty()) << job << " not scraped: " << ReadAll(dir + "/agent.log");
+    EXPECT_FALSE(up.empty()) << job << " not scraped: " << Slurp(dir + "/agent.log");
   }
   const auto dev = WaitForData(prom, R"(DCGM_FI_DEV_GPU_UTIL{Hostname="slurm-node",gpu="0"})");
   ASSERT_FALSE(dev.empty()) << "no DCGM_FI_DEV_GPU_UTIL from the Slurm agent";
   EXPECT_EQ(dev[0]["value"][1], "55");
 
   // Every query the shipped dashboard makes returns data.
-  const auto board = nlohmann::json::parse(ReadAll(std::string(GPUSLICE_SOURCE_DIR) + "/examples/grafana/gpuslice.json"));
+  const auto board = nlohmann::json::parse(Slurp(std::string(GPUSLICE_SOURCE_DIR) + "/examples/grafana/gpuslice.json"));
   int queries = 0;
   for (const auto& panel : board["panels"]) {
     for (const auto& t : panel["targets"]) {

@@ -24,9 +24,12 @@
 #include "exec/proc.h"
 #include "store/store.h"
 #include "tests/daemon/shared_store.h"
+#include "testing/files.h"
 
 namespace gpuslice::daemon {
 namespace {
+
+using gpuslice::testing::Slurp;
 
 namespace fs = std::filesystem;
 
@@ -47,13 +50,6 @@ class DiesAfterStartCommit : public SharedStore {
   std::unique_ptr<store::Store> owned_;
 };
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 class RequeueTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -64,6 +60,19 @@ class RequeueTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   std::string StateDir() const { return (dir_ / "state").string(); }
+
+  // Job `id` (an H100 job) started on `spec` and the daemon killed between the start and the
+  // go-ahead: its stub is gone, its record says running on device 0 (the lowest free index).
+  void CrashOnH100(const std::string& spec, JobId id, store::JobRecord* first) {
+    spec_ = spec;
+    Json body = Body();
+    body["model"] = "H100-80GB";
+    ASSERT_EQ(CrashAtStart(&body, id), "");
+    *first = Stored(id);
+    ASSERT_EQ(first->state, store::JobState::kRunning);
+    ASSERT_TRUE(StubGone(first->pid));
+    ASSERT_EQ(SliceOf(*first).devices, std::vector<int>{0});
+  }
 
   // No slice left, in the daemon's view and in the store, and the two agree.
   void ExpectEverySliceReleased(Daemon& d) {
@@ -312,19 +321,13 @@ TEST_F(RequeueTest, ARequeuedJobRunsWithoutTheRequeueReasonAndCountsItsRequeue) 
 // other device. (A job that did run there still ends "device lost": state_test.cc.)
 TEST_F(RequeueTest, ANeverStartedJobWhoseDeviceVanishedWhileTheDaemonWasDownRunsOnAnother) {
   const JobId id(1);
-  spec_ = "2xH100-80GB";
-  Json body = Body();
-  body["model"] = "H100-80GB";
-  ASSERT_EQ(CrashAtStart(&body, id), "");
-  const store::JobRecord first = Stored(id);
-  ASSERT_EQ(first.state, store::JobState::kRunning);
-  ASSERT_TRUE(StubGone(first.pid));
+  store::JobRecord first;
+  ASSERT_NO_FATAL_FAILURE(CrashOnH100("2xH100-80GB", id, &first));
   const store::SliceRecord was = SliceOf(first);
-  ASSERT_EQ(was.devices.size(), 1u);
-  // While the daemon was down its device went: index 1 is no longer there, or index 0 now
-  // reports another model (the fake's UUIDs follow the index); the other H100 stays.
-  spec_ = was.devices[0] == 1 ? "1xH100-80GB" : "1xA100-80GB,1xH100-80GB";
-  const int other = 1 - was.devices[0];
+  // While the daemon was down its device went: index 0 now reports another model (the fake's
+  // UUIDs follow the index, so it is another device); the other H100 stays.
+  spec_ = "1xA100-80GB,1xH100-80GB";
+  const int other = 1;
 
   auto d = NewDaemon(false);
   ASSERT_NE(d, nullptr);
@@ -351,13 +354,8 @@ TEST_F(RequeueTest, ANeverStartedJobWhoseDeviceVanishedWhileTheDaemonWasDownRuns
 // again, uncounted, and runs on the third.
 TEST_F(RequeueTest, AJobRequeuedFromAVanishedDeviceAndPlacedOnAnotherThatVanishedRunsOnAThird) {
   const JobId id(1);
-  spec_ = "3xH100-80GB";
-  Json body = Body();
-  body["model"] = "H100-80GB";
-  ASSERT_EQ(CrashAtStart(&body, id), "");
-  const store::JobRecord first = Stored(id);
-  ASSERT_TRUE(StubGone(first.pid));
-  ASSERT_EQ(SliceOf(first).devices, std::vector<int>{0});
+  store::JobRecord first;
+  ASSERT_NO_FATAL_FAILURE(CrashOnH100("3xH100-80GB", id, &first));
   spec_ = "2xA100-80GB,1xH100-80GB";  // devices 0 and 1 are other models now
   auto d = NewDaemon(false);
   ASSERT_NE(d, nullptr);

@@ -20,9 +20,12 @@
 #include <gtest/gtest.h>
 
 #include "tests/daemon/harness.h"
+#include "testing/files.h"
 
 namespace gpuslice::testing_e2e {
 namespace {
+
+using gpuslice::testing::Slurp;
 
 namespace fs = std::filesystem;
 
@@ -30,13 +33,6 @@ mode_t ModeOf(const fs::path& p) {
   struct stat sb {};
   EXPECT_EQ(lstat(p.c_str(), &sb), 0) << p;
   return sb.st_mode & 07777;
-}
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 struct Exit {

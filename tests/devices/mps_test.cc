@@ -13,9 +13,12 @@
 #include <gtest/gtest.h>
 
 #include "devices/mps.h"
+#include "testing/files.h"
 
 namespace gpuslice::devices {
 namespace {
+
+using gpuslice::testing::Slurp;
 
 namespace fs = std::filesystem;
 
@@ -39,13 +42,6 @@ while read -r line; do
 done
 exit 0
 )";
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class MpsControllerTest : public ::testing::Test {
  protected:

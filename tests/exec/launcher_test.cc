@@ -21,9 +21,12 @@
 #include "exec/fake_launcher.h"
 #include "exec/launcher.h"
 #include "exec/proc.h"
+#include "testing/files.h"
 
 namespace gpuslice::exec {
 namespace {
+
+using gpuslice::testing::Slurp;
 
 namespace fs = std::filesystem;
 
@@ -33,13 +36,6 @@ fs::path TempDir(const std::string& tag) {
   fs::create_directories(d);
   fs::permissions(d, fs::perms::all);
   return d;
-}
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // The stub pid a status file names (0 if none).

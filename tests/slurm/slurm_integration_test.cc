@@ -20,9 +20,12 @@
 #include "slurm/client.h"
 #include "slurm/process.h"
 #include "tests/slurm/slurm_cluster.h"
+#include "testing/files.h"
 
 namespace gpuslice::slurm {
 namespace {
+
+using gpuslice::testing::Slurp;
 
 using ::testing::HasSubstr;
 
@@ -58,13 +61,6 @@ kinds = ["whole", "shared"]
 time_limit = "1m"
 idle = { enabled = false }
 )";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 class SlurmEnvironment : public ::testing::Environment {
  public:
@@ -130,7 +126,7 @@ class SlurmTest : public ::testing::Test {
     EXPECT_TRUE(id.ok()) << id.status().ToString();
     return id.ok() ? *id : "";
   }
-  std::string OutputOf(const std::string& id) { return ReadFile(cluster().jobs_dir() + "/" + id + ".out"); }
+  std::string OutputOf(const std::string& id) { return Slurp(cluster().jobs_dir() + "/" + id + ".out"); }
   std::map<std::string, std::string> Running(const std::string& id) {
     auto job = cluster().WaitForJobState(id, "RUNNING", 30 * kSecond);
     EXPECT_TRUE(job.ok()) << job.status().ToString();
@@ -287,7 +283,7 @@ TEST_F(SlurmTest, UnknownQueueAndUnknownPartitionAreClearErrors) {
 
 TEST_F(SlurmTest, SlurmDownIsAClearErrorNotAHang) {
   // The same cluster config, pointing at a controller port nobody listens on.
-  std::string conf = ReadFile(cluster().conf_path());
+  std::string conf = Slurp(cluster().conf_path());
   auto pos = conf.find("SlurmctldPort=");
   ASSERT_NE(pos, std::string::npos);
   auto eol = conf.find('\n', pos);
