@@ -781,11 +781,16 @@ def t10_plain_submit(user):
                 return x.json() if x.status_code == 200 else None
             except requests.RequestException:
                 return None
-        s = wait_for(status, 60, "plain notebook's /gpuslice/status")
-        check(s["job"] and s["job"]["id"] == jid, f"/gpuslice/status {s}")
         def logs():
             return subprocess.run([BIN, "logs", "--socket", SOCK, str(jid)],
                                   capture_output=True, text=True).stdout
+        try:
+            s = wait_for(status, 60, "plain notebook's /gpuslice/status")
+        except AssertionError as e:  # say where it stood: still pending, or the server's own words
+            j = job(jid)
+            raise AssertionError(f"{e}; job {jid} is {j['state']} ({j.get('reason')}), "
+                                 f"its log ends: {logs()[-1500:]!r}") from None
+        check(s["job"] and s["job"]["id"] == jid, f"/gpuslice/status {s}")
         wait_for(lambda: f"reporting activity of job {jid}" in logs(), 20,
                  "the extension reporting activity")
         if ACTIVITY:
