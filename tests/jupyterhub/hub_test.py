@@ -780,6 +780,9 @@ def t10_plain_submit(user):
                 x = requests.get(url + "gpuslice/status", headers=hdr, timeout=5)
                 return x.json() if x.status_code == 200 else None
             except requests.RequestException:
+                # A server that has exited will never answer: stop waiting at once.
+                if job(jid)["state"] not in ("pending", "starting", "running"):
+                    raise AssertionError("the notebook's job ended before /gpuslice/status answered")
                 return None
         def logs():
             return subprocess.run([BIN, "logs", "--socket", SOCK, str(jid)],
