@@ -368,6 +368,10 @@ class Scheduler::Impl {
   int memo_slot_ = 0;                          // the current request's slot (SelectMemoSlot)
   std::uint64_t memo_generation_ = 0;          // and its generation
   std::vector<HostStates::State*> scratch_top_;  // the states of the best score
+  // PlaceByState: up to this many tied hosts are gathered and the k-th found directly; more
+  // (a best state holding many hosts) by bisection over host ids.
+  static constexpr std::uint64_t kGatherTies = 64;
+  std::vector<std::pair<NodeId, HostStates::State*>> scratch_tied_;
   std::vector<DeviceStateKey> scratch_keys_;
   std::vector<const DeviceView*> scratch_devs_;
   std::vector<NodeId> scratch_dirty_;

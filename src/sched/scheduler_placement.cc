@@ -311,6 +311,17 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   NodeId chosen;
   if (scratch_top_.size() == 1) {
     chosen = chosen_state->hosts[k];
+  } else if (ties <= kGatherTies) {
+    // Few tied hosts (the usual case: the best states hold a host or two each): the k-th
+    // smallest of them all, and its state with it.
+    scratch_tied_.clear();
+    for (HostStates::State* st : scratch_top_)
+      for (NodeId h : st->hosts) scratch_tied_.emplace_back(h, st);
+    auto kth = scratch_tied_.begin() + static_cast<std::ptrdiff_t>(k);
+    std::nth_element(scratch_tied_.begin(), kth, scratch_tied_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    chosen = kth->first;
+    chosen_state = kth->second;
   } else {
     // The smallest host id with k + 1 tied hosts at or below it (each state's hosts are sorted).
     auto at_or_below = [&](std::uint32_t id) {

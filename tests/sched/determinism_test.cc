@@ -109,8 +109,9 @@ TEST_P(DeterminismTest, SameEventsAndSeedGiveTheSameDecisions) {
 // scores every candidate host, random tie-breaks included.
 TEST(ByStatePlacement, TakesTheReferencePathsDecisions) {
   // One copy of the four hosts, and eight (many hosts in equal states: ties among several
-  // states, so the one draw must pick the same host from them).
-  for (auto [seed, copies] : {std::pair{42, 1}, {43, 1}, {44, 8}, {45, 8}}) {
+  // states, so the one draw must pick the same host from them), and forty (more tied hosts
+  // than PlaceByState gathers: the k-th is found by bisection over host ids).
+  for (auto [seed, copies] : {std::pair{42, 1}, {43, 1}, {44, 8}, {45, 8}, {46, 40}}) {
     std::string v1, v2;
     auto fast = RunRandom(seed, "gpuslice", MigDrainPolicy::kPreempt, &v1, 3000, false, copies);
     auto ref = RunRandom(seed, "gpuslice", MigDrainPolicy::kPreempt, &v2, 3000, true, copies);
