@@ -347,20 +347,16 @@ class Scheduler::Impl {
   bool by_state_ = false;
   bool reference_placement_ = false;  // tests and benchmarks: use PlaceGeneric instead
   HostStates host_states_;
-  struct MemoKey {
-    SliceKind kind = SliceKind::kShared;
-    int gpus = 0;
-    MilliGpu milli = -1;
-    Bytes memory = 0;
-    std::string model;
-    const PlacementPolicy* policy = nullptr;
-  };
+  // A memo slot holds one request shape's results (Resolved::shape: jobs of one shape ask the
+  // same of the same policy, so they score alike).
   struct MemoSlot {
-    MemoKey key;
+    int shape = -1;
+    const PlacementPolicy* policy = nullptr;
     std::uint64_t generation = 0;  // 0: free
     std::uint64_t used = 0;        // memo_clock_ when last selected
   };
   std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
+  std::vector<int> memo_slot_of_shape_;  // shape -> the slot it last had (-1: none); check it
   std::uint64_t memo_workload_ = 0;            // workload_.version() the slots are for
   std::uint64_t memo_clock_ = 0;
   std::uint64_t memo_generations_ = 0;         // generations handed out so far

@@ -238,21 +238,25 @@ void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& p
     for (MemoSlot& slot : memo_slots_) slot = MemoSlot{};
   }
   ++memo_clock_;
-  int victim = 0;
-  for (int i = 0; i < HostStates::kMemoSlots; ++i) {
-    MemoSlot& slot = memo_slots_[i];
-    const MemoKey& k = slot.key;
-    if (slot.generation != 0 && k.kind == r.kind && k.gpus == r.gpus && k.milli == r.milli &&
-        k.memory == r.memory && k.model == r.model && k.policy == &policy) {
+  if (memo_slot_of_shape_.size() <= static_cast<std::size_t>(r.shape)) memo_slot_of_shape_.resize(r.shape + 1, -1);
+  int& of_shape = memo_slot_of_shape_[r.shape];
+  if (of_shape >= 0) {
+    MemoSlot& slot = memo_slots_[of_shape];
+    if (slot.generation != 0 && slot.shape == r.shape && slot.policy == &policy) {
       slot.used = memo_clock_;
-      memo_slot_ = i;
+      memo_slot_ = of_shape;
       memo_generation_ = slot.generation;
       return;
     }
-    if (slot.used < memo_slots_[victim].used) victim = i;
   }
+  int victim = 0;
+  for (int i = 1; i < HostStates::kMemoSlots; ++i) {
+    if (memo_slots_[i].used < memo_slots_[victim].used) victim = i;
+  }
+  of_shape = victim;
   MemoSlot& slot = memo_slots_[victim];
-  slot.key = MemoKey{r.kind, r.gpus, r.milli, r.memory, r.model, &policy};
+  slot.shape = r.shape;
+  slot.policy = &policy;
   slot.generation = ++memo_generations_;
   slot.used = memo_clock_;
   memo_slot_ = victim;
