@@ -283,16 +283,45 @@ Status ValidateLayout(const DeviceModel& model, const MigLayout& layout) {
   return Status::Ok();
 }
 
+bool LayoutIsLegal(const DeviceModel& model, const MigLayout& layout) {
+  if (!model.supports_mig()) return layout.empty();
+  // The memory slices taken, one bit each (no catalogued GPU has more than 64).
+  if (model.mig_memory_slices > 64) return ValidateLayout(model, layout).ok();
+  std::uint64_t taken = 0;
+  int compute = 0;
+  bool media = false;
+  for (const MigPlacement& pl : layout) {
+    const MigProfile* p = model.FindProfileById(pl.profile_id);
+    if (p == nullptr || !p->IsLegalStart(pl.start)) return false;
+    for (int s = pl.start; s < pl.start + p->memory_slices; ++s) {
+      const std::uint64_t bit = std::uint64_t{1} << s;
+      if (taken & bit) return false;
+      taken |= bit;
+    }
+    if (p->media_extensions) {
+      if (media) return false;
+      media = true;
+    }
+    compute += p->compute_slices;
+  }
+  for (const MigProfile& p : model.mig_profiles) {
+    const auto n = std::count_if(layout.begin(), layout.end(),
+                                 [&](const MigPlacement& pl) { return pl.profile_id == p.id; });
+    if (n > p.max_instances) return false;
+  }
+  return compute <= model.mig_compute_slices && static_cast<int>(layout.size()) <= model.mig_max_instances;
+}
+
 void SortCanonical(MigLayout& layout) { std::sort(layout.begin(), layout.end(), CanonicalLess); }
 
 int RemainingCapacity(const DeviceModel& model, const MigLayout& layout, int profile_id) {
   const MigProfile* p = model.FindProfileById(profile_id);
-  if (p == nullptr || !ValidateLayout(model, layout).ok()) return 0;
+  if (p == nullptr || !LayoutIsLegal(model, layout)) return 0;
   MigLayout current = layout;
   int added = 0;
   for (int start : p->placement_starts) {
     current.push_back({profile_id, start});
-    if (ValidateLayout(model, current).ok()) {
+    if (LayoutIsLegal(model, current)) {
       ++added;
     } else {
       current.pop_back();

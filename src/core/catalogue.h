@@ -68,6 +68,9 @@ Result<const DeviceModel*> FindModel(std::string_view name);
 // OK iff every placement is legal for its profile, none overlap on memory slices, compute
 // slices do not exceed the GPU's, per-profile max_instances and the one-+me rule hold.
 Status ValidateLayout(const DeviceModel& model, const MigLayout& layout);
+// ValidateLayout(model, layout).ok(), without composing the message: for searches that try
+// many layouts and drop the illegal ones (the MIG planner).
+bool LayoutIsLegal(const DeviceModel& model, const MigLayout& layout);
 // Every legal full or partial layout, canonical order (sorted by start); includes the empty one.
 std::vector<MigLayout> EnumerateLayouts(const DeviceModel& model);
 

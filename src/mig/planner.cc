@@ -77,7 +77,7 @@ Result<Plan> PlanLayout(const PlanInput& in) {
       const MigPlacement& p = candidates[i];
       if (count[p.profile_id] >= demand[p.profile_id].size()) continue;
       layout.push_back(p);
-      if (ValidateLayout(model, layout).ok()) {
+      if (LayoutIsLegal(model, layout)) {
         added.push_back(p);
         ++count[p.profile_id];
         self(self, i + 1);
@@ -110,6 +110,18 @@ Result<Plan> PlanLayout(const PlanInput& in) {
   return plan;
 }
 
+bool HasFreePlacement(const DeviceModel& model, const MigLayout& current, int profile_id) {
+  const MigProfile* p = model.FindProfileById(profile_id);
+  if (p == nullptr || !LayoutIsLegal(model, current)) return false;
+  MigLayout trial = current;
+  for (int start : p->placement_starts) {
+    trial.push_back({profile_id, start});
+    if (LayoutIsLegal(model, trial)) return true;
+    trial.pop_back();
+  }
+  return false;
+}
+
 Result<MigPlacement> FirstFreePlacement(const DeviceModel& model, const MigLayout& current,
                                         int profile_id) {
   const MigProfile* p = model.FindProfileById(profile_id);
@@ -120,7 +132,7 @@ Result<MigPlacement> FirstFreePlacement(const DeviceModel& model, const MigLayou
   MigLayout trial = current;
   for (int start : p->placement_starts) {
     trial.push_back({profile_id, start});
-    if (ValidateLayout(model, trial).ok()) return MigPlacement{profile_id, start};
+    if (LayoutIsLegal(model, trial)) return MigPlacement{profile_id, start};
     trial.pop_back();
   }
   return NotFound(fmt::format("MIG placement: no free legal start for profile {} ({}) on {} "

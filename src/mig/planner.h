@@ -40,5 +40,7 @@ Result<Plan> PlanLayout(const PlanInput& in);
 // not a legal layout.
 Result<MigPlacement> FirstFreePlacement(const DeviceModel& model, const MigLayout& current,
                                         int profile_id);
+// FirstFreePlacement(model, current, profile_id).ok(), without composing a message.
+bool HasFreePlacement(const DeviceModel& model, const MigLayout& current, int profile_id);
 
 }  // namespace gpuslice::mig

@@ -26,7 +26,7 @@ const std::vector<int>& CapacityIndex::PlaceableBeside(const DeviceFacts& f) con
   std::vector<int> ok;
   for (const MigProfile& p : f.model->mig_profiles) {
     if (p.media_extensions) continue;  // the planner sizes requests without +me
-    if (mig::FirstFreePlacement(*f.model, f.in_use, p.id).ok()) ok.push_back(p.id);
+    if (mig::HasFreePlacement(*f.model, f.in_use, p.id)) ok.push_back(p.id);
   }
   return placeable_memo_.emplace(key, std::move(ok)).first->second;
 }

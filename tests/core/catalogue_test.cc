@@ -467,6 +467,35 @@ TEST(EnumerateLayouts, EveryLayoutIsLegalCanonicalAndUnique) {
   }
 }
 
+// LayoutIsLegal() is ValidateLayout().ok() without the message: on every legal layout of every
+// model, and on each of them with one more instance of any profile (or an unknown one) at any
+// start, legal or not (overlaps, a second +me, too many instances or compute slices).
+TEST(LayoutIsLegal, AgreesWithValidateLayout) {
+  for (const DeviceModel& m : AllModels()) {
+    EXPECT_EQ(LayoutIsLegal(m, {}), ValidateLayout(m, {}).ok()) << m.name;
+    if (!m.supports_mig()) {
+      EXPECT_FALSE(LayoutIsLegal(m, {{0, 0}})) << m.name;
+      continue;
+    }
+    std::vector<int> ids{-1};
+    for (const MigProfile& p : m.mig_profiles) ids.push_back(p.id);
+    int checked = 0;
+    for (const MigLayout& l : EnumerateLayouts(m)) {
+      EXPECT_TRUE(LayoutIsLegal(m, l)) << FormatLayout(m, l);
+      for (int id : ids) {
+        for (int start = 0; start < m.mig_memory_slices; ++start) {
+          MigLayout more = l;
+          more.push_back({id, start});
+          ASSERT_EQ(LayoutIsLegal(m, more), ValidateLayout(m, more).ok()) << m.name << " " << FormatLayout(m, l)
+                                                                         << " + profile " << id << "@" << start;
+          ++checked;
+        }
+      }
+    }
+    EXPECT_GT(checked, 0) << m.name;
+  }
+}
+
 TEST(EnumerateLayouts, ContainsEveryValidReferenceVector) {
   const DeviceModel& m = Model("A100-40GB");
   const std::vector<MigLayout> all = EnumerateLayouts(m);

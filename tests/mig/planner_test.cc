@@ -242,6 +242,7 @@ TEST(FirstFreePlacement, LowestFreeLegalStart) {
     SCOPED_TRACE(r.current + " + " + r.profile);
     const int id = m.FindProfile(r.profile)->id;
     auto p = FirstFreePlacement(m, Layout(m, r.current), id);
+    EXPECT_EQ(HasFreePlacement(m, Layout(m, r.current), id), r.want_start >= 0);
     if (r.want_start < 0) {
       ASSERT_FALSE(p.ok());
       EXPECT_EQ(p.status().code(), StatusCode::kNotFound);
@@ -274,6 +275,8 @@ TEST(FirstFreePlacement, Errors) {
   EXPECT_THAT(unknown.status().message(), HasSubstr("77"));
   auto bad = FirstFreePlacement(m, {{19, 7}}, 19);
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(HasFreePlacement(m, {}, 77));
+  EXPECT_FALSE(HasFreePlacement(m, {{19, 7}}, 19));
 }
 
 }  // namespace
