@@ -40,11 +40,19 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
   double best_score = 0;
   double best_drop = 0;
   MilliGpu best_free = 0;
+  // A GPU's drop depends only on its free share: a GPU with the free share of the last one
+  // evaluated (GPUs of equal share are often adjacent) reuses its drop and score, bit for bit.
+  MilliGpu last_free = -1;
+  double drop = 0;
+  double score = 0;
   for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
     const GpuView& g = node.gpus[i];
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
-    const double drop = before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory);
-    const double score = FgdQuantisedScore(drop);
+    if (g.free_milli != last_free) {
+      drop = before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory);
+      score = FgdQuantisedScore(drop);
+      last_free = g.free_milli;
+    }
     bool better = best < 0 || score > best_score;
     if (!better && score == best_score) {
       better = drop > best_drop + kDropEpsilon ||
