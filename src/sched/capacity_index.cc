@@ -24,27 +24,29 @@ const std::vector<int>& CapacityIndex::PlaceableBeside(const DeviceFacts& f) con
   auto it = placeable_memo_.find(key);
   if (it != placeable_memo_.end()) return it->second;
   std::vector<int> ok;
+  const MigLayout in_use(f.in_use.begin(), f.in_use.end());
   for (const MigProfile& p : f.model->mig_profiles) {
     if (p.media_extensions) continue;  // the planner sizes requests without +me
-    if (mig::HasFreePlacement(*f.model, f.in_use, p.id)) ok.push_back(p.id);
+    if (mig::HasFreePlacement(*f.model, in_use, p.id)) ok.push_back(p.id);
   }
   return placeable_memo_.emplace(key, std::move(ok)).first->second;
 }
 
-CapacityIndex::Entries CapacityIndex::EntriesOf(const DeviceView& d, const DeviceFacts& f) const {
-  Entries e;
-  if (d.mode != DeviceMode::kMig || Excluded(d) || !f.model) return e;
-  std::vector<int> free_profiles;
+template <typename OnInstance, typename OnRelayout>
+void CapacityIndex::ForEachMigEntry(const DeviceView& d, const DeviceFacts& f, OnInstance on_instance,
+                                    OnRelayout on_relayout) const {
+  if (d.mode != DeviceMode::kMig || Excluded(d) || !f.model) return;
+  std::vector<int>& free_profiles = scratch_free_profiles_;
+  free_profiles.clear();
   for (const MigPlacement& inst : d.layout) {
     if (std::find(f.in_use.begin(), f.in_use.end(), inst) != f.in_use.end()) continue;
-    e.free_instances.emplace_back(f.model_idx, inst.profile_id, d.ref, inst.start);
+    on_instance(std::make_tuple(f.model_idx, inst.profile_id, d.ref, inst.start));
     free_profiles.push_back(inst.profile_id);
   }
   for (int p : PlaceableBeside(f)) {
     if (std::find(free_profiles.begin(), free_profiles.end(), p) == free_profiles.end())
-      e.relayout.emplace_back(f.model_idx, p, d.ref);
+      on_relayout(std::make_tuple(f.model_idx, p, d.ref));
   }
-  return e;
 }
 
 void CapacityIndex::Add(const DeviceView& d, const DeviceFacts& f) {
@@ -69,12 +71,10 @@ void CapacityIndex::Add(const DeviceView& d, const DeviceFacts& f) {
     case DeviceMode::kWhole:
       if (d.mig_capable) mig_busy_.insert(d.ref);
       break;
-    case DeviceMode::kMig: {
-      Entries e = EntriesOf(d, f);
-      free_instances_.insert(e.free_instances.begin(), e.free_instances.end());
-      relayout_.insert(e.relayout.begin(), e.relayout.end());
+    case DeviceMode::kMig:
+      ForEachMigEntry(
+          d, f, [&](const auto& e) { free_instances_.insert(e); }, [&](const auto& e) { relayout_.insert(e); });
       break;
-    }
   }
 }
 
@@ -102,12 +102,10 @@ void CapacityIndex::Remove(const DeviceView& d, const DeviceFacts& f) {
     case DeviceMode::kWhole:
       mig_busy_.erase(d.ref);
       break;
-    case DeviceMode::kMig: {
-      Entries e = EntriesOf(d, f);
-      for (const auto& x : e.free_instances) free_instances_.erase(x);
-      for (const auto& x : e.relayout) relayout_.erase(x);
+    case DeviceMode::kMig:
+      ForEachMigEntry(
+          d, f, [&](const auto& e) { free_instances_.erase(e); }, [&](const auto& e) { relayout_.erase(e); });
       break;
-    }
   }
 }
 

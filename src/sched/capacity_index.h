@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -23,7 +24,9 @@ struct DeviceFacts {
   const DeviceModel* model = nullptr;
   int model_idx = -1;    // position in AllModels(); -1 if unknown
   int mps_limit = 48;
-  MigLayout in_use;      // MIG instances with a slice on them
+  // MIG instances with a slice on them: a view of the scheduler's books, valid for the call
+  // that is given these facts (the books change with the device).
+  std::span<const MigPlacement> in_use;
 };
 
 class CapacityIndex {
@@ -54,11 +57,12 @@ class CapacityIndex {
  private:
   // Devices no new slice may take: changing MIG layout, or reserved for a waiting job.
   static bool Excluded(const DeviceView& d) { return d.draining || d.reconfiguring || d.reserved_for.valid(); }
-  struct Entries {
-    std::vector<std::tuple<int, int, DeviceRef, int>> free_instances;  // (model, profile, dev, start)
-    std::vector<std::tuple<int, int, DeviceRef>> relayout;             // (model, profile, dev)
-  };
-  Entries EntriesOf(const DeviceView& d, const DeviceFacts& f) const;
+  // Calls on_instance((model, profile, dev, start)) for each free MIG instance of `d` and
+  // on_relayout((model, profile, dev)) for each profile that fits beside its instances in use
+  // after a re-layout and has no free instance there (no allocation once warm).
+  template <typename OnInstance, typename OnRelayout>
+  void ForEachMigEntry(const DeviceView& d, const DeviceFacts& f, OnInstance on_instance,
+                       OnRelayout on_relayout) const;
   const std::vector<int>& PlaceableBeside(const DeviceFacts& f) const;
 
   std::map<NodeId, std::set<DeviceIndex>> free_;
@@ -72,6 +76,7 @@ class CapacityIndex {
   // Memo: (model, in-use layout) -> profiles that fit beside it. Not part of equality.
   mutable std::map<std::vector<int>, std::vector<int>> placeable_memo_;
   mutable std::vector<int> scratch_key_;  // PlaceableBeside()'s key
+  mutable std::vector<int> scratch_free_profiles_;  // ForEachMigEntry()
 };
 
 }  // namespace gpuslice::sched

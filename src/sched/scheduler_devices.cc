@@ -17,9 +17,10 @@ namespace gpuslice::sched {
 // ---------------------------------------------------------------- devices and indexes
 // MIG instances with a slice, sorted by start: kept per device (the indexes read it on every
 // change of a MIG device); InUseFromSlices() recomputes it for CheckInvariants.
-MigLayout Scheduler::Impl::InUse(const DeviceView& d) const {
+const MigLayout& Scheduler::Impl::InUse(const DeviceView& d) const {
+  static const MigLayout kNone;
   auto it = mig_in_use_.find(&d);
-  return it == mig_in_use_.end() ? MigLayout{} : it->second;
+  return it == mig_in_use_.end() ? kNone : it->second;
 }
 
 void Scheduler::Impl::SortByStart(MigLayout& l) {

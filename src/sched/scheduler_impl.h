@@ -140,7 +140,8 @@ class Scheduler::Impl {
     return !d.draining && !d.reconfiguring && !d.reserved_for.valid();
   }
 
-  MigLayout InUse(const DeviceView& d) const;
+  // The MIG instances in use on `d` (valid until its slices change).
+  const MigLayout& InUse(const DeviceView& d) const;
   static void SortByStart(MigLayout& l);
   MigLayout InUseFromSlices(const DeviceView& d) const;
   DeviceFacts Facts(const DeviceView& d) const;
