@@ -29,15 +29,54 @@ int HostStates::FindModelId(std::string_view model) const {
 }
 
 std::uint64_t HostStates::Hash(int host_model, std::span<const DeviceStateKey> devices) {
+  // Two words a device; they need not take every bit of every field (equality is checked).
   std::uint64_t h = static_cast<std::uint64_t>(host_model) + 1;
   for (const DeviceStateKey& d : devices) {
-    h = Mix(h, static_cast<std::uint64_t>(d.model) << 40 ^ static_cast<std::uint64_t>(d.mode + 2) << 2 ^
-                   (d.schedulable ? 1 : 0));
-    h = Mix(h, static_cast<std::uint64_t>(d.used_milli));
+    h = Mix(h, static_cast<std::uint64_t>(d.model) << 48 ^ static_cast<std::uint64_t>(d.mode + 2) << 40 ^
+                   static_cast<std::uint64_t>(d.schedulable ? 1 : 0) << 39 ^ static_cast<std::uint64_t>(d.clients) << 20 ^
+                   static_cast<std::uint64_t>(d.mps_limit) << 11 ^ static_cast<std::uint64_t>(d.used_milli));
     h = Mix(h, static_cast<std::uint64_t>(d.memory) ^ static_cast<std::uint64_t>(d.used_memory) << 17);
-    h = Mix(h, static_cast<std::uint64_t>(d.clients) << 32 | static_cast<std::uint32_t>(d.mps_limit));
   }
   return h;
+}
+
+int HostStates::FindState(std::uint64_t hash, int host_model, std::span<const DeviceStateKey> devices) const {
+  if (by_hash_.empty()) return -1;
+  const std::size_t mask = by_hash_.size() - 1;
+  for (std::size_t i = hash & mask; by_hash_[i] != kNoState; i = (i + 1) & mask) {
+    const int id = by_hash_[i];
+    if (id == kRetired) continue;
+    const State& s = states_[id];
+    if (s.hash == hash && s.host_model_id == host_model &&
+        std::equal(devices.begin(), devices.end(), s.devices.begin(), s.devices.end()))
+      return id;
+  }
+  return -1;
+}
+
+void HostStates::AddToTable(int id) {
+  if (2 * (by_hash_used_ + 1) > by_hash_.size()) {
+    // Rebuilt from the live states (retired slots dropped), twice as large if they need it.
+    std::size_t size = std::max<std::size_t>(by_hash_.size(), 64);
+    while (4 * (live_ + 1) > size) size *= 2;
+    by_hash_.assign(size, kNoState);
+    by_hash_used_ = 0;
+    for (const State& s : states_) {
+      if (!s.hosts.empty() && s.id != id) AddToTable(s.id);
+    }
+  }
+  const std::size_t mask = by_hash_.size() - 1;
+  std::size_t i = states_[id].hash & mask;
+  while (by_hash_[i] >= 0) i = (i + 1) & mask;
+  if (by_hash_[i] == kNoState) ++by_hash_used_;
+  by_hash_[i] = id;
+}
+
+void HostStates::RemoveFromTable(int id) {
+  const std::size_t mask = by_hash_.size() - 1;
+  std::size_t i = states_[id].hash & mask;
+  while (by_hash_[i] != id) i = (i + 1) & mask;
+  by_hash_[i] = kRetired;
 }
 
 void HostStates::MarkDirty(NodeId node, bool devices_changed) {
@@ -95,14 +134,8 @@ void HostStates::Detach(NodeId node, Host& h) {
     // Retire the state: out of the buckets and the hash table, its id reused later (its
     // vectors keep their capacity for the next state filed there).
     Unbucket(id);
-    for (auto [it, end] = by_hash_.equal_range(s.hash); it != end; ++it) {
-      if (it->second == id) {
-        by_hash_.erase(it);
-        break;
-      }
-    }
-    for (auto& slot : memos_) slot[id].generation = 0;  // keeps the vectors' capacity
-    free_ids_.push_back(id);
+    RemoveFromTable(id);
+    free_ids_.push_back(id);  // its memos are cleared when the id is reused
     --live_;
   }
   h.state = -1;
@@ -147,14 +180,7 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
       return;
   }
   const std::uint64_t hash = Hash(host_model, probe_);
-  int id = -1;
-  for (auto [it, end] = by_hash_.equal_range(hash); it != end; ++it) {
-    const State& s = states_[it->second];
-    if (s.host_model_id == host_model && std::equal(probe_.begin(), probe_.end(), s.devices.begin(), s.devices.end())) {
-      id = it->second;
-      break;
-    }
-  }
+  int id = FindState(hash, host_model, probe_);
   Detach(node, h);
   if (id < 0) {
     if (!free_ids_.empty()) {
@@ -181,9 +207,9 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
     s.hash = hash;
     s.id = id;
     for (auto& slot : memos_) slot[id].generation = 0;  // keeps the vectors' capacity
-    by_hash_.emplace(hash, id);
-    Bucket(id);
     ++live_;
+    AddToTable(id);
+    Bucket(id);
   }
   State& s = states_[id];
   s.hosts.insert(std::upper_bound(s.hosts.begin(), s.hosts.end(), node), node);

@@ -175,7 +175,15 @@ class HostStates {
                                                         std::vector<std::vector<int>>(kShareBuckets),
                                                         std::vector<std::vector<int>>(kShareBuckets)};
   std::array<int, 3> top_{-1, -1, -1};  // per summary kind, the highest non-empty bucket (-1: none)
-  std::unordered_multimap<std::uint64_t, int> by_hash_;  // hash of (host model, devices) -> id
+  // Live state ids by the hash of (host model, devices): open addressing, linear probing, no
+  // allocation per state (kNoState ends a probe, kRetired is skipped); at most half full,
+  // retired slots included.
+  static constexpr int kNoState = -1, kRetired = -2;
+  std::vector<int> by_hash_;
+  std::size_t by_hash_used_ = 0;  // slots not kNoState
+  int FindState(std::uint64_t hash, int host_model, std::span<const DeviceStateKey> devices) const;
+  void AddToTable(int id);
+  void RemoveFromTable(int id);
   std::vector<NodeId> dirty_;
   std::deque<std::string> model_names_;  // ModelId -> name (a deque: stable addresses)
   // Scratch for Set() (no allocation per call once warm).
