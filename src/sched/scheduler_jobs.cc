@@ -224,7 +224,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
   Resolved& r = resolved_.at(id);
   JobView& j = *r.view;
   auto sit = r.slice;
-  const SliceView s = sit->second;  // a copy: the indexes read the record until it is erased
+  const SliceView& s = sit->second;  // erased below, after its last use
   std::vector<DeviceView*> devs = std::move(r.devices);
   r.devices.clear();
   if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
