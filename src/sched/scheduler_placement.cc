@@ -168,7 +168,7 @@ GpuView Scheduler::Impl::ViewOf(const Resolved& r, const DeviceView& d) const {
 // ViewOf() from a device's HostStates key (RefileHost() below), without reading the device:
 // the same rules, on the key's copies of the fields they read. `model`: HostStates'
 // id of r.model, kAnyModel when empty, -1 when no device has that model.
-GpuView Scheduler::Impl::ViewOfKey(const Resolved& r, int model, const DeviceStateKey& k) {
+inline GpuView Scheduler::Impl::ViewOfKey(const Resolved& r, int model, const DeviceStateKey& k) {
   bool ok = k.schedulable && (model == kAnyModel || k.model == model);
   const auto mode = static_cast<DeviceMode>(k.mode);
   if (ok && r.kind == SliceKind::kWhole) {
