@@ -140,6 +140,12 @@ class Scheduler::Impl {
     return !d.draining && !d.reconfiguring && !d.reserved_for.valid();
   }
 
+  // No placement view ever shows the device as usable (ViewOf()): in MIG or whole-GPU mode, or
+  // not schedulable. Its HostStates key keeps only its model (InertKey()).
+  static bool InertForPlacement(const DeviceView& d) {
+    return !Schedulable(d) || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole;
+  }
+
   // The MIG instances in use on `d` (valid until its slices change).
   const MigLayout& InUse(const DeviceView& d) const;
   static void SortByStart(MigLayout& l);
@@ -151,13 +157,17 @@ class Scheduler::Impl {
   void Mutate(const DeviceRef& ref, F f) {
     Mutate(devices_.at(ref), std::move(f));
   }
+  // A device that no request can use while it stays so (the MIG instances of a device in MIG
+  // mode come and go): its HostStates key is InertKey(model) before and after, so its host
+  // keeps its state and is not refiled.
   template <typename F>
   void Mutate(DeviceView& d, F f) {
     bool was_changing = d.draining || d.reconfiguring;
+    const bool was_inert = InertForPlacement(d);
     index_.Remove(d, Facts(d));
     f(d);
     index_.Add(d, Facts(d));
-    if (by_state_) host_states_.MarkDirty(d.ref.node);
+    if (by_state_ && !(was_inert && InertForPlacement(d))) host_states_.MarkDirty(d.ref.node);
     mig_in_flight_ += (d.draining || d.reconfiguring) - was_changing;
   }
   void SetMode(DeviceView& d, DeviceMode mode);

@@ -202,9 +202,8 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
   for (std::size_t i = 0; i < scratch_devs_.size(); ++i) {
     const DeviceView& d = *scratch_devs_[i];
     const int model = models != nullptr ? (*models)[i] : host_states_.ModelId(d.model);
-    const bool schedulable = Schedulable(d);
     // ViewOf() shows every request the same unusable GPU for these (host_states.h).
-    if (!schedulable || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole) {
+    if (InertForPlacement(d)) {
       scratch_keys_.push_back(InertKey(model));
       continue;
     }
