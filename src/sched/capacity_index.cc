@@ -7,6 +7,25 @@
 
 namespace gpuslice::sched {
 
+namespace {
+// set.erase(key), keeping the node (if any) as `spare`.
+template <typename Set>
+void EraseKeep(Set& set, typename Set::node_type& spare, const typename Set::key_type& key) {
+  if (auto node = set.extract(key)) spare = std::move(node);
+}
+// set.insert(key), in `spare` if there is one.
+template <typename Set>
+void InsertReuse(Set& set, typename Set::node_type& spare, const typename Set::key_type& key) {
+  if (!spare) {
+    set.insert(key);
+    return;
+  }
+  spare.value() = key;
+  auto result = set.insert(std::move(spare));
+  if (!result.inserted) spare = std::move(result.node);
+}
+}  // namespace
+
 const std::set<DeviceIndex>& CapacityIndex::FreeOn(NodeId node) const {
   static const std::set<DeviceIndex> kNone;
   auto it = free_.find(node);
@@ -54,26 +73,28 @@ void CapacityIndex::Add(const DeviceView& d, const DeviceFacts& f) {
   switch (d.mode) {
     case DeviceMode::kFree: {
       auto& set = free_[d.ref.node];
-      if (!set.empty()) free_by_node_.erase({static_cast<int>(set.size()), d.ref.node});
-      set.insert(d.ref.index);
-      free_by_node_.insert({static_cast<int>(set.size()), d.ref.node});
-      if (d.mig_capable) mig_free_.insert({f.model_idx, d.ref});
+      if (!set.empty()) EraseKeep(free_by_node_, spares_.free_by_node, {static_cast<int>(set.size()), d.ref.node});
+      InsertReuse(set, spares_.free, d.ref.index);
+      InsertReuse(free_by_node_, spares_.free_by_node, {static_cast<int>(set.size()), d.ref.node});
+      if (d.mig_capable) InsertReuse(mig_free_, spares_.mig_free, {f.model_idx, d.ref});
       break;
     }
     case DeviceMode::kShared:
-      if (d.used_milli < kOneGpu) shared_.insert({kOneGpu - d.used_milli, d.ref});
-      if (d.mig_capable) mig_busy_.insert(d.ref);
+      if (d.used_milli < kOneGpu) InsertReuse(shared_, spares_.share, {kOneGpu - d.used_milli, d.ref});
+      if (d.mig_capable) InsertReuse(mig_busy_, spares_.mig_busy, d.ref);
       break;
     case DeviceMode::kMps:
-      if (d.used_milli < kOneGpu && d.clients < f.mps_limit) mps_.insert({kOneGpu - d.used_milli, d.ref});
-      if (d.mig_capable) mig_busy_.insert(d.ref);
+      if (d.used_milli < kOneGpu && d.clients < f.mps_limit)
+        InsertReuse(mps_, spares_.share, {kOneGpu - d.used_milli, d.ref});
+      if (d.mig_capable) InsertReuse(mig_busy_, spares_.mig_busy, d.ref);
       break;
     case DeviceMode::kWhole:
-      if (d.mig_capable) mig_busy_.insert(d.ref);
+      if (d.mig_capable) InsertReuse(mig_busy_, spares_.mig_busy, d.ref);
       break;
     case DeviceMode::kMig:
       ForEachMigEntry(
-          d, f, [&](const auto& e) { free_instances_.insert(e); }, [&](const auto& e) { relayout_.insert(e); });
+          d, f, [&](const auto& e) { InsertReuse(free_instances_, spares_.free_instance, e); },
+          [&](const auto& e) { InsertReuse(relayout_, spares_.relayout, e); });
       break;
   }
 }
@@ -83,28 +104,32 @@ void CapacityIndex::Remove(const DeviceView& d, const DeviceFacts& f) {
   switch (d.mode) {
     case DeviceMode::kFree: {
       auto it = free_.find(d.ref.node);
-      if (it == free_.end() || it->second.erase(d.ref.index) == 0) break;
+      if (it == free_.end()) break;
+      auto node = it->second.extract(d.ref.index);
+      if (!node) break;
+      spares_.free = std::move(node);
       int n = static_cast<int>(it->second.size());
-      free_by_node_.erase({n + 1, d.ref.node});
-      if (n > 0) free_by_node_.insert({n, d.ref.node});
+      EraseKeep(free_by_node_, spares_.free_by_node, {n + 1, d.ref.node});
+      if (n > 0) InsertReuse(free_by_node_, spares_.free_by_node, {n, d.ref.node});
       else free_.erase(it);
-      mig_free_.erase({f.model_idx, d.ref});
+      EraseKeep(mig_free_, spares_.mig_free, {f.model_idx, d.ref});
       break;
     }
     case DeviceMode::kShared:
-      shared_.erase({kOneGpu - d.used_milli, d.ref});
-      mig_busy_.erase(d.ref);
+      EraseKeep(shared_, spares_.share, {kOneGpu - d.used_milli, d.ref});
+      EraseKeep(mig_busy_, spares_.mig_busy, d.ref);
       break;
     case DeviceMode::kMps:
-      mps_.erase({kOneGpu - d.used_milli, d.ref});
-      mig_busy_.erase(d.ref);
+      EraseKeep(mps_, spares_.share, {kOneGpu - d.used_milli, d.ref});
+      EraseKeep(mig_busy_, spares_.mig_busy, d.ref);
       break;
     case DeviceMode::kWhole:
-      mig_busy_.erase(d.ref);
+      EraseKeep(mig_busy_, spares_.mig_busy, d.ref);
       break;
     case DeviceMode::kMig:
       ForEachMigEntry(
-          d, f, [&](const auto& e) { free_instances_.erase(e); }, [&](const auto& e) { relayout_.erase(e); });
+          d, f, [&](const auto& e) { EraseKeep(free_instances_, spares_.free_instance, e); },
+          [&](const auto& e) { EraseKeep(relayout_, spares_.relayout, e); });
       break;
   }
 }

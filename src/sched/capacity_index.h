@@ -73,6 +73,19 @@ class CapacityIndex {
   std::set<std::tuple<int, int, DeviceRef>> relayout_;
   std::set<std::pair<int, DeviceRef>> mig_free_;
   std::set<DeviceRef> mig_busy_;
+  // A spare node for each kind of set, taken from its last erase for its next insert: a device
+  // change is a Remove() then an Add(), mostly of the same sets, so it allocates nothing.
+  // Not part of equality.
+  struct Spares {
+    std::set<DeviceIndex>::node_type free;
+    std::set<std::pair<int, NodeId>>::node_type free_by_node;
+    std::set<std::pair<MilliGpu, DeviceRef>>::node_type share;  // shared_ and mps_
+    std::set<std::tuple<int, int, DeviceRef, int>>::node_type free_instance;
+    std::set<std::tuple<int, int, DeviceRef>>::node_type relayout;
+    std::set<std::pair<int, DeviceRef>>::node_type mig_free;
+    std::set<DeviceRef>::node_type mig_busy;
+  };
+  Spares spares_;
   // Memo: (model, in-use layout) -> profiles that fit beside it. Not part of equality.
   mutable std::map<std::vector<int>, std::vector<int>> placeable_memo_;
   mutable std::vector<int> scratch_key_;  // PlaceableBeside()'s key
