@@ -7,25 +7,6 @@
 
 namespace gpuslice::sched {
 
-namespace {
-// set.erase(key), keeping the node (if any) as `spare`.
-template <typename Set>
-void EraseKeep(Set& set, typename Set::node_type& spare, const typename Set::key_type& key) {
-  if (auto node = set.extract(key)) spare = std::move(node);
-}
-// set.insert(key), in `spare` if there is one.
-template <typename Set>
-void InsertReuse(Set& set, typename Set::node_type& spare, const typename Set::key_type& key) {
-  if (!spare) {
-    set.insert(key);
-    return;
-  }
-  spare.value() = key;
-  auto result = set.insert(std::move(spare));
-  if (!result.inserted) spare = std::move(result.node);
-}
-}  // namespace
-
 const std::set<DeviceIndex>& CapacityIndex::FreeOn(NodeId node) const {
   static const std::set<DeviceIndex> kNone;
   auto it = free_.find(node);
@@ -73,28 +54,28 @@ void CapacityIndex::Add(const DeviceView& d, const DeviceFacts& f) {
   switch (d.mode) {
     case DeviceMode::kFree: {
       auto& set = free_[d.ref.node];
-      if (!set.empty()) EraseKeep(free_by_node_, spares_.free_by_node, {static_cast<int>(set.size()), d.ref.node});
-      InsertReuse(set, spares_.free, d.ref.index);
-      InsertReuse(free_by_node_, spares_.free_by_node, {static_cast<int>(set.size()), d.ref.node});
-      if (d.mig_capable) InsertReuse(mig_free_, spares_.mig_free, {f.model_idx, d.ref});
+      if (!set.empty()) pools_.free_by_node.Erase(free_by_node_, {static_cast<int>(set.size()), d.ref.node});
+      pools_.free.Insert(set, d.ref.index);
+      pools_.free_by_node.Insert(free_by_node_, {static_cast<int>(set.size()), d.ref.node});
+      if (d.mig_capable) pools_.mig_free.Insert(mig_free_, {f.model_idx, d.ref});
       break;
     }
     case DeviceMode::kShared:
-      if (d.used_milli < kOneGpu) InsertReuse(shared_, spares_.share, {kOneGpu - d.used_milli, d.ref});
-      if (d.mig_capable) InsertReuse(mig_busy_, spares_.mig_busy, d.ref);
+      if (d.used_milli < kOneGpu) pools_.share.Insert(shared_, {kOneGpu - d.used_milli, d.ref});
+      if (d.mig_capable) pools_.mig_busy.Insert(mig_busy_, d.ref);
       break;
     case DeviceMode::kMps:
       if (d.used_milli < kOneGpu && d.clients < f.mps_limit)
-        InsertReuse(mps_, spares_.share, {kOneGpu - d.used_milli, d.ref});
-      if (d.mig_capable) InsertReuse(mig_busy_, spares_.mig_busy, d.ref);
+        pools_.share.Insert(mps_, {kOneGpu - d.used_milli, d.ref});
+      if (d.mig_capable) pools_.mig_busy.Insert(mig_busy_, d.ref);
       break;
     case DeviceMode::kWhole:
-      if (d.mig_capable) InsertReuse(mig_busy_, spares_.mig_busy, d.ref);
+      if (d.mig_capable) pools_.mig_busy.Insert(mig_busy_, d.ref);
       break;
     case DeviceMode::kMig:
       ForEachMigEntry(
-          d, f, [&](const auto& e) { InsertReuse(free_instances_, spares_.free_instance, e); },
-          [&](const auto& e) { InsertReuse(relayout_, spares_.relayout, e); });
+          d, f, [&](const auto& e) { pools_.free_instance.Insert(free_instances_, e); },
+          [&](const auto& e) { pools_.relayout.Insert(relayout_, e); });
       break;
   }
 }
@@ -105,31 +86,29 @@ void CapacityIndex::Remove(const DeviceView& d, const DeviceFacts& f) {
     case DeviceMode::kFree: {
       auto it = free_.find(d.ref.node);
       if (it == free_.end()) break;
-      auto node = it->second.extract(d.ref.index);
-      if (!node) break;
-      spares_.free = std::move(node);
+      if (!pools_.free.Erase(it->second, d.ref.index)) break;
       int n = static_cast<int>(it->second.size());
-      EraseKeep(free_by_node_, spares_.free_by_node, {n + 1, d.ref.node});
-      if (n > 0) InsertReuse(free_by_node_, spares_.free_by_node, {n, d.ref.node});
+      pools_.free_by_node.Erase(free_by_node_, {n + 1, d.ref.node});
+      if (n > 0) pools_.free_by_node.Insert(free_by_node_, {n, d.ref.node});
       else free_.erase(it);
-      EraseKeep(mig_free_, spares_.mig_free, {f.model_idx, d.ref});
+      pools_.mig_free.Erase(mig_free_, {f.model_idx, d.ref});
       break;
     }
     case DeviceMode::kShared:
-      EraseKeep(shared_, spares_.share, {kOneGpu - d.used_milli, d.ref});
-      EraseKeep(mig_busy_, spares_.mig_busy, d.ref);
+      pools_.share.Erase(shared_, {kOneGpu - d.used_milli, d.ref});
+      pools_.mig_busy.Erase(mig_busy_, d.ref);
       break;
     case DeviceMode::kMps:
-      EraseKeep(mps_, spares_.share, {kOneGpu - d.used_milli, d.ref});
-      EraseKeep(mig_busy_, spares_.mig_busy, d.ref);
+      pools_.share.Erase(mps_, {kOneGpu - d.used_milli, d.ref});
+      pools_.mig_busy.Erase(mig_busy_, d.ref);
       break;
     case DeviceMode::kWhole:
-      EraseKeep(mig_busy_, spares_.mig_busy, d.ref);
+      pools_.mig_busy.Erase(mig_busy_, d.ref);
       break;
     case DeviceMode::kMig:
       ForEachMigEntry(
-          d, f, [&](const auto& e) { EraseKeep(free_instances_, spares_.free_instance, e); },
-          [&](const auto& e) { EraseKeep(relayout_, spares_.relayout, e); });
+          d, f, [&](const auto& e) { pools_.free_instance.Erase(free_instances_, e); },
+          [&](const auto& e) { pools_.relayout.Erase(relayout_, e); });
       break;
   }
 }

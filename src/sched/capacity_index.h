@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/catalogue.h"
+#include "sched/node_pool.h"
 #include "sched/scheduler.h"
 
 namespace gpuslice::sched {
@@ -73,19 +74,19 @@ class CapacityIndex {
   std::set<std::tuple<int, int, DeviceRef>> relayout_;
   std::set<std::pair<int, DeviceRef>> mig_free_;
   std::set<DeviceRef> mig_busy_;
-  // A spare node for each kind of set, taken from its last erase for its next insert: a device
-  // change is a Remove() then an Add(), mostly of the same sets, so it allocates nothing.
-  // Not part of equality.
-  struct Spares {
-    std::set<DeviceIndex>::node_type free;
-    std::set<std::pair<int, NodeId>>::node_type free_by_node;
-    std::set<std::pair<MilliGpu, DeviceRef>>::node_type share;  // shared_ and mps_
-    std::set<std::tuple<int, int, DeviceRef, int>>::node_type free_instance;
-    std::set<std::tuple<int, int, DeviceRef>>::node_type relayout;
-    std::set<std::pair<int, DeviceRef>>::node_type mig_free;
-    std::set<DeviceRef>::node_type mig_busy;
+  // Nodes of erased entries for the next inserts, per kind of set: a device change is a
+  // Remove() then an Add(), mostly of the same sets, so it allocates nothing. Not part of
+  // equality.
+  struct Pools {
+    NodePool<std::set<DeviceIndex>> free;
+    NodePool<std::set<std::pair<int, NodeId>>> free_by_node;
+    NodePool<std::set<std::pair<MilliGpu, DeviceRef>>> share;  // shared_ and mps_
+    NodePool<std::set<std::tuple<int, int, DeviceRef, int>>, 8> free_instance;  // a GPU has <= 7
+    NodePool<std::set<std::tuple<int, int, DeviceRef>>, 8> relayout;
+    NodePool<std::set<std::pair<int, DeviceRef>>> mig_free;
+    NodePool<std::set<DeviceRef>> mig_busy;
   };
-  Spares spares_;
+  Pools pools_;
   // Memo: (model, in-use layout) -> profiles that fit beside it. Not part of equality.
   mutable std::map<std::vector<int>, std::vector<int>> placeable_memo_;
   mutable std::vector<int> scratch_key_;  // PlaceableBeside()'s key

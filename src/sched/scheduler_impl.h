@@ -25,6 +25,7 @@
 #include "sched/capacity_index.h"
 #include "sched/host_states.h"
 #include "sched/learned_workload.h"
+#include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/scheduler.h"
 
@@ -351,6 +352,15 @@ class Scheduler::Impl {
   int mig_mode_devices_ = 0;  // devices in MIG mode (they never leave it); see NeverFitsWhy()
   std::string violation_;
   CapacityIndex index_;
+  // Nodes of erased entries of the books above, for their next inserts: a step of a busy
+  // cluster ends a job and starts one (node_pool.h).
+  NodePool<std::map<PendingKey, Resolved*>, 8> pending_nodes_;  // pending_ and its subsets
+  NodePool<std::set<int>> live_shape_nodes_;
+  NodePool<std::map<JobId, JobView>> job_nodes_;
+  NodePool<std::unordered_map<JobId, Resolved>> resolved_nodes_;
+  NodePool<std::map<SliceId, SliceView>> slice_nodes_;
+  NodePool<std::set<std::pair<Micros, SliceId>>> timer_nodes_;
+  NodePool<std::unordered_map<SliceId, Micros>> timer_of_nodes_;
 
   LearnedWorkload workload_;  // what fragmentation-aware policies score against
 

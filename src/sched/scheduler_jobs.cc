@@ -117,7 +117,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   auto r = Resolve(e);
   Status st = r.ok() ? Feasible(*r) : r.status();
   if (!st.ok()) {
-    JobView& rec = jobs_.emplace(e.job, std::move(j)).first->second;
+    JobView& rec = job_nodes_.Insert(jobs_, e.job, std::move(j)).first->second;
     EndJob(rec, "rejected");
     out_.push_back(Reject{e.job, st.WithContext(fmt::format("job {}", e.job.value()))});
     ++stats_.rejected;
@@ -128,8 +128,8 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
       std::make_tuple(r->kind, r->gpus, r->milli, r->memory, r->mig_need, r->model, r->queue),
       static_cast<int>(shapes_.size()));
   r->shape = shape_it->second;
-  JobView* view = &jobs_.emplace(e.job, std::move(j)).first->second;
-  Resolved* rp = &resolved_.emplace(e.job, std::move(r).value()).first->second;
+  JobView* view = &job_nodes_.Insert(jobs_, e.job, std::move(j)).first->second;
+  Resolved* rp = &resolved_nodes_.Insert(resolved_, e.job, std::move(r).value()).first->second;
   rp->view = view;
   if (rp->kind != SliceKind::kMig) workload_.Count(rp->gpus, rp->milli);
   AddPending(rp);
@@ -140,21 +140,21 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
 // MIG jobs apart (the planner looks at the first few of them).
 void Scheduler::Impl::AddPending(Resolved* r) {
   PendingKey k{-r->queue->priority, r->submit, r->job};
-  pending_.emplace(k, r);
-  if (r->kind == SliceKind::kMig) pending_mig_.emplace(k, r);
-  if (MayReserve(*r)) pending_reserve_[r->queue].emplace(k, r);
+  pending_nodes_.Insert(pending_, k, r);
+  if (r->kind == SliceKind::kMig) pending_nodes_.Insert(pending_mig_, k, r);
+  if (MayReserve(*r)) pending_nodes_.Insert(pending_reserve_[r->queue], k, r);
   if (shape_queue_.size() <= static_cast<std::size_t>(r->shape)) shape_queue_.resize(r->shape + 1);
-  shape_queue_[r->shape].emplace(k, r);
-  live_shapes_.insert(r->shape);
+  pending_nodes_.Insert(shape_queue_[r->shape], k, r);
+  live_shape_nodes_.Insert(live_shapes_, r->shape);
 }
 void Scheduler::Impl::RemovePending(const Resolved& r) {
   PendingKey k{-r.queue->priority, r.submit, r.job};
-  pending_.erase(k);
-  pending_mig_.erase(k);
-  if (MayReserve(r)) pending_reserve_[r.queue].erase(k);
+  pending_nodes_.Erase(pending_, k);
+  if (r.kind == SliceKind::kMig) pending_nodes_.Erase(pending_mig_, k);
+  if (MayReserve(r)) pending_nodes_.Erase(pending_reserve_[r.queue], k);
   auto& q = shape_queue_[r.shape];
-  q.erase(k);
-  if (q.empty()) live_shapes_.erase(r.shape);
+  pending_nodes_.Erase(q, k);
+  if (q.empty()) live_shape_nodes_.Erase(live_shapes_, r.shape);
 }
 
 void Scheduler::Impl::EndJob(JobView& j, std::string_view reason) {
@@ -169,7 +169,7 @@ void Scheduler::Impl::EndJob(JobView& j, std::string_view reason) {
 void Scheduler::Impl::Remember(JobId ended) {
   ended_.push_back(ended);
   while (ended_.size() > kEndedHistory) {
-    jobs_.erase(ended_.front());
+    job_nodes_.Erase(jobs_, ended_.front());
     ended_.pop_front();
   }
 }
@@ -178,7 +178,7 @@ void Scheduler::Impl::RejectPending(JobId id, const Status& st) {
   const Resolved& r = resolved_.at(id);
   ReleaseReservationOf(id);
   RemovePending(r);
-  resolved_.erase(id);
+  resolved_nodes_.Erase(resolved_, id);
   EndJob(jobs_.at(id), "rejected");
   out_.push_back(Reject{id, st.WithContext(fmt::format("job {}", id.value()))});
   ++stats_.rejected;
@@ -192,7 +192,7 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
     const bool held = reservation_ && reservation_->job == e.job;
     ReleaseReservationOf(e.job);
     RemovePending(r);
-    resolved_.erase(e.job);
+    resolved_nodes_.Erase(resolved_, e.job);
     EndJob(it->second, "cancelled");
     if (held) Schedule(std::nullopt);  // the kept devices are free for others again
     return;
@@ -249,14 +249,14 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
   }
   Untime(s.slice);
   reclaimable_.erase(s.slice);
-  slices_.erase(sit);
+  slice_nodes_.Erase(slices_, sit);
   j.slice = SliceId();
   if (requeue) {
     j.state = JobState::kPending;
     AddPending(&r);
   } else {
     EndJob(j, reason);
-    resolved_.erase(id);
+    resolved_nodes_.Erase(resolved_, id);
   }
   // A draining device that became empty is reconfigured now.
   for (DeviceView* dv : devs) MaybeFinishDrain(*dv);
@@ -326,7 +326,7 @@ void Scheduler::Impl::Start(const Resolved& r, const Choice& c) {
   }
   d.milli = s.milli;
   // The slice is recorded before the devices change: the indexes read it (MIG in-use set).
-  rw.slice = slices_.emplace(s.slice, std::move(s)).first;
+  rw.slice = slice_nodes_.Insert(slices_, s.slice, std::move(s)).first;
   SliceView& rec = rw.slice->second;
   Retime(rec);
   for (DeviceIndex di : c.devices) {

@@ -188,14 +188,14 @@ void Scheduler::Impl::Retime(const SliceView& s) {
   Untime(s.slice);
   Micros t = NextTimer(s, *resolved_.at(s.job).queue);
   if (t == LLONG_MAX) return;
-  timers_.emplace(t, s.slice);
-  timer_of_.emplace(s.slice, t);
+  timer_nodes_.Insert(timers_, {t, s.slice});
+  timer_of_nodes_.Insert(timer_of_, s.slice, t);
 }
 void Scheduler::Impl::Untime(SliceId id) {
   auto it = timer_of_.find(id);
   if (it == timer_of_.end()) return;
-  timers_.erase({it->second, id});
-  timer_of_.erase(it);
+  timer_nodes_.Erase(timers_, {it->second, id});
+  timer_of_nodes_.Erase(timer_of_, it);
 }
 
 std::string_view ActivityName(Activity a) {
