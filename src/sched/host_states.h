@@ -117,6 +117,13 @@ class HostStates {
   // caller gives an inert device (see above) the key InertKey(model).
   void Set(NodeId node, std::span<DeviceStateKey> keys, std::span<const DeviceView* const> devices);
 
+  // Whether ForWhole(gpus, ...) / ForShare(mps, milli, ...) could visit a state at all (their
+  // buckets are not all empty): a request that fails this fits nowhere.
+  bool MayTakeWhole(int gpus) const { return top_[kWhole] >= std::max(gpus, 0); }
+  bool MayTakeShare(bool mps, MilliGpu milli) const {
+    return top_[mps ? kMps : kShare] >= ShareBucket(std::max<MilliGpu>(milli, 0));
+  }
+
   // Calls f(State&) for every live state whose summary could take the request (a necessary
   // condition of fitting): at least `gpus` whole-free devices / a share or MPS free share of at
   // least `milli`. In no particular order.

@@ -276,6 +276,13 @@ void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& p
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
   host_states_.TakeDirty(scratch_dirty_);
   for (NodeId nid : scratch_dirty_) RefileHost(nid);
+  // Most failed attempts end here (a whole-GPU shape waiting for a host with enough free
+  // devices): no state could take the request, so there is nothing to score or draw.
+  const bool mps = r.kind == SliceKind::kMps;
+  if (r.kind == SliceKind::kWhole ? !host_states_.MayTakeWhole(r.gpus) : !host_states_.MayTakeShare(mps, r.milli)) {
+    ++stats_.placement_attempts;  // counted as InputFor() counts every attempt
+    return std::nullopt;
+  }
   SelectMemoSlot(r, policy);
   const PolicyInput in = InputFor(r);
   const PlacementRequest& req = in.req;
@@ -305,7 +312,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   if (r.kind == SliceKind::kWhole) {
     host_states_.ForWhole(r.gpus, visit);
   } else {
-    host_states_.ForShare(r.kind == SliceKind::kMps, r.milli, visit);
+    host_states_.ForShare(mps, r.milli, visit);
   }
   if (scratch_top_.empty()) return std::nullopt;
   // Place()'s one draw over the ties, then the k-th of them in NodeId order.
