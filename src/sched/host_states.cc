@@ -152,9 +152,11 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
   Host& h = hosts_[node];
   h.dirty = false;
   h.devices_changed = false;
-  h.index_order.assign(devices.begin(), devices.end());
-  h.index_models.resize(keys.size());
-  for (std::size_t i = 0; i < keys.size(); ++i) h.index_models[i] = keys[i].model;
+  if (devices.data() != h.index_order.data()) {  // else: IndexOrder() given back, unchanged
+    h.index_order.assign(devices.begin(), devices.end());
+    h.index_models.resize(keys.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) h.index_models[i] = keys[i].model;
+  }
   // Canonical order: stable by used share, so devices with equal shares keep index order
   // (an insertion sort: hosts have a few devices).
   const int n = static_cast<int>(keys.size());

@@ -114,7 +114,8 @@ class HostStates {
 
   // (Re)files `node` with its devices in index order (`devices[i]` has `keys[i]`); no devices:
   // the host is removed. The pointers must stay valid until the host is next refiled. The
-  // caller gives an inert device (see above) the key InertKey(model).
+  // caller gives an inert device (see above) the key InertKey(model). `devices` may be
+  // IndexOrder(node) itself (the keys' models then those of IndexModels(node)).
   void Set(NodeId node, std::span<DeviceStateKey> keys, std::span<const DeviceView* const> devices);
 
   // Whether ForWhole(gpus, ...) / ForShare(mps, milli, ...) could visit a state at all (their

@@ -191,16 +191,18 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
   // The host's devices in index order: as filed last time unless devices came or went.
   // Their models' ids likewise (a lookup by name otherwise).
   const std::vector<int>* models = nullptr;
+  std::span<const DeviceView* const> devs;
   if (const std::vector<const DeviceView*>* same = host_states_.IndexOrder(nid)) {
-    scratch_devs_.assign(same->begin(), same->end());
+    devs = *same;  // read in place (Set() knows its own list)
     models = &host_states_.IndexModels(nid);
   } else {
     for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)});
          it != devices_.end() && it->first.node == nid; ++it)
       scratch_devs_.push_back(&it->second);
+    devs = scratch_devs_;
   }
-  for (std::size_t i = 0; i < scratch_devs_.size(); ++i) {
-    const DeviceView& d = *scratch_devs_[i];
+  for (std::size_t i = 0; i < devs.size(); ++i) {
+    const DeviceView& d = *devs[i];
     const int model = models != nullptr ? (*models)[i] : host_states_.ModelId(d.model);
     // ViewOf() shows every request the same unusable GPU for these (host_states.h).
     if (InertForPlacement(d)) {
@@ -225,7 +227,7 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
     k.mps_free = free || d.mode == DeviceMode::kMps ? kOneGpu - d.used_milli : -1;
     scratch_keys_.push_back(k);
   }
-  host_states_.Set(nid, scratch_keys_, scratch_devs_);
+  host_states_.Set(nid, scratch_keys_, devs);
 }
 
 // Makes memo_slot_/memo_generation_ those of request shape `r` under `policy`: the slot that
