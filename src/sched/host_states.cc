@@ -4,14 +4,6 @@
 
 namespace gpuslice::sched {
 
-namespace {
-std::uint64_t Mix(std::uint64_t h, std::uint64_t v) {
-  // splitmix64-style combine: cheap, and distinct states rarely collide (equality is checked).
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  return h;
-}
-}  // namespace
-
 int HostStates::ModelId(std::string_view model) {
   // A handful of models per cluster: a linear search beats hashing the name.
   for (std::size_t i = 0; i < model_names_.size(); ++i) {
@@ -29,15 +21,19 @@ int HostStates::FindModelId(std::string_view model) const {
 }
 
 std::uint64_t HostStates::Hash(int host_model, std::span<const DeviceStateKey> devices) {
-  // Two words a device; they need not take every bit of every field (equality is checked).
+  // Two words a device, each folded in with a multiply; they need not take every bit of every
+  // field (equality is checked). The high half is folded down at the end: the table indexes
+  // by the low bits.
+  constexpr std::uint64_t kOdd = 0x9e3779b97f4a7c15ULL;
   std::uint64_t h = static_cast<std::uint64_t>(host_model) + 1;
   for (const DeviceStateKey& d : devices) {
-    h = Mix(h, static_cast<std::uint64_t>(d.model) << 48 ^ static_cast<std::uint64_t>(d.mode + 2) << 40 ^
-                   static_cast<std::uint64_t>(d.schedulable ? 1 : 0) << 39 ^ static_cast<std::uint64_t>(d.clients) << 20 ^
-                   static_cast<std::uint64_t>(d.mps_limit) << 11 ^ static_cast<std::uint64_t>(d.used_milli));
-    h = Mix(h, static_cast<std::uint64_t>(d.memory) ^ static_cast<std::uint64_t>(d.used_memory) << 17);
+    h = (h ^ (static_cast<std::uint64_t>(d.model) << 48 ^ static_cast<std::uint64_t>(d.mode + 2) << 40 ^
+              static_cast<std::uint64_t>(d.schedulable ? 1 : 0) << 39 ^ static_cast<std::uint64_t>(d.clients) << 20 ^
+              static_cast<std::uint64_t>(d.mps_limit) << 11 ^ static_cast<std::uint64_t>(d.used_milli))) *
+        kOdd;
+    h = (h ^ static_cast<std::uint64_t>(d.memory) ^ static_cast<std::uint64_t>(d.used_memory) << 17) * kOdd;
   }
-  return h;
+  return h ^ h >> 32;
 }
 
 int HostStates::FindState(std::uint64_t hash, int host_model, std::span<const DeviceStateKey> devices) const {
