@@ -131,6 +131,9 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
   if (small) {
     for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + sorted[i];
   }
+  // Each shape's counts, and its term of the fragmentation as NodeFragmentation() sums them
+  // (the same products in the same order).
+  double frag = 0;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
@@ -138,33 +141,27 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     c.eligible = s.milli_per_gpu > 0 && (s.allowed_models.empty() || ModelAllowed(s.allowed_models, node.model));
     c.enough = 0;
     c.below = 0;
-    if (!c.eligible) continue;
-    if (small) {
-      int below = 0;
-      while (below < n && sorted[below] < s.milli_per_gpu) ++below;
-      c.enough = n - below;
-      c.below = prefix[below];
-      continue;
-    }
-    for (const GpuView& g : node.gpus) {
-      if (!g.usable) continue;
-      if (g.free_milli >= s.milli_per_gpu) {
-        ++c.enough;
+    if (c.eligible) {
+      if (small) {
+        int below = 0;
+        while (below < n && sorted[below] < s.milli_per_gpu) ++below;
+        c.enough = n - below;
+        c.below = prefix[below];
       } else {
-        c.below += g.free_milli;
+        for (const GpuView& g : node.gpus) {
+          if (!g.usable) continue;
+          if (g.free_milli >= s.milli_per_gpu) {
+            ++c.enough;
+          } else {
+            c.below += g.free_milli;
+          }
+        }
       }
     }
-  }
-  // As NodeFragmentation(): the same products, summed in the same order.
-  if (free_total_ == 0) return;
-  double frag = 0;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    const WorkloadShape& s = shapes[i];
-    const Counts& c = counts_[i];
     const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
     frag += s.frequency * static_cast<double>(fits ? c.below : free_total_);
   }
-  before_ = frag;
+  before_ = free_total_ == 0 ? 0 : frag;
 }
 
 double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory) const {
