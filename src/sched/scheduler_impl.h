@@ -262,7 +262,7 @@ class Scheduler::Impl {
   }
 
   bool CapBlocks(const Resolved& r) const;
-  void Start(const Resolved& r, const Choice& c);
+  void Start(const Resolved& r, Choice c);
   void Schedule(std::optional<JobId> only);
   void SchedulePass(std::optional<JobId> only);
 

@@ -273,7 +273,7 @@ bool Scheduler::Impl::CapBlocks(const Resolved& r) const {
   return false;
 }
 
-void Scheduler::Impl::Start(const Resolved& r, const Choice& c) {
+void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   JobId id = r.job;
   JobView& j = *r.view;
   Resolved& rw = resolved_.at(id);
@@ -297,7 +297,6 @@ void Scheduler::Impl::Start(const Resolved& r, const Choice& c) {
   d.queue = j.queue;
   d.user = j.user;
   d.node = c.node;
-  d.devices = c.devices;
   d.mig = c.mig;
   d.deadline = s.deadline;
   switch (r.kind) {
@@ -355,6 +354,7 @@ void Scheduler::Impl::Start(const Resolved& r, const Choice& c) {
   j.state = JobState::kRunning;
   j.start_time = now_;
   j.slice = rec.slice;
+  d.devices = std::move(c.devices);  // the slice record has its copy
   out_.push_back(std::move(d));
   ++stats_.started;
 }
@@ -378,7 +378,7 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     if (CapBlocks(r)) return false;
     if (scratch_failed_[r.shape]) return false;
     if (auto c = TryPlace(r)) {
-      Start(r, *c);
+      Start(r, std::move(*c));
       return false;
     }
     scratch_failed_[r.shape] = 1;
