@@ -44,7 +44,7 @@ DeviceFacts Scheduler::Impl::Facts(const DeviceView& d) const {
   f.model = d.catalogue;
   f.model_idx = ModelIndex(f.model);
   f.mps_limit = MpsLimit(d);
-  if (d.mode == DeviceMode::kMig) f.in_use = InUse(d);
+  f.in_use = InUseFact(d);
   return f;
 }
 

@@ -152,6 +152,10 @@ class Scheduler::Impl {
   static void SortByStart(MigLayout& l);
   MigLayout InUseFromSlices(const DeviceView& d) const;
   DeviceFacts Facts(const DeviceView& d) const;
+  // Facts(d).in_use.
+  std::span<const MigPlacement> InUseFact(const DeviceView& d) const {
+    return d.mode == DeviceMode::kMig ? std::span<const MigPlacement>(InUse(d)) : std::span<const MigPlacement>();
+  }
 
   // Every change to a device goes through here so the indexes stay exact.
   template <typename F>
@@ -165,9 +169,11 @@ class Scheduler::Impl {
   void Mutate(DeviceView& d, F f) {
     bool was_changing = d.draining || d.reconfiguring;
     const bool was_inert = InertForPlacement(d);
-    index_.Remove(d, Facts(d));
+    DeviceFacts facts = Facts(d);
+    index_.Remove(d, facts);
     f(d);
-    index_.Add(d, Facts(d));
+    facts.in_use = InUseFact(d);  // of the facts, only these change with what runs there
+    index_.Add(d, facts);
     if (by_state_ && !(was_inert && InertForPlacement(d))) host_states_.MarkDirty(d.ref.node);
     mig_in_flight_ += (d.draining || d.reconfiguring) - was_changing;
   }
