@@ -63,7 +63,6 @@ Scheduler::Impl::Impl(Config config, std::uint64_t seed) : config_(std::move(con
 
 std::vector<Decision> Scheduler::Impl::Handle(const Event& e) {
   out_.clear();
-  out_.reserve(4);
   now_ = std::max(now_, EventTime(e));
   ++stats_.events;
   std::visit(Overloaded{
