@@ -216,7 +216,8 @@ class Scheduler::Impl {
     std::uint64_t generation = 0;
     std::uint64_t hash = 0;
     int model = 0;
-    std::vector<GpuView> views;
+    std::size_t gpus = 0;        // the views' count; those past `usable` are all unusable
+    std::vector<GpuView> usable;  // the usable views, in order
     ViewMemo result;
   };
   template <typename F>

@@ -430,11 +430,13 @@ const Scheduler::Impl::ViewMemo& Scheduler::Impl::LookupViews(int model, int usa
   if (view_memo_.empty()) view_memo_.resize(8192);
   const std::size_t mask = view_memo_.size() - 1;
   auto same = [&](const ViewMemoEntry& e) {
-    if (e.hash != h || e.model != model || e.views.size() != scratch_gpus_.size()) return false;
-    for (std::size_t i = 0; i < e.views.size(); ++i) {
-      const GpuView& a = e.views[i];
+    if (e.hash != h || e.model != model || e.gpus != scratch_gpus_.size() ||
+        e.usable.size() != static_cast<std::size_t>(usable))
+      return false;
+    for (int i = 0; i < usable; ++i) {
+      const GpuView& a = e.usable[i];
       const GpuView& b = scratch_gpus_[i];
-      if (a.free_milli != b.free_milli || a.free_memory != b.free_memory || a.usable != b.usable) return false;
+      if (a.free_milli != b.free_milli || a.free_memory != b.free_memory) return false;
     }
     return true;
   };
@@ -451,7 +453,8 @@ const Scheduler::Impl::ViewMemo& Scheduler::Impl::LookupViews(int model, int usa
   e.generation = memo_generation_;
   e.hash = h;
   e.model = model;
-  e.views.assign(scratch_gpus_.begin(), scratch_gpus_.end());
+  e.gpus = scratch_gpus_.size();
+  e.usable.assign(scratch_gpus_.begin(), scratch_gpus_.begin() + usable);
   e.result = compute();
   return e.result;
 }
