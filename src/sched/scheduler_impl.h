@@ -405,7 +405,8 @@ class Scheduler::Impl {
 
   // Scratch (reused to avoid allocation per event).
   std::vector<char> scratch_failed_;
-  std::vector<std::pair<PendingKey, int>> scratch_heads_;  // SchedulePass: head job of each shape
+  // SchedulePass: the head job of each shape (its key, shape and record).
+  std::vector<std::tuple<PendingKey, int, const Resolved*>> scratch_heads_;
   std::vector<GpuView> scratch_gpus_;
   std::vector<NodeView> scratch_nodes_;
   std::vector<DeviceRef> scratch_refs_;

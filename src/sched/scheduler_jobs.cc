@@ -4,7 +4,6 @@
 #include "sched/scheduler_impl.h"
 
 #include <algorithm>
-#include <functional>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -393,21 +392,24 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     // visited, so a pass costs O(shapes + starts), not O(waiting jobs).
     // A min-heap in a reused vector (the pairs are distinct: same order as a std::set,
     // without a node allocation per head). Not re-entered: attempt() does not schedule.
-    std::vector<std::pair<PendingKey, int>>& heads = scratch_heads_;
-    const std::greater<> later;
+    // The keys are distinct, so the order is theirs (shape and record never compared).
+    std::vector<std::tuple<PendingKey, int, const Resolved*>>& heads = scratch_heads_;
+    const auto later = [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); };
     heads.clear();
-    for (int shape : live_shapes_) heads.emplace_back(shape_queue_[shape].begin()->first, shape);
+    for (int shape : live_shapes_) {
+      const auto& [key, r] = *shape_queue_[shape].begin();
+      heads.emplace_back(key, shape, r);
+    }
     std::make_heap(heads.begin(), heads.end(), later);
     while (!heads.empty()) {
       std::pop_heap(heads.begin(), heads.end(), later);
-      const auto [key, shape] = heads.back();
+      const auto [key, shape, r] = heads.back();
       heads.pop_back();
-      const auto& q = shape_queue_[shape];
-      const Resolved* r = q.at(key);
       if (attempt(*r)) continue;  // the shape failed: its later jobs would too
+      const auto& q = shape_queue_[shape];
       auto next = q.upper_bound(key);  // Start() may have erased `key`
       if (next != q.end()) {
-        heads.emplace_back(next->first, shape);
+        heads.emplace_back(next->first, shape, next->second);
         std::push_heap(heads.begin(), heads.end(), later);
       }
     }
