@@ -20,7 +20,7 @@ Result<Resolved> Scheduler::Impl::Resolve(const Submit& e) const {
   r.job = e.job;
   r.user = e.user;
   r.submit = now_;
-  std::string qname = e.queue.empty() ? config_.default_queue : e.queue;
+  const std::string& qname = e.queue.empty() ? config_.default_queue : e.queue;
   r.queue = config_.FindQueue(qname);
   if (!r.queue) return NotFound(fmt::format("queue '{}' does not exist", qname));
   const QueueConfig& q = *r.queue;
@@ -278,7 +278,9 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   Resolved& rw = resolved_.at(id);
   ReleaseReservationOf(id);  // before the devices change: they become schedulable again
   RemovePending(r);
-  DeviceView& first = devices_.at({c.node, c.devices.front()});
+  // The devices, looked up once (rw.devices: the running job's, from now on).
+  for (DeviceIndex di : c.devices) rw.devices.push_back(&devices_.at({c.node, di}));
+  DeviceView& first = *rw.devices.front();
   SliceView s;
   s.slice = SliceId(++last_slice_);
   s.job = id;
@@ -304,7 +306,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
       // count on on every one of its devices, which may be of different models.
       s.milli = kOneGpu;
       s.memory = first.memory;
-      for (DeviceIndex di : c.devices) s.memory = std::min(s.memory, devices_.at({c.node, di}).memory);
+      for (const DeviceView* dv : rw.devices) s.memory = std::min(s.memory, dv->memory);
       break;
     case SliceKind::kShared:
     case SliceKind::kMps:
@@ -327,10 +329,8 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   rw.slice = slice_nodes_.Insert(slices_, s.slice, std::move(s)).first;
   SliceView& rec = rw.slice->second;
   Retime(rec);
-  for (DeviceIndex di : c.devices) {
-    DeviceView& target = di == c.devices.front() ? first : devices_.at({c.node, di});
-    rw.devices.push_back(&target);
-    Mutate(target, [&](DeviceView& dv) {
+  for (DeviceView* target : rw.devices) {
+    Mutate(*target, [&](DeviceView& dv) {
       d.uuids.push_back(dv.uuid);
       if (dv.mode == DeviceMode::kFree) SetMode(dv, ModeFor(r.kind));
       dv.slices.insert(std::upper_bound(dv.slices.begin(), dv.slices.end(), rec.slice), rec.slice);
