@@ -203,8 +203,9 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
 
 // A running job ends (finished, cancelled): release, then reschedule.
 void Scheduler::Impl::OnEnd(JobId id, std::string_view reason) {
-  auto it = jobs_.find(id);
-  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  // Running jobs are among the resolved ones (a hash lookup, not one among every job kept).
+  auto it = resolved_.find(id);
+  if (it == resolved_.end() || it->second.view->state != JobState::kRunning) return;
   EndRunning(id, reason);
   Schedule(std::nullopt);
 }
