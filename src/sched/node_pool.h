@@ -42,6 +42,17 @@ class NodePool {
     node.mapped() = std::forward<Mapped>(mapped);
     return Put(c, std::move(node));
   }
+  // c.emplace_hint(hint, key, mapped) of an ordered map whose `key` is not there, in a kept
+  // node if there is one.
+  template <typename Mapped>
+  typename Container::iterator InsertAt(Container& c, typename Container::const_iterator hint, const Key& key,
+                                        Mapped&& mapped) {
+    if (nodes_.empty()) return c.emplace_hint(hint, key, std::forward<Mapped>(mapped));
+    Node node = Take();
+    node.key() = key;
+    node.mapped() = std::forward<Mapped>(mapped);
+    return c.insert(hint, std::move(node));
+  }
 
  private:
   void Keep(Node node) {

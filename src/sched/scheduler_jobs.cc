@@ -102,7 +102,8 @@ Status Scheduler::Impl::Feasible(const Resolved& r) const {
 }
 
 void Scheduler::Impl::OnSubmit(const Submit& e) {
-  if (jobs_.contains(e.job)) {
+  const auto at = jobs_.lower_bound(e.job);  // where the job goes (jobs_ is not changed before)
+  if (at != jobs_.end() && at->first == e.job) {
     out_.push_back(Reject{e.job, AlreadyExists(fmt::format("job {} already submitted", e.job.value()))});
     ++stats_.rejected;
     return;
@@ -116,7 +117,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   auto r = Resolve(e);
   Status st = r.ok() ? Feasible(*r) : r.status();
   if (!st.ok()) {
-    JobView& rec = job_nodes_.Insert(jobs_, e.job, std::move(j)).first->second;
+    JobView& rec = job_nodes_.InsertAt(jobs_, at, e.job, std::move(j))->second;
     EndJob(rec, "rejected");
     out_.push_back(Reject{e.job, st.WithContext(fmt::format("job {}", e.job.value()))});
     ++stats_.rejected;
@@ -127,7 +128,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
       std::make_tuple(r->kind, r->gpus, r->milli, r->memory, r->mig_need, r->model, r->queue),
       static_cast<int>(shapes_.size()));
   r->shape = shape_it->second;
-  JobView* view = &job_nodes_.Insert(jobs_, e.job, std::move(j)).first->second;
+  JobView* view = &job_nodes_.InsertAt(jobs_, at, e.job, std::move(j))->second;
   Resolved* rp = &resolved_nodes_.Insert(resolved_, e.job, std::move(r).value()).first->second;
   rp->view = view;
   if (rp->kind != SliceKind::kMig) workload_.Count(rp->gpus, rp->milli);

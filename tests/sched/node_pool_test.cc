@@ -32,6 +32,11 @@ TEST(NodePool, ContainersEndAsWithPlainEraseAndInsert) {
       EXPECT_EQ(map_nodes.Erase(map, key), map_ref.erase(key) == 1);
       EXPECT_EQ(set_nodes.Erase(set, key), set_ref.erase(key) == 1);
       EXPECT_EQ(hash_nodes.Erase(hash, key), hash_ref.erase(key) == 1);
+    } else if (rng() % 2 == 0) {
+      if (auto at = map.lower_bound(key); at == map.end() || at->first != key) {
+        EXPECT_EQ(map_nodes.InsertAt(map, at, key, value)->second, value);
+        map_ref.emplace(key, value);
+      }
     } else if (auto it = map.find(key); it != map.end()) {
       map_nodes.Erase(map, it);
       map_ref.erase(key);
