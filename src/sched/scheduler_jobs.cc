@@ -281,6 +281,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   ReleaseReservationOf(id);  // before the devices change: they become schedulable again
   RemovePending(r);
   // The devices, looked up once (rw.devices: the running job's, from now on).
+  rw.devices.reserve(c.devices.size());
   for (DeviceIndex di : c.devices) rw.devices.push_back(&devices_.at({c.node, di}));
   DeviceView& first = *rw.devices.front();
   SliceView s;
@@ -302,6 +303,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   d.node = c.node;
   d.mig = c.mig;
   d.deadline = s.deadline;
+  d.uuids.reserve(c.devices.size());
   switch (r.kind) {
     case SliceKind::kWhole:
       // Each device is reserved in full (ReservedOn); the slice's figure is what the job can
