@@ -312,6 +312,8 @@ class Scheduler::Impl {
   bool TickSlice(SliceId sid, SliceView& s, std::vector<std::pair<JobId, std::string>>& ended);
   static Micros NextTimer(const SliceView& s, const QueueConfig& q);
   void Retime(const SliceView& s);
+  // Retime() of a slice that has no timer yet (it has just started), in queue `q`.
+  void Time(const SliceView& s, const QueueConfig& q);
   void Untime(SliceId id);
 
   // ---------------------------------------------------------------- state

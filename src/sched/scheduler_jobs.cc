@@ -332,7 +332,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   // The slice is recorded before the devices change: the indexes read it (MIG in-use set).
   rw.slice = slice_nodes_.Insert(slices_, s.slice, std::move(s)).first;
   SliceView& rec = rw.slice->second;
-  Retime(rec);
+  Time(rec, *r.queue);
   for (DeviceView* target : rw.devices) {
     Mutate(*target, [&](DeviceView& dv) {
       d.uuids.push_back(dv.uuid);

@@ -186,7 +186,10 @@ Micros Scheduler::Impl::NextTimer(const SliceView& s, const QueueConfig& q) {
 // Re-files a slice in timers_ after its timer fields changed (or it started).
 void Scheduler::Impl::Retime(const SliceView& s) {
   Untime(s.slice);
-  Micros t = NextTimer(s, *resolved_.at(s.job).queue);
+  Time(s, *resolved_.at(s.job).queue);
+}
+void Scheduler::Impl::Time(const SliceView& s, const QueueConfig& q) {
+  Micros t = NextTimer(s, q);
   if (t == LLONG_MAX) return;
   timer_nodes_.Insert(timers_, {t, s.slice});
   timer_of_nodes_.Insert(timer_of_, s.slice, t);
