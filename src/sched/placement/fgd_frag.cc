@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 
 namespace gpuslice::sched {
 
@@ -98,9 +99,40 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
   return {chosen};
 }
 
+double NodeStrandedFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
+  const FragmentationEval eval(node, shapes, resources, true);
+  return eval.before_stranded();
+}
+
+namespace {
+// One shape's stranded fragment (see NodeStrandedFragmentation): `pods` the GPUs could take,
+// `fed` the pods the host can feed, `below` the free milli under its share, `total` all free.
+double StrandedTerm(std::int64_t pods, std::int64_t fed, MilliGpu below, MilliGpu total) {
+  const std::int64_t k = std::min(pods, fed);
+  if (k <= 0) return static_cast<double>(total);
+  return static_cast<double>(below) +
+         static_cast<double>(total - below) * (1.0 - static_cast<double>(k) / static_cast<double>(pods));
+}
+}  // namespace
+
+std::int64_t FragmentationEval::PodsFed(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const {
+  std::int64_t fed = std::numeric_limits<std::int64_t>::max();
+  if (s.cpu_milli > 0) fed = std::max<std::int64_t>(0, cpu_free) / s.cpu_milli;
+  if (count_memory_ && s.host_memory > 0) fed = std::min<std::int64_t>(fed, std::max<Bytes>(0, memory_free) / s.host_memory);
+  return fed;
+}
+
 FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
-                                     Resources resources)
+                                     Resources resources, bool stranded)
     : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory) {
+  if (stranded) {
+    for (const WorkloadShape& s : shapes) {
+      if (s.milli_per_gpu > 0 && (s.cpu_milli > 0 || (count_memory_ && s.host_memory > 0))) {
+        strands_ = true;
+        break;
+      }
+    }
+  }
   counts_ = inline_.data();
   if (shapes.size() > kInline) {
     heap_.resize(shapes.size());
@@ -134,6 +166,7 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
   // Each shape's counts, and its term of the fragmentation as NodeFragmentation() sums them
   // (the same products in the same order).
   double frag = 0;
+  double stranded_frag = 0;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
@@ -160,8 +193,65 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     }
     const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
     frag += s.frequency * static_cast<double>(fits ? c.below : free_total_);
+    if (strands_) {
+      c.share_pods = 0;
+      if (c.eligible && IsShareShape(s)) {
+        for (const GpuView& g : node.gpus) {
+          if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += g.free_milli / s.milli_per_gpu;
+        }
+      }
+      const std::int64_t pods = IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
+      stranded_frag += s.frequency * (c.eligible ? StrandedTerm(pods, PodsFed(s, node.cpu_milli_free, node.memory_free),
+                                                                c.below, free_total_)
+                                                 : static_cast<double>(free_total_));
+    }
   }
   before_ = free_total_ == 0 ? 0 : frag;
+  before_stranded_ = free_total_ == 0 ? 0 : stranded_frag;
+}
+
+double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory) const {
+  if (!strands_) return After(cpu, gpus, milli, memory);
+  MilliGpu total = free_total_;
+  for (int i : gpus) {
+    if (node_.gpus[i].usable) total -= milli;
+  }
+  if (total == 0) return 0;
+  const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
+  const Bytes memory_free = node_.memory_free - memory;
+  double frag = 0;
+  for (std::size_t k = 0; k < shapes_.size(); ++k) {
+    const WorkloadShape& s = shapes_[k];
+    const Counts& c = counts_[k];
+    if (!c.eligible) {
+      frag += s.frequency * static_cast<double>(total);
+      continue;
+    }
+    int enough = c.enough;
+    MilliGpu below = c.below;
+    std::int64_t share_pods = c.share_pods;
+    for (int i : gpus) {
+      const GpuView& g = node_.gpus[i];
+      if (!g.usable) continue;
+      const MilliGpu before = g.free_milli;
+      const MilliGpu after = before - milli;
+      if (before >= s.milli_per_gpu) {
+        --enough;
+        share_pods -= before / s.milli_per_gpu;
+      } else {
+        below -= before;
+      }
+      if (after >= s.milli_per_gpu) {
+        ++enough;
+        share_pods += after / s.milli_per_gpu;
+      } else {
+        below += after;
+      }
+    }
+    const std::int64_t pods = IsShareShape(s) ? share_pods : enough / std::max(1, s.num_gpus);
+    frag += s.frequency * StrandedTerm(pods, PodsFed(s, cpu_free, memory_free), below, total);
+  }
+  return frag;
 }
 
 double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory) const {

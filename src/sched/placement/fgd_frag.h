@@ -28,6 +28,19 @@ namespace gpuslice::sched {
 // CPU and host memory (gpuslice's).
 enum class Resources { kCpu, kCpuAndMemory };
 
+// Stranded fragmentation (gpuslice's second measure). FGD asks whether one more pod of a shape
+// fits: a node whose CPU feeds one more pod but whose free GPUs would take six counts as whole
+// until its last pod. The stranded measure counts the rest too. For a shape that fits, let P be
+// the pods of it the node's usable GPUs could still take (a share: the sum over GPUs of
+// free / share; k whole GPUs: GPUs with a whole GPU free, / k) and F the pods its free CPU (and,
+// with kCpuAndMemory, host memory) can feed (free / the shape's demand; unlimited where the shape
+// asks none). Its fragment is the free milli below its share, as in FGD, plus the fraction
+// (P - min(P, F)) / P of the free milli at or above it; a shape that cannot get one pod counts
+// all the free milli, as in FGD. Where no shape asks CPU or memory (the daemon, which does not
+// model them) it is FGD's measure exactly.
+double NodeStrandedFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
+                                 Resources resources = Resources::kCpu);
+
 // Fragmented milli-GPU of `node` against `shapes` (fractional: frequencies are weights).
 double NodeFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
                          Resources resources = Resources::kCpu);
@@ -62,8 +75,10 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
 // Holds views into `node` and `shapes` (they must outlive it); not thread-safe (a value).
 class FragmentationEval {
  public:
+  // With `stranded`, it also evaluates NodeStrandedFragmentation() (before_stranded(),
+  // AfterStranded()).
   FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
-                    Resources resources = Resources::kCpu);
+                    Resources resources = Resources::kCpu, bool stranded = false);
   FragmentationEval(const FragmentationEval&) = delete;
   FragmentationEval& operator=(const FragmentationEval&) = delete;
 
@@ -78,6 +93,19 @@ class FragmentationEval {
     return After(cpu, one, milli, memory);
   }
 
+  // True iff constructed with `stranded` and some shape that needs a GPU asks CPU or counted
+  // memory, so that the stranded measure can differ from FGD's. When false, before_stranded()
+  // and AfterStranded() are before() and After().
+  bool strands() const { return strands_; }
+  // NodeStrandedFragmentation(node, shapes, resources); needs `stranded`.
+  double before_stranded() const { return strands_ ? before_stranded_ : before_; }
+  // NodeStrandedFragmentation() after the placement After() describes; needs `stranded`.
+  double AfterStranded(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory = 0) const;
+  double AfterStrandedOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory = 0) const {
+    const int one[1] = {gpu};
+    return AfterStranded(cpu, one, milli, memory);
+  }
+
  private:
   // Left uninitialised in inline_ (the constructor sets every field of the ones it uses):
   // zeroing kInline of them on every call cost more than counting.
@@ -85,6 +113,7 @@ class FragmentationEval {
     bool eligible;   // needs GPU share, and its model is allowed on the node
     int enough;      // usable GPUs with free >= the shape's milli_per_gpu
     MilliGpu below;  // free milli of the other usable GPUs
+    std::int64_t share_pods;  // stranded only: pods of a share the usable GPUs could take
   };
   static constexpr std::size_t kInline = 48;
   // Whether shape `s` gets its host resources with `cpu_free` CPU and `memory_free` memory.
@@ -93,9 +122,13 @@ class FragmentationEval {
   }
   const NodeView& node_;
   std::span<const WorkloadShape> shapes_;
+  // Pods of shape `s` that `cpu_free` CPU and `memory_free` memory can feed.
+  std::int64_t PodsFed(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const;
   bool count_memory_ = false;
+  bool strands_ = false;
   MilliGpu free_total_ = 0;
   double before_ = 0;
+  double before_stranded_ = 0;
   std::array<Counts, kInline> inline_;
   std::vector<Counts> heap_;  // when there are more shapes than kInline
   Counts* counts_ = nullptr;
@@ -116,6 +149,9 @@ std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView&
 
 inline bool IsShare(const PlacementRequest& req) {
   return req.num_gpus == 1 && req.milli_per_gpu < kOneGpu;
+}
+inline bool IsShareShape(const WorkloadShape& s) {
+  return s.num_gpus == 1 && s.milli_per_gpu > 0 && s.milli_per_gpu < kOneGpu;
 }
 
 }  // namespace gpuslice::sched
