@@ -80,6 +80,49 @@ TEST(Fragmentation, MemoryCountsOnlyWhenAsked) {
   EXPECT_DOUBLE_EQ(paper.AfterOne(1000, 0, 100, 100 * kGiB), 300.0);
 }
 
+// The stranded measure: what the node's CPU cannot feed, pod by pod, is fragment too.
+TEST(Fragmentation, StrandedCountsGpusTheHostCannotFeed) {
+  TestNode n({1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}, 30000);
+  const std::vector<WorkloadShape> whole = {Shape(10000, 1, kOneGpu, 1.0)};
+  // FGD: one more 10-CPU pod fits, so nothing is fragment. Stranded: 8 GPUs, CPU for 3 pods:
+  // 5 of 8 GPUs' worth (5000) is.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, whole), 0.0);
+  EXPECT_DOUBLE_EQ(NodeStrandedFragmentation(n.view, whole), 5000.0);
+  const FragmentationEval eval(n.view, whole, Resources::kCpu, true);
+  ASSERT_TRUE(eval.strands());
+  // A CPU-only pod of 20 CPUs: CPU for 1 pod left, 7 GPUs' worth stranded (FGD: still 0).
+  const std::vector<int> none;
+  EXPECT_DOUBLE_EQ(eval.After(20000, none, 0), 0.0);
+  EXPECT_DOUBLE_EQ(eval.AfterStranded(20000, none, 0), 7000.0);
+  // One more pod of the shape: 7 GPUs, CPU for 2: 5 GPUs' worth.
+  EXPECT_DOUBLE_EQ(eval.AfterStranded(10000, std::vector<int>{0}, kOneGpu), 5000.0);
+  // Shares count pods per GPU: 460m x 2 fit on a whole GPU, 1 on the 500m one; CPU feeds 2 of
+  // the 3: a third of the 1500 at or above the share, plus the 40m below it, is fragment.
+  TestNode shares({1000, 500, 40}, 8000);
+  const std::vector<WorkloadShape> s460 = {Shape(4000, 1, 460, 1.0)};
+  EXPECT_DOUBLE_EQ(NodeFragmentation(shares.view, s460), 40.0);
+  EXPECT_DOUBLE_EQ(NodeStrandedFragmentation(shares.view, s460), 40.0 + 1500.0 / 3);
+  // No CPU left for one pod: all free milli, as in FGD.
+  TestNode starved({1000, 1000}, 3000);
+  EXPECT_DOUBLE_EQ(NodeStrandedFragmentation(starved.view, whole), 2000.0);
+  // Memory counts only with kCpuAndMemory: 256 GiB free feeds 2 pods of 100 GiB.
+  std::vector<WorkloadShape> hungry = {Shape(1000, 1, kOneGpu, 1.0)};
+  hungry[0].host_memory = 100 * kGiB;
+  EXPECT_DOUBLE_EQ(NodeStrandedFragmentation(n.view, hungry), 0.0);
+  EXPECT_DOUBLE_EQ(NodeStrandedFragmentation(n.view, hungry, Resources::kCpuAndMemory), 6000.0);
+}
+
+// Where no shape asks CPU or memory (the daemon's learned workload), the stranded measure is
+// FGD's, and the evaluation says so (the policy then skips it).
+TEST(Fragmentation, StrandedIsFgdWhereShapesAskNoHostResources) {
+  TestNode n({1000, 600, 0}, 0);
+  const std::vector<WorkloadShape> shapes = {Shape(0, 1, 500, 0.6), Shape(0, 1, kOneGpu, 0.4)};
+  const FragmentationEval eval(n.view, shapes, Resources::kCpuAndMemory, true);
+  EXPECT_FALSE(eval.strands());
+  EXPECT_EQ(eval.before_stranded(), eval.before());
+  EXPECT_EQ(NodeStrandedFragmentation(n.view, shapes, Resources::kCpuAndMemory), NodeFragmentation(n.view, shapes));
+}
+
 TEST(Fragmentation, FullNodeHasNone) {
   TestNode n({0, 0}, 0);
   EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, std::vector{Shape(1000, 0, 0, 1.0)}), 0.0);
@@ -157,6 +200,26 @@ TEST(GpuslicePolicy, KeepsHostMemoryBesideFreeGpusForTheTypicalPod) {
   EXPECT_GT(gr->score, gt->score + 1);     // a whole FGD score step or more for gpuslice
 }
 
+// Two nodes FGD cannot tell apart for a CPU-only pod: one more pod of the typical shape fits on
+// both afterwards. On the CPU-poor one the pod leaves CPU for only two of its four free GPUs;
+// gpuslice sends it to the other.
+TEST(GpuslicePolicy, KeepsCpuBesideFreeGpus) {
+  auto fgd = MakePolicy("fgd");
+  auto ours = MakePolicy("gpuslice");
+  ASSERT_TRUE(fgd.ok() && ours.ok());
+  const std::vector<WorkloadShape> shapes = {Shape(10000, 1, kOneGpu, 1.0)};
+  TestNode poor({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 40000), rich({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 80000);
+  PlacementRequest req;
+  req.cpu_milli = 20000;
+  PlacementContext ctx{shapes, nullptr};
+  auto fp = (*fgd)->Score(req, poor.view, ctx), fr = (*fgd)->Score(req, rich.view, ctx);
+  auto gp = (*ours)->Score(req, poor.view, ctx), gr = (*ours)->Score(req, rich.view, ctx);
+  ASSERT_TRUE(fp && fr && gp && gr);
+  EXPECT_DOUBLE_EQ(fp->score, fr->score);  // a tie for FGD
+  EXPECT_GT(gr->score, gp->score);
+  EXPECT_LT(gr->score - gp->score, 1.0);  // a secondary key: less than one FGD step
+}
+
 TEST(FgdPolicies, AllRegisteredByName) {
   for (const char* name : {"random", "dot-product", "gpu-clustering", "gpu-packing", "best-fit-fgd", "fgd", "gpuslice"}) {
     auto p = MakePolicy(name);
@@ -193,8 +256,9 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
                              static_cast<double>(1 + rng() % 1000) / 997.0, allowed));
       shapes.back().host_memory = static_cast<Bytes>(rng() % 6) * 16 * kGiB;
     }
-    const FragmentationEval eval(n.view, shapes, resources);
+    const FragmentationEval eval(n.view, shapes, resources, true);
     ASSERT_EQ(bits(eval.before()), bits(NodeFragmentation(n.view, shapes, resources))) << "trial " << trial;
+    ASSERT_EQ(bits(eval.before_stranded()), bits(NodeStrandedFragmentation(n.view, shapes, resources))) << "trial " << trial;
     // A share on each GPU it fits, and the first k fully free usable GPUs.
     const MilliGpu share = 50 * static_cast<MilliGpu>(1 + rng() % 19);
     const std::int64_t cpu = static_cast<std::int64_t>(rng() % 4) * 1000;
@@ -209,6 +273,8 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       v.memory_free -= memory;
       ASSERT_EQ(bits(eval.AfterOne(cpu, i, share, memory)), bits(NodeFragmentation(v, shapes, resources)))
           << "trial " << trial << " gpu " << i;
+      ASSERT_EQ(bits(eval.AfterStrandedOne(cpu, i, share, memory)), bits(NodeStrandedFragmentation(v, shapes, resources)))
+          << "trial " << trial << " gpu " << i;
     }
     std::vector<int> whole;
     std::vector<GpuView> after = n.gpus;
@@ -221,6 +287,8 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       v.cpu_milli_free -= cpu;
       v.memory_free -= memory;
       ASSERT_EQ(bits(eval.After(cpu, whole, kOneGpu, memory)), bits(NodeFragmentation(v, shapes, resources)))
+          << "trial " << trial;
+      ASSERT_EQ(bits(eval.AfterStranded(cpu, whole, kOneGpu, memory)), bits(NodeStrandedFragmentation(v, shapes, resources)))
           << "trial " << trial;
     }
   }

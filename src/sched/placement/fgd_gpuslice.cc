@@ -1,5 +1,5 @@
-// gpuslice's default placement policy: fragmentation gradient descent (FGD) that keeps large
-// nodes whole and fills GPUs more tightly.
+// gpuslice's default placement policy: fragmentation gradient descent (FGD) that also counts
+// the GPUs a node's CPU and memory cannot feed, keeps large nodes whole and fills GPUs tightly.
 //
 // Primary: the FGD score — the drop of the node's fragmentation against the expected workload,
 // on FGD's coarse integer scale int(sigmoid(drop / 1000) * 100). The coarse scale matters: small
@@ -7,13 +7,19 @@
 // next, and ranking nodes by them was measurably worse (docs/evaluation.md). Unlike the paper's
 // measure, a typical shape counts as unable to use the node when the node lacks its host memory
 // (its median), as when it lacks its CPU: GPUs stranded behind exhausted memory are fragment too.
-// Within a node, a share goes on the GPU with the best FGD score; among equals, on the one whose
-// exact fragmentation grows least, then the least free one (best fit) — FGD takes the first index.
-// Across nodes, only among placements FGD scores equal:
-//   1. a node already in use beats an empty node (an empty node is the only place a request as
+// Then, among placements FGD scores equal:
+//   1. the drop of the *stranded* fragmentation (fgd_frag.h: besides FGD's fragment, the part of
+//      a node's free GPU that its CPU and memory cannot feed pod by pod), on the same scale.
+//      FGD only sees stranding when the last pod no longer fits; this key keeps CPU and memory
+//      beside free GPUs before that, which is where CPU-heavy workloads lose GPUs;
+//   2. a node already in use beats an empty node (an empty node is the only place a request as
 //      large as the node can go, and those are too rare to be among FGD's typical shapes);
-//   2. then the node with fewer GPUs (same reason, one size down).
-// Remaining ties are left to the framework's tie-break. Nothing here depends on a trace.
+//   3. then the node with fewer GPUs (same reason, one size down).
+// Within a node, a share goes on the GPU with the best (FGD score, stranded score); among
+// equals, on the one whose exact fragmentation grows least, then the least free one (best fit)
+// — FGD takes the first index. Remaining ties are left to the framework's tie-break. Nothing
+// here depends on a trace. Where no shape asks CPU or memory (the daemon) the stranded score is
+// the FGD score, so the keys order nodes as before it existed.
 
 #include <memory>
 
@@ -23,19 +29,31 @@
 namespace gpuslice::sched {
 namespace {
 
-// Weights of the secondary keys: far below one FGD score step (1), and ordered.
-constexpr double kUsedNodeBonus = 0.1;
-constexpr double kSmallNodeBonus = 0.01;
+// Weights of the secondary keys, each below one step of the key before it (lexicographic): the
+// stranded score (integer 0..100) x 0.009 < 1 FGD step; the used-node bonus 0.004 < one
+// stranded step (0.009); the small-node bonus at most 0.001 < the used-node bonus.
+constexpr double kStrandedWeight = 0.009;
+constexpr double kUsedNodeBonus = 0.004;
+constexpr double kSmallNodeBonus = 0.001;
 constexpr double kMaxGpusPerNode = 64;
 
 // Equal drops computed in different orders may differ in the last bits.
 constexpr double kDropEpsilon = 1e-9;
 
-// A share's GPU: best FGD score, then the smallest exact fragmentation growth, then best fit.
+// FGD's score plus the stranded score's key, of the placement `after` / `after_stranded` give.
+template <typename After, typename AfterStranded>
+double Scores(const FragmentationEval& eval, After after, AfterStranded after_stranded, double* drop) {
+  *drop = eval.before() - after();
+  const double fgd = FgdQuantisedScore(*drop);
+  const double stranded = eval.strands() ? FgdQuantisedScore(eval.before_stranded() - after_stranded()) : fgd;
+  return fgd + kStrandedWeight * stranded;
+}
+
+// A share's GPU: best (FGD score, stranded score), then the smallest exact fragmentation growth,
+// then best fit.
 std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
                                       std::span<const WorkloadShape> shapes) {
-  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory);
-  const double before = eval.before();
+  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, true);
   int best = -1;
   double best_score = 0;
   double best_drop = 0;
@@ -49,8 +67,9 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
     const GpuView& g = node.gpus[i];
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
     if (g.free_milli != last_free) {
-      drop = before - eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory);
-      score = FgdQuantisedScore(drop);
+      score = Scores(
+          eval, [&] { return eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory); },
+          [&] { return eval.AfterStrandedOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory); }, &drop);
       last_free = g.free_milli;
     }
     bool better = best < 0 || score > best_score;
@@ -70,6 +89,19 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
   return NodeChoice{best_score, {best}};
 }
 
+// Whole GPUs (the first free ones, as FGD) or CPU-only work.
+std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeView& node,
+                                      std::span<const WorkloadShape> shapes) {
+  std::vector<int> gpus = BestFitGpus(req, node);
+  if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
+  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, true);
+  double drop = 0;
+  const double score = Scores(
+      eval, [&] { return eval.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory); },
+      [&] { return eval.AfterStranded(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory); }, &drop);
+  return NodeChoice{score, std::move(gpus)};
+}
+
 class GpusliceFragPolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "gpuslice"; }
@@ -80,8 +112,7 @@ class GpusliceFragPolicy final : public PlacementPolicy {
 
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
-    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, ctx.workload)
-                                                    : FgdChoice(req, node, ctx.workload, Resources::kCpuAndMemory);
+    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, ctx.workload) : WholeChoice(req, node, ctx.workload);
     if (!choice) return std::nullopt;
     const bool empty = FreeMilli(node) == static_cast<MilliGpu>(node.gpus.size()) * kOneGpu;
     choice->score += (empty ? 0 : kUsedNodeBonus) +
