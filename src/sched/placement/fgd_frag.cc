@@ -173,6 +173,7 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     // (The empty check inline: the scheduler's shapes allow any model, and the call showed.)
     c.eligible = s.milli_per_gpu > 0 && (s.allowed_models.empty() || ModelAllowed(s.allowed_models, node.model));
     c.enough = 0;
+    c.share_pods = 0;
     c.below = 0;
     if (c.eligible) {
       if (small) {
@@ -194,7 +195,6 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
     frag += s.frequency * static_cast<double>(fits ? c.below : free_total_);
     if (strands_) {
-      c.share_pods = 0;
       if (c.eligible && IsShareShape(s)) {
         for (const GpuView& g : node.gpus) {
           if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += g.free_milli / s.milli_per_gpu;
@@ -210,86 +210,75 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
   before_stranded_ = free_total_ == 0 ? 0 : stranded_frag;
 }
 
-double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory) const {
-  if (!strands_) return After(cpu, gpus, milli, memory);
+MilliGpu FragmentationEval::FreeAfter(std::span<const int> gpus, MilliGpu milli) const {
   MilliGpu total = free_total_;
   for (int i : gpus) {
     if (node_.gpus[i].usable) total -= milli;
   }
+  return total;
+}
+
+template <bool kSharePods>
+FragmentationEval::Counts FragmentationEval::Moved(const WorkloadShape& s, const Counts& c, std::span<const int> gpus,
+                                                   MilliGpu milli) const {
+  // Only the chosen GPUs change: move each one's contribution from its old free share to its
+  // new one (across the shape's threshold or not).
+  Counts out = c;
+  for (int i : gpus) {
+    const GpuView& g = node_.gpus[i];
+    if (!g.usable) continue;
+    const MilliGpu before = g.free_milli;
+    const MilliGpu after = before - milli;
+    if (before >= s.milli_per_gpu) {
+      --out.enough;
+      if constexpr (kSharePods) out.share_pods -= before / s.milli_per_gpu;
+    } else {
+      out.below -= before;
+    }
+    if (after >= s.milli_per_gpu) {
+      ++out.enough;
+      if constexpr (kSharePods) out.share_pods += after / s.milli_per_gpu;
+    } else {
+      out.below += after;
+    }
+  }
+  return out;
+}
+
+double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory) const {
+  if (!strands_) return After(cpu, gpus, milli, memory);
+  const MilliGpu total = FreeAfter(gpus, milli);
   if (total == 0) return 0;
   const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
   const Bytes memory_free = node_.memory_free - memory;
   double frag = 0;
   for (std::size_t k = 0; k < shapes_.size(); ++k) {
     const WorkloadShape& s = shapes_[k];
-    const Counts& c = counts_[k];
-    if (!c.eligible) {
+    if (!counts_[k].eligible) {
       frag += s.frequency * static_cast<double>(total);
       continue;
     }
-    int enough = c.enough;
-    MilliGpu below = c.below;
-    std::int64_t share_pods = c.share_pods;
-    for (int i : gpus) {
-      const GpuView& g = node_.gpus[i];
-      if (!g.usable) continue;
-      const MilliGpu before = g.free_milli;
-      const MilliGpu after = before - milli;
-      if (before >= s.milli_per_gpu) {
-        --enough;
-        share_pods -= before / s.milli_per_gpu;
-      } else {
-        below -= before;
-      }
-      if (after >= s.milli_per_gpu) {
-        ++enough;
-        share_pods += after / s.milli_per_gpu;
-      } else {
-        below += after;
-      }
-    }
-    const std::int64_t pods = IsShareShape(s) ? share_pods : enough / std::max(1, s.num_gpus);
-    frag += s.frequency * StrandedTerm(pods, PodsFed(s, cpu_free, memory_free), below, total);
+    const Counts c = Moved<true>(s, counts_[k], gpus, milli);
+    const std::int64_t pods = IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
+    frag += s.frequency * StrandedTerm(pods, PodsFed(s, cpu_free, memory_free), c.below, total);
   }
   return frag;
 }
 
 double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory) const {
-  MilliGpu total = free_total_;
-  for (int i : gpus) {
-    if (node_.gpus[i].usable) total -= milli;
-  }
+  const MilliGpu total = FreeAfter(gpus, milli);
   if (total == 0) return 0;
   const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
   const Bytes memory_free = node_.memory_free - memory;
   double frag = 0;
   for (std::size_t k = 0; k < shapes_.size(); ++k) {
     const WorkloadShape& s = shapes_[k];
-    const Counts& c = counts_[k];
-    bool fits = c.eligible && HostFits(s, cpu_free, memory_free);
+    bool fits = counts_[k].eligible && HostFits(s, cpu_free, memory_free);
     MilliGpu below = 0;
     if (fits) {
-      // Only the chosen GPUs change: move each one's contribution from its old free share to
-      // its new one (across the shape's threshold or not).
-      int enough = c.enough;
+      const Counts c = Moved<false>(s, counts_[k], gpus, milli);
       below = c.below;
-      for (int i : gpus) {
-        const GpuView& g = node_.gpus[i];
-        if (!g.usable) continue;
-        const MilliGpu before = g.free_milli;
-        const MilliGpu after = before - milli;
-        if (before >= s.milli_per_gpu) {
-          --enough;
-        } else {
-          below -= before;
-        }
-        if (after >= s.milli_per_gpu) {
-          ++enough;
-        } else {
-          below += after;
-        }
-      }
-      fits = enough >= s.num_gpus;
+      fits = c.enough >= s.num_gpus;
     }
     frag += s.frequency * static_cast<double>(fits ? below : total);
   }

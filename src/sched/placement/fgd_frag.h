@@ -122,6 +122,12 @@ class FragmentationEval {
   }
   const NodeView& node_;
   std::span<const WorkloadShape> shapes_;
+  // The usable free milli after `milli` is taken from each of `gpus`.
+  MilliGpu FreeAfter(std::span<const int> gpus, MilliGpu milli) const;
+  // Shape `s`'s counts `c` after `milli` is taken from each of `gpus` (share_pods only with
+  // kSharePods).
+  template <bool kSharePods>
+  Counts Moved(const WorkloadShape& s, const Counts& c, std::span<const int> gpus, MilliGpu milli) const;
   // Pods of shape `s` that `cpu_free` CPU and `memory_free` memory can feed.
   std::int64_t PodsFed(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const;
   bool count_memory_ = false;
