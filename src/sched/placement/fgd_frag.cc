@@ -125,14 +125,6 @@ std::int64_t FragmentationEval::PodsFed(const WorkloadShape& s, std::int64_t cpu
 FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
                                      Resources resources, bool stranded)
     : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory) {
-  if (stranded) {
-    for (const WorkloadShape& s : shapes) {
-      if (s.milli_per_gpu > 0 && (s.cpu_milli > 0 || (count_memory_ && s.host_memory > 0))) {
-        strands_ = true;
-        break;
-      }
-    }
-  }
   counts_ = inline_.data();
   if (shapes.size() > kInline) {
     heap_.resize(shapes.size());
@@ -166,7 +158,6 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
   // Each shape's counts, and its term of the fragmentation as NodeFragmentation() sums them
   // (the same products in the same order).
   double frag = 0;
-  double stranded_frag = 0;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
@@ -194,19 +185,26 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     }
     const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
     frag += s.frequency * static_cast<double>(fits ? c.below : free_total_);
-    if (strands_) {
-      if (c.eligible && IsShareShape(s)) {
-        for (const GpuView& g : node.gpus) {
-          if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += g.free_milli / s.milli_per_gpu;
-        }
-      }
-      const std::int64_t pods = IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
-      stranded_frag += s.frequency * (c.eligible ? StrandedTerm(pods, PodsFed(s, node.cpu_milli_free, node.memory_free),
-                                                                c.below, free_total_)
-                                                 : static_cast<double>(free_total_));
-    }
+    // The stranded measure can differ only if a shape that needs a GPU asks CPU or memory.
+    strands_ = strands_ || (stranded && s.milli_per_gpu > 0 && (s.cpu_milli > 0 || (count_memory_ && s.host_memory > 0)));
   }
   before_ = free_total_ == 0 ? 0 : frag;
+  if (!strands_) return;
+  // The stranded measure (a second pass, only where it can differ: not in the daemon).
+  double stranded_frag = 0;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const WorkloadShape& s = shapes[i];
+    Counts& c = counts_[i];
+    if (c.eligible && IsShareShape(s)) {
+      for (const GpuView& g : node.gpus) {
+        if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += g.free_milli / s.milli_per_gpu;
+      }
+    }
+    const std::int64_t pods = IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
+    stranded_frag += s.frequency * (c.eligible ? StrandedTerm(pods, PodsFed(s, node.cpu_milli_free, node.memory_free),
+                                                              c.below, free_total_)
+                                               : static_cast<double>(free_total_));
+  }
   before_stranded_ = free_total_ == 0 ? 0 : stranded_frag;
 }
 
