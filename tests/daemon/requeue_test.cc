@@ -53,7 +53,11 @@ class DiesAfterStartCommit : public SharedStore {
 class RequeueTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("requeue_test_" + std::to_string(getpid()));
+    // One folder per test: a job a test leaves running (the daemon is gone, its process is not)
+    // may still append to its runs file after the next test has begun; it must not be that
+    // test's file (seen under load: "2 hello" from the test before in a test of job 1).
+    dir_ = fs::temp_directory_path() / ("requeue_test_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
