@@ -1,3 +1,4 @@
+#include <optional>
 #include "mig/planner.h"
 
 #include <algorithm>
@@ -110,16 +111,23 @@ Result<Plan> PlanLayout(const PlanInput& in) {
   return plan;
 }
 
+namespace {
+// The first legal start of profile `p` beside the (legal) `current` layout, if any.
+std::optional<int> FirstFreeStart(const DeviceModel& model, const MigLayout& current, const MigProfile& p) {
+  MigLayout trial = current;
+  for (int start : p.placement_starts) {
+    trial.push_back({p.id, start});
+    if (LayoutIsLegal(model, trial)) return start;
+    trial.pop_back();
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 bool HasFreePlacement(const DeviceModel& model, const MigLayout& current, int profile_id) {
   const MigProfile* p = model.FindProfileById(profile_id);
   if (p == nullptr || !LayoutIsLegal(model, current)) return false;
-  MigLayout trial = current;
-  for (int start : p->placement_starts) {
-    trial.push_back({profile_id, start});
-    if (LayoutIsLegal(model, trial)) return true;
-    trial.pop_back();
-  }
-  return false;
+  return FirstFreeStart(model, current, *p).has_value();
 }
 
 Result<MigPlacement> FirstFreePlacement(const DeviceModel& model, const MigLayout& current,
@@ -129,12 +137,7 @@ Result<MigPlacement> FirstFreePlacement(const DeviceModel& model, const MigLayou
     return NotFound(fmt::format("MIG placement: {} has no profile id {}", model.name, profile_id));
   if (Status st = ValidateLayout(model, current); !st.ok())
     return st.WithContext("MIG placement: current layout");
-  MigLayout trial = current;
-  for (int start : p->placement_starts) {
-    trial.push_back({profile_id, start});
-    if (LayoutIsLegal(model, trial)) return MigPlacement{profile_id, start};
-    trial.pop_back();
-  }
+  if (std::optional<int> start = FirstFreeStart(model, current, *p)) return MigPlacement{profile_id, *start};
   return NotFound(fmt::format("MIG placement: no free legal start for profile {} ({}) on {} "
                               "beside [{}]",
                               profile_id, p->name, model.name, FormatLayout(model, current)));

@@ -115,6 +115,10 @@ double StrandedTerm(std::int64_t pods, std::int64_t fed, MilliGpu below, MilliGp
 }
 }  // namespace
 
+std::int64_t FragmentationEval::PodsOnGpus(const WorkloadShape& s, const Counts& c) {
+  return IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
+}
+
 std::int64_t FragmentationEval::PodsFed(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const {
   std::int64_t fed = std::numeric_limits<std::int64_t>::max();
   if (s.cpu_milli > 0) fed = std::max<std::int64_t>(0, cpu_free) / s.cpu_milli;
@@ -200,8 +204,7 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
         if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += g.free_milli / s.milli_per_gpu;
       }
     }
-    const std::int64_t pods = IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
-    stranded_frag += s.frequency * (c.eligible ? StrandedTerm(pods, PodsFed(s, node.cpu_milli_free, node.memory_free),
+    stranded_frag += s.frequency * (c.eligible ? StrandedTerm(PodsOnGpus(s, c), PodsFed(s, node.cpu_milli_free, node.memory_free),
                                                               c.below, free_total_)
                                                : static_cast<double>(free_total_));
   }
@@ -257,8 +260,7 @@ double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> g
       continue;
     }
     const Counts c = Moved<true>(s, counts_[k], gpus, milli);
-    const std::int64_t pods = IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
-    frag += s.frequency * StrandedTerm(pods, PodsFed(s, cpu_free, memory_free), c.below, total);
+    frag += s.frequency * StrandedTerm(PodsOnGpus(s, c), PodsFed(s, cpu_free, memory_free), c.below, total);
   }
   return frag;
 }

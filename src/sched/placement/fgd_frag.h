@@ -128,6 +128,8 @@ class FragmentationEval {
   // kSharePods).
   template <bool kSharePods>
   Counts Moved(const WorkloadShape& s, const Counts& c, std::span<const int> gpus, MilliGpu milli) const;
+  // Pods of shape `s` its usable GPUs could take, from its counts `c` (share_pods counted).
+  static std::int64_t PodsOnGpus(const WorkloadShape& s, const Counts& c);
   // Pods of shape `s` that `cpu_free` CPU and `memory_free` memory can feed.
   std::int64_t PodsFed(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const;
   bool count_memory_ = false;
