@@ -180,10 +180,12 @@ TEST(DaemonE2E, OnlyTheOwnerRootOrAdminMayCancel) {
 }
 
 TEST(DaemonE2E, TimeLimitWarnsThenTermsThenFreesTheSlice) {
-  DaemonHarness h("limit", kConfig);
+  // The warning comes 5 s before the limit: `ps` below must see the job between the two even
+  // when a loaded CI machine runs this under ASan (a 1 s window was missed there once).
+  DaemonHarness h("limit", QueuesConfig({.interactive = R"(warn_before = "5s")"}));
   h.Start();
   auto id = h.Submit({"sh", "-c", "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done"},
-                     {{"queue", "interactive"}, {"time", "3s"}});
+                     {{"queue", "interactive"}, {"time", "7s"}});
   h.WaitJob(id, Running);
   json warned = h.WaitJob(id, [](const json& j) { return !j["warning"].get<std::string>().empty(); });
   EXPECT_EQ(warned["job"]["state"], "running") << "warned first, still running";
