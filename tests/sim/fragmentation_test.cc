@@ -88,7 +88,7 @@ TEST(Fragmentation, StrandedCountsGpusTheHostCannotFeed) {
   // 5 of 8 GPUs' worth (5000) is.
   EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, whole), 0.0);
   EXPECT_DOUBLE_EQ(NodeStrandedFragmentation(n.view, whole), 5000.0);
-  const FragmentationEval eval(n.view, whole, Resources::kCpu, true);
+  const FragmentationEval eval(n.view, whole, Resources::kCpu, {.stranded = true});
   ASSERT_TRUE(eval.strands());
   // A CPU-only pod of 20 CPUs: CPU for 1 pod left, 7 GPUs' worth stranded (FGD: still 0).
   const std::vector<int> none;
@@ -117,10 +117,37 @@ TEST(Fragmentation, StrandedCountsGpusTheHostCannotFeed) {
 TEST(Fragmentation, StrandedIsFgdWhereShapesAskNoHostResources) {
   TestNode n({1000, 600, 0}, 0);
   const std::vector<WorkloadShape> shapes = {Shape(0, 1, 500, 0.6), Shape(0, 1, kOneGpu, 0.4)};
-  const FragmentationEval eval(n.view, shapes, Resources::kCpuAndMemory, true);
+  const FragmentationEval eval(n.view, shapes, Resources::kCpuAndMemory, {.stranded = true});
   EXPECT_FALSE(eval.strands());
   EXPECT_EQ(eval.before_stranded(), eval.before());
   EXPECT_EQ(NodeStrandedFragmentation(n.view, shapes, Resources::kCpuAndMemory), NodeFragmentation(n.view, shapes));
+}
+
+// The demand-weighted measure weighs a shape by the GPU its pods bring, not by their count: an
+// 8-GPU shape arriving a tenth as often as a 1-GPU one weighs 8/9 of the GPU pods' demand.
+TEST(Fragmentation, DemandWeighsShapesByTheGpuTheyBring) {
+  TestNode n({1000, 1000, 1000, 1000, 1000, 1000, 1000, 0}, 64000);  // 7 free GPUs
+  const std::vector<WorkloadShape> shapes = {Shape(4000, 1, kOneGpu, 0.5), Shape(32000, 8, kOneGpu, 0.05),
+                                             Shape(1000, 0, 0, 0.45)};
+  // The 8-GPU shape never fits on 7 GPUs: all 7000 free milli are fragment for it. FGD counts
+  // it (0.05) and the CPU-only shape (0.45): 3500. Demand: 0.5 x 1 and 0.05 x 8 GPUs (the
+  // CPU-only shape brings none): the 8-GPU shape weighs 0.4 / 0.9.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, shapes), 3500.0);
+  EXPECT_DOUBLE_EQ(NodeDemandFragmentation(n.view, shapes), 7000.0 * 0.4 / 0.9);
+  // Where every shape asks the same GPU it is FGD's measure.
+  TestNode partial({1000, 300, 700}, 8000);
+  const std::vector<WorkloadShape> same = {Shape(4000, 1, 500, 0.7), Shape(64000, 1, 500, 0.3)};
+  EXPECT_DOUBLE_EQ(NodeFragmentation(partial.view, same), 0.7 * 300 + 0.3 * 2000);
+  EXPECT_DOUBLE_EQ(NodeDemandFragmentation(partial.view, same), NodeFragmentation(partial.view, same));
+  // Taking one GPU of an empty 8-GPU node costs the 8-GPU shape the node: FGD sees 0.05 of it,
+  // the demand measure 0.4 / 0.9 of it.
+  TestNode empty({1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}, 64000);
+  const FragmentationEval eval(empty.view, shapes, Resources::kCpu, {.demand = true});
+  double demand = 0;
+  const double fgd = eval.AfterOne(4000, 0, kOneGpu, 0, &demand);
+  EXPECT_DOUBLE_EQ(eval.before_demand(), 0.0);  // every GPU shape fits
+  EXPECT_DOUBLE_EQ(fgd, 7000.0 * 0.5);  // 0.05 + 0.45 of 7000
+  EXPECT_DOUBLE_EQ(demand, 7000.0 * 0.4 / 0.9);
 }
 
 TEST(Fragmentation, FullNodeHasNone) {
@@ -256,8 +283,9 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
                              static_cast<double>(1 + rng() % 1000) / 997.0, allowed));
       shapes.back().host_memory = static_cast<Bytes>(rng() % 6) * 16 * kGiB;
     }
-    const FragmentationEval eval(n.view, shapes, resources, true);
+    const FragmentationEval eval(n.view, shapes, resources, {.stranded = true, .demand = true});
     ASSERT_EQ(bits(eval.before()), bits(NodeFragmentation(n.view, shapes, resources))) << "trial " << trial;
+    ASSERT_EQ(bits(eval.before_demand()), bits(NodeDemandFragmentation(n.view, shapes, resources))) << "trial " << trial;
     ASSERT_EQ(bits(eval.before_stranded()), bits(NodeStrandedFragmentation(n.view, shapes, resources))) << "trial " << trial;
     // A share on each GPU it fits, and the first k fully free usable GPUs.
     const MilliGpu share = 50 * static_cast<MilliGpu>(1 + rng() % 19);
@@ -271,8 +299,10 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       v.gpus = after;
       v.cpu_milli_free -= cpu;
       v.memory_free -= memory;
-      ASSERT_EQ(bits(eval.AfterOne(cpu, i, share, memory)), bits(NodeFragmentation(v, shapes, resources)))
+      double demand = -1;
+      ASSERT_EQ(bits(eval.AfterOne(cpu, i, share, memory, &demand)), bits(NodeFragmentation(v, shapes, resources)))
           << "trial " << trial << " gpu " << i;
+      ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, shapes, resources))) << "trial " << trial << " gpu " << i;
       ASSERT_EQ(bits(eval.AfterStrandedOne(cpu, i, share, memory)), bits(NodeStrandedFragmentation(v, shapes, resources)))
           << "trial " << trial << " gpu " << i;
     }
@@ -286,8 +316,10 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       v.gpus = after;
       v.cpu_milli_free -= cpu;
       v.memory_free -= memory;
-      ASSERT_EQ(bits(eval.After(cpu, whole, kOneGpu, memory)), bits(NodeFragmentation(v, shapes, resources)))
+      double demand = -1;
+      ASSERT_EQ(bits(eval.After(cpu, whole, kOneGpu, memory, &demand)), bits(NodeFragmentation(v, shapes, resources)))
           << "trial " << trial;
+      ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, shapes, resources))) << "trial " << trial;
       ASSERT_EQ(bits(eval.AfterStranded(cpu, whole, kOneGpu, memory)), bits(NodeStrandedFragmentation(v, shapes, resources)))
           << "trial " << trial;
     }

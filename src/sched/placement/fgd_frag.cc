@@ -100,11 +100,21 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
 }
 
 double NodeStrandedFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
-  const FragmentationEval eval(node, shapes, resources, true);
+  const FragmentationEval eval(node, shapes, resources, {.stranded = true});
   return eval.before_stranded();
 }
 
+double NodeDemandFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
+  const FragmentationEval eval(node, shapes, resources, {.demand = true});
+  return eval.before_demand();
+}
+
 namespace {
+// The GPU a pod of shape `s` asks, times how often such pods arrive (NodeDemandFragmentation).
+double DemandOf(const WorkloadShape& s) {
+  return s.frequency * static_cast<double>(s.num_gpus) * static_cast<double>(s.milli_per_gpu);
+}
+
 // One shape's stranded fragment (see NodeStrandedFragmentation): `pods` the GPUs could take,
 // `fed` the pods the host can feed, `below` the free milli under its share, `total` all free.
 double StrandedTerm(std::int64_t pods, std::int64_t fed, MilliGpu below, MilliGpu total) {
@@ -127,12 +137,18 @@ std::int64_t FragmentationEval::PodsFed(const WorkloadShape& s, std::int64_t cpu
 }
 
 FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
-                                     Resources resources, bool stranded)
-    : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory) {
+                                     Resources resources, ExtraMeasures extra)
+    : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory), demand_(extra.demand) {
+  const bool stranded = extra.stranded;
   counts_ = inline_.data();
   if (shapes.size() > kInline) {
     heap_.resize(shapes.size());
     counts_ = heap_.data();
+  }
+  // The demand weights: frequency x GPU asked, normalised over the shapes that ask a GPU.
+  double demand_total = 0;
+  if (demand_) {
+    for (const WorkloadShape& s : shapes) demand_total += DemandOf(s);
   }
   // The usable GPUs' free shares, ascending, with prefix sums: a shape's counts are then the
   // position of its share among them (integers, so any way of counting gives the same).
@@ -189,10 +205,15 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     }
     const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
     frag += s.frequency * static_cast<double>(fits ? c.below : free_total_);
+    if (demand_) {
+      c.demand_weight = demand_total > 0 ? DemandOf(s) / demand_total : 0;
+      before_demand_ += c.demand_weight * static_cast<double>(fits ? c.below : free_total_);
+    }
     // The stranded measure can differ only if a shape that needs a GPU asks CPU or memory.
     strands_ = strands_ || (stranded && s.milli_per_gpu > 0 && (s.cpu_milli > 0 || (count_memory_ && s.host_memory > 0)));
   }
   before_ = free_total_ == 0 ? 0 : frag;
+  if (free_total_ == 0) before_demand_ = 0;
   if (!strands_) return;
   // The stranded measure (a second pass, only where it can differ: not in the daemon).
   double stranded_frag = 0;
@@ -265,12 +286,16 @@ double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> g
   return frag;
 }
 
-double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory) const {
+double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory,
+                                double* demand) const {
   const MilliGpu total = FreeAfter(gpus, milli);
+  const bool with_demand = demand_ && demand != nullptr;
+  if (demand != nullptr) *demand = 0;
   if (total == 0) return 0;
   const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
   const Bytes memory_free = node_.memory_free - memory;
   double frag = 0;
+  double demand_frag = 0;
   for (std::size_t k = 0; k < shapes_.size(); ++k) {
     const WorkloadShape& s = shapes_[k];
     bool fits = counts_[k].eligible && HostFits(s, cpu_free, memory_free);
@@ -280,8 +305,11 @@ double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, Mil
       below = c.below;
       fits = c.enough >= s.num_gpus;
     }
-    frag += s.frequency * static_cast<double>(fits ? below : total);
+    const double term = static_cast<double>(fits ? below : total);
+    frag += s.frequency * term;
+    if (with_demand) demand_frag += counts_[k].demand_weight * term;
   }
+  if (with_demand) *demand = demand_frag;
   return frag;
 }
 

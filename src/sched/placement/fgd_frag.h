@@ -41,6 +41,15 @@ enum class Resources { kCpu, kCpuAndMemory };
 double NodeStrandedFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
                                  Resources resources = Resources::kCpu);
 
+// Demand-weighted fragmentation (gpuslice's second key). FGD weighs each shape by how often its
+// pods arrive; a shape of eight whole GPUs then counts as much as one of a tenth of a GPU, though
+// each of its pods brings 80 times the GPU demand. This measure is FGD's (with the same
+// Resources) with each shape weighted by the GPU it is expected to bring: frequency x GPUs x
+// share, normalised to sum to 1 over the shapes that ask a GPU (CPU-only shapes weigh 0).
+// It is FGD's measure where every shape asks the same GPU.
+double NodeDemandFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
+                               Resources resources = Resources::kCpu);
+
 // Fragmented milli-GPU of `node` against `shapes` (fractional: frequencies are weights).
 double NodeFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
                          Resources resources = Resources::kCpu);
@@ -66,6 +75,12 @@ std::vector<int> BestFitGpus(const PlacementRequest& req, const NodeView& node);
 std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node,
                                std::mt19937_64* rng);
 
+// The measures a FragmentationEval evaluates besides FGD's.
+struct ExtraMeasures {
+  bool stranded = false;  // NodeStrandedFragmentation(): before_stranded(), AfterStranded()
+  bool demand = false;    // NodeDemandFragmentation(): before_demand(), After()'s `demand`
+};
+
 // A node's fragmentation against a workload, and the fragmentation after hypothetical
 // placements on it, without copying the node. The per-shape integers (does the shape fit, how
 // many GPUs have its share free, the free milli of the others) are counted once; a placement
@@ -75,10 +90,8 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
 // Holds views into `node` and `shapes` (they must outlive it); not thread-safe (a value).
 class FragmentationEval {
  public:
-  // With `stranded`, it also evaluates NodeStrandedFragmentation() (before_stranded(),
-  // AfterStranded()).
   FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
-                    Resources resources = Resources::kCpu, bool stranded = false);
+                    Resources resources = Resources::kCpu, ExtraMeasures extra = {});
   FragmentationEval(const FragmentationEval&) = delete;
   FragmentationEval& operator=(const FragmentationEval&) = delete;
 
@@ -86,20 +99,26 @@ class FragmentationEval {
   double before() const { return before_; }
   // NodeFragmentation() of the node with `cpu` more CPU and `memory` more host memory taken
   // and `milli` taken from each GPU in `gpus` (distinct indices).
-  double After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory = 0) const;
+  // With `demand` (needs ExtraMeasures::demand), *demand gets NodeDemandFragmentation() of the
+  // same node, from the same pass.
+  double After(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory = 0,
+               double* demand = nullptr) const;
   // After() for a share of `milli` on GPU `gpu` and `cpu` CPU (the common case, no span).
-  double AfterOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory = 0) const {
+  double AfterOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory = 0, double* demand = nullptr) const {
     const int one[1] = {gpu};
-    return After(cpu, one, milli, memory);
+    return After(cpu, one, milli, memory, demand);
   }
+  // NodeDemandFragmentation(node, shapes, resources); needs ExtraMeasures::demand.
+  double before_demand() const { return before_demand_; }
 
-  // True iff constructed with `stranded` and some shape that needs a GPU asks CPU or counted
-  // memory, so that the stranded measure can differ from FGD's. When false, before_stranded()
+  // True iff constructed with ExtraMeasures::stranded and some shape that needs a GPU asks CPU
+  // or counted memory, so that the stranded measure can differ from FGD's. When false, before_stranded()
   // and AfterStranded() are before() and After().
   bool strands() const { return strands_; }
-  // NodeStrandedFragmentation(node, shapes, resources); needs `stranded`.
+  // NodeStrandedFragmentation(node, shapes, resources); needs ExtraMeasures::stranded.
   double before_stranded() const { return strands_ ? before_stranded_ : before_; }
-  // NodeStrandedFragmentation() after the placement After() describes; needs `stranded`.
+  // NodeStrandedFragmentation() after the placement After() describes; needs
+  // ExtraMeasures::stranded.
   double AfterStranded(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory = 0) const;
   double AfterStrandedOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory = 0) const {
     const int one[1] = {gpu};
@@ -114,6 +133,7 @@ class FragmentationEval {
     int enough;      // usable GPUs with free >= the shape's milli_per_gpu
     MilliGpu below;  // free milli of the other usable GPUs
     std::int64_t share_pods;  // stranded only: pods of a share the usable GPUs could take
+    double demand_weight;     // demand only: the shape's weight in NodeDemandFragmentation()
   };
   static constexpr std::size_t kInline = 48;
   // Whether shape `s` gets its host resources with `cpu_free` CPU and `memory_free` memory.
@@ -134,6 +154,8 @@ class FragmentationEval {
   std::int64_t PodsFed(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const;
   bool count_memory_ = false;
   bool strands_ = false;
+  bool demand_ = false;
+  double before_demand_ = 0;
   MilliGpu free_total_ = 0;
   double before_ = 0;
   double before_stranded_ = 0;

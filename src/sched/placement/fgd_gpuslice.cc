@@ -1,5 +1,6 @@
-// gpuslice's default placement policy: fragmentation gradient descent (FGD) that also counts
-// the GPUs a node's CPU and memory cannot feed, keeps large nodes whole and fills GPUs tightly.
+// gpuslice's default placement policy: fragmentation gradient descent (FGD) that also weighs the
+// workload's shapes by the GPU they bring, counts the GPUs a node's CPU and memory cannot feed,
+// keeps large nodes whole and fills GPUs tightly.
 //
 // Primary: the FGD score — the drop of the node's fragmentation against the expected workload,
 // on FGD's coarse integer scale int(sigmoid(drop / 1000) * 100). The coarse scale matters: small
@@ -8,20 +9,27 @@
 // measure, a typical shape counts as unable to use the node when the node lacks its host memory
 // (its median), as when it lacks its CPU: GPUs stranded behind exhausted memory are fragment too.
 // Then, among placements FGD scores equal:
-//   1. the drop of the *stranded* fragmentation (fgd_frag.h: besides FGD's fragment, the part of
-//      a node's free GPU that its CPU and memory cannot feed pod by pod), on the same scale.
-//      FGD only sees stranding when the last pod no longer fits; this key keeps CPU and memory
-//      beside free GPUs before that, which is where CPU-heavy workloads lose GPUs;
+//   1. the exact drop, in milli-GPU, of the sum of two more measures of the node (fgd_frag.h):
+//      - the *demand-weighted* fragmentation: FGD's with each shape weighted by the GPU its pods
+//        bring (frequency x GPUs x share) instead of by their count. FGD's weights make an
+//        8-GPU shape, a few pods in a hundred but a large part of the GPU asked, nearly
+//        invisible; this one keeps the nodes such shapes need, and CPU-only shapes weigh 0;
+//      - the *stranded* fragmentation: besides FGD's fragment, the part of a node's free GPU
+//        that its CPU and memory cannot feed pod by pod. FGD only sees stranding when the last
+//        pod no longer fits; this keeps CPU and memory beside free GPUs before that, which is
+//        where CPU-heavy workloads lose GPUs.
+//      Both are in milli-GPU of expected loss, so they add without a weight;
 //   2. a node already in use beats an empty node (an empty node is the only place a request as
-//      large as the node can go, and those are too rare to be among FGD's typical shapes);
+//      large as the node can go);
 //   3. then the node with fewer GPUs (same reason, one size down).
-// Within a node, a share goes on the GPU with the best (FGD score, stranded score); among
-// equals, on the one whose exact fragmentation grows least, then the least free one (best fit)
-// — FGD takes the first index. Remaining ties are left to the framework's tie-break. Nothing
-// here depends on a trace. Where no shape asks CPU or memory (the daemon) the stranded score is
-// the FGD score, so the keys order nodes as before it existed.
+// Within a node, a share goes on the GPU with the best score; among equals, on the one whose
+// exact FGD fragmentation grows least, then the least free one (best fit) — FGD takes the first
+// index. Remaining ties are left to the framework's tie-break. Nothing here depends on a trace.
+// Where no shape asks CPU or memory (the daemon) the stranded measure is FGD's.
 
+#include <cmath>
 #include <memory>
+#include <numbers>
 
 #include "sched/placement/fgd_frag.h"
 #include "sched/placement/placement.h"
@@ -29,31 +37,36 @@
 namespace gpuslice::sched {
 namespace {
 
-// Weights of the secondary keys, each below one step of the key before it (lexicographic): the
-// stranded score (integer 0..100) x 0.009 < 1 FGD step; the used-node bonus 0.004 < one
-// stranded step (0.009); the small-node bonus at most 0.001 < the used-node bonus.
-constexpr double kStrandedWeight = 0.009;
-constexpr double kUsedNodeBonus = 0.004;
-constexpr double kSmallNodeBonus = 0.001;
+// The keys in one score (higher wins): FGD's integer score, plus the secondary drop mapped into
+// (0, kSecondaryScale) by a monotone squash (so it never outweighs one FGD step), plus bonuses
+// for a used and a small node worth 0.014 milli-GPU of secondary drop near 0 and 1.4 at a drop
+// of 10 GPUs: in effect they break ties.
+constexpr double kSecondaryScale = 0.9;
+constexpr double kSecondaryUnit = 1000;  // milli-GPU: the squash is steepest within a GPU of 0
+constexpr double kUsedNodeBonus = 4e-6;
+constexpr double kSmallNodeBonus = 1e-6;
 constexpr double kMaxGpusPerNode = 64;
 
 // Equal drops computed in different orders may differ in the last bits.
 constexpr double kDropEpsilon = 1e-9;
 
-// FGD's score plus the stranded score's key, of the placement `after` / `after_stranded` give.
+// The score of the placement `after` / `after_stranded` give: FGD's quantised score of the
+// drop of FGD's measure (in *drop), then the drop of the demand-weighted plus the stranded
+// fragmentation, in milli-GPU.
 template <typename After, typename AfterStranded>
 double Scores(const FragmentationEval& eval, After after, AfterStranded after_stranded, double* drop) {
-  *drop = eval.before() - after();
-  const double fgd = FgdQuantisedScore(*drop);
-  const double stranded = eval.strands() ? FgdQuantisedScore(eval.before_stranded() - after_stranded()) : fgd;
-  return fgd + kStrandedWeight * stranded;
+  double demand_after = 0;
+  *drop = eval.before() - after(&demand_after);
+  const double stranded_drop = eval.strands() ? eval.before_stranded() - after_stranded() : *drop;
+  const double secondary = (eval.before_demand() - demand_after) + stranded_drop;
+  return FgdQuantisedScore(*drop) + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
 }
 
 // A share's GPU: best (FGD score, stranded score), then the smallest exact fragmentation growth,
 // then best fit.
 std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
                                       std::span<const WorkloadShape> shapes) {
-  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, true);
+  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true});
   int best = -1;
   double best_score = 0;
   double best_drop = 0;
@@ -68,7 +81,7 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
     if (g.free_milli != last_free) {
       score = Scores(
-          eval, [&] { return eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory); },
+          eval, [&](double* demand) { return eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory, demand); },
           [&] { return eval.AfterStrandedOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory); }, &drop);
       last_free = g.free_milli;
     }
@@ -94,10 +107,10 @@ std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeVie
                                       std::span<const WorkloadShape> shapes) {
   std::vector<int> gpus = BestFitGpus(req, node);
   if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
-  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, true);
+  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true});
   double drop = 0;
   const double score = Scores(
-      eval, [&] { return eval.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory); },
+      eval, [&](double* demand) { return eval.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, demand); },
       [&] { return eval.AfterStranded(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory); }, &drop);
   return NodeChoice{score, std::move(gpus)};
 }
