@@ -62,8 +62,8 @@ double Scores(const FragmentationEval& eval, After after, AfterStranded after_st
   return FgdQuantisedScore(*drop) + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
 }
 
-// A share's GPU: best (FGD score, stranded score), then the smallest exact fragmentation growth,
-// then best fit.
+// A share's GPU: the best score (FGD's, then the secondary drop), then the smallest exact FGD
+// fragmentation growth, then best fit.
 std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
                                       std::span<const WorkloadShape> shapes) {
   const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true});
