@@ -88,10 +88,7 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
     published = std::move(r);
   }
 
-  FgdInputs in;
-  in.nodes = std::move(nodes.nodes);
-  in.pods = std::move(pods.pods);
-  in.shapes = TypicalShapes(in.pods);
+  const FgdInputs in = MakeFgdInputs(std::move(nodes.nodes), std::move(pods.pods));
 
   FgdCommandResult result;
   result.workload = trace.stem().string();

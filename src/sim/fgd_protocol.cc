@@ -68,6 +68,17 @@ std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pod
   return out;
 }
 
+FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods) {
+  FgdInputs in{std::move(nodes), std::move(pods), {}};
+  in.shapes = TypicalShapes(in.pods);
+  const Cluster empty(in.nodes);
+  std::vector<sched::NodeView> views;
+  views.reserve(empty.size());
+  for (std::size_t i = 0; i < empty.size(); ++i) views.push_back(empty.View(i));
+  sched::SetSupplyShares(in.shapes, views);
+  return in;
+}
+
 sched::PlacementRequest ToRequest(const TracePod& pod) {
   sched::PlacementRequest r;
   r.cpu_milli = NonZeroCpu(pod.cpu_milli);

@@ -60,6 +60,10 @@ struct FgdInputs {
   std::vector<sched::WorkloadShape> shapes;
 };
 
+// The protocol's inputs for a trace: its nodes and pods, and their typical shapes, each with
+// its supply share on these nodes (sched::SetSupplyShares(); the paper's policies ignore it).
+FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods);
+
 // Runs one policy with one seed. `progress` (may be empty) gets the fraction done. Equal best
 // scores go to the first node in the artifact's node-name order by default (a seeded random
 // node priority fixed for the run, see placer.h), which is what reproduces the published

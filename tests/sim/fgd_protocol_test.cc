@@ -23,8 +23,7 @@ FgdInputs DefaultInputs() {
   auto nodes = ReadOpenbNodes(kDir + "openb_node_list_gpu_node.csv");
   auto pods = ReadOpenbPods(kDir + "openb_pod_list_default.csv");
   EXPECT_TRUE(nodes.ok() && pods.ok());
-  FgdInputs in{nodes->nodes, pods->pods, {}};
-  in.shapes = TypicalShapes(in.pods);
+  FgdInputs in = MakeFgdInputs(nodes->nodes, pods->pods);
   return in;
 }
 

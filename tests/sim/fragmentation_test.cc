@@ -261,6 +261,7 @@ TEST(FgdPolicies, AllRegisteredByName) {
 // its inline buffer), against NodeFragmentation of an actual copy of the node after.
 TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
   std::mt19937_64 rng(15);
+  for (ShapeWeights weights : {ShapeWeights::kFrequency, ShapeWeights::kSupply}) {
   for (Resources resources : {Resources::kCpu, Resources::kCpuAndMemory}) {
   const std::vector<std::string> models = {"V100", "T4", "A100"};
   auto bits = [](double d) { return std::bit_cast<std::uint64_t>(d); };
@@ -282,11 +283,14 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
                              kind == 0 ? 0 : kind == 1 ? 50 * static_cast<MilliGpu>(1 + rng() % 19) : kOneGpu,
                              static_cast<double>(1 + rng() % 1000) / 997.0, allowed));
       shapes.back().host_memory = static_cast<Bytes>(rng() % 6) * 16 * kGiB;
+      if (rng() % 3 != 0) shapes.back().supply_share = static_cast<double>(1 + rng() % 100) / 100.0;
     }
-    const FragmentationEval eval(n.view, shapes, resources, {.stranded = true, .demand = true});
-    ASSERT_EQ(bits(eval.before()), bits(NodeFragmentation(n.view, shapes, resources))) << "trial " << trial;
-    ASSERT_EQ(bits(eval.before_demand()), bits(NodeDemandFragmentation(n.view, shapes, resources))) << "trial " << trial;
-    ASSERT_EQ(bits(eval.before_stranded()), bits(NodeStrandedFragmentation(n.view, shapes, resources))) << "trial " << trial;
+    const FragmentationEval eval(n.view, shapes, resources, {.stranded = true, .demand = true}, weights);
+    // With supply weights the eval measures what the plain measures give for SupplyWeighted().
+    const std::vector<WorkloadShape> weighted = weights == ShapeWeights::kSupply ? SupplyWeighted(shapes) : shapes;
+    ASSERT_EQ(bits(eval.before()), bits(NodeFragmentation(n.view, weighted, resources))) << "trial " << trial;
+    ASSERT_EQ(bits(eval.before_demand()), bits(NodeDemandFragmentation(n.view, weighted, resources))) << "trial " << trial;
+    ASSERT_EQ(bits(eval.before_stranded()), bits(NodeStrandedFragmentation(n.view, weighted, resources))) << "trial " << trial;
     // A share on each GPU it fits, and the first k fully free usable GPUs.
     const MilliGpu share = 50 * static_cast<MilliGpu>(1 + rng() % 19);
     const std::int64_t cpu = static_cast<std::int64_t>(rng() % 4) * 1000;
@@ -300,10 +304,10 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       v.cpu_milli_free -= cpu;
       v.memory_free -= memory;
       double demand = -1;
-      ASSERT_EQ(bits(eval.AfterOne(cpu, i, share, memory, &demand)), bits(NodeFragmentation(v, shapes, resources)))
+      ASSERT_EQ(bits(eval.AfterOne(cpu, i, share, memory, &demand)), bits(NodeFragmentation(v, weighted, resources)))
           << "trial " << trial << " gpu " << i;
-      ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, shapes, resources))) << "trial " << trial << " gpu " << i;
-      ASSERT_EQ(bits(eval.AfterStrandedOne(cpu, i, share, memory)), bits(NodeStrandedFragmentation(v, shapes, resources)))
+      ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, weighted, resources))) << "trial " << trial << " gpu " << i;
+      ASSERT_EQ(bits(eval.AfterStrandedOne(cpu, i, share, memory)), bits(NodeStrandedFragmentation(v, weighted, resources)))
           << "trial " << trial << " gpu " << i;
     }
     std::vector<int> whole;
@@ -317,14 +321,90 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       v.cpu_milli_free -= cpu;
       v.memory_free -= memory;
       double demand = -1;
-      ASSERT_EQ(bits(eval.After(cpu, whole, kOneGpu, memory, &demand)), bits(NodeFragmentation(v, shapes, resources)))
+      ASSERT_EQ(bits(eval.After(cpu, whole, kOneGpu, memory, &demand)), bits(NodeFragmentation(v, weighted, resources)))
           << "trial " << trial;
-      ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, shapes, resources))) << "trial " << trial;
-      ASSERT_EQ(bits(eval.AfterStranded(cpu, whole, kOneGpu, memory)), bits(NodeStrandedFragmentation(v, shapes, resources)))
+      ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, weighted, resources))) << "trial " << trial;
+      ASSERT_EQ(bits(eval.AfterStranded(cpu, whole, kOneGpu, memory)), bits(NodeStrandedFragmentation(v, weighted, resources)))
           << "trial " << trial;
     }
   }
   }
+  }
+}
+
+// The supply share of a shape: the GPUs of the nodes that could take one of its pods when empty.
+TEST(Fragmentation, SupplySharesCountTheGpusOfTheNodesThatCouldTakeAPod) {
+  std::vector<TestNode> nodes;
+  nodes.reserve(16);  // a TestNode's view points into its own GPUs: never moved
+  for (int i = 0; i < 2; ++i) nodes.emplace_back(std::vector<MilliGpu>(8, kOneGpu), 128000, "G3");
+  for (int i = 0; i < 4; ++i) nodes.emplace_back(std::vector<MilliGpu>(8, 0), 0, "G2");  // full now: totals count
+  for (int i = 0; i < 10; ++i) nodes.emplace_back(std::vector<MilliGpu>(2, kOneGpu), 64000, "T4");
+  for (int i = 0; i < 2; ++i) {
+    nodes[i].view.cpu_milli_total = 128000;
+    nodes[i].view.memory_total = 768 * kGiB;
+  }
+  for (int i = 2; i < 6; ++i) nodes[i].view.cpu_milli_total = 96000;
+  std::vector<NodeView> views;
+  for (const TestNode& n : nodes) views.push_back(n.view);  // 16 + 32 + 20 = 68 GPUs
+  std::vector<WorkloadShape> shapes = {
+      Shape(120000, 8, kOneGpu, 0.1),         // only the 128-CPU nodes: 16 GPUs
+      Shape(4000, 1, 500, 0.5),               // any node
+      Shape(4000, 1, kOneGpu, 0.2, {"T4"}),   // only T4: 20 GPUs
+      Shape(90000, 4, kOneGpu, 0.1),          // the 96- and 128-CPU nodes: 48 GPUs
+      Shape(1000, 0, 0, 0.05),                // CPU-only: any node with a GPU
+      Shape(4000, 1, kOneGpu, 0.05, {"A100"}),  // no node: 1 (nothing to keep for it)
+  };
+  shapes[3].host_memory = 300 * kGiB;  // the 96-CPU nodes have 256 GiB: only the 128-CPU ones
+  SetSupplyShares(shapes, views);
+  EXPECT_DOUBLE_EQ(shapes[0].supply_share, 16.0 / 68);
+  EXPECT_DOUBLE_EQ(shapes[1].supply_share, 1.0);
+  EXPECT_DOUBLE_EQ(shapes[2].supply_share, 20.0 / 68);
+  EXPECT_DOUBLE_EQ(shapes[3].supply_share, 16.0 / 68);
+  EXPECT_DOUBLE_EQ(shapes[4].supply_share, 1.0);
+  EXPECT_DOUBLE_EQ(shapes[5].supply_share, 1.0);
+  // The weights: frequency / supply share, normalised; with every share 1, the frequencies.
+  const std::vector<WorkloadShape> w = SupplyWeighted(shapes);
+  double total = 0;
+  for (const WorkloadShape& s : w) total += s.frequency;
+  EXPECT_NEAR(total, 1.0, 1e-12);
+  EXPECT_NEAR(w[0].frequency / w[1].frequency, (0.1 / (16.0 / 68)) / 0.5, 1e-12);
+  EXPECT_NEAR(w[2].frequency / w[4].frequency, (0.2 / (20.0 / 68)) / 0.05, 1e-12);
+  for (WorkloadShape& s : shapes) s.supply_share = 1;
+  const std::vector<WorkloadShape> same = SupplyWeighted(shapes);
+  for (std::size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(same[i].frequency, shapes[i].frequency);
+}
+
+// A 4-GPU pod, two empty 8-GPU nodes: a large one (128 CPUs, 768 GiB) and a standard one (96
+// CPUs, 384 GiB). On the standard node the pod's 313 GiB leave too little memory for the common
+// 1-GPU shape beside the other four GPUs; on the large one they leave too few GPUs for the rare
+// 8-GPU, 120-CPU shape, which no other node takes. By frequency the large node wins (the common
+// shape weighs 0.9); by supply, with the rare shape's nodes a twentieth of the cluster, the
+// standard node does, and the large node stays whole for the pods only it can take.
+TEST(GpuslicePolicy, KeepsTheFewNodesAScarceShapeCanUse) {
+  auto ours = MakePolicy("gpuslice");
+  ASSERT_TRUE(ours.ok());
+  std::vector<WorkloadShape> shapes = {Shape(8000, 1, kOneGpu, 0.9), Shape(120000, 8, kOneGpu, 0.1)};
+  shapes[0].host_memory = 100 * kGiB;
+  shapes[1].host_memory = 600 * kGiB;
+  TestNode large(std::vector<MilliGpu>(8, kOneGpu), 128000), standard(std::vector<MilliGpu>(8, kOneGpu), 96000);
+  large.view.cpu_milli_total = 128000;
+  large.view.memory_free = large.view.memory_total = 768 * kGiB;
+  standard.view.cpu_milli_total = 96000;
+  standard.view.memory_free = standard.view.memory_total = 384 * kGiB;
+  PlacementRequest req;
+  req.cpu_milli = 60000;
+  req.num_gpus = 4;
+  req.milli_per_gpu = kOneGpu;
+  req.host_memory = 313 * kGiB;
+  auto pick = [&](const std::vector<WorkloadShape>& workload) {
+    PlacementContext ctx{workload, nullptr};
+    auto l = (*ours)->Score(req, large.view, ctx), s = (*ours)->Score(req, standard.view, ctx);
+    EXPECT_TRUE(l && s);
+    return l->score > s->score ? "large" : "standard";
+  };
+  EXPECT_STREQ(pick(shapes), "large");  // supply shares not known (1): FGD's frequencies
+  shapes[1].supply_share = 0.05;
+  EXPECT_STREQ(pick(shapes), "standard");
 }
 
 }  // namespace

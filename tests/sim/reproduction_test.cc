@@ -41,8 +41,7 @@ void ExpectPublishedMeans(const std::string& trace, std::initializer_list<const 
   auto nodes = ReadOpenbNodes(kData + "/alibaba-gpu-v2023/openb_node_list_gpu_node.csv");
   auto pods = ReadOpenbPods(kData + "/alibaba-gpu-v2023/" + trace + ".csv");
   ASSERT_TRUE(nodes.ok() && pods.ok());
-  FgdInputs in{nodes->nodes, pods->pods, {}};
-  in.shapes = TypicalShapes(in.pods);
+  FgdInputs in = MakeFgdInputs(nodes->nodes, pods->pods);
   auto published = PublishedResults::Read(kData + "/fgd-kss-expected-results/analysis_allo_discrete.csv");
   ASSERT_TRUE(published.ok()) << published.status().ToString();
   for (const char* name : policies) {

@@ -99,6 +99,46 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
   return {chosen};
 }
 
+void SetSupplyShares(std::span<WorkloadShape> shapes, std::span<const NodeView> nodes) {
+  std::int64_t all = 0;
+  for (const NodeView& n : nodes) all += static_cast<std::int64_t>(n.gpus.size());
+  for (WorkloadShape& s : shapes) {
+    std::int64_t eligible = 0;
+    for (const NodeView& n : nodes) {
+      if (static_cast<int>(n.gpus.size()) < std::max(1, s.num_gpus) || n.cpu_milli_total < s.cpu_milli ||
+          n.memory_total < s.host_memory || !ModelAllowed(s.allowed_models, n.model)) {
+        continue;
+      }
+      eligible += static_cast<std::int64_t>(n.gpus.size());
+    }
+    s.supply_share = eligible > 0 ? static_cast<double>(eligible) / static_cast<double>(all) : 1;
+  }
+}
+
+namespace {
+bool AllSupplyOne(std::span<const WorkloadShape> shapes) {
+  for (const WorkloadShape& s : shapes) {
+    if (s.supply_share != 1) return false;
+  }
+  return true;
+}
+
+// frequency / supply_share summed over `shapes` (the kSupply weights' normaliser).
+double SupplyNormaliser(std::span<const WorkloadShape> shapes) {
+  double total = 0;
+  for (const WorkloadShape& s : shapes) total += s.frequency / s.supply_share;
+  return total;
+}
+}  // namespace
+
+std::vector<WorkloadShape> SupplyWeighted(std::span<const WorkloadShape> shapes) {
+  std::vector<WorkloadShape> out(shapes.begin(), shapes.end());
+  if (AllSupplyOne(shapes)) return out;
+  const double total = SupplyNormaliser(shapes);
+  for (WorkloadShape& s : out) s.frequency = s.frequency / s.supply_share / total;
+  return out;
+}
+
 double NodeStrandedFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
   const FragmentationEval eval(node, shapes, resources, {.stranded = true});
   return eval.before_stranded();
@@ -110,9 +150,9 @@ double NodeDemandFragmentation(const NodeView& node, std::span<const WorkloadSha
 }
 
 namespace {
-// The GPU a pod of shape `s` asks, times how often such pods arrive (NodeDemandFragmentation).
-double DemandOf(const WorkloadShape& s) {
-  return s.frequency * static_cast<double>(s.num_gpus) * static_cast<double>(s.milli_per_gpu);
+// The GPU a pod of shape `s` asks, times the shape's weight `w` (NodeDemandFragmentation).
+double DemandOf(const WorkloadShape& s, double w) {
+  return w * static_cast<double>(s.num_gpus) * static_cast<double>(s.milli_per_gpu);
 }
 
 // One shape's stranded fragment (see NodeStrandedFragmentation): `pods` the GPUs could take,
@@ -137,7 +177,7 @@ std::int64_t FragmentationEval::PodsFed(const WorkloadShape& s, std::int64_t cpu
 }
 
 FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
-                                     Resources resources, ExtraMeasures extra)
+                                     Resources resources, ExtraMeasures extra, ShapeWeights weights)
     : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory), demand_(extra.demand) {
   const bool stranded = extra.stranded;
   counts_ = inline_.data();
@@ -145,10 +185,17 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     heap_.resize(shapes.size());
     counts_ = heap_.data();
   }
-  // The demand weights: frequency x GPU asked, normalised over the shapes that ask a GPU.
+  // Each shape's weight (SupplyWeighted()'s arithmetic, in its order).
+  const double supply_total =
+      weights == ShapeWeights::kSupply && !AllSupplyOne(shapes) ? SupplyNormaliser(shapes) : 0;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const WorkloadShape& s = shapes[i];
+    counts_[i].weight = supply_total > 0 ? s.frequency / s.supply_share / supply_total : s.frequency;
+  }
+  // The demand weights: weight x GPU asked, normalised over the shapes that ask a GPU.
   double demand_total = 0;
   if (demand_) {
-    for (const WorkloadShape& s : shapes) demand_total += DemandOf(s);
+    for (std::size_t i = 0; i < shapes.size(); ++i) demand_total += DemandOf(shapes[i], counts_[i].weight);
   }
   // The usable GPUs' free shares, ascending, with prefix sums: a shape's counts are then the
   // position of its share among them (integers, so any way of counting gives the same).
@@ -204,9 +251,9 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
       }
     }
     const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
-    frag += s.frequency * static_cast<double>(fits ? c.below : free_total_);
+    frag += c.weight * static_cast<double>(fits ? c.below : free_total_);
     if (demand_) {
-      c.demand_weight = demand_total > 0 ? DemandOf(s) / demand_total : 0;
+      c.demand_weight = demand_total > 0 ? DemandOf(s, c.weight) / demand_total : 0;
       before_demand_ += c.demand_weight * static_cast<double>(fits ? c.below : free_total_);
     }
     // The stranded measure can differ only if a shape that needs a GPU asks CPU or memory.
@@ -225,7 +272,7 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
         if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += g.free_milli / s.milli_per_gpu;
       }
     }
-    stranded_frag += s.frequency * (c.eligible ? StrandedTerm(PodsOnGpus(s, c), PodsFed(s, node.cpu_milli_free, node.memory_free),
+    stranded_frag += c.weight * (c.eligible ? StrandedTerm(PodsOnGpus(s, c), PodsFed(s, node.cpu_milli_free, node.memory_free),
                                                               c.below, free_total_)
                                                : static_cast<double>(free_total_));
   }
@@ -277,11 +324,11 @@ double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> g
   for (std::size_t k = 0; k < shapes_.size(); ++k) {
     const WorkloadShape& s = shapes_[k];
     if (!counts_[k].eligible) {
-      frag += s.frequency * static_cast<double>(total);
+      frag += counts_[k].weight * static_cast<double>(total);
       continue;
     }
     const Counts c = Moved<true>(s, counts_[k], gpus, milli);
-    frag += s.frequency * StrandedTerm(PodsOnGpus(s, c), PodsFed(s, cpu_free, memory_free), c.below, total);
+    frag += counts_[k].weight * StrandedTerm(PodsOnGpus(s, c), PodsFed(s, cpu_free, memory_free), c.below, total);
   }
   return frag;
 }
@@ -306,7 +353,7 @@ double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, Mil
       fits = c.enough >= s.num_gpus;
     }
     const double term = static_cast<double>(fits ? below : total);
-    frag += s.frequency * term;
+    frag += counts_[k].weight * term;
     if (with_demand) demand_frag += counts_[k].demand_weight * term;
   }
   if (with_demand) *demand = demand_frag;

@@ -50,6 +50,26 @@ double NodeStrandedFragmentation(const NodeView& node, std::span<const WorkloadS
 double NodeDemandFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
                                Resources resources = Resources::kCpu);
 
+// How a measure weighs the typical shapes. kFrequency: by how often their pods arrive (the
+// paper's). kSupply: by that frequency divided by the shape's supply_share, normalised to sum to
+// 1 (gpuslice's): a node counts for a shape in proportion to the share of the shape's pods that
+// would have to go to it, so a node that only a few kinds of node can replace (the only model a
+// shape allows, the only size with the CPU and memory a large pod asks) is kept for the pods
+// that need it. Where every supply share is 1 (the daemon's learned shapes) kSupply is
+// kFrequency exactly.
+enum class ShapeWeights { kFrequency, kSupply };
+
+// Sets each shape's supply_share from the capacity of `nodes` (their totals, not what is free):
+// the GPUs of the nodes with at least max(1, num_gpus) GPUs, the CPU and host memory the shape
+// asks, and a model it allows, over all their GPUs; 1 where no node could take it (nothing to
+// keep for it) or the nodes have no GPU.
+void SetSupplyShares(std::span<WorkloadShape> shapes, std::span<const NodeView> nodes);
+
+// `shapes` with each frequency replaced by its ShapeWeights::kSupply weight; `shapes` unchanged
+// where every supply share is 1. A FragmentationEval with kSupply gives, bit for bit, the
+// measures of these shapes with kFrequency.
+std::vector<WorkloadShape> SupplyWeighted(std::span<const WorkloadShape> shapes);
+
 // Fragmented milli-GPU of `node` against `shapes` (fractional: frequencies are weights).
 double NodeFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
                          Resources resources = Resources::kCpu);
@@ -91,7 +111,8 @@ struct ExtraMeasures {
 class FragmentationEval {
  public:
   FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
-                    Resources resources = Resources::kCpu, ExtraMeasures extra = {});
+                    Resources resources = Resources::kCpu, ExtraMeasures extra = {},
+                    ShapeWeights weights = ShapeWeights::kFrequency);
   FragmentationEval(const FragmentationEval&) = delete;
   FragmentationEval& operator=(const FragmentationEval&) = delete;
 
@@ -134,6 +155,7 @@ class FragmentationEval {
     MilliGpu below;  // free milli of the other usable GPUs
     std::int64_t share_pods;  // stranded only: pods of a share the usable GPUs could take
     double demand_weight;     // demand only: the shape's weight in NodeDemandFragmentation()
+    double weight;            // the shape's weight in every measure (its ShapeWeights weight)
   };
   static constexpr std::size_t kInline = 48;
   // Whether shape `s` gets its host resources with `cpu_free` CPU and `memory_free` memory.

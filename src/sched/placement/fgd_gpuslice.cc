@@ -1,6 +1,14 @@
-// gpuslice's default placement policy: fragmentation gradient descent (FGD) that also weighs the
-// workload's shapes by the GPU they bring, counts the GPUs a node's CPU and memory cannot feed,
-// keeps large nodes whole and fills GPUs tightly.
+// gpuslice's default placement policy: fragmentation gradient descent (FGD) that weighs the
+// workload's shapes by how few nodes can take them, also by the GPU they bring, counts the GPUs a
+// node's CPU and memory cannot feed, keeps large nodes whole and fills GPUs tightly.
+//
+// Every measure below weighs the typical shapes by supply (fgd_frag.h, ShapeWeights::kSupply):
+// a shape's frequency divided by the share of the cluster's GPUs on nodes that could take one of
+// its pods, normalised. FGD's frequency alone treats a node that only one kind of node can
+// replace (the only model a constrained shape allows; the only size with the CPU and memory of a
+// large pod) like any other, and those pods then fail while the cluster is half empty. The
+// supply shares come from the cluster's capacity (the caller sets them, see SetSupplyShares());
+// where they are not set (1) the weights are FGD's frequencies.
 //
 // Primary: the FGD score — the drop of the node's fragmentation against the expected workload,
 // on FGD's coarse integer scale int(sigmoid(drop / 1000) * 100). The coarse scale matters: small
@@ -66,7 +74,8 @@ double Scores(const FragmentationEval& eval, After after, AfterStranded after_st
 // fragmentation growth, then best fit.
 std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
                                       std::span<const WorkloadShape> shapes) {
-  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true});
+  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true},
+                               ShapeWeights::kSupply);
   int best = -1;
   double best_score = 0;
   double best_drop = 0;
@@ -107,7 +116,8 @@ std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeVie
                                       std::span<const WorkloadShape> shapes) {
   std::vector<int> gpus = BestFitGpus(req, node);
   if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
-  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true});
+  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true},
+                               ShapeWeights::kSupply);
   double drop = 0;
   const double score = Scores(
       eval, [&](double* demand) { return eval.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, demand); },

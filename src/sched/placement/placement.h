@@ -73,6 +73,10 @@ struct WorkloadShape {
   // Host memory the shape's pods typically ask (their median; 0: none or not known). Only a
   // measure that counts memory (FragmentationEval's Resources::kCpuAndMemory) reads it.
   Bytes host_memory = 0;
+  // The share of the cluster's GPUs on nodes that could take one pod of the shape when empty
+  // (enough GPUs, CPU and host memory, an allowed model), in (0, 1]; 1 when not known. Set by
+  // SetSupplyShares() (fgd_frag.h); only a measure weighted by supply reads it.
+  double supply_share = 1;
 };
 
 struct PlacementContext {
