@@ -94,6 +94,7 @@ void Scheduler::Impl::OnDeviceAdded(const DeviceAdded& e) {
   if (d.mode == DeviceMode::kMig) d.layout = e.mig_layout;
   mig_mode_devices_ += d.mode == DeviceMode::kMig;
   nodes_[e.device.node].insert(e.device.index);
+  hosts_changed_ = true;  // the learned shapes' supply shares (Workload())
   auto [it, _] = devices_.emplace(e.device, std::move(d));
   index_.Add(it->second, Facts(it->second));
   if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
@@ -124,6 +125,7 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   mig_mode_devices_ -= d.mode == DeviceMode::kMig;
   mig_in_use_.erase(&d);
   nodes_[e.device.node].erase(e.device.index);
+  hosts_changed_ = true;
   if (nodes_[e.device.node].empty()) nodes_.erase(e.device.node);
   devices_.erase(it);
   mig_broken_.erase(e.device);

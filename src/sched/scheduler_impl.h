@@ -196,6 +196,10 @@ class Scheduler::Impl {
     PlacementContext ctx;
   };
   PolicyInput InputFor(const Resolved& r);
+  // The learned workload as policies see it: workload_'s shapes, each with its supply share on
+  // the hosts (a shape of k GPUs can use the hosts with k devices or more; the learned shapes
+  // ask no CPU, memory or model). Remade when either changes.
+  std::span<const WorkloadShape> Workload();
   std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
   static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty
@@ -372,6 +376,11 @@ class Scheduler::Impl {
   NodePool<std::unordered_map<SliceId, Micros>> timer_of_nodes_;
 
   LearnedWorkload workload_;  // what fragmentation-aware policies score against
+  std::vector<WorkloadShape> workload_shapes_;  // Workload(): workload_'s with supply shares
+  std::uint64_t workload_shapes_of_ = 0;        // the workload_.version() they were made from
+  bool hosts_changed_ = true;                   // devices added or removed since
+  std::map<std::size_t, std::int64_t> hosts_by_size_;  // device count -> hosts (Workload())
+  std::uint64_t workload_version_ = 0;          // changes exactly when workload_shapes_ does
 
   // Placement by host state (PlaceByState): on when some queue's policy ScoresByNodeState().
   bool by_state_ = false;
@@ -387,7 +396,7 @@ class Scheduler::Impl {
   };
   std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
   std::vector<int> memo_slot_of_shape_;  // shape -> the slot it last had (-1: none); check it
-  std::uint64_t memo_workload_ = 0;            // workload_.version() the slots are for
+  std::uint64_t memo_workload_ = 0;            // workload_version_ the slots are for
   std::uint64_t memo_clock_ = 0;
   std::uint64_t memo_generations_ = 0;         // generations handed out so far
   std::uint64_t oldest_live_generation_ = 0;  // view_memo_ entries older than this are free

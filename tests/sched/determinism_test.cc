@@ -15,6 +15,7 @@
 namespace gpuslice::sched {
 namespace {
 
+using ::gpuslice::testing::Only;
 using ::gpuslice::testing::SchedHarness;
 
 // A closed-loop random workload: answers every ReconfigureMig, finishes and cancels jobs,
@@ -202,6 +203,33 @@ TEST(ByStatePlacement, AgreesWhenMoreShapesWaitThanItKeepsResultsFor) {
   for (const std::string& line : ref) starts += line.rfind("start", 0) == 0;
   ASSERT_GT(starts, 300u);
   EXPECT_EQ(fast, ref);
+}
+
+// gpuslice weighs each learned shape by how few hosts could take it. One 8-GPU host and ten
+// 4-GPU ones; the workload learned so far: nine 4-GPU jobs for each 8-GPU one. A 2-GPU job
+// breaks a host either way. By frequency alone (FGD's weights) it goes on the 8-GPU host: the
+// common 4-GPU shape loses less there. The 8-GPU shape can use one host in eleven (8 of 48 GPUs),
+// so by supply the 8-GPU host is kept whole and the job breaks a 4-GPU host. Both paths agree.
+TEST(GpuslicePlacement, KeepsTheOnlyHostALearnedShapeCanUse) {
+  for (bool reference : {false, true}) {
+    Config c = DefaultConfig();
+    for (QueueConfig& q : c.queues) {
+      q.placement = "gpuslice";
+      q.user_max_milli = 0;
+      q.user_max_jobs = 0;
+    }
+    SchedHarness h(c, 3);
+    h.scheduler().SetReferencePlacement(reference);
+    const NodeId eight = h.AddHost("8xH100-80GB");
+    for (int i = 0; i < 10; ++i) h.AddHost("4xH100-80GB");
+    ASSERT_THAT(Only<StartSlice>(h.Submit("training gpus=8")), ::testing::SizeIs(1));
+    for (int i = 0; i < 9; ++i) ASSERT_THAT(Only<StartSlice>(h.Submit("training gpus=4")), ::testing::SizeIs(1));
+    for (std::uint64_t j = 1; j <= 10; ++j) h.Finish(JobId(j));  // every host empty again
+    const auto started = Only<StartSlice>(h.Submit("training gpus=2"));
+    ASSERT_THAT(started, ::testing::SizeIs(1));
+    EXPECT_NE(started[0].node, eight) << (reference ? "reference path" : "by host state");
+    EXPECT_EQ(h.violation(), "");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryPolicy, DeterminismTest, ::testing::ValuesIn(PolicyNames()),

@@ -362,6 +362,12 @@ TEST(Fragmentation, SupplySharesCountTheGpusOfTheNodesThatCouldTakeAPod) {
   EXPECT_DOUBLE_EQ(shapes[3].supply_share, 16.0 / 68);
   EXPECT_DOUBLE_EQ(shapes[4].supply_share, 1.0);
   EXPECT_DOUBLE_EQ(shapes[5].supply_share, 1.0);
+  // One entry per kind of node, with how many nodes it stands for: the same shares.
+  std::vector<WorkloadShape> grouped = shapes;
+  const NodeView kinds[] = {views[0], views[2], views[6]};
+  const std::int64_t copies[] = {2, 4, 10};
+  SetSupplyShares(grouped, kinds, copies);
+  for (std::size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(grouped[i].supply_share, shapes[i].supply_share) << i;
   // The weights: frequency / supply share, normalised; with every share 1, the frequencies.
   const std::vector<WorkloadShape> w = SupplyWeighted(shapes);
   double total = 0;

@@ -99,17 +99,23 @@ std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node
   return {chosen};
 }
 
-void SetSupplyShares(std::span<WorkloadShape> shapes, std::span<const NodeView> nodes) {
+void SetSupplyShares(std::span<WorkloadShape> shapes, std::span<const NodeView> nodes,
+                     std::span<const std::int64_t> copies) {
+  // The GPUs nodes[i] and its copies have.
+  auto gpus = [&](std::size_t i) {
+    return static_cast<std::int64_t>(nodes[i].gpus.size()) * (copies.empty() ? 1 : copies[i]);
+  };
   std::int64_t all = 0;
-  for (const NodeView& n : nodes) all += static_cast<std::int64_t>(n.gpus.size());
+  for (std::size_t i = 0; i < nodes.size(); ++i) all += gpus(i);
   for (WorkloadShape& s : shapes) {
     std::int64_t eligible = 0;
-    for (const NodeView& n : nodes) {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const NodeView& n = nodes[i];
       if (static_cast<int>(n.gpus.size()) < std::max(1, s.num_gpus) || n.cpu_milli_total < s.cpu_milli ||
           n.memory_total < s.host_memory || !ModelAllowed(s.allowed_models, n.model)) {
         continue;
       }
-      eligible += static_cast<std::int64_t>(n.gpus.size());
+      eligible += gpus(i);
     }
     s.supply_share = eligible > 0 ? static_cast<double>(eligible) / static_cast<double>(all) : 1;
   }

@@ -55,15 +55,17 @@ double NodeDemandFragmentation(const NodeView& node, std::span<const WorkloadSha
 // 1 (gpuslice's): a node counts for a shape in proportion to the share of the shape's pods that
 // would have to go to it, so a node that only a few kinds of node can replace (the only model a
 // shape allows, the only size with the CPU and memory a large pod asks) is kept for the pods
-// that need it. Where every supply share is 1 (the daemon's learned shapes) kSupply is
-// kFrequency exactly.
+// that need it. Where every supply share is 1 (every node could take every shape: hosts of one
+// size, or shares never set) kSupply is kFrequency exactly.
 enum class ShapeWeights { kFrequency, kSupply };
 
 // Sets each shape's supply_share from the capacity of `nodes` (their totals, not what is free):
 // the GPUs of the nodes with at least max(1, num_gpus) GPUs, the CPU and host memory the shape
 // asks, and a model it allows, over all their GPUs; 1 where no node could take it (nothing to
-// keep for it) or the nodes have no GPU.
-void SetSupplyShares(std::span<WorkloadShape> shapes, std::span<const NodeView> nodes);
+// keep for it) or the nodes have no GPU. With `copies`, nodes[i] stands for copies[i] nodes
+// of its capacity (one entry per kind of node instead of one per node).
+void SetSupplyShares(std::span<WorkloadShape> shapes, std::span<const NodeView> nodes,
+                     std::span<const std::int64_t> copies = {});
 
 // `shapes` with each frequency replaced by its ShapeWeights::kSupply weight; `shapes` unchanged
 // where every supply share is 1. A FragmentationEval with kSupply gives, bit for bit, the
