@@ -112,6 +112,10 @@ struct ExtraMeasures {
 // Holds views into `node` and `shapes` (they must outlive it); not thread-safe (a value).
 class FragmentationEval {
  public:
+  // `extra`: the measures besides FGD's to evaluate; `weights`: how every measure weighs the
+  // shapes (kSupply: the same as evaluating SupplyWeighted(shapes) with kFrequency). The weights
+  // are recomputed for each node (a pass over the shapes): they depend only on the workload, so
+  // a caller evaluating many nodes could pass SupplyWeighted() shapes once instead.
   FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
                     Resources resources = Resources::kCpu, ExtraMeasures extra = {},
                     ShapeWeights weights = ShapeWeights::kFrequency);
