@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot read the bundled trace\n");
     return 1;
   }
-  sim::FgdInputs in{nodes->nodes, pods->pods, sim::TypicalShapes(pods->pods)};
+  const sim::FgdInputs in = sim::MakeFgdInputs(nodes->nodes, pods->pods);  // as `sim fgd` runs it
   fmt::print("FGD protocol, openb {}: {} nodes, {} pods, {} typical shapes, seeds 42..{}\n",
              trace, in.nodes.size(), in.pods.size(), in.shapes.size(), 42 + seeds - 1);
   fmt::print("{:<15} {:>8} {:>10} {:>10} {:>10} {:>10} {:>12} {:>13}\n", "policy", "pods", "CPU s/run", "wall s/run",

@@ -28,54 +28,139 @@ double RoundHalfEven(double x, int digits) {
   return std::nearbyint(x * scale) / scale;  // default rounding mode: to nearest, ties to even
 }
 
-std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pods, double coverage) {
-  std::map<ShapeKey, std::int64_t> counts;
-  std::map<ShapeKey, const TracePod*> example;
-  std::map<ShapeKey, std::vector<Bytes>> memory;  // per shape, its pods' host memory
-  for (const TracePod& p : pods) {
-    ShapeKey k{NonZeroCpu(p.cpu_milli), p.milli_per_gpu, p.num_gpus, p.gpu_spec};
-    ++counts[k];
-    memory[k].push_back(p.memory);
-    example.emplace(k, &p);
+namespace {
+// A shape's pods: how many, their CPU requests and host memory, and one of them (its model
+// constraint).
+struct ShapePods {
+  std::int64_t count = 0;
+  std::vector<std::int64_t> cpu;
+  std::vector<Bytes> memory;
+  const TracePod* example = nullptr;
+  void Add(const TracePod& p) {
+    ++count;
+    cpu.push_back(NonZeroCpu(p.cpu_milli));
+    memory.push_back(p.memory);
+    if (example == nullptr) example = &p;
   }
-  std::vector<std::pair<ShapeKey, std::int64_t>> sorted(counts.begin(), counts.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-    if (a.second != b.second) return a.second > b.second;
+};
+
+// The lower median of `v` (reordered).
+template <typename T>
+T LowerMedian(std::vector<T>& v) {
+  std::nth_element(v.begin(), v.begin() + (v.size() - 1) / 2, v.end());
+  return v[(v.size() - 1) / 2];
+}
+
+sched::WorkloadShape ShapeOf(std::int64_t cpu, MilliGpu milli, int num, ShapePods& pods, double total) {
+  sched::WorkloadShape s;
+  s.cpu_milli = cpu;
+  s.milli_per_gpu = milli;
+  s.num_gpus = num;
+  s.allowed_models = pods.example->allowed_models;
+  s.frequency = static_cast<double>(pods.count) / total;
+  // The key leaves memory out, as the artifact's does, so its pods may ask different amounts.
+  s.host_memory = LowerMedian(pods.memory);
+  return s;
+}
+
+// The pods by shape, in TypicalShapes() order, and how many of them are typical.
+struct CountedShapes {
+  std::vector<std::pair<ShapeKey, ShapePods>> sorted;
+  std::size_t typical = 0;
+  double typical_pods = 0;
+};
+
+CountedShapes CountShapes(const std::vector<TracePod>& pods, double coverage) {
+  std::map<ShapeKey, ShapePods> by_key;
+  for (const TracePod& p : pods) {
+    by_key[ShapeKey{NonZeroCpu(p.cpu_milli), p.milli_per_gpu, p.num_gpus, p.gpu_spec}].Add(p);
+  }
+  CountedShapes out;
+  out.sorted.assign(std::make_move_iterator(by_key.begin()), std::make_move_iterator(by_key.end()));
+  std::sort(out.sorted.begin(), out.sorted.end(), [](const auto& a, const auto& b) {
+    if (a.second.count != b.second.count) return a.second.count > b.second.count;
     return a.first > b.first;  // the artifact's reverse order on (cpu, milli, num, spec)
   });
-  const double total = static_cast<double>(pods.size());
-  const double wanted = coverage * total;
-  double cum = 0;
-  std::size_t n = 0;
-  while (cum < wanted && n < sorted.size()) cum += static_cast<double>(sorted[n++].second);
+  const double wanted = coverage * static_cast<double>(pods.size());
+  while (out.typical_pods < wanted && out.typical < out.sorted.size()) {
+    out.typical_pods += static_cast<double>(out.sorted[out.typical++].second.count);
+  }
+  return out;
+}
+
+// The GPU a shape's pods ask, in milli-GPU.
+double GpuAsked(MilliGpu milli, int num, std::int64_t count) {
+  return static_cast<double>(milli) * num * static_cast<double>(count);
+}
+}  // namespace
+
+std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pods, double coverage) {
+  CountedShapes c = CountShapes(pods, coverage);
   std::vector<sched::WorkloadShape> out;
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto& [key, count] = sorted[i];
-    const TracePod& p = *example.at(key);
-    sched::WorkloadShape s;
-    s.cpu_milli = std::get<0>(key);
-    s.milli_per_gpu = std::get<1>(key);
-    s.num_gpus = std::get<2>(key);
-    s.allowed_models = p.allowed_models;
-    s.frequency = static_cast<double>(count) / cum;
-    // The median (the lower one of an even count): the shape key leaves memory out, as the
-    // artifact's does, so its pods may ask different amounts.
-    std::vector<Bytes>& m = memory.at(key);
-    std::nth_element(m.begin(), m.begin() + (m.size() - 1) / 2, m.end());
-    s.host_memory = m[(m.size() - 1) / 2];
-    out.push_back(std::move(s));
+  for (std::size_t i = 0; i < c.typical; ++i) {
+    auto& [key, shape_pods] = c.sorted[i];
+    out.push_back(ShapeOf(std::get<0>(key), std::get<1>(key), std::get<2>(key), shape_pods, c.typical_pods));
+  }
+  return out;
+}
+
+std::vector<sched::WorkloadShape> DemandShapes(const std::vector<TracePod>& pods, double coverage) {
+  CountedShapes c = CountShapes(pods, coverage);
+  double asked = 0;
+  double covered = 0;
+  for (std::size_t i = 0; i < c.sorted.size(); ++i) {
+    const auto& [key, shape_pods] = c.sorted[i];
+    const double gpu = GpuAsked(std::get<1>(key), std::get<2>(key), shape_pods.count);
+    asked += gpu;
+    if (i < c.typical) covered += gpu;
+  }
+  // The other pods by GPU request (milli, GPU count, spec), CPU-only ones left out (they ask none).
+  std::map<std::tuple<MilliGpu, int, std::string>, ShapePods> groups;
+  for (std::size_t i = c.typical; i < c.sorted.size(); ++i) {
+    const auto& [key, shape_pods] = c.sorted[i];
+    if (std::get<1>(key) <= 0 || std::get<2>(key) <= 0) continue;
+    ShapePods& g = groups[{std::get<1>(key), std::get<2>(key), std::get<3>(key)}];
+    g.count += shape_pods.count;
+    g.cpu.insert(g.cpu.end(), shape_pods.cpu.begin(), shape_pods.cpu.end());
+    g.memory.insert(g.memory.end(), shape_pods.memory.begin(), shape_pods.memory.end());
+    if (g.example == nullptr) g.example = shape_pods.example;
+  }
+  std::vector<std::pair<std::tuple<MilliGpu, int, std::string>, ShapePods>> by_gpu(
+      std::make_move_iterator(groups.begin()), std::make_move_iterator(groups.end()));
+  // Most GPU asked first; equal ones in key order (the map's, kept by the stable sort).
+  std::stable_sort(by_gpu.begin(), by_gpu.end(), [](const auto& a, const auto& b) {
+    return GpuAsked(std::get<0>(a.first), std::get<1>(a.first), a.second.count) >
+           GpuAsked(std::get<0>(b.first), std::get<1>(b.first), b.second.count);
+  });
+  std::size_t added = 0;
+  double total = c.typical_pods;
+  while (added < by_gpu.size() && covered < coverage * asked) {
+    const auto& [key, g] = by_gpu[added++];
+    covered += GpuAsked(std::get<0>(key), std::get<1>(key), g.count);
+    total += static_cast<double>(g.count);
+  }
+  std::vector<sched::WorkloadShape> out;
+  for (std::size_t i = 0; i < c.typical; ++i) {
+    auto& [key, shape_pods] = c.sorted[i];
+    out.push_back(ShapeOf(std::get<0>(key), std::get<1>(key), std::get<2>(key), shape_pods, total));
+  }
+  for (std::size_t i = 0; i < added; ++i) {
+    auto& [key, g] = by_gpu[i];
+    out.push_back(ShapeOf(LowerMedian(g.cpu), std::get<0>(key), std::get<1>(key), g, total));
   }
   return out;
 }
 
 FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods) {
-  FgdInputs in{std::move(nodes), std::move(pods), {}};
+  FgdInputs in{std::move(nodes), std::move(pods), {}, {}};
   in.shapes = TypicalShapes(in.pods);
+  in.demand_shapes = DemandShapes(in.pods);
   const Cluster empty(in.nodes);
   std::vector<sched::NodeView> views;
   views.reserve(empty.size());
   for (std::size_t i = 0; i < empty.size(); ++i) views.push_back(empty.View(i));
   sched::SetSupplyShares(in.shapes, views);
+  sched::SetSupplyShares(in.demand_shapes, views);
   return in;
 }
 
@@ -137,7 +222,7 @@ FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std
 
   std::mt19937_64 tie_rng(seed * 0x9E3779B97F4A7C15ULL + 1);
   std::mt19937_64 policy_rng(seed * 0xD1B54A32D192ED03ULL + 7);
-  sched::PlacementContext ctx{in.shapes, &policy_rng};
+  sched::PlacementContext ctx{in.shapes, &policy_rng, in.demand_shapes};
   Placer placer(policy, ctx, tie, &tie_rng);
 
   std::vector<double> node_frag(cluster.size());

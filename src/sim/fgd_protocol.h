@@ -24,6 +24,17 @@ namespace gpuslice::sim {
 // Order: count descending, then cpu, milli, count, spec descending.
 std::vector<sched::WorkloadShape> TypicalShapes(const std::vector<TracePod>& pods, double coverage = 0.95);
 
+// The typical shapes and the rarer ones that bring the GPU asked. Typical shapes cover 95% of
+// the pods by count, and a shape a few pods in a hundred ask (eight whole GPUs with one of
+// several CPU sizes) can be a tenth of the GPU asked and count for nothing in them. Here the
+// pods outside the typical shapes are grouped by their GPU request (GPU count, per-GPU milli,
+// model constraint), and the groups asking the most GPU are added, most first, until the shapes
+// cover at least `coverage` of the GPU asked (the same 95%, by GPU instead of by count); each
+// group with the median CPU and host memory of its pods (the lower one of an even count). The
+// typical shapes come first, in TypicalShapes() order; frequencies sum to 1 over the result.
+// Equal to TypicalShapes() when those already cover `coverage` of the GPU.
+std::vector<sched::WorkloadShape> DemandShapes(const std::vector<TracePod>& pods, double coverage = 0.95);
+
 // The pod request as the artifact sees it (a zero CPU request counts as 100m, as Kubernetes'
 // non-zero defaults do).
 sched::PlacementRequest ToRequest(const TracePod& pod);
@@ -57,11 +68,13 @@ struct FgdRun {
 struct FgdInputs {
   std::vector<TraceNode> nodes;
   std::vector<TracePod> pods;
-  std::vector<sched::WorkloadShape> shapes;
+  std::vector<sched::WorkloadShape> shapes;         // TypicalShapes(): every policy's workload
+  std::vector<sched::WorkloadShape> demand_shapes;  // DemandShapes(): the context's demand_workload
 };
 
-// The protocol's inputs for a trace: its nodes and pods, and their typical shapes, each with
-// its supply share on these nodes (sched::SetSupplyShares(); the paper's policies ignore it).
+// The protocol's inputs for a trace: its nodes and pods, their typical shapes and their demand
+// shapes, each with its supply share on these nodes (sched::SetSupplyShares(); the paper's
+// policies ignore both).
 FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods);
 
 // Runs one policy with one seed. `progress` (may be empty) gets the fraction done. Equal best

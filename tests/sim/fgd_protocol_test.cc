@@ -67,6 +67,65 @@ TEST(FgdProtocol, TypicalShapesCarryTheirPodsMedianHostMemory) {
   EXPECT_EQ(shapes[0].host_memory, 16 * kGiB);
 }
 
+// Typical by count: the 1-GPU shares and the CPU-only pods (96 of 100 pods), but the four
+// 8-GPU pods ask half the GPU. The demand shapes add them as one shape (their CPU requests
+// differ), with their median CPU and memory; the one 2-GPU pod is not needed for 95% of the GPU.
+TEST(FgdProtocol, DemandShapesAddTheRareShapesThatBringTheGpuAsked) {
+  std::vector<TracePod> pods;
+  for (int i = 0; i < 60; ++i) pods.push_back(Pod("a" + std::to_string(i), 1000, 1, 500));
+  for (int i = 0; i < 35; ++i) pods.push_back(Pod("b" + std::to_string(i), 2000, 0, 0));
+  const std::int64_t cpus[] = {64000, 88000, 120000, 88000};
+  const Bytes memory[] = {256 * kGiB, 64 * kGiB, 512 * kGiB, 128 * kGiB};
+  for (int i = 0; i < 4; ++i) {
+    pods.push_back(Pod("c" + std::to_string(i), cpus[i], 8, 1000));
+    pods.back().memory = memory[i];
+  }
+  pods.push_back(Pod("d", 8000, 2, 1000));
+  const auto typical = TypicalShapes(pods);
+  ASSERT_EQ(typical.size(), 2u);  // 60 + 35 = 95 of 100
+  const auto shapes = DemandShapes(pods);
+  // GPU asked: 30 by the shares, 32 by the 8-GPU pods, 2 by the 2-GPU one; 62 of 64 >= 95%.
+  ASSERT_EQ(shapes.size(), 3u);
+  for (std::size_t i = 0; i < typical.size(); ++i) {
+    EXPECT_EQ(shapes[i].cpu_milli, typical[i].cpu_milli);
+    EXPECT_EQ(shapes[i].num_gpus, typical[i].num_gpus);
+    EXPECT_EQ(shapes[i].milli_per_gpu, typical[i].milli_per_gpu);
+  }
+  EXPECT_DOUBLE_EQ(shapes[0].frequency, 60.0 / 99.0);
+  EXPECT_DOUBLE_EQ(shapes[1].frequency, 35.0 / 99.0);
+  EXPECT_EQ(shapes[2].num_gpus, 8);
+  EXPECT_EQ(shapes[2].milli_per_gpu, kOneGpu);
+  EXPECT_DOUBLE_EQ(shapes[2].frequency, 4.0 / 99.0);
+  EXPECT_EQ(shapes[2].cpu_milli, 88000);          // 64, 88, 88, 120: the lower middle one
+  EXPECT_EQ(shapes[2].host_memory, 128 * kGiB);   // 64, 128, 256, 512
+
+  // Where the typical shapes already cover 95% of the GPU asked, they are the demand shapes.
+  pods.resize(95);
+  for (int i = 0; i < 5; ++i) pods.push_back(Pod("e" + std::to_string(i), 3000 + i, 1, 100));
+  const auto again = DemandShapes(pods);
+  const auto typical_again = TypicalShapes(pods);
+  ASSERT_EQ(again.size(), typical_again.size());
+  for (std::size_t i = 0; i < again.size(); ++i) {
+    EXPECT_EQ(again[i].cpu_milli, typical_again[i].cpu_milli);
+    EXPECT_DOUBLE_EQ(again[i].frequency, typical_again[i].frequency);
+  }
+}
+
+TEST(FgdProtocol, DefaultTracesDemandShapesAddItsEightGpuPods) {
+  const FgdInputs in = DefaultInputs();
+  auto eight = [](const std::vector<sched::WorkloadShape>& shapes) {
+    return std::count_if(shapes.begin(), shapes.end(), [](const sched::WorkloadShape& s) { return s.num_gpus == 8; });
+  };
+  EXPECT_EQ(eight(in.shapes), 0);
+  ASSERT_GT(in.demand_shapes.size(), in.shapes.size());
+  EXPECT_GE(eight(in.demand_shapes), 1);
+  for (const sched::WorkloadShape& s : in.demand_shapes) {
+    if (s.num_gpus == 8) {
+      EXPECT_LT(s.supply_share, 1.0);  // set: not every node has 8 GPUs
+    }
+  }
+}
+
 TEST(FgdProtocol, InflatesDefaultToAbout10866PodsKeepingTheOriginals) {
   const FgdInputs in = DefaultInputs();
   const MilliGpu capacity = 6212 * kOneGpu;

@@ -413,5 +413,37 @@ TEST(GpuslicePolicy, KeepsTheFewNodesAScarceShapeCanUse) {
   EXPECT_STREQ(pick(shapes), "standard");
 }
 
+// The typical shapes are shares alone; the pods that ask eight whole GPUs are too rare to be
+// among them but bring much of the GPU asked. Against the typical shapes a share is best on the
+// empty node (its half GPU left is still a share); against the demand workload the share goes
+// to the used node and the empty one stays whole for the 8-GPU pods. Whole-GPU requests are
+// scored against the typical shapes either way.
+TEST(GpuslicePolicy, ScoresSharesAgainstTheShapesThatBringTheGpuAsked) {
+  auto ours = MakePolicy("gpuslice");
+  ASSERT_TRUE(ours.ok());
+  const std::vector<WorkloadShape> typical = {Shape(1000, 1, 500, 1.0)};
+  const std::vector<WorkloadShape> demand = {Shape(1000, 1, 500, 0.95), Shape(8000, 8, kOneGpu, 0.05)};
+  TestNode empty(std::vector<MilliGpu>(8, kOneGpu), 64000), used({600, 0, 0, 0, 0, 0, 0, 0}, 64000);
+  PlacementRequest share;
+  share.cpu_milli = 1000;
+  share.num_gpus = 1;
+  share.milli_per_gpu = 500;
+  auto pick = [&](const PlacementContext& ctx) {
+    auto e = (*ours)->Score(share, empty.view, ctx), u = (*ours)->Score(share, used.view, ctx);
+    EXPECT_TRUE(e && u);
+    return e->score > u->score ? "empty" : "used";
+  };
+  EXPECT_STREQ(pick(PlacementContext{typical, nullptr}), "empty");
+  EXPECT_STREQ(pick(PlacementContext{typical, nullptr, demand}), "used");
+  PlacementRequest whole;
+  whole.cpu_milli = 1000;
+  whole.num_gpus = 1;
+  whole.milli_per_gpu = kOneGpu;
+  auto plain = (*ours)->Score(whole, empty.view, PlacementContext{typical, nullptr});
+  auto with_demand = (*ours)->Score(whole, empty.view, PlacementContext{typical, nullptr, demand});
+  ASSERT_TRUE(plain && with_demand);
+  EXPECT_EQ(plain->score, with_demand->score);
+}
+
 }  // namespace
 }  // namespace gpuslice::sched

@@ -10,6 +10,15 @@
 // supply shares come from the cluster's capacity (the caller sets them, see SetSupplyShares());
 // where they are not set (1) the weights are FGD's frequencies.
 //
+// A share is scored against more shapes than the typical ones where the caller knows them
+// (PlacementContext::demand_workload): FGD's typical shapes are the most frequent 95% of the
+// pods, and a shape a few pods in a hundred ask can be a tenth of the GPU asked (eight whole
+// GPUs); shares spread over the empty nodes such pods need, and they fail while the cluster is
+// a tenth idle. So a share's FGD score (below) counts the shapes that cover 95% of the GPU asked
+// too; its second key, and every key of whole-GPU and CPU-only pods, the typical shapes only
+// (with the rare large shapes there CPU-bound workloads lost a third of their margin:
+// docs/evaluation.md).
+//
 // Primary: the FGD score — the drop of the node's fragmentation against the expected workload,
 // on FGD's coarse integer scale int(sigmoid(drop / 1000) * 100). The coarse scale matters: small
 // differences in fragmentation (mostly the share of CPU-only shapes) are noise for what comes
@@ -38,6 +47,7 @@
 #include <cmath>
 #include <memory>
 #include <numbers>
+#include <optional>
 
 #include "sched/placement/fgd_frag.h"
 #include "sched/placement/placement.h"
@@ -59,23 +69,35 @@ constexpr double kMaxGpusPerNode = 64;
 constexpr double kDropEpsilon = 1e-9;
 
 // The score of the placement `after` / `after_stranded` give: FGD's quantised score of the
-// drop of FGD's measure (in *drop), then the drop of the demand-weighted plus the stranded
-// fragmentation, in milli-GPU.
+// drop of FGD's measure as `primary` gives it (in *drop), then the drop of the demand-weighted
+// plus the stranded fragmentation as `eval` gives them, in milli-GPU. `primary` may be `eval`.
 template <typename After, typename AfterStranded>
-double Scores(const FragmentationEval& eval, After after, AfterStranded after_stranded, double* drop) {
+double Scores(const FragmentationEval& primary, const FragmentationEval& eval, After after,
+              AfterStranded after_stranded, double* drop) {
   double demand_after = 0;
-  *drop = eval.before() - after(&demand_after);
+  if (&primary == &eval) {
+    *drop = eval.before() - after(eval, &demand_after);
+  } else {
+    *drop = primary.before() - after(primary, nullptr);
+    after(eval, &demand_after);
+  }
   const double stranded_drop = eval.strands() ? eval.before_stranded() - after_stranded() : *drop;
   const double secondary = (eval.before_demand() - demand_after) + stranded_drop;
   return FgdQuantisedScore(*drop) + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
 }
 
-// A share's GPU: the best score (FGD's, then the secondary drop), then the smallest exact FGD
-// fragmentation growth, then best fit.
+// A share's GPU: the best score (FGD's, against `demand_shapes` where not empty, then the
+// secondary drop), then the smallest exact FGD fragmentation growth, then best fit.
 std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
-                                      std::span<const WorkloadShape> shapes) {
+                                      std::span<const WorkloadShape> shapes,
+                                      std::span<const WorkloadShape> demand_shapes) {
   const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true},
                                ShapeWeights::kSupply);
+  std::optional<FragmentationEval> demand_eval;
+  if (!demand_shapes.empty()) {
+    demand_eval.emplace(node, demand_shapes, Resources::kCpuAndMemory, ExtraMeasures{}, ShapeWeights::kSupply);
+  }
+  const FragmentationEval& primary = demand_eval ? *demand_eval : eval;
   int best = -1;
   double best_score = 0;
   double best_drop = 0;
@@ -90,7 +112,10 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
     if (g.free_milli != last_free) {
       score = Scores(
-          eval, [&](double* demand) { return eval.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory, demand); },
+          primary, eval,
+          [&](const FragmentationEval& e, double* demand) {
+            return e.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory, demand);
+          },
           [&] { return eval.AfterStrandedOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory); }, &drop);
       last_free = g.free_milli;
     }
@@ -120,7 +145,10 @@ std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeVie
                                ShapeWeights::kSupply);
   double drop = 0;
   const double score = Scores(
-      eval, [&](double* demand) { return eval.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, demand); },
+      eval, eval,
+      [&](const FragmentationEval& e, double* demand) {
+        return e.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, demand);
+      },
       [&] { return eval.AfterStranded(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory); }, &drop);
   return NodeChoice{score, std::move(gpus)};
 }
@@ -135,7 +163,8 @@ class GpusliceFragPolicy final : public PlacementPolicy {
 
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
-    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, ctx.workload) : WholeChoice(req, node, ctx.workload);
+    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, ctx.workload, ctx.demand_workload)
+                                                    : WholeChoice(req, node, ctx.workload);
     if (!choice) return std::nullopt;
     const bool empty = FreeMilli(node) == static_cast<MilliGpu>(node.gpus.size()) * kOneGpu;
     choice->score += (empty ? 0 : kUsedNodeBonus) +

@@ -82,6 +82,11 @@ struct WorkloadShape {
 struct PlacementContext {
   std::span<const WorkloadShape> workload;  // may be empty for policies that do not need it
   std::mt19937_64* rng = nullptr;           // for random policies and random tie-breaks
+  // The workload with the rarer shapes that bring the GPU asked: `workload` where that is FGD's
+  // typical shapes (by pod count), plus shapes enough to cover 95% of the GPU asked (sim
+  // fgd's DemandShapes()). Empty where `workload` already lists every shape (the daemon, sim
+  // replay). Only gpuslice's policy reads it.
+  std::span<const WorkloadShape> demand_workload = {};
 };
 
 // A policy's choice on one node: higher score wins; gpu_indices has num_gpus entries.
