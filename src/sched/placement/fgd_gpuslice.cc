@@ -16,8 +16,8 @@
 // GPUs); shares spread over the empty nodes such pods need, and they fail while the cluster is
 // a tenth idle. So a share's FGD score (below) counts the shapes that cover 95% of the GPU asked
 // too; its second key, and every key of whole-GPU and CPU-only pods, the typical shapes only
-// (with the rare large shapes there CPU-bound workloads lost a third of their margin:
-// docs/evaluation.md).
+// (with the rare large shapes there, CPU-bound workloads lost most of their margin over FGD:
+// docs/evaluation.md, the demand-shape round).
 //
 // Primary: the FGD score — the drop of the node's fragmentation against the expected workload,
 // on FGD's coarse integer scale int(sigmoid(drop / 1000) * 100). The coarse scale matters: small
