@@ -155,6 +155,9 @@ FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods
   FgdInputs in{std::move(nodes), std::move(pods), {}, {}};
   in.shapes = TypicalShapes(in.pods);
   in.demand_shapes = DemandShapes(in.pods);
+  // Nothing beyond the typical shapes (then with the same frequencies): a policy reading it
+  // would only evaluate every node twice for the same result.
+  if (in.demand_shapes.size() == in.shapes.size()) in.demand_shapes.clear();
   const Cluster empty(in.nodes);
   std::vector<sched::NodeView> views;
   views.reserve(empty.size());

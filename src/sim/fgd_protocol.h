@@ -69,7 +69,8 @@ struct FgdInputs {
   std::vector<TraceNode> nodes;
   std::vector<TracePod> pods;
   std::vector<sched::WorkloadShape> shapes;         // TypicalShapes(): every policy's workload
-  std::vector<sched::WorkloadShape> demand_shapes;  // DemandShapes(): the context's demand_workload
+  // DemandShapes(), the context's demand_workload; empty when it adds no shape to `shapes`.
+  std::vector<sched::WorkloadShape> demand_shapes;
 };
 
 // The protocol's inputs for a trace: its nodes and pods, their typical shapes and their demand

@@ -109,6 +109,12 @@ TEST(FgdProtocol, DemandShapesAddTheRareShapesThatBringTheGpuAsked) {
     EXPECT_EQ(again[i].cpu_milli, typical_again[i].cpu_milli);
     EXPECT_DOUBLE_EQ(again[i].frequency, typical_again[i].frequency);
   }
+  // ...and the protocol's inputs leave the demand workload empty (no second evaluation).
+  const std::vector<TraceNode> nodes = {TraceNode{"n0", 128000, 1024 * kGiB, 8, "G2"}};
+  EXPECT_TRUE(MakeFgdInputs(nodes, pods).demand_shapes.empty());
+  pods.resize(95);
+  for (int i = 0; i < 4; ++i) pods.push_back(Pod("c" + std::to_string(i), cpus[i], 8, 1000));
+  EXPECT_EQ(MakeFgdInputs(nodes, pods).demand_shapes.size(), 3u);
 }
 
 TEST(FgdProtocol, DefaultTracesDemandShapesAddItsEightGpuPods) {
