@@ -119,11 +119,13 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
   for (std::size_t p = 0; p < policies.size(); ++p) {
     std::vector<const FgdRun*> runs;
     double failed = 0, secs = 0;
+    IdleBreakdown idle;
     for (const FgdRun& r : result.runs) {
       if (r.policy != o.policies[p]) continue;
       runs.push_back(&r);
       failed += static_cast<double>(r.failed);
       secs += r.seconds;
+      idle += r.final_idle;
     }
     const FgdCurves mean = MeanCurves(runs);
     FgdSummaryRow row;
@@ -133,6 +135,10 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
     row.unallocated_gpus130 = (100 - row.alloc130) / 100 * static_cast<double>(capacity) / kOneGpu;
     row.failed_pods = failed / static_cast<double>(runs.size());
     row.seconds_per_run = secs / static_cast<double>(runs.size());
+    const double gpus_per_run = static_cast<double>(kOneGpu) * static_cast<double>(runs.size());
+    row.idle_usable_gpus = static_cast<double>(idle.usable) / gpus_per_run;
+    row.idle_stranded_gpus = static_cast<double>(idle.stranded) / gpus_per_run;
+    row.idle_no_fit_gpus = static_cast<double>(idle.no_fit) / gpus_per_run;
     if (published) {
       row.published100 = published->MeanAlloc(result.workload, row.policy, 100).value_or(-1);
       row.published130 = published->MeanAlloc(result.workload, row.policy, 130).value_or(-1);
@@ -174,6 +180,13 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
     }
     out << "(alloc: mean GPU allocation ratio over seeds at 100%/130% arrived GPU demand; unalloc GPUs "
            "at 130%; cut: fewer unallocated GPUs than fgd)\n";
+    out << fmt::format("\nidle GPUs when the last pod arrived (mean), by what the typical shapes can do with them:\n"
+                       "{:<15} {:>8} {:>18} {:>14}\n",
+                       "policy", "usable", "stranded (CPU/mem)", "no shape fits");
+    for (const FgdSummaryRow& r : result.rows) {
+      out << fmt::format("{:<15} {:>8.1f} {:>18.1f} {:>14.1f}\n", r.policy, r.idle_usable_gpus,
+                         r.idle_stranded_gpus, r.idle_no_fit_gpus);
+    }
   }
 
   if (!o.out_dir.empty()) {
@@ -190,13 +203,15 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
       }
     }
     std::string summary_csv =
-        "policy,alloc100_pct,published100_pct,alloc130_pct,published130_pct,unallocated_gpus130,failed_pods,seconds_per_run\n";
+        "policy,alloc100_pct,published100_pct,alloc130_pct,published130_pct,unallocated_gpus130,failed_pods,seconds_per_run,"
+        "end_idle_usable_gpus,end_idle_stranded_gpus,end_idle_no_fit_gpus\n";
     std::vector<Series> alloc_series, frag_series;
     for (const FgdSummaryRow& r : result.rows) {
-      summary_csv += fmt::format("{},{:.3f},{},{:.3f},{},{:.2f},{:.1f},{:.4f}\n", r.policy, r.alloc100,
-                                 r.published100 < 0 ? "" : FormatPct(r.published100), r.alloc130,
+      summary_csv += fmt::format("{},{:.3f},{},{:.3f},{},{:.2f},{:.1f},{:.4f},{:.2f},{:.2f},{:.2f}\n", r.policy,
+                                 r.alloc100, r.published100 < 0 ? "" : FormatPct(r.published100), r.alloc130,
                                  r.published130 < 0 ? "" : FormatPct(r.published130), r.unallocated_gpus130,
-                                 r.failed_pods, r.seconds_per_run);
+                                 r.failed_pods, r.seconds_per_run, r.idle_usable_gpus, r.idle_stranded_gpus,
+                                 r.idle_no_fit_gpus);
       std::vector<const FgdRun*> runs;
       for (const FgdRun& run : result.runs) {
         if (run.policy == r.policy) runs.push_back(&run);

@@ -40,6 +40,8 @@ struct FgdSummaryRow {
   double unallocated_gpus130 = 0;
   double failed_pods = 0;                          // mean
   double seconds_per_run = 0;
+  // Mean idle GPUs when the last pod has arrived, by class (IdleBreakdown, fgd_protocol.h).
+  double idle_usable_gpus = 0, idle_stranded_gpus = 0, idle_no_fit_gpus = 0;
 };
 
 struct FgdCommandResult {

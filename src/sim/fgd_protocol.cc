@@ -202,6 +202,34 @@ std::vector<int> ArrivalOrder(const std::vector<TracePod>& pods, std::uint64_t s
   return order;
 }
 
+IdleBreakdown ClassifyIdle(const sched::NodeView& node, std::span<const sched::WorkloadShape> shapes) {
+  double gpu_frequency = 0;
+  for (const sched::WorkloadShape& s : shapes) gpu_frequency += s.num_gpus > 0 ? s.frequency : 0;
+  int whole_free = 0;
+  for (const sched::GpuView& g : node.gpus) whole_free += g.usable && g.free_milli == kOneGpu;
+  IdleBreakdown idle;
+  for (const sched::GpuView& g : node.gpus) {
+    if (g.free_milli <= 0) continue;
+    const double free = static_cast<double>(g.free_milli);
+    if (gpu_frequency <= 0) {
+      idle.no_fit += free;
+      continue;
+    }
+    double usable = 0, stranded = 0;
+    for (const sched::WorkloadShape& s : shapes) {
+      if (s.num_gpus <= 0 || !g.usable || !sched::ModelAllowed(s.allowed_models, node.model)) continue;
+      const bool gpu_fits = s.milli_per_gpu < kOneGpu ? g.free_milli >= s.milli_per_gpu
+                                                      : g.free_milli == kOneGpu && whole_free >= s.num_gpus;
+      if (!gpu_fits) continue;
+      (node.cpu_milli_free >= s.cpu_milli && node.memory_free >= s.host_memory ? usable : stranded) += s.frequency;
+    }
+    idle.usable += free * usable / gpu_frequency;
+    idle.stranded += free * stranded / gpu_frequency;
+    idle.no_fit += free * (gpu_frequency - usable - stranded) / gpu_frequency;
+  }
+  return idle;
+}
+
 FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std::uint64_t seed,
                   double inflation, const std::function<void(double)>& progress, TieBreak tie) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -287,6 +315,7 @@ FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std
     run.curves.frag_pct[x] = n ? f / n : kNaN;
     run.curves.frag_rate_pct[x] = n ? r / n : kNaN;
   }
+  for (std::size_t i = 0; i < cluster.size(); ++i) run.final_idle += ClassifyIdle(cluster.View(i), in.shapes);
   run.final_alloc_milli = cluster.allocated_milli();
   run.final_arrived_pct = static_cast<double>(arrived) / gpus / 10;
   run.scored = placer.scored();

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,31 @@ struct FgdCurves {
   std::array<double, kMaxPercent + 1> frag_rate_pct;  // fragmented / idle, %
 };
 
+// Where idle GPU is, by what the workload's GPU shapes can do with it. Each GPU's free share is
+// split among its typical shapes that ask GPU, by their frequency (renormalised over them, so
+// CPU-only pods, which use no GPU anywhere, do not count), as FGD's fragmentation is:
+//  - usable: the share of the shapes whose pod fits on it now (the per-GPU share, and for
+//    whole-GPU shapes enough free whole GPUs on the node; an allowed model; the node's free CPU
+//    and the shape's median host memory). Usable GPU when arrivals stop is what nothing came for;
+//  - stranded: the share of the shapes whose GPU request fits but whose CPU or host memory the
+//    node can no longer give;
+//  - no_fit: the share of the shapes whose GPU request does not fit (a share hole smaller than
+//    theirs, too few free whole GPUs, a model they do not allow).
+// The classes sum to the node's free GPU (milli-GPU). stranded + no_fit is FGD's fragmentation
+// of the node without its CPU-only shapes, with host memory counted like CPU.
+struct IdleBreakdown {
+  double usable = 0;
+  double stranded = 0;
+  double no_fit = 0;
+  IdleBreakdown& operator+=(const IdleBreakdown& o) {
+    usable += o.usable;
+    stranded += o.stranded;
+    no_fit += o.no_fit;
+    return *this;
+  }
+};
+IdleBreakdown ClassifyIdle(const sched::NodeView& node, std::span<const sched::WorkloadShape> shapes);
+
 struct FgdRun {
   std::string policy;
   std::uint64_t seed = 0;
@@ -60,6 +86,7 @@ struct FgdRun {
   MilliGpu capacity_milli = 0;
   MilliGpu final_alloc_milli = 0;
   double final_arrived_pct = 0;
+  IdleBreakdown final_idle;  // the cluster's idle GPU when the last pod has arrived (typical shapes)
   FgdCurves curves;
   double seconds = 0;
   std::uint64_t scored = 0;  // Score() calls made (after caching)

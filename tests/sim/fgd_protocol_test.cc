@@ -1,7 +1,12 @@
 // Mechanics of the FGD protocol: typical shapes, shuffle + inflation, arrived-demand sampling,
 // and that the score cache changes no decision.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <numeric>
 #include <map>
 #include <set>
@@ -11,6 +16,7 @@
 
 #include "sched/placement/placement.h"
 #include "sim/cluster.h"
+#include "sim/fgd_command.h"
 #include "sim/fgd_protocol.h"
 #include "sim/placer.h"
 
@@ -206,6 +212,102 @@ TEST(FgdProtocol, FailedPodsAreDroppedAndCountedAsArrived) {
   EXPECT_EQ(run.final_alloc_milli, 1000);
   EXPECT_DOUBLE_EQ(run.final_arrived_pct, 100.0);
   EXPECT_DOUBLE_EQ(run.curves.alloc_pct[100], 50.0);
+}
+
+TEST(FgdProtocol, IdleBreakdownSplitsFreeGpuByWhatTheGpuShapesCanDoWithIt) {
+  // A share (half the GPU pods), a 2-GPU pod that needs more CPU than is left (a quarter) and
+  // a T4-only share (a quarter); CPU-only pods use no GPU and are left out of the split.
+  const std::vector<sched::WorkloadShape> shapes = {
+      {.cpu_milli = 1000, .num_gpus = 1, .milli_per_gpu = 500, .allowed_models = {}, .frequency = 0.4},
+      {.cpu_milli = 4000, .num_gpus = 2, .milli_per_gpu = 1000, .allowed_models = {}, .frequency = 0.2},
+      {.cpu_milli = 1000, .num_gpus = 1, .milli_per_gpu = 200, .allowed_models = {"T4"}, .frequency = 0.2},
+      {.cpu_milli = 8000, .num_gpus = 0, .milli_per_gpu = 0, .allowed_models = {}, .frequency = 0.2}};
+  const std::vector<sched::GpuView> gpus = {{1000, 0, true}, {1000, 0, true}, {300, 0, true}, {0, 0, true}};
+  sched::NodeView node;
+  node.model = "V100";
+  node.cpu_milli_free = 2000;
+  node.cpu_milli_total = 32000;
+  node.memory_free = node.memory_total = 64 * kGiB;
+  node.gpus = gpus;
+  const IdleBreakdown idle = ClassifyIdle(node, shapes);
+  // Whole GPUs: the share fits (1/2), the 2-GPU pod's GPUs fit but not its CPU (1/4), the T4
+  // share not on a V100 (1/4). The 300m hole: no shape fits it.
+  EXPECT_NEAR(idle.usable, 2 * 1000 * 0.5, 1e-9);
+  EXPECT_NEAR(idle.stranded, 2 * 1000 * 0.25, 1e-9);
+  EXPECT_NEAR(idle.no_fit, 2 * 1000 * 0.25 + 300, 1e-9);
+  EXPECT_NEAR(idle.usable + idle.stranded + idle.no_fit, 2300, 1e-9);
+
+  // Host memory counts like CPU: the share's median memory no longer fits either.
+  std::vector<sched::WorkloadShape> hungry = shapes;
+  hungry[0].host_memory = 128 * kGiB;
+  const IdleBreakdown starved = ClassifyIdle(node, hungry);
+  EXPECT_NEAR(starved.usable, 0, 1e-9);
+  EXPECT_NEAR(starved.stranded, 2 * 1000 * 0.75, 1e-9);
+
+  // On a T4 node the T4 share fits the hole too; with one whole GPU the 2-GPU shape cannot.
+  const std::vector<sched::GpuView> t4_gpus = {{1000, 0, true}, {300, 0, true}};
+  node.model = "T4";
+  node.gpus = t4_gpus;
+  const IdleBreakdown t4 = ClassifyIdle(node, shapes);
+  EXPECT_NEAR(t4.usable, 1000 * 0.75 + 300 * 0.25, 1e-9);
+  EXPECT_NEAR(t4.stranded, 0, 1e-9);
+  EXPECT_NEAR(t4.no_fit, 1000 * 0.25 + 300 * 0.75, 1e-9);
+
+  // Without a GPU shape nothing can use the GPU.
+  const std::vector<sched::WorkloadShape> cpu_only = {{.cpu_milli = 1000, .num_gpus = 0, .milli_per_gpu = 0, .allowed_models = {}, .frequency = 1}};
+  const IdleBreakdown none = ClassifyIdle(node, cpu_only);
+  EXPECT_DOUBLE_EQ(none.no_fit, 1300);
+  EXPECT_DOUBLE_EQ(none.usable + none.stranded, 0);
+}
+
+TEST(FgdProtocol, RunReportsWhereItsIdleGpuIsWhenTheLastPodHasArrived) {
+  // Two 1-GPU pods of 3 CPUs on a node of 4 CPUs: the second fails and its GPU is stranded.
+  FgdInputs in;
+  in.nodes.push_back(TraceNode{"n0", 4000, 64 * kGiB, 2, "V100"});
+  in.pods.push_back(Pod("a", 3000, 1, 1000));
+  in.pods.push_back(Pod("b", 3000, 1, 1000));
+  in.shapes = TypicalShapes(in.pods);
+  auto policy = sched::MakePolicy("fgd");
+  ASSERT_TRUE(policy.ok());
+  const FgdRun run = RunFgdOnce(in, **policy, 1, 1.0);
+  EXPECT_DOUBLE_EQ(run.final_idle.stranded, 1000);
+  EXPECT_DOUBLE_EQ(run.final_idle.usable, 0);
+  EXPECT_DOUBLE_EQ(run.final_idle.no_fit, 0);
+  EXPECT_DOUBLE_EQ(run.final_idle.usable + run.final_idle.stranded + run.final_idle.no_fit,
+                   static_cast<double>(run.capacity_milli - run.final_alloc_milli));
+}
+
+TEST(FgdCommand, SummaryGivesTheIdleBreakdownThatSumsToTheIdleGpu) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gpuslice_fgd_idle_" + std::to_string(getpid()));
+  FgdCommandOptions o;
+  o.trace = kDir + "openb_pod_list_default.csv";
+  o.policies = {"fgd", "gpuslice"};
+  o.seeds = {42};
+  o.out_dir = dir.string();
+  std::filesystem::create_directories(dir);
+  std::ostringstream out, err;
+  auto r = RunFgdCommand(o, out, err);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(out.str().find("idle GPUs when the last pod arrived"), std::string::npos) << out.str();
+  ASSERT_EQ(r->rows.size(), 2u);
+  ASSERT_EQ(r->runs.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const FgdSummaryRow& row = r->rows[i];
+    const FgdRun& run = r->runs[i];
+    ASSERT_EQ(row.policy, run.policy);
+    const double idle = static_cast<double>(run.capacity_milli - run.final_alloc_milli) / kOneGpu;
+    EXPECT_NEAR(row.idle_usable_gpus + row.idle_stranded_gpus + row.idle_no_fit_gpus, idle, 1e-6) << row.policy;
+    // At 130% the cluster is full: most of what is idle is holes no GPU shape fits.
+    EXPECT_GT(row.idle_no_fit_gpus, row.idle_usable_gpus) << row.policy;
+  }
+  std::ifstream csv(dir / "fgd_summary.csv");
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_NE(header.find(",end_idle_usable_gpus,end_idle_stranded_gpus,end_idle_no_fit_gpus"), std::string::npos)
+      << header;
+  std::getline(csv, line);
+  EXPECT_EQ(std::count(line.begin(), line.end(), ','), std::count(header.begin(), header.end(), ',')) << line;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Placer, CacheChangesNoDecision) {
