@@ -236,8 +236,12 @@ TEST(GpuslicePolicy, KeepsCpuBesideFreeGpus) {
   ASSERT_TRUE(fgd.ok() && ours.ok());
   const std::vector<WorkloadShape> shapes = {Shape(10000, 1, kOneGpu, 1.0)};
   TestNode poor({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 40000), rich({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 80000);
+  // A GPU pod that asks twice the typical CPU: on the poor node its three other GPUs keep CPU
+  // for only two typical pods; FGD sees no difference (one typical pod still fits on both).
   PlacementRequest req;
   req.cpu_milli = 20000;
+  req.num_gpus = 1;
+  req.milli_per_gpu = kOneGpu;
   PlacementContext ctx{shapes, nullptr};
   auto fp = (*fgd)->Score(req, poor.view, ctx), fr = (*fgd)->Score(req, rich.view, ctx);
   auto gp = (*ours)->Score(req, poor.view, ctx), gr = (*ours)->Score(req, rich.view, ctx);
@@ -245,6 +249,44 @@ TEST(GpuslicePolicy, KeepsCpuBesideFreeGpus) {
   EXPECT_DOUBLE_EQ(fp->score, fr->score);  // a tie for FGD
   EXPECT_GT(gr->score, gp->score);
   EXPECT_LT(gr->score - gp->score, 1.0);  // a secondary key: less than one FGD step
+}
+
+TEST(GpuslicePolicy, KeepsTheCpuFreeGpusNeedFromCpuOnlyPods) {
+  auto fgd = MakePolicy("fgd");
+  auto ours = MakePolicy("gpuslice");
+  ASSERT_TRUE(fgd.ok() && ours.ok());
+  // GPU pods ask 10 CPUs per GPU (10 milli-CPU per milli-GPU); CPU-only pods are half the pods.
+  const std::vector<WorkloadShape> shapes = {Shape(10000, 1, kOneGpu, 0.5), Shape(4000, 0, 0, 0.5)};
+  PlacementContext ctx{shapes, nullptr};
+  PlacementRequest cpu_only;
+  cpu_only.cpu_milli = 20000;
+  auto placed = [&](const PlacementPolicy& p, const TestNode& n, const PlacementRequest& r) {
+    return p.Score(r, n.view, ctx).has_value();
+  };
+  // Four free GPUs need 40 CPUs: 50 free leave 30 after the pod, so gpuslice refuses it, FGD not.
+  TestNode short_node({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 50000);
+  EXPECT_TRUE(placed(**fgd, short_node, cpu_only));
+  EXPECT_FALSE(placed(**ours, short_node, cpu_only));
+  // 60 free leave exactly the 40 they need.
+  TestNode enough({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 60000);
+  EXPECT_TRUE(placed(**ours, enough, cpu_only));
+  // Nothing is kept on a node without free GPU.
+  TestNode busy({0, 0, 0, 0}, 20000);
+  EXPECT_TRUE(placed(**ours, busy, cpu_only));
+  // A partly used GPU keeps CPU for its free share: 500 milli-GPU, 5 CPUs.
+  TestNode part({500, 0, 0, 0}, 24000);
+  EXPECT_FALSE(placed(**ours, part, cpu_only));  // 4 CPUs left
+  cpu_only.cpu_milli = 19000;
+  EXPECT_TRUE(placed(**ours, part, cpu_only));  // 5 left
+  // GPU pods are never refused for it: they are what the CPU is kept for.
+  PlacementRequest gpu_pod;
+  gpu_pod.cpu_milli = 20000;
+  gpu_pod.num_gpus = 1;
+  gpu_pod.milli_per_gpu = kOneGpu;
+  EXPECT_TRUE(placed(**ours, short_node, gpu_pod));
+  // Where the GPU shapes ask no CPU (the daemon, whose hosts' CPU is not modelled) nothing is kept.
+  const std::vector<WorkloadShape> daemon = {Shape(0, 1, kOneGpu, 1.0)};
+  EXPECT_TRUE((*ours)->Score(cpu_only, short_node.view, PlacementContext{daemon, nullptr}).has_value());
 }
 
 TEST(FgdPolicies, AllRegisteredByName) {

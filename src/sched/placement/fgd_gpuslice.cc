@@ -1,6 +1,7 @@
 // gpuslice's default placement policy: fragmentation gradient descent (FGD) that weighs the
 // workload's shapes by how few nodes can take them, also by the GPU they bring, counts the GPUs a
-// node's CPU and memory cannot feed, keeps large nodes whole and fills GPUs tightly.
+// node's CPU and memory cannot feed, keeps large nodes whole, fills GPUs tightly and keeps CPU
+// for free GPUs.
 //
 // Every measure below weighs the typical shapes by supply (fgd_frag.h, ShapeWeights::kSupply):
 // a shape's frequency divided by the share of the cluster's GPUs on nodes that could take one of
@@ -43,6 +44,16 @@
 // exact FGD fragmentation grows least, then the least free one (best fit) — FGD takes the first
 // index. Remaining ties are left to the framework's tie-break. Nothing here depends on a trace.
 // Where no shape asks CPU or memory (the daemon) the stranded measure is FGD's.
+//
+// CPU is kept for GPUs. A CPU-only pod is not placed where it would leave a node less free CPU
+// than the node's free GPU needs at the workload's CPU per GPU (the typical GPU shapes' CPU over
+// the GPU they ask, weighted by frequency): where CPU is what runs out, CPU-only pods otherwise
+// take the CPU beside free GPUs early, and GPU pods that arrive later find GPUs without CPU.
+// The scores above only choose among nodes; a CPU-only pod that fits only on such nodes is
+// refused instead (it waits, or in `sim fgd` fails), as a cluster that caps the CPUs CPU-only
+// work may take on GPU nodes refuses it. It refuses nothing where no GPU shape asks CPU (the
+// daemon) or on a node without free GPU. docs/evaluation.md gives what it costs in CPU-only
+// pods and CPU and what it gains in GPU.
 
 #include <cmath>
 #include <memory>
@@ -153,6 +164,18 @@ std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeVie
   return NodeChoice{score, std::move(gpus)};
 }
 
+// The milli-CPU a milli-GPU of the workload's GPU shapes asks, weighted by frequency; 0 where
+// none asks CPU.
+double CpuPerMilliGpu(std::span<const WorkloadShape> shapes) {
+  double cpu = 0, gpu = 0;
+  for (const WorkloadShape& s : shapes) {
+    if (s.num_gpus <= 0) continue;
+    cpu += s.frequency * static_cast<double>(s.cpu_milli);
+    gpu += s.frequency * s.num_gpus * static_cast<double>(s.milli_per_gpu);
+  }
+  return gpu > 0 ? cpu / gpu : 0;
+}
+
 class GpusliceFragPolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "gpuslice"; }
@@ -163,6 +186,11 @@ class GpusliceFragPolicy final : public PlacementPolicy {
 
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
+    if (req.num_gpus == 0) {
+      // CPU kept for the node's free GPU (above).
+      const double kept = CpuPerMilliGpu(ctx.workload) * static_cast<double>(FreeMilli(node));
+      if (static_cast<double>(node.cpu_milli_free - req.cpu_milli) < kept) return std::nullopt;
+    }
     std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, ctx.workload, ctx.demand_workload)
                                                     : WholeChoice(req, node, ctx.workload);
     if (!choice) return std::nullopt;
