@@ -323,7 +323,7 @@ Config DefaultConfig() {
                                 .action = ReclaimAction::kReclaim,
                                 .report_sources = {}, .busy_is_active = true, .busy_max = 0,
                                 .report_stale = 10 * kMinute, .reclaim = {}};
-  interactive.placement = "best-fit";
+  interactive.placement = "gpuslice";
   interactive.preemptible = true;
 
   QueueConfig training;
@@ -361,7 +361,7 @@ Config DefaultConfig() {
                               .action = ReclaimAction::kReport,
                                 .report_sources = {}, .busy_is_active = true, .busy_max = 0,
                                 .report_stale = 10 * kMinute, .reclaim = {}};
-  inference.placement = "best-fit";
+  inference.placement = "gpuslice";
 
   c.queues = {inference, interactive, training};  // sorted by name
   return c;

@@ -21,6 +21,7 @@ TEST(ConfigTest, DefaultsMatchTheDesign) {
   EXPECT_EQ(i->time_limit, 8 * kHour);
   EXPECT_TRUE(i->idle.enabled);
   EXPECT_EQ(i->idle.action, ReclaimAction::kReclaim);
+  EXPECT_EQ(i->placement, "gpuslice");  // fragmentation-aware (docs/config.md says why)
   const QueueConfig* t = c.FindQueue("training");
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t->default_kind, SliceKind::kWhole);
@@ -31,6 +32,8 @@ TEST(ConfigTest, DefaultsMatchTheDesign) {
   EXPECT_EQ(f->default_kind, SliceKind::kMig);
   EXPECT_EQ(f->time_limit, 0);
   EXPECT_EQ(f->idle.action, ReclaimAction::kReport);
+  EXPECT_EQ(f->placement, "gpuslice");
+  EXPECT_EQ(t->placement, "packing");  // whole devices: the indexed packing
   EXPECT_EQ(c.default_queue, "interactive");
 }
 

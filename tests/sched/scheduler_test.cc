@@ -33,15 +33,36 @@ class SchedTest : public ::testing::Test {
 TEST_F(SchedTest, SharedSlicesPackOntoOneDeviceWithProportionalMemory) {
   h().AddHost("2xH100-80GB");
   auto a = Only<StartSlice>(h().Submit("interactive gpu=250m"));
-  auto b = Only<StartSlice>(h().Submit("interactive gpu=500m"));
+  auto b = Only<StartSlice>(h().Submit("interactive gpu=250m"));
   ASSERT_THAT(a, SizeIs(1));
   ASSERT_THAT(b, SizeIs(1));
   EXPECT_EQ(a[0].kind, SliceKind::kShared);
-  EXPECT_EQ(a[0].devices, b[0].devices);  // best-fit: the tightest device
+  EXPECT_EQ(a[0].devices, b[0].devices);  // the tightest device among equal scores
   EXPECT_EQ(a[0].milli, 250);
   EXPECT_EQ(a[0].memory_cap, Model("H100-80GB").memory / 4);
   EXPECT_EQ(a[0].uuids, std::vector<std::string>{"GPU-1-0"});
   EXPECT_EQ(h().scheduler().devices().at({NodeId(1), DeviceIndex(0)}).mode, DeviceMode::kShared);
+}
+
+// The built-in interactive queue places by gpuslice's fragmentation measure, not by best fit:
+// after a 250m slice and with 250m and 500m requests expected, a 500m slice goes on the free
+// device (leaving 750m and 500m, where either request still fits) rather than beside the 250m
+// one (leaving 250m, which no 500m request can use); best-fit takes the tightest device.
+TEST_F(SchedTest, InteractiveSharesAvoidLeavingShareHolesTheExpectedRequestsCannotUse) {
+  // Whether a 500m slice lands on the device of an earlier 250m one, under config `c`.
+  auto beside_the_first = [&](Config c) {
+    Use(std::move(c));
+    h().AddHost("2xH100-80GB");
+    const auto first = Only<StartSlice>(h().Submit("interactive gpu=250m"));
+    const auto second = Only<StartSlice>(h().Submit("interactive gpu=500m"));
+    EXPECT_EQ(h().violation(), "");
+    EXPECT_EQ(first.size() + second.size(), 2u);  // both start at once
+    return first.size() == 1 && second.size() == 1 && first[0].devices == second[0].devices;
+  };
+  EXPECT_FALSE(beside_the_first(DefaultConfig()));
+  Config best_fit = DefaultConfig();
+  for (QueueConfig& q : best_fit.queues) q.placement = "best-fit";
+  EXPECT_TRUE(beside_the_first(best_fit));
 }
 
 TEST_F(SchedTest, SharedMemoryCapIsEnforced) {
