@@ -136,9 +136,9 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
     row.failed_pods = failed / static_cast<double>(runs.size());
     row.seconds_per_run = secs / static_cast<double>(runs.size());
     const double gpus_per_run = static_cast<double>(kOneGpu) * static_cast<double>(runs.size());
-    row.idle_usable_gpus = static_cast<double>(idle.usable) / gpus_per_run;
-    row.idle_stranded_gpus = static_cast<double>(idle.stranded) / gpus_per_run;
-    row.idle_no_fit_gpus = static_cast<double>(idle.no_fit) / gpus_per_run;
+    row.idle_usable_gpus = idle.usable / gpus_per_run;
+    row.idle_stranded_gpus = idle.stranded / gpus_per_run;
+    row.idle_no_fit_gpus = idle.no_fit / gpus_per_run;
     if (published) {
       row.published100 = published->MeanAlloc(result.workload, row.policy, 100).value_or(-1);
       row.published130 = published->MeanAlloc(result.workload, row.policy, 130).value_or(-1);
