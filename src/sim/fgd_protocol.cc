@@ -203,31 +203,21 @@ std::vector<int> ArrivalOrder(const std::vector<TracePod>& pods, std::uint64_t s
 }
 
 IdleBreakdown ClassifyIdle(const sched::NodeView& node, std::span<const sched::WorkloadShape> shapes) {
-  double gpu_frequency = 0;
-  for (const sched::WorkloadShape& s : shapes) gpu_frequency += s.num_gpus > 0 ? s.frequency : 0;
-  int whole_free = 0;
-  for (const sched::GpuView& g : node.gpus) whole_free += g.usable && g.free_milli == kOneGpu;
-  IdleBreakdown idle;
-  for (const sched::GpuView& g : node.gpus) {
-    if (g.free_milli <= 0) continue;
-    const double free = static_cast<double>(g.free_milli);
-    if (gpu_frequency <= 0) {
-      idle.no_fit += free;
-      continue;
-    }
-    double usable = 0, stranded = 0;
-    for (const sched::WorkloadShape& s : shapes) {
-      if (s.num_gpus <= 0 || !g.usable || !sched::ModelAllowed(s.allowed_models, node.model)) continue;
-      const bool gpu_fits = s.milli_per_gpu < kOneGpu ? g.free_milli >= s.milli_per_gpu
-                                                      : g.free_milli == kOneGpu && whole_free >= s.num_gpus;
-      if (!gpu_fits) continue;
-      (node.cpu_milli_free >= s.cpu_milli && node.memory_free >= s.host_memory ? usable : stranded) += s.frequency;
-    }
-    idle.usable += free * usable / gpu_frequency;
-    idle.stranded += free * stranded / gpu_frequency;
-    idle.no_fit += free * (gpu_frequency - usable - stranded) / gpu_frequency;
-  }
-  return idle;
+  const double free = static_cast<double>(sched::FreeMilli(node));
+  double gpu_frequency = 0, cpu_only = 0;
+  for (const sched::WorkloadShape& s : shapes) (s.num_gpus > 0 ? gpu_frequency : cpu_only) += s.frequency;
+  if (gpu_frequency <= 0) return IdleBreakdown{.usable = 0, .stranded = 0, .no_fit = free};
+  // FGD's measure, without the CPU-only shapes (each counts every free milli) and renormalised:
+  // on the node as it is (what is stranded or fits no GPU request), and on the node with
+  // unbounded CPU and memory (what fits no GPU request).
+  auto fragment = [&](const sched::NodeView& n) {
+    return (sched::NodeFragmentation(n, shapes, sched::Resources::kCpuAndMemory) - cpu_only * free) / gpu_frequency;
+  };
+  sched::NodeView unbounded = node;
+  unbounded.cpu_milli_free = std::numeric_limits<std::int64_t>::max();
+  unbounded.memory_free = std::numeric_limits<Bytes>::max();
+  const double all = fragment(node), no_fit = fragment(unbounded);
+  return IdleBreakdown{.usable = free - all, .stranded = all - no_fit, .no_fit = no_fit};
 }
 
 FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std::uint64_t seed,

@@ -63,8 +63,9 @@ struct FgdCurves {
 //    node can no longer give;
 //  - no_fit: the share of the shapes whose GPU request does not fit (a share hole smaller than
 //    theirs, too few free whole GPUs, a model they do not allow).
-// The classes sum to the node's free GPU (milli-GPU). stranded + no_fit is FGD's fragmentation
-// of the node without its CPU-only shapes, with host memory counted like CPU.
+// The classes sum to the free GPU of the node's usable GPUs (milli-GPU). stranded + no_fit is
+// FGD's fragmentation of the node (NodeFragmentation) without its CPU-only shapes, with host
+// memory counted like CPU; no_fit is the same with the node's CPU and memory unbounded.
 struct IdleBreakdown {
   double usable = 0;
   double stranded = 0;
