@@ -298,6 +298,12 @@ Micros QueueConfig::EffectiveLimit(Micros requested) const {
   return limit;
 }
 
+Micros QueueConfig::TimeLimitWarnLead(Micros limit) const {
+  if (warn_before <= 0) return 0;
+  if (limit <= 0) return warn_before;
+  return std::min(warn_before, limit / 4);
+}
+
 const QueueConfig* Config::FindQueue(std::string_view name) const {
   for (const QueueConfig& q : queues) {
     if (q.name == name) return &q;
@@ -325,6 +331,10 @@ Config DefaultConfig() {
                                 .report_stale = 10 * kMinute, .reclaim = {}};
   interactive.placement = "gpuslice";
   interactive.preemptible = true;
+  // A shared host's notebooks: one person may hold at most two GPUs' worth of slices in at
+  // most eight sessions, so that nobody takes every slice while others wait (docs/config.md).
+  interactive.user_max_milli = 2 * kOneGpu;
+  interactive.user_max_jobs = 8;
 
   QueueConfig training;
   training.name = "training";

@@ -98,6 +98,10 @@ struct QueueConfig {
   bool Allows(SliceKind kind) const;
   // The effective time limit for a job that asked for `requested` (0: none asked).
   Micros EffectiveLimit(Micros requested) const;
+  // How long before the end of a time limit of length `limit` its warning comes: warn_before,
+  // but never in the first three quarters of the limit (a 20-minute job with a 15-minute lead
+  // is warned 5 minutes before its end, not as it starts). 0: no warning.
+  Micros TimeLimitWarnLead(Micros limit) const;
 };
 
 struct MigConfig {
@@ -116,8 +120,10 @@ struct Config {
   const QueueConfig* FindQueue(std::string_view name) const;
 };
 
-// The built-in configuration: interactive (shared 250m, 8h, idle reclaim 30m + 10m grace),
-// training (whole, 1 GPU default, 7d max, idle reported), inference (mig, no limit, idle reported).
+// The built-in configuration: interactive (shared 250m, 8h, idle reclaim 30m + 10m grace, at
+// most 2 GPUs and 8 jobs per user), training (whole, 1 GPU default, 7d max, idle reported),
+// inference (mig, no limit, idle reported). examples/gpuslice.toml spells out the same values
+// (tests/sched/config_test.cc compares them).
 Config DefaultConfig();
 
 // Parses a TOML config. `file_name` prefixes every error, e.g.

@@ -1,5 +1,7 @@
 // Config parsing: every kind of bad config is rejected with the file, the key and the value.
 #include <fstream>
+#include <iterator>
+#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -80,12 +82,43 @@ signals = ["processes"]
   EXPECT_EQ(b->idle.activity, (ActivitySignals{false, false, true}));
 }
 
-TEST(ConfigTest, ExampleFileParses) {
-  auto c = LoadConfigFile(GPUSLICE_SOURCE_DIR "/examples/gpuslice.toml");
+// examples/gpuslice.toml says it equals the built-in defaults: every value it spells out
+// must be the built-in one, and it must spell out every value (a queue named like a built-in
+// one inherits the built-in values, so the file is read a second time with its queues renamed,
+// starting from a blank queue: a key the file leaves out shows as a difference).
+TEST(ConfigTest, ExampleFileEqualsTheBuiltInDefaults) {
+  const std::string path = GPUSLICE_SOURCE_DIR "/examples/gpuslice.toml";
+  auto c = LoadConfigFile(path);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_NE(c->FindQueue("interactive"), nullptr);
-  EXPECT_NE(c->FindQueue("training"), nullptr);
-  EXPECT_NE(c->FindQueue("inference"), nullptr);
+  EXPECT_EQ(*c, DefaultConfig());
+
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string renamed;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t at = text.find("[queues.", i);
+    if (at == std::string::npos) {
+      renamed += text.substr(i);
+      break;
+    }
+    renamed += text.substr(i, at - i) + "[queues.example_";
+    i = at + 8;
+  }
+  // default_queue names a queue: renamed as well.
+  const std::string top = "default_queue = \"interactive\"";
+  ASSERT_NE(renamed.find(top), std::string::npos);
+  renamed.replace(renamed.find(top), top.size(), "default_queue = \"example_interactive\"");
+  auto blank = ParseConfig(renamed, "renamed example");
+  ASSERT_TRUE(blank.ok()) << blank.status().ToString();
+  const Config builtin = DefaultConfig();
+  ASSERT_EQ(blank->queues.size(), builtin.queues.size());
+  for (QueueConfig q : blank->queues) {
+    ASSERT_TRUE(q.name.starts_with("example_")) << q.name;
+    q.name = q.name.substr(8);
+    const QueueConfig* b = builtin.FindQueue(q.name);
+    ASSERT_NE(b, nullptr) << q.name;
+    EXPECT_EQ(q, *b) << "examples/gpuslice.toml leaves out or changes a built-in value of queue " << q.name;
+  }
 }
 
 TEST(ConfigTest, MissingFileNamesThePath) {
