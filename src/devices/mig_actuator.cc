@@ -36,6 +36,9 @@ Status ApplyMigLayout(DeviceBackend& backend, DeviceIndex idx, const MigLayout& 
       }
     }
   }
+  // An empty layout is the way out of MIG mode (the scheduler releases a MIG device no MIG
+  // work holds while other work waits): its instances gone, MIG mode off.
+  if (layout.empty() && st.ok()) st = backend.SetMigMode(idx, false);
   for (const auto& p : layout) {
     if (!st.ok()) break;
     auto gi = backend.CreateGpuInstance(idx, p.profile_id, p.start);

@@ -99,6 +99,7 @@ void Scheduler::Impl::OnDeviceAdded(const DeviceAdded& e) {
   index_.Add(it->second, Facts(it->second));
   if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
   CountCapacity(it->second, +1);
+  NoteMigUse(it->second);
   Schedule(/*only=*/std::nullopt);
 }
 
@@ -129,6 +130,7 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   if (nodes_[e.device.node].empty()) nodes_.erase(e.device.node);
   devices_.erase(it);
   mig_broken_.erase(e.device);
+  mig_empty_since_.erase(e.device);
   // Pending jobs that can no longer ever fit are rejected now rather than waiting forever.
   std::vector<std::pair<JobId, Status>> doomed;
   for (const auto& [k, r] : pending_) {

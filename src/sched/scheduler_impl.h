@@ -304,10 +304,22 @@ class Scheduler::Impl {
   static constexpr int kRelayoutCandidates = 4;
   static constexpr std::size_t kDrainCandidates = 32;
   std::vector<Bytes> NeedsFor(const std::vector<const Resolved*>& jobs, const DeviceView& d) const;
-  void PlanMig(const std::vector<const Resolved*>& unmet);
+  // One GPU at a time. A GPU that needs no drain (a MIG device's free room, an empty GPU) is
+  // taken before one is drained, also when it frees while a drain is under way (the drain is
+  // called off). `allow_drain`: may start a drain.
+  void PlanMig(const std::vector<const Resolved*>& unmet, bool allow_drain);
   void Reconfigure(const DeviceRef& ref, const MigLayout& layout);
   void MaybeFinishDrain(DeviceView& d);
   void OnReconfigureDone(const ReconfigureDone& e);
+  // A GPU in MIG mode with no instance in use for kMigReleaseAfter, no pending MIG request it
+  // could serve, and other work waiting for a GPU of its model leaves MIG mode (an empty
+  // layout). The hold time is the hysteresis: MIG demand that comes back within it finds its
+  // layout still there.
+  static constexpr Micros kMigReleaseAfter = 10 * kMinute;
+  void MaybeLeaveMig();
+  // Notes when a MIG device's last instance in use was released (kMigReleaseAfter counts
+  // from there); called where that changes, by journaled events only.
+  void NoteMigUse(const DeviceView& d);
 
   // ---- timers and samples (scheduler_timers.cc)
   void OnSample(const Sample& e);
@@ -362,7 +374,8 @@ class Scheduler::Impl {
   std::unordered_map<SliceId, Micros> timer_of_;   // the key of each slice in timers_
   std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
   int mig_in_flight_ = 0;  // devices draining or reconfiguring
-  int mig_mode_devices_ = 0;  // devices in MIG mode (they never leave it); see NeverFitsWhy()
+  int mig_mode_devices_ = 0;  // devices in MIG mode; see NeverFitsWhy()
+  std::map<DeviceRef, Micros> mig_empty_since_;  // MIG devices with no instance in use: since when
   std::string violation_;
   CapacityIndex index_;
   // Nodes of erased entries of the books above, for their next inserts: a step of a busy

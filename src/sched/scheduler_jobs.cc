@@ -247,6 +247,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
       }
       if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
     });
+    NoteMigUse(*dv);
   }
   Untime(s.slice);
   reclaimable_.erase(s.slice);
@@ -348,6 +349,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
         SortByStart(used);
       }
     });
+    NoteMigUse(*target);
   }
   if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
     Usage& u = usage_[{j.queue, j.user}];
@@ -377,6 +379,14 @@ void Scheduler::Impl::Schedule(std::optional<JobId> only) {
 void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
   scratch_failed_.assign(shapes_.size(), 0);
   bool mig_failed = false;
+  auto unmet_mig = [&] {
+    std::vector<const Resolved*> unmet;
+    for (const auto& [k, r] : pending_mig_) {
+      if (unmet.size() >= kMaxPlannedNeeds) break;
+      if (!CapBlocks(*r)) unmet.push_back(r);
+    }
+    return unmet;
+  };
   auto attempt = [&](const Resolved& r) -> bool {  // true: failed
     if (CapBlocks(r)) return false;
     if (scratch_failed_[r.shape]) return false;
@@ -385,7 +395,14 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
       return false;
     }
     scratch_failed_[r.shape] = 1;
-    if (r.kind == SliceKind::kMig) mig_failed = true;
+    if (r.kind == SliceKind::kMig && !mig_failed) {
+      mig_failed = true;
+      // Plan at once, before the jobs after it in queue order are placed: a GPU that is free
+      // now goes to the MIG request (its priority), not to a lower-priority job that happens
+      // to be tried later in this pass. Only layouts that need no drain here (no preemption
+      // in the middle of a pass); a drain is planned at the end, as before.
+      if (config_.mig.enabled) PlanMig(unmet_mig(), /*allow_drain=*/false);
+    }
     return true;
   };
   if (only) {
@@ -422,14 +439,11 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     ServeReservation();
     MaybeReserve();
   }
-  if (mig_failed && config_.mig.enabled && mig_in_flight_ == 0) {
-    std::vector<const Resolved*> unmet;
-    for (const auto& [k, r] : pending_mig_) {
-      if (unmet.size() >= kMaxPlannedNeeds) break;
-      if (!CapBlocks(*r)) unmet.push_back(r);
-    }
-    if (!unmet.empty()) PlanMig(unmet);
+  if (mig_failed && config_.mig.enabled) {
+    std::vector<const Resolved*> unmet = unmet_mig();
+    if (!unmet.empty()) PlanMig(unmet, /*allow_drain=*/true);
   }
+  if (!only) MaybeLeaveMig();
 }
 
 }  // namespace gpuslice::sched

@@ -23,9 +23,20 @@ std::vector<Bytes> Scheduler::Impl::NeedsFor(const std::vector<const Resolved*>&
 }
 
 // One GPU at a time: prefer a MIG device whose free instances can be re-laid out (no drain),
-// then an empty MIG-capable device, then drain a device in another mode (fewest slices).
-void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet) {
-  if (mig_in_flight_ > 0) return;
+// then an empty MIG-capable device, then drain a device in another mode (fewest slices). While a
+// drain is under way, a GPU that needs none (one that has just freed, a MIG device's room) is
+// still taken for the demand, and the drain is called off: the request never waits for a busy
+// GPU to empty while another stands free, and lower-priority work does not take the free one.
+void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool allow_drain) {
+  if (unmet.empty()) return;
+  DeviceView* draining = nullptr;
+  if (mig_in_flight_ > 0) {
+    for (auto& [ref, d] : devices_) {
+      if (d.reconfiguring) return;  // a layout change is being applied: wait for it
+      if (d.draining) draining = &d;
+    }
+    allow_drain = false;  // one drain at a time
+  }
   std::set<DeviceRef> candidates;
   for (const auto& [name, cap] : capacity_) {
     if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
@@ -41,7 +52,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet) {
         candidates.insert(ref);
     if (auto ref = index_.FirstMigCapableFree(mi)) candidates.insert(*ref);
   }
-  if (candidates.empty()) {
+  if (candidates.empty() && allow_drain) {
     // Only now look at devices that would need a drain.
     for (const DeviceRef& ref : index_.mig_capable_busy()) {
       if (mig_broken_.contains(ref)) continue;
@@ -60,9 +71,11 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet) {
   for (const DeviceRef& ref : candidates) {
     if (mig_broken_.contains(ref)) continue;
     const DeviceView& d = devices_.at(ref);
+    if (d.draining) continue;  // the drain under way is what a better candidate replaces
     std::vector<Bytes> needs = NeedsFor(unmet, d);
     if (needs.empty()) continue;
-    int rank = d.mode == DeviceMode::kMig ? 0 : d.mode == DeviceMode::kFree ? 1 : 2;
+    int rank = d.mode == DeviceMode::kMig ? 0 : d.mode == DeviceMode::kFree && d.slices.empty() ? 1 : 2;
+    if (rank == 2 && !allow_drain) continue;
     auto plan = PlanMigLayout(*ModelOf(ref), rank == 0 ? InUse(d) : MigLayout{}, needs);
     if (!plan.ok() || plan->satisfied == 0) continue;
     if (rank == 0 && plan->layout == d.layout) continue;
@@ -71,6 +84,13 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet) {
     if (!best || key(c) < key(*best)) best = std::move(c);
   }
   if (!best) return;
+  if (draining != nullptr) {
+    // Called off: the device takes new slices again, and keeps its mode and what runs there.
+    Mutate(*draining, [](DeviceView& dv) {
+      dv.draining = false;
+      dv.target_layout.clear();
+    });
+  }
   if (best->rank < 2) {
     Reconfigure(best->ref, best->layout);
     return;
@@ -133,7 +153,11 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
     d.reconfiguring = false;
     d.draining = false;
     d.target_layout.clear();
-    if (ok) {
+    if (ok && e.layout.empty()) {
+      // The empty layout is MIG mode off (MaybeLeaveMig): whole, shared and MPS work again.
+      d.layout.clear();
+      SetMode(d, d.slices.empty() ? DeviceMode::kFree : DeviceMode::kMig);
+    } else if (ok) {
       SetMode(d, DeviceMode::kMig);
       d.layout = e.layout;
     } else if (d.mode == DeviceMode::kMig && legal) {
@@ -141,7 +165,40 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
     }
   });
   if (!ok) mig_broken_.insert(e.device);  // don't loop on a device that refuses
+  NoteMigUse(it->second);
   Schedule(std::nullopt);
+}
+
+void Scheduler::Impl::NoteMigUse(const DeviceView& d) {
+  if (d.mode == DeviceMode::kMig && InUse(d).empty()) {
+    mig_empty_since_.try_emplace(d.ref, now_);
+  } else {
+    mig_empty_since_.erase(d.ref);
+  }
+}
+
+// The way back from MIG mode (kMigReleaseAfter is the hysteresis). One device at a time, and
+// only while nothing else changes layout; called at the end of every scheduling pass.
+void Scheduler::Impl::MaybeLeaveMig() {
+  if (!config_.mig.enabled || mig_in_flight_ > 0 || mig_empty_since_.empty() || pending_.empty()) return;
+  for (const auto& [ref, since] : mig_empty_since_) {
+    if (now_ - since < kMigReleaseAfter || mig_broken_.contains(ref)) continue;
+    const DeviceView& d = devices_.at(ref);
+    if (d.mode != DeviceMode::kMig || !InUse(d).empty() || d.draining || d.reconfiguring) continue;
+    bool mig_demand = false, other_waits = false;
+    for (const auto& [k, r] : pending_) {
+      if (!ModelOk(*r, d) || CapBlocks(*r)) continue;
+      if (r->kind == SliceKind::kMig) {
+        mig_demand = mig_demand || d.catalogue == nullptr || d.catalogue->SmallestProfileFor(r->mig_need) != nullptr;
+      } else {
+        other_waits = true;
+      }
+      if (mig_demand) break;
+    }
+    if (mig_demand || !other_waits) continue;
+    Reconfigure(ref, MigLayout{});
+    return;
+  }
 }
 
 }  // namespace gpuslice::sched

@@ -151,10 +151,12 @@ WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) con
   return n;
 }
 
-// Beyond Feasible(): a device in MIG mode never leaves it, so MIG-mode devices count only for
-// MIG requests; a MIG request is placed on an instance of exactly its smallest fitting
-// profile, which only a layout change (mig.enabled, on a device that has not refused one)
-// can create where none exists.
+// Beyond Feasible(): a MIG request is placed on an instance of exactly its smallest fitting
+// profile, which only a layout change (mig.enabled, on a device that has not refused one) can
+// create where none exists. A device in MIG mode takes only MIG slices, but where gpuslice
+// changes layouts it also takes the device out of MIG mode for other work (MaybeLeaveMig): then
+// it counts for every request, and no job "could never fit" because of a layout gpuslice chose.
+// Only where it cannot (mig.enabled = false, or the device refused a change) does MIG mode count.
 std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) const {
   const std::string what = r.model.empty() ? "" : r.model + " ";
   if (r.kind == SliceKind::kMig) {
@@ -175,22 +177,27 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
                        "reconfiguration or lacks that instance", what, FormatBytes(r.mig_need));
   }
   if (mig_mode_devices_ == 0) return std::nullopt;
+  // Stuck in MIG mode: gpuslice will not take it out (see above).
+  auto stuck = [&](const DeviceView& d) {
+    return d.mode == DeviceMode::kMig && (!config_.mig.enabled || mig_broken_.contains(d.ref));
+  };
   if (r.kind == SliceKind::kWhole) {
     int best = 0;
     for (const auto& [node, indices] : nodes_) {
       int n = 0;
       for (DeviceIndex di : indices) {
         const DeviceView& d = devices_.at({node, di});
-        n += d.mode != DeviceMode::kMig && ModelOk(r, d);
+        n += !stuck(d) && ModelOk(r, d);
       }
       best = std::max(best, n);
     }
     if (best >= r.gpus) return std::nullopt;
     return fmt::format("it needs {} {}GPUs on one host and at most {} are outside MIG mode (a GPU in MIG "
-                       "mode only takes MIG slices)", r.gpus, what, best);
+                       "mode only takes MIG slices, and these stay so: {})", r.gpus, what, best,
+                       config_.mig.enabled ? "they refused a layout change" : "mig.enabled = false");
   }
   for (const auto& [ref, d] : devices_) {
-    if (d.mode == DeviceMode::kMig || !ModelOk(r, d)) continue;
+    if (stuck(d) || !ModelOk(r, d)) continue;
     if (d.memory == 0 || d.memory >= MemoryCap(r, d)) return std::nullopt;
   }
   return fmt::format("every {}GPU{} is in MIG mode (a GPU in MIG mode only takes MIG slices)", what,

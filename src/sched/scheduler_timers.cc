@@ -105,6 +105,7 @@ void Scheduler::Impl::OnTick() {
     Schedule(std::nullopt);
   } else {
     MaybeReserve();  // a waiting job may have just reached its reserve_after
+    MaybeLeaveMig();  // a MIG device may have just been empty long enough
   }
 }
 
@@ -120,7 +121,8 @@ bool Scheduler::Impl::TickSlice(SliceId sid, SliceView& s, std::vector<std::pair
       ended.emplace_back(s.job, "time-limit");
       return true;
     }
-    if (q.warn_before > 0 && !s.limit_warned && now_ >= s.deadline - q.warn_before) {
+    const Micros lead = q.TimeLimitWarnLead(s.deadline - s.start_time);
+    if (lead > 0 && !s.limit_warned && now_ >= s.deadline - lead) {
       s.limit_warned = true;
       out_.push_back(Warn{s.job, sid, WarnReason::kTimeLimit, s.deadline,
                           fmt::format("job {} of {} reaches its time limit in {}", s.job.value(),
@@ -175,7 +177,8 @@ Micros Scheduler::Impl::NextTimer(const SliceView& s, const QueueConfig& q) {
   Micros t = LLONG_MAX;
   if (s.deadline > 0) {
     t = s.deadline;
-    if (q.warn_before > 0 && !s.limit_warned) t = std::min(t, s.deadline - q.warn_before);
+    const Micros lead = q.TimeLimitWarnLead(s.deadline - s.start_time);
+    if (lead > 0 && !s.limit_warned) t = std::min(t, s.deadline - lead);
   }
   if (q.idle.enabled && !s.unmeasured) {
     if (s.idle == IdleState::kActive) t = std::min(t, IdleWindowEnd(q.idle, s));

@@ -328,7 +328,7 @@ class Replay {
       if (t < end) Push(t, Kind::kTimer, j, x.slice);
     };
     if (x.deadline > 0) {
-      if (q.warn_before > 0) timer(x.deadline - q.warn_before);
+      if (const Micros lead = q.TimeLimitWarnLead(x.deadline - now); lead > 0) timer(x.deadline - lead);
       timer(x.deadline);
     }
     if (q.idle.enabled) {

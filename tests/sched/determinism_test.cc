@@ -133,6 +133,7 @@ TEST(ByStatePlacement, AgreesAtTheMpsClientLimitAndTheMemoryLimit) {
     for (QueueConfig& q : c.queues) {
       q.placement = "gpuslice";
       if (q.name == "interactive") q.allowed_kinds = {SliceKind::kShared, SliceKind::kMps};
+      q.user_max_jobs = q.user_max_milli = 0;  // one user reaches the devices' limits
     }
     SchedHarness h(c, 7);
     h.scheduler().SetReferencePlacement(reference);

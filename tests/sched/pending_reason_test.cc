@@ -154,7 +154,9 @@ INSTANTIATE_TEST_SUITE_P(
                      return h.last_job();
                    },
                    "draining-for-mig", "GPU 0 of node 1 is draining for a MIG layout",
-                   // Drained and reconfigured: the host's only GPU is in MIG mode for good.
+                   // Drained and reconfigured: the host's only GPU is in MIG mode while the MIG
+                   // job holds it; the shared job waits for it (never "could never fit": the GPU
+                   // leaves MIG mode when MIG work no longer holds it, mig_planner_test.cc).
                    [](SchedHarness& h) {
                      auto rc = Only<ReconfigureMig>(h.Finish(JobId(1)));
                      ASSERT_THAT(rc, SizeIs(1));
@@ -163,7 +165,7 @@ INSTANTIATE_TEST_SUITE_P(
                      h.Feed(ReconfigureDone{0, rc[0].device, true, rc[0].layout, ""});
                      EXPECT_EQ(KindOf(h, JobId(2)), "running");
                    },
-                   "never-fits"},
+                   "no-device-fits"},
         ReasonCase{"DrainingForMigDelaysTheMigJob", nullptr,
                    [](SchedHarness& h) {
                      h.AddHost("1xA100-40GB");
@@ -192,7 +194,8 @@ INSTANTIATE_TEST_SUITE_P(
                                         MigLayout{{p->id, p->placement_starts.back()}}});
                    },
                    "running"},
-        ReasonCase{"NeverFitsWholeOnAMigGpu", nullptr,
+        // A GPU found in MIG mode that gpuslice does not change (mig.enabled = false).
+        ReasonCase{"NeverFitsWholeOnAMigGpu", WithoutMigChanges,
                    [](SchedHarness& h) {
                      h.AddHost("1xA100-40GB mig");
                      h.Submit("training gpus=1");

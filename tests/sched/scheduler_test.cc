@@ -230,6 +230,10 @@ TEST_F(SchedTest, DeviceChangesModeOnlyWhenEmpty) {
 // ---------------------------------------------------------------- mps
 
 TEST_F(SchedTest, MpsGetsThreadPercentageAndRespectsTheClientLimit) {
+  // One user fills the device's MPS clients: the device's limit is tested, not the per-user cap.
+  Config c = DefaultConfig();
+  for (QueueConfig& q : c.queues) q.user_max_jobs = q.user_max_milli = 0;
+  Use(c);
   h().AddHost("1xH100-80GB");
   auto s = Only<StartSlice>(h().Submit("interactive kind=mps gpu=500m mem=8GiB"));
   ASSERT_THAT(s, SizeIs(1));
