@@ -1,13 +1,14 @@
 // gpuslice web dashboard (docs/ui.md). Reads the daemon's JSON views every few seconds and
 // draws them; cancels through the ordinary API, so the daemon decides who may. Every text
 // from the daemon (job commands, user and queue names, reasons) is hostile input: it goes
-// into the page only through textContent / text nodes, never as HTML.
+// into the page only through textContent / text nodes, never as HTML (format.js has the
+// helpers; report.js draws the report).
 'use strict';
 
 const POLL_MS = 2000;
 const REPORT_MS = 30000;
 const TOKEN_KEY = 'gpuslice-token';
-const SVG = 'http://www.w3.org/2000/svg';
+const ENDED_SHOWN = 15;
 
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY) || '',  // only this tab's session; never stored elsewhere
@@ -16,18 +17,10 @@ const state = {
   queues: new Map(),
   lastReport: 0,
   minutes: 60,           // the devices' chart window
+  me: null,              // GET /v1/whoami: {user, uid, admin}
+  mine: false,           // show only the viewer's jobs
+  migNames: new Map(),   // slice id -> its MIG instance's profile name
 };
-
-// ---- small DOM helpers (text only) ----
-
-function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined && text !== null) e.textContent = String(text);
-  return e;
-}
-
-function td(text, cls) { return el('td', cls, text); }
 
 let messageTimer = null;
 function showMessage(text, info) {
@@ -38,37 +31,6 @@ function showMessage(text, info) {
   m.className = info ? 'info' : '';
   m.hidden = !text;
 }
-
-// ---- formatting ----
-
-function argvText(argv) {
-  if (!Array.isArray(argv)) return '';
-  // An argument that is not UTF-8 arrives as {"b64": ...}; shown as a marker, not decoded.
-  return argv.map((a) => (typeof a === 'string' ? a : '<bytes>')).join(' ');
-}
-
-function duration(us) {
-  if (us === null || us === undefined || !isFinite(us)) return '—';
-  let s = Math.max(0, Math.round(us / 1e6));
-  const d = Math.floor(s / 86400); s -= d * 86400;
-  const h = Math.floor(s / 3600); s -= h * 3600;
-  const m = Math.floor(s / 60); s -= m * 60;
-  if (d) return `${d}d ${h}h`;
-  if (h) return `${h}h ${String(m).padStart(2, '0')}m`;
-  if (m) return `${m}m ${String(s).padStart(2, '0')}s`;
-  return `${s}s`;
-}
-
-function bytes(n) {
-  if (n === null || n === undefined) return '—';
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let i = 0;
-  let v = n;
-  while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
-  return `${v >= 10 || i === 0 ? v.toFixed(0) : v.toFixed(1)} ${units[i]}`;
-}
-
-function gpus(milli) { return `${(milli / 1000).toFixed(milli % 1000 === 0 ? 0 : 2)} GPU`; }
 
 function nowUs() { return Date.now() * 1000 + state.clockOffsetUs; }
 
@@ -94,54 +56,11 @@ async function api(method, path) {
 
 // ---- devices ----
 
-// Utilisation over time as an SVG polyline per run of known buckets: a null bucket (nothing
-// measured) breaks the line, so "unknown" never looks like 0.
-function sparkline(values) {
-  const w = 240, h = 40;
-  const svg = document.createElementNS(SVG, 'svg');
-  svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
-  svg.setAttribute('preserveAspectRatio', 'none');
-  svg.setAttribute('class', 'spark');
-  const axis = document.createElementNS(SVG, 'line');
-  axis.setAttribute('x1', '0'); axis.setAttribute('x2', String(w));
-  axis.setAttribute('y1', String(h - 0.5)); axis.setAttribute('y2', String(h - 0.5));
-  axis.setAttribute('class', 'axis');
-  svg.appendChild(axis);
-  const n = values.length;
-  if (n === 0) return svg;
-  const x = (i) => (n === 1 ? w : (i * w) / (n - 1));
-  const y = (v) => h - 1 - (Math.min(100, Math.max(0, v)) / 100) * (h - 2);
-  let run = [];
-  const flush = () => {
-    if (run.length === 1) {
-      const c = document.createElementNS(SVG, 'circle');
-      c.setAttribute('cx', String(run[0][0])); c.setAttribute('cy', String(run[0][1]));
-      c.setAttribute('r', '1.5'); c.setAttribute('class', 'dot');
-      svg.appendChild(c);
-    } else if (run.length > 1) {
-      const p = document.createElementNS(SVG, 'polyline');
-      p.setAttribute('points', run.map(([a, b]) => `${a.toFixed(1)},${b.toFixed(1)}`).join(' '));
-      p.setAttribute('class', 'line');
-      svg.appendChild(p);
-    }
-    run = [];
-  };
-  values.forEach((v, i) => {
-    if (v === null || v === undefined) flush();
-    else run.push([x(i), y(v)]);
-  });
-  flush();
-  const title = document.createElementNS(SVG, 'title');
-  const known = values.filter((v) => v !== null && v !== undefined).length;
-  title.textContent = `${known} of ${n} intervals measured`;
-  svg.appendChild(title);
-  return svg;
-}
-
 function renderDevices(devs, history) {
   const box = document.getElementById('devices');
   const byIndex = new Map();
   if (history) for (const d of history.devices || []) byIndex.set(d.index, d);
+  state.migNames = new Map();
   const cards = (devs.devices || []).map((d) => {
     const c = el('div', 'card');
     c.dataset.device = String(d.index);
@@ -150,15 +69,28 @@ function renderDevices(devs, history) {
     const mode = d.draining ? `${d.mode} (draining)` : d.mode;
     const sl = d.slices || [];
     c.appendChild(row(`mode ${mode}`, sl.length ? `${sl.length} slice${sl.length > 1 ? 's' : ''} (${sl.map((x) => `#${x}`).join(', ')})` : 'no slice'));
-    c.appendChild(row(`held ${gpus(d.used_milli || 0)}`, `memory ${bytes(d.memory_used)} / ${bytes(d.memory)}`));
+    // What its slices hold, whatever the mode (a MIG device: its used instances).
+    const held = known(d.held_milli) ? d.held_milli : (d.used_milli || 0);
+    c.appendChild(row(`held ${gpus(held)}`, `memory ${bytes(d.memory_used)} / ${bytes(d.memory)}`));
     const bar = el('div', 'bar');
     const fill = el('div');
-    fill.style.width = `${Math.min(100, (d.used_milli || 0) / 10)}%`;  // CSSOM: allowed by the CSP
+    fill.style.width = `${Math.min(100, held / 10)}%`;  // CSSOM: allowed by the CSP
     bar.appendChild(fill);
     c.appendChild(bar);
-    c.appendChild(row('SM now', d.util_percent === null || d.util_percent === undefined ? 'not measured' : `${d.util_percent.toFixed(0)} %`));
+    const layout = Array.isArray(d.mig_layout) ? d.mig_layout : [];
+    if (d.mode === 'mig' && layout.length) {
+      const ul = el('ul', 'mig');
+      for (const p of layout) {
+        const name = p.name || `profile ${p.profile}`;
+        if (p.slice) state.migNames.set(p.slice, name);
+        const li = el('li', p.slice ? 'used' : 'free', `${name}: ${p.slice ? `slice #${p.slice}` : 'free'}`);
+        ul.appendChild(li);
+      }
+      c.appendChild(ul);
+    }
+    c.appendChild(row('SM now', known(d.util_percent) ? `${d.util_percent.toFixed(0)}%` : 'not measured'));
     const h = byIndex.get(d.index);
-    c.appendChild(sparkline(h ? h.sm_util_percent : []));
+    c.appendChild(lineChart([{ values: h ? h.sm_util_percent : [] }]));
     c.appendChild(row(`−${state.minutes} min`, 'now'));
     c.lastChild.classList.add('axis-labels');
     return c;
@@ -166,19 +98,33 @@ function renderDevices(devs, history) {
   box.replaceChildren(...cards);
 }
 
-// ---- queues and jobs ----
+// ---- queues ----
+
+function perUserCaps(q) {
+  const caps = [];
+  if (q.user_max_milli > 0) caps.push(gpus(q.user_max_milli));
+  if (q.user_max_jobs > 0) caps.push(`${q.user_max_jobs} job${q.user_max_jobs === 1 ? '' : 's'}`);
+  return caps.length ? caps.join(', ') : 'no cap';
+}
 
 function renderQueues(qs) {
   state.queues = new Map((qs.queues || []).map((q) => [q.name, q]));
   const rows = (qs.queues || []).map((q) => {
     const tr = el('tr');
+    tr.dataset.queue = String(q.name);
+    const limit = q.time_limit_us || q.max_duration_us;
+    const idle = q.idle_reclaim
+      ? `after ${duration(q.idle_window_us)} idle + ${duration(q.idle_grace_us)} warning${q.idle_reclaim_mode === 'on-demand' ? ', on demand' : ''}`
+      : 'no';
     tr.append(td(q.name), td(q.default_kind), td(q.pending), td(q.running),
-              td(q.pending ? duration(q.oldest_wait_us) : '—'),
-              td(q.idle_reclaim ? `after ${duration(q.idle_window_us)} idle, ${duration(q.idle_grace_us)} grace` : 'no'));
+              td(q.pending ? duration(q.oldest_wait_us) : '—'), td(limit ? duration(limit) : 'none'), td(idle),
+              td(perUserCaps(q), 'caps'));
     return tr;
   });
   document.querySelector('#queues tbody').replaceChildren(...rows);
 }
+
+// ---- jobs ----
 
 function cancelButton(job) {
   const b = el('button', 'cancel', 'Cancel');
@@ -206,137 +152,132 @@ async function onCancel(id) {
   refresh();
 }
 
-function emptyRow(cols, text) {
-  const tr = el('tr');
-  const c = td(text, 'empty');
-  c.colSpan = cols;
-  tr.appendChild(c);
-  return tr;
-}
-
 function asked(j) {
   const parts = [];
   if (j.kind) parts.push(j.kind);
-  if (j.gpus) parts.push(`${j.gpus} GPU`);
+  if (j.gpus) parts.push(`${j.gpus} GPU${j.gpus === 1 ? '' : 's'}`);
   if (j.milli) parts.push(gpus(j.milli));
   if (j.memory) parts.push(bytes(j.memory));
+  if (j.time_limit_us) parts.push(duration(j.time_limit_us));
   if (j.model) parts.push(j.model);
   return parts.join(' ') || 'queue default';
 }
 
+function mineOnly(list) {
+  if (!state.mine || !state.me) return list;
+  return list.filter((j) => j.user === state.me.user);
+}
+
 function renderPending(jobs) {
   const now = nowUs();
-  const rows = jobs.filter((j) => j.state === 'pending').map((j) => {
+  const rows = mineOnly(jobs.filter((j) => j.state === 'pending')).map((j) => {
     const tr = el('tr');
     tr.dataset.job = String(j.id);
-    const why = j.pending_reason ? j.pending_reason.message : 'not yet examined by the scheduler';
+    const pr = j.pending_reason;
+    // In plain words for the person who waits; the scheduler's own line under it for admins.
+    const why = td(pr ? (pr.plain || pr.message) : 'not yet examined by the scheduler', 'reason');
+    if (pr && pr.plain && pr.message) why.appendChild(el('div', 'muted small admin-reason', pr.message));
+    let place = '—';
+    if (pr && known(pr.position) && known(pr.queue_length)) {
+      place = `${pr.position} of ${pr.queue_length}`;
+      if (known(pr.ready_by_us)) place += `; room by ${clock(pr.ready_by_us)} at the latest`;
+    }
     const act = td();
     act.appendChild(cancelButton(j));
     tr.append(td(j.id), td(j.user), td(j.queue), td(argvText(j.argv), 'cmd'), td(asked(j)),
-              td(duration(now - j.submit_time_us)), td(why, 'reason'), act);
+              td(duration(now - j.submit_time_us)), why, td(place, 'place'), act);
     return tr;
   });
-  document.querySelector('#pending tbody').replaceChildren(...(rows.length ? rows : [emptyRow(8, 'no job is waiting')]));
+  document.querySelector('#pending tbody').replaceChildren(...(rows.length ? rows : [emptyRow(9, 'no job is waiting')]));
 }
 
-// When the idle policy acts next: a warned job's reclaim deadline, else the warning that
-// comes when the idle window fills. Unmeasured: never reclaimed for idleness (not known).
-function idleCountdown(j, s, q) {
+// The idle policy, on its own: how long the slice has been idle, when the warning comes,
+// what keeps it although its GPU is idle (a notebook cell), or after a warning when it is
+// reclaimed. Never the time limit (its own column).
+function idleCell(j, s, q) {
   const now = nowUs();
-  if (j.warn_deadline_us > 0) {
-    return { text: `reclaim in ${duration(j.warn_deadline_us - now)}`, cls: 'warned' };
-  }
+  if (j.state !== 'running') return { text: j.state };
   if (!s) return { text: '—' };
-  if (s.idle_state === 'unmeasured' || s.idle_seconds === null || s.idle_seconds === undefined) {
-    return { text: 'not measured: not reclaimed' };
-  }
+  if (s.idle_state === 'unmeasured' || !known(s.idle_seconds)) return { text: 'not measured: not reclaimed for idleness' };
+  const idleFor = s.idle_seconds * 1e6;
   if (!q || !q.idle_reclaim) {
-    return { text: s.activity === 'active' ? 'active (no idle reclaim)' : `idle ${duration(s.idle_seconds * 1e6)} (no reclaim)` };
+    return { text: s.activity === 'idle' ? `idle ${duration(idleFor)} (reported, not reclaimed)` : 'in use (no idle reclaim)' };
   }
-  if (s.activity === 'active') return { text: `active (warning after ${duration(q.idle_window_us)} idle)` };
-  return { text: `idle ${duration(s.idle_seconds * 1e6)}; warning in ${duration(q.idle_window_us - s.idle_seconds * 1e6)}` };
+  if (known(s.idle_reclaim_at_us)) {
+    return { text: `warned: reclaimed ${until(s.idle_reclaim_at_us, now)} unless used`, cls: 'warned' };
+  }
+  if (s.idle_state === 'reclaimable') return { text: 'idle; reclaimed when a waiting job needs the room', cls: 'warned' };
+  if (s.protected_by) {
+    return { text: `kept: ${s.protected_by}${s.activity === 'idle' ? ' (its GPU is idle)' : ''}`, cls: 'kept' };
+  }
+  if (!known(s.idle_warning_at_us)) return { text: `idle ${duration(idleFor)}` };
+  const warn = s.idle_warning_at_us <= now ? 'warning due now' : `warning at ${clock(s.idle_warning_at_us)} (${until(s.idle_warning_at_us, now)})`;
+  if (idleFor < 5e6) return { text: `in use; ${duration(q.idle_window_us)} idle before a warning` };
+  return { text: `idle ${duration(idleFor)}; ${warn}` };
+}
+
+// The time limit, on its own: when the job ends, and whether its warning has come.
+function limitCell(j) {
+  const now = nowUs();
+  if (!known(j.deadline_us) || j.deadline_us <= 0 || !known(j.time_left_us)) return { text: 'no limit' };
+  if (j.warning_kind === 'time-limit') {
+    return { text: `time limit: stops at ${clock(j.deadline_us)} (${until(j.deadline_us, now)})`, cls: 'limit-warned' };
+  }
+  return { text: `ends ${clock(j.deadline_us)} (${until(j.deadline_us, now)})` };
 }
 
 function renderRunning(jobs, slices) {
   const bySlice = new Map((slices.slices || []).map((s) => [s.id, s]));
-  const now = nowUs();
-  const rows = jobs.filter((j) => j.state !== 'pending').map((j) => {
+  const rows = mineOnly(jobs.filter((j) => j.state !== 'pending')).map((j) => {
     const s = bySlice.get(j.slice);
     const tr = el('tr');
     tr.dataset.job = String(j.id);
     let slice = '—', held = '—', used = '—';
     if (s) {
       const devs = s.devices || [];
-      slice = `${s.kind} on GPU ${devs.join(',')}`;
+      const mig = state.migNames.get(s.id);
+      slice = `${s.kind}${mig ? ` ${mig}` : ''} on GPU ${devs.join(',')}`;
       const heldMilli = (s.milli || 0) * Math.max(1, devs.length);
       held = gpus(heldMilli) + (s.memory_cap ? `, ${bytes(s.memory_cap)}` : '');
-      used = s.util_percent === null || s.util_percent === undefined
-        ? 'not measured'
-        : `${gpus(Math.round((heldMilli * s.util_percent) / 100))} (${s.util_percent} %)`;
+      // "Used", one definition (docs/report.md): whole/MIG held x utilisation; shared/MPS its
+      // processes' share of the device, at most what it holds.
+      used = known(s.used_milli)
+        ? `${gpus(s.used_milli)} (${heldMilli ? Math.round((100 * s.used_milli) / heldMilli) : 0}% of held)`
+        : 'not measured';
     }
-    const cd = idleCountdown(j, s, state.queues.get(j.queue));
-    const activity = j.state === 'running' ? (j.activity || 'not sampled yet') : j.state;
+    const idle = idleCell(j, s, state.queues.get(j.queue));
+    const limit = limitCell(j);
     const act = td();
     act.appendChild(cancelButton(j));
-    const left = j.time_left_us === null || j.time_left_us === undefined ? 'no limit' : duration(j.deadline_us - now);
-    tr.append(td(j.id), td(j.user), td(j.queue), td(argvText(j.argv), 'cmd'), td(slice), td(held), td(used),
-              td(activity), td(cd.text, cd.cls), td(left), act);
+    tr.append(td(j.id), td(j.user), td(j.queue), td(argvText(j.argv), 'cmd'), td(slice), td(held), td(used, 'used'),
+              td(idle.text, `idle ${idle.cls || ''}`), td(limit.text, `limit ${limit.cls || ''}`), act);
     return tr;
   });
-  document.querySelector('#running tbody').replaceChildren(...(rows.length ? rows : [emptyRow(11, 'nothing is running')]));
+  document.querySelector('#running tbody').replaceChildren(...(rows.length ? rows : [emptyRow(10, 'nothing is running')]));
 }
 
-// ---- report (GET /v1/report; shown only where the daemon has it) ----
+const ENDED_AS = {
+  succeeded: 'finished', failed: 'failed', cancelled: 'cancelled', timed_out: 'time limit reached',
+  reclaimed: 'reclaimed (idle)', rejected: 'refused', lost: 'lost',
+};
 
-function scalar(v) { return v === null || ['string', 'number', 'boolean'].includes(typeof v); }
-
-function fmtValue(v) {
-  if (v === null) return '—';
-  if (typeof v === 'number') return Number.isInteger(v) ? String(v) : v.toFixed(2);
-  return String(v);
+function renderEnded(jobs) {
+  const now = nowUs();
+  const rows = mineOnly(jobs).map((j) => {
+    const tr = el('tr');
+    tr.dataset.job = String(j.id);
+    tr.append(td(j.id), td(j.user), td(j.queue), td(argvText(j.argv), 'cmd'),
+              td(j.end_time_us ? `${clock(j.end_time_us)} (${until(j.end_time_us, now)})` : '—'),
+              td(ENDED_AS[j.state] || j.state, `state ${j.state}`), td(j.reason || '—', 'end-reason'));
+    return tr;
+  });
+  document.querySelector('#ended tbody').replaceChildren(...(rows.length ? rows : [emptyRow(7, 'no job has ended yet')]));
 }
 
-function renderReportInto(box, title, r) {
-  const parts = [el('h3', null, title)];
-  if (r.status !== 200 || !r.body || typeof r.body !== 'object') {
-    const why = r.status === 0 ? r.error : `HTTP ${r.status}${r.error ? `: ${r.error}` : ''}`;
-    parts.push(el('p', 'muted report-missing', `report not available (${why})`));
-    box.replaceChildren(...parts);
-    return;
-  }
-  const b = r.body;
-  // The verdict is {code, text} (docs/report.md); a plain string is shown as it is.
-  const verdict = b.verdict && typeof b.verdict === 'object' ? b.verdict.text : b.verdict;
-  parts.push(el('p', 'verdict', verdict ? verdict : 'no verdict in the report'));
-  const dl = el('dl', 'figures');
-  // The period's totals (held, used, idle GPU-hours...; null: not measured), then any other
-  // plain figure of the answer.
-  const figures = Object.entries(b.totals && typeof b.totals === 'object' ? b.totals : {})
-    .concat(Object.entries(b));
-  for (const [k, v] of figures) {
-    if (k === 'verdict' || k === 'simulated' || !scalar(v)) continue;
-    dl.append(el('dt', null, k), el('dd', null, v === null ? 'unknown' : fmtValue(v)));
-  }
-  if (dl.childElementCount) parts.push(dl);
-  // Each list of records (e.g. one per queue) as a table of its plain fields.
-  for (const [k, v] of Object.entries(b)) {
-    if (!Array.isArray(v) || !v.length || typeof v[0] !== 'object' || v[0] === null) continue;
-    const cols = [];
-    for (const row of v) for (const [ck, cv] of Object.entries(row)) if (scalar(cv) && !cols.includes(ck)) cols.push(ck);
-    const t = el('table');
-    const head = el('tr');
-    for (const c of cols) head.appendChild(el('th', null, c));
-    const thead = el('thead'); thead.appendChild(head);
-    const tbody = el('tbody');
-    for (const row of v.slice(0, 50)) {
-      const tr = el('tr');
-      for (const c of cols) tr.appendChild(td(c in row ? fmtValue(row[c]) : ''));
-      tbody.appendChild(tr);
-    }
-    t.append(thead, tbody);
-    parts.push(el('p', 'muted small', k), t);
-  }
-  box.replaceChildren(...parts);
+function renderMe() {
+  const who = document.getElementById('me');
+  who.textContent = state.me ? `you: ${state.me.user}${state.me.admin ? ' (admin)' : ''}` : '';
+  for (const b of document.querySelectorAll('button[data-show]')) b.classList.toggle('on', (b.dataset.show === 'mine') === state.mine);
 }
 
 async function refreshReport() {
@@ -354,9 +295,10 @@ async function refresh() {
   if (busy) return;
   busy = true;
   try {
-    const [devs, hist, qs, jobs, slices] = await Promise.all([
+    const [devs, hist, qs, jobs, slices, ended, me] = await Promise.all([
       api('GET', '/v1/devices'), api('GET', `/v1/devices/history?minutes=${state.minutes}`), api('GET', '/v1/queues'),
-      api('GET', '/v1/jobs?state=active'), api('GET', '/v1/slices')]);
+      api('GET', '/v1/jobs?state=active'), api('GET', '/v1/slices'), api('GET', `/v1/jobs?state=ended&limit=${ENDED_SHOWN}`),
+      state.me ? Promise.resolve(null) : api('GET', '/v1/whoami')]);
     const upd = document.getElementById('updated');
     const failed = [devs, qs, jobs, slices].find((r) => r.error);
     if (failed) {
@@ -367,6 +309,8 @@ async function refresh() {
       }
       return;
     }
+    if (me && me.body && typeof me.body.user === 'string') state.me = me.body;
+    renderMe();
     if (hist.body && typeof hist.body.now_us === 'number') state.clockOffsetUs = hist.body.now_us - Date.now() * 1000;
     document.getElementById('simulated').hidden = !devs.body.simulated;
     renderDevices(devs.body, hist.error ? null : hist.body);
@@ -374,6 +318,7 @@ async function refresh() {
     const list = jobs.body.jobs || [];
     renderPending(list);
     renderRunning(list, slices.body);
+    renderEnded(ended.error ? [] : (ended.body.jobs || []));
     upd.textContent = `updated ${new Date().toLocaleTimeString()}`;
     if (Date.now() - state.lastReport > REPORT_MS) refreshReport();
   } finally {
@@ -391,11 +336,13 @@ function init() {
     if (state.token) sessionStorage.setItem(TOKEN_KEY, state.token);
     else sessionStorage.removeItem(TOKEN_KEY);
     state.lastReport = 0;
+    state.me = null;  // another token may be another person
     showMessage('');
     refresh();
   });
   document.getElementById('token-forget').addEventListener('click', () => {
     state.token = '';
+    state.me = null;
     input.value = '';
     sessionStorage.removeItem(TOKEN_KEY);
     refresh();
@@ -404,6 +351,13 @@ function init() {
     b.addEventListener('click', () => {
       state.minutes = Number(b.dataset.minutes);
       for (const o of document.querySelectorAll('button[data-minutes]')) o.classList.toggle('on', o === b);
+      refresh();
+    });
+  }
+  for (const b of document.querySelectorAll('button[data-show]')) {
+    b.addEventListener('click', () => {
+      state.mine = b.dataset.show === 'mine';
+      renderMe();
       refresh();
     });
   }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/usage.h"
+
 namespace gpuslice::agent {
 namespace {
 
@@ -158,12 +160,23 @@ std::string RenderPrometheus(const MetricsInput& in) {
   slice_family({"gpuslice_slice_memory_utilization_ratio", "gauge",
                 "Slice memory-traffic utilisation over the last interval (0..1)."},
                [](const M& m) { return m.mem_util.ok() ? std::optional(Ratio(m.mem_util.value())) : std::nullopt; });
-  // Held, next to the utilisation: "held vs used" is held x SM utilisation (docs/ui.md).
+  // Held, next to the utilisation and what was used (gpuslice_slice_used_gpus).
   slice_family({"gpuslice_slice_held_gpus", "gauge",
                 "GPUs the slice holds (1 = one whole device; a fraction for shared, mps and mig)."},
                [](const M& m) {
                  return m.held_milli > 0 ? std::optional(fmt::format("{:.3f}", static_cast<double>(m.held_milli) / 1000))
                                          : std::nullopt;
+               });
+  // Used, by the one definition (core/usage.h): whole/MIG held x own utilisation, shared/MPS
+  // their processes' share of the device, at most held. Absent when the utilisation is unknown.
+  slice_family({"gpuslice_slice_used_gpus", "gauge",
+                "GPUs the slice used over the last interval (whole/MIG: held x utilisation; shared/MPS: "
+                "its processes' share of the device, at most held)."},
+               [](const M& m) {
+                 return m.held_milli > 0 && m.sm_util.ok()
+                            ? std::optional(fmt::format(
+                                  "{:.3f}", static_cast<double>(UsedMilli(m.kind, m.held_milli, m.sm_util.value())) / 1000))
+                            : std::nullopt;
                });
   slice_family({"gpuslice_slice_memory_used_bytes", "gauge", "GPU memory used by the slice's processes."},
                [](const M& m) {

@@ -250,6 +250,7 @@ Status Submit(const ClientFlags& c, const SubmitFlags& s) {
   Banner(r);
   Line(fmt::format("job {} submitted to queue '{}' ({}): {}", j["id"].get<std::uint64_t>(), Str(j, "queue"),
                    Resources(j), Str(j, "state")));
+  if (j.value("mig_instance", json()).is_string()) Line("  MIG instance: " + Str(j, "mig_instance"));
   std::cout << fmt::format("  logs: gpuslice logs {} -f    status: gpuslice show {}\n",
                            j["id"].get<std::uint64_t>(), j["id"].get<std::uint64_t>());
   return Status::Ok();
@@ -333,9 +334,22 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   kv("user", fmt::format("{} (uid {})", Str(j, "user"), job.uid));
   kv("queue", Str(j, "queue"));
   kv("state", Str(j, "state") + (Str(j, "reason").empty() ? "" : " (" + Str(j, "reason") + ")"));
-  if (const std::string why = PendingText(j); !why.empty()) kv("waiting", why);
+  if (const std::string why = PendingText(j); !why.empty()) {
+    kv("waiting", why);
+    const json& pr = j["pending_reason"];
+    if (pr.value("position", json()).is_number_integer() && pr.value("queue_length", json()).is_number_integer()) {
+      std::string place = fmt::format("{} of {} waiting in queue {}", pr["position"].get<std::int64_t>(),
+                                      pr["queue_length"].get<std::int64_t>(), Str(j, "queue"));
+      if (pr.value("ready_by_us", json()).is_number_integer()) {
+        place += fmt::format("; room for it by {} at the latest (the time limits of the jobs in the way)",
+                             Ago(std::max<std::int64_t>(0, pr["ready_by_us"].get<std::int64_t>() - NowUs())) + " from now");
+      }
+      kv("place", place);
+    }
+  }
   kv("asked", Resources(j) + (job.memory > 0 ? ", mem " + FormatBytes(job.memory) : "") +
                   (job.time_limit_us > 0 ? ", time " + FormatDuration(job.time_limit_us) : ""));
+  if (job.mig_instance) kv("mig instance", *job.mig_instance);
   kv("command", Joined(j.value("argv", json::array()), " "));
   kv("cwd", Str(j, "cwd"));
   if (job.pid > 0) kv("pid", std::to_string(job.pid));
@@ -473,6 +487,14 @@ Status Devices(const ClientFlags& c) {
   return Status::Ok();
 }
 
+// A queue's per-user caps: "2 GPU, 8 jobs", "4 jobs", or "no cap".
+std::string PerUserCaps(const QueueView& q) {
+  std::vector<std::string> caps;
+  if (q.user_max_milli > 0) caps.push_back(FormatMilliGpu(q.user_max_milli) + " GPU");
+  if (q.user_max_jobs > 0) caps.push_back(fmt::format("{} job{}", q.user_max_jobs, q.user_max_jobs == 1 ? "" : "s"));
+  return caps.empty() ? "no cap" : JoinedText(caps, ", ");
+}
+
 Status Queues(const ClientFlags& c) {
   GPUSLICE_ASSIGN_OR_RETURN(auto client, Connect(c));
   GPUSLICE_ASSIGN_OR_RETURN(json r, client.Get("/v1/queues"));
@@ -497,10 +519,28 @@ Status Queues(const ClientFlags& c) {
                                                  FormatDuration(q.idle_grace_us),
                                                  q.idle_reclaim_mode == "on-demand" ? ", on demand" : "",
                                                  jupyter ? " (+jupyter)" : "")
-                                   : "no"});
+                                   : "no",
+                    PerUserCaps(q)});
   }
-  PrintTable({"QUEUE", "KIND", "ALLOWED", "PENDING", "RUNNING", "OLDEST-WAIT", "LIMIT", "IDLE-RECLAIM"}, rows);
+  PrintTable({"QUEUE", "KIND", "ALLOWED", "PENDING", "RUNNING", "OLDEST-WAIT", "LIMIT", "IDLE-RECLAIM", "PER-USER"},
+             rows);
   return Status::Ok();
+}
+
+// How long a slice has been idle by every counting signal, or what keeps it in use although
+// its GPU is idle ("kept: a running notebook cell").
+std::string IdleText(const SliceView::Figures& f) {
+  if (f.protected_by) return "kept: " + *f.protected_by;
+  if (!f.idle_seconds) return "-";
+  return FormatDuration(static_cast<Micros>(*f.idle_seconds) * kSecond);
+}
+
+// What the idle policy does next and when: "warn in 25m", "reclaim in 8m".
+std::string IdleNext(const SliceView::Figures& f, Micros now) {
+  if (f.idle_reclaim_at_us) return "reclaim in " + FormatDuration(std::max<Micros>(0, *f.idle_reclaim_at_us - now) / kSecond * kSecond);
+  if (f.protected_by) return "-";
+  if (f.idle_warning_at_us) return "warn in " + FormatDuration(std::max<Micros>(0, *f.idle_warning_at_us - now) / kSecond * kSecond);
+  return "-";
 }
 
 Status Top(const ClientFlags& c, bool once, const std::string& interval_text) {
@@ -544,11 +584,13 @@ Status Top(const ClientFlags& c, bool once, const std::string& interval_text) {
         rows.push_back({std::to_string(s.id), std::to_string(s.job), f.user.value_or(""), f.queue.value_or(""),
                         s.kind, FormatMilliGpu(s.milli), devices,
                         f.util_percent ? fmt::format("{}%", *f.util_percent) : "n/a",
-                        f.memory_used ? FormatBytes(*f.memory_used) : "n/a",
-                        f.idle_seconds ? fmt::format("{:.0f}s", *f.idle_seconds) : "-", f.idle_state,
+                        f.used_milli ? FormatMilliGpu(*f.used_milli) : "n/a",
+                        f.memory_used ? FormatBytes(*f.memory_used) : "n/a", IdleText(f), f.idle_state,
+                        IdleNext(f, NowUs()),
                         f.activity ? *f.activity + (basis.empty() ? "" : " (" + basis + ")") : "-"});
       }
-      PrintTable({"SLICE", "JOB", "USER", "QUEUE", "KIND", "SHARE", "DEV", "UTIL", "MEM", "IDLE", "STATE", "ACTIVITY"},
+      PrintTable({"SLICE", "JOB", "USER", "QUEUE", "KIND", "SHARE", "DEV", "UTIL", "USED", "MEM", "IDLE", "STATE",
+                  "NEXT", "ACTIVITY"},
                  rows);
       if (rows.empty()) std::cout << "(no slices)\n";
     }

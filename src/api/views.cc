@@ -209,6 +209,9 @@ json JobView::ToJson() const {
   o["idle_state"] = OrNull(idle_state);
   o["idle_state_text"] = OrNull(idle_state_text);
   o["idle_reclaim_mode"] = OrNull(idle_reclaim_mode);
+  o["warning_kind"] = OrNull(warning_kind);
+  o["idle_since_us"] = OrNull(idle_since_us);
+  o["mig_instance"] = OrNull(mig_instance);
   return o;
 }
 
@@ -250,6 +253,9 @@ Result<JobView> JobView::FromJson(const json& j) {
   r.Opt("idle_state", &v.idle_state);
   r.Opt("idle_state_text", &v.idle_state_text);
   r.Opt("idle_reclaim_mode", &v.idle_reclaim_mode);
+  r.Opt("warning_kind", &v.warning_kind);
+  r.Opt("idle_since_us", &v.idle_since_us);
+  r.Opt("mig_instance", &v.mig_instance);
   GPUSLICE_RETURN_IF_ERROR(r.status());
   if (v.requeues < 0) {
     return InvalidArgument(fmt::format("job {}: field 'requeues' = {}: expected a non-negative integer", v.id, v.requeues));
@@ -288,6 +294,11 @@ json SliceView::ToJson() const {
     o["idle_state"] = f.idle_state;
     if (f.user) o["user"] = *f.user;
     if (f.queue) o["queue"] = *f.queue;
+    o["used_milli"] = OrNull(f.used_milli);
+    o["idle_since_us"] = OrNull(f.idle_since_us);
+    o["idle_warning_at_us"] = OrNull(f.idle_warning_at_us);
+    o["idle_reclaim_at_us"] = OrNull(f.idle_reclaim_at_us);
+    o["protected_by"] = OrNull(f.protected_by);
   }
   return o;
 }
@@ -317,6 +328,11 @@ Result<SliceView> SliceView::FromJson(const json& j) {
     r.Req("idle_state", &f.idle_state);
     r.Opt("user", &f.user);
     r.Opt("queue", &f.queue);
+    r.Opt("used_milli", &f.used_milli);
+    r.Opt("idle_since_us", &f.idle_since_us);
+    r.Opt("idle_warning_at_us", &f.idle_warning_at_us);
+    r.Opt("idle_reclaim_at_us", &f.idle_reclaim_at_us);
+    r.Opt("protected_by", &f.protected_by);
     v.figures = std::move(f);
   }
   GPUSLICE_RETURN_IF_ERROR(r.status());
@@ -338,7 +354,9 @@ json QueueView::ToJson() const {
               {"idle_signals", idle_signals},
               {"pending", pending},
               {"running", running},
-              {"oldest_wait_us", oldest_wait_us}};
+              {"oldest_wait_us", oldest_wait_us},
+              {"user_max_jobs", user_max_jobs},
+              {"user_max_milli", user_max_milli}};
 }
 
 Result<QueueView> QueueView::FromJson(const json& j) {
@@ -359,13 +377,23 @@ Result<QueueView> QueueView::FromJson(const json& j) {
   r.Req("pending", &v.pending);
   r.Req("running", &v.running);
   r.Req("oldest_wait_us", &v.oldest_wait_us);
+  // Newer fields: absent from an older daemon's answer (no caps shown).
+  std::optional<int> max_jobs;
+  std::optional<MilliGpu> max_milli;
+  r.Opt("user_max_jobs", &max_jobs);
+  r.Opt("user_max_milli", &max_milli);
+  v.user_max_jobs = max_jobs.value_or(0);
+  v.user_max_milli = max_milli.value_or(0);
   GPUSLICE_RETURN_IF_ERROR(r.status());
   return v;
 }
 
 json DeviceView::ToJson() const {
   json layout = json::array();
-  for (const MigPart& p : mig_layout) layout.push_back({{"profile", p.profile}, {"start", p.start}});
+  for (const MigPart& p : mig_layout) {
+    layout.push_back({{"profile", p.profile}, {"start", p.start}, {"name", p.name}, {"memory", p.memory},
+                      {"milli", p.milli}, {"slice", p.slice}});
+  }
   json o{{"index", index},
          {"uuid", uuid},
          {"model", model},
@@ -373,6 +401,7 @@ json DeviceView::ToJson() const {
          {"mode", mode},
          {"draining", draining},
          {"used_milli", used_milli},
+         {"held_milli", held_milli},
          {"used_memory", used_memory},
          {"clients", clients},
          {"slices", slices},
@@ -393,6 +422,9 @@ Result<DeviceView> DeviceView::FromJson(const json& j) {
   r.Req("mode", &v.mode);
   r.Req("draining", &v.draining);
   r.Req("used_milli", &v.used_milli);
+  std::optional<MilliGpu> held;
+  r.Opt("held_milli", &held);  // absent from an older daemon: its used_milli
+  v.held_milli = held.value_or(v.used_milli);
   r.Opt("reserved_for", &v.reserved_for);
   r.Req("used_memory", &v.used_memory);
   r.Req("clients", &v.clients);
@@ -400,6 +432,18 @@ Result<DeviceView> DeviceView::FromJson(const json& j) {
   r.Objects("mig_layout", &v.mig_layout, [](Reader& p, MigPart* out) {
     p.Req("profile", &out->profile);
     p.Req("start", &out->start);
+    std::optional<std::string> name;
+    std::optional<Bytes> memory;
+    std::optional<MilliGpu> milli;
+    std::optional<std::uint64_t> slice;
+    p.Opt("name", &name);
+    p.Opt("memory", &memory);
+    p.Opt("milli", &milli);
+    p.Opt("slice", &slice);
+    out->name = name.value_or("");
+    out->memory = memory.value_or(0);
+    out->milli = milli.value_or(0);
+    out->slice = slice.value_or(0);
   });
   r.Opt("util_percent", &v.util_percent);
   r.Opt("memory_used", &v.memory_used);

@@ -59,6 +59,14 @@ struct JobView {
   std::optional<std::string> idle_state;         // a running job's idle state machine
   std::optional<std::string> idle_state_text;    // the same for people
   std::optional<std::string> idle_reclaim_mode;  // always | on-demand | off (its queue's)
+  // What the standing warning is about: "idle" or "time-limit"; none without a warning.
+  std::optional<std::string> warning_kind;
+  // A running job: since when it has been idle by every counting signal (the GPU, fresh
+  // activity reports); unknown when unmeasured, while active it is the last activity.
+  std::optional<Micros> idle_since_us;
+  // A MIG job: which instance its memory gets and why, e.g. "1g.20gb (19.62GiB) on
+  // H100-80GB: the smallest instance that holds 10GiB (1g.10gb holds 9.75GiB)".
+  std::optional<std::string> mig_instance;
 
   nlohmann::json ToJson() const;
   static Result<JobView> FromJson(const nlohmann::json& j);
@@ -90,6 +98,18 @@ struct SliceView {
     std::string idle_state;  // active | warned | reported | unmeasured | stopping
     std::optional<std::string> user;
     std::optional<std::string> queue;
+    // What it used now, by the one definition of "used" (core/usage.h); unknown when its
+    // utilisation is.
+    std::optional<MilliGpu> used_milli;
+    // The idle clock of its queue's policy, as the scheduler keeps it (none where the queue
+    // has no idle policy or the slice is unmeasured): idle since (the latest activity of any
+    // counting signal), and when the idle warning comes if nothing is used before.
+    std::optional<Micros> idle_since_us;
+    std::optional<Micros> idle_warning_at_us;
+    std::optional<Micros> idle_reclaim_at_us;  // warned: when it is reclaimed unless used
+    // What keeps it from counting as idle although its GPU is, e.g. "busy cell (jupyter
+    // report)" or "notebook activity (jupyter report)"; none when nothing but the GPU does.
+    std::optional<std::string> protected_by;
   };
   std::optional<Figures> figures;
 
@@ -114,6 +134,9 @@ struct QueueView {
   int pending = 0;
   int running = 0;
   Micros oldest_wait_us = 0;
+  // Per-user caps on running work in this queue (0: none).
+  int user_max_jobs = 0;
+  MilliGpu user_max_milli = 0;
 
   nlohmann::json ToJson() const;
   static Result<QueueView> FromJson(const nlohmann::json& j);
@@ -127,7 +150,9 @@ struct DeviceView {
   Bytes memory = 0;
   std::string mode;  // sched::DeviceModeName
   bool draining = false;
-  MilliGpu used_milli = 0;
+  MilliGpu used_milli = 0;  // shared / mps / whole slices' share (a MIG device: 0)
+  // What its slices hold, whatever the mode (MIG: the used instances' compute shares).
+  MilliGpu held_milli = 0;
   std::optional<std::uint64_t> reserved_for;  // the waiting job it is kept for
   Bytes used_memory = 0;
   int clients = 0;
@@ -135,6 +160,10 @@ struct DeviceView {
   struct MigPart {
     int profile = 0;
     int start = 0;
+    std::string name;        // e.g. "1g.10gb" (empty: profile not in the catalogue)
+    Bytes memory = 0;        // the instance's memory
+    MilliGpu milli = 0;      // its compute share of the device
+    std::uint64_t slice = 0; // the slice in it; 0: free
   };
   std::vector<MigPart> mig_layout;
   std::optional<double> util_percent;

@@ -3,6 +3,7 @@
 // happen only once that transaction is durable.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iterator>
 
@@ -16,6 +17,15 @@
 namespace gpuslice::daemon {
 namespace {
 namespace fs = std::filesystem;
+
+// The events that make a job's life (and the devices' changes) in the daemon's log.
+bool LogsLifecycle(const std::string& type) {
+  static constexpr std::string_view kTypes[] = {"submit", "place",  "start",  "warn",   "unwarn",
+                                                "stop",   "end",    "exit",   "reject", "cancel",
+                                                "kill",   "fail",   "adopt",  "requeue", "drain",
+                                                "reconfigure", "reserve", "device"};
+  return std::find(std::begin(kTypes), std::end(kTypes), type) != std::end(kTypes);
+}
 }  // namespace
 
 void Daemon::Impl::AddEvent(store::WriteBatch& b, JobId job, std::string type, std::string message) {
@@ -58,8 +68,15 @@ Status Daemon::Impl::CommitAndAct(store::WriteBatch& batch, Actions& act) {
   while (true) {
     if (!failure_.ok()) return failure_;
     MergePending(batch);
+    // A job's life in the daemon's log (info): what was committed, in its events' words. The
+    // frequent kinds ("wait" on every change of reason, "log" caps) stay in the store only.
+    std::vector<std::string> lifecycle;
+    for (const auto& e : batch.events) {
+      if (LogsLifecycle(e.type)) lifecycle.push_back(e.message);
+    }
     Status st = store_->Commit(batch);
     if (!st.ok()) return CommitFailed(st);
+    for (const std::string& line : lifecycle) spdlog::info("{}", EscapeInvalidUtf8(line));
     batch = store::WriteBatch{};
     for (JobId id : act.terminate) {
       auto p = procs_.find(id);

@@ -95,6 +95,9 @@ class Daemon {
   Json Devices() const;
   Json Queues() const;
   Json Slices() const;
+  // Who the caller is, as the daemon sees it: {"user", "uid", "admin"} (root or a member of
+  // the admin group), for pages that show "my jobs".
+  Json Whoami(const Caller& caller) const;
   Result<Json> Events(std::int64_t after, JobId job, int limit) const;
   std::string Metrics() const;
   // Log file of a job and whether the job has ended (logs --follow stops then).

@@ -40,6 +40,7 @@
 #include "daemon/activity.h"
 #include "daemon/daemon.h"
 #include "daemon/journal.h"
+#include "daemon/waiting.h"
 #include "store/codec.h"
 #include "store/retention.h"
 #include "store/store.h"
@@ -95,6 +96,7 @@ class Daemon::Impl {
   Json Devices() const;
   Json Queues() const;
   Json Slices() const;
+  Json Whoami(const Caller& c) const;
   Result<Json> Events(std::int64_t after, JobId job, int limit) const;
   Result<std::string> LogPath(JobId id) const;
   Status Authorize(const Caller& c, JobId id) const;
@@ -203,7 +205,11 @@ class Daemon::Impl {
 
   // (views.cc)
   Status AuthorizeLocked(const Caller& c, const JobRecord& j) const;
-  Json JobJson(const JobRecord& j) const;
+  // `places`: every pending job's place (waiting.h), when the caller has them; else computed.
+  Json JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places = nullptr) const;
+  void IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,
+                 api::SliceView::Figures& o) const;
+  std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;
   static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);
   static api::SliceView SliceViewOf(const SliceRecord& s);
   static Json SliceJson(const SliceRecord& s) { return SliceViewOf(s).ToJson(); }

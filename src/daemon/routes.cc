@@ -172,6 +172,7 @@ api::Handler MakeApiHandler(Daemon& d) {
       if (res == "slices") return JsonResponse(200, d.Slices());
       if (res == "report") return FromResult(d.Report(req.query), sim);  // anyone may read
       if (res == "health") return JsonResponse(200, Json{{"ok", true}, {"simulated", sim}});
+      if (res == "whoami") return JsonResponse(200, d.Whoami(caller));
       if (res == "events") {
         auto after = IntQuery(req, "after", 0);
         auto limit = IntQuery(req, "limit", 1000);

@@ -5,13 +5,17 @@
 
 #include <algorithm>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "core/catalogue.h"
 #include "core/text.h"
+#include "core/usage.h"
 #include "daemon/daemon_impl.h"
 #include "daemon/ui.h"
+#include "daemon/waiting.h"
 #include "report/report.h"
 #include "store/codec.h"
 
@@ -35,31 +39,56 @@ bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group) {
   return std::find(groups.begin(), groups.end(), g->gr_gid) != groups.end();
 }
 
+// Durations said to people are whole seconds: "14m59s", not "14m59.873s".
+Micros RoundToSecond(Micros us) { return (us + kSecond / 2) / kSecond * kSecond; }
+
 }  // namespace
 
 Result<Json> Daemon::Impl::ListJobs(const std::map<std::string, std::string>& q) const {
   std::shared_lock lock(mu_);
   Json arr = Json::array();
   std::optional<JobState> state;
-  bool active_only = false;
+  bool active_only = false, ended_only = false;
   if (auto it = q.find("state"); it != q.end() && !it->second.empty()) {
     if (it->second == "active") {
       active_only = true;
+    } else if (it->second == "ended") {
+      ended_only = true;
     } else {
       auto s = store::ParseJobState(it->second);
       if (!s.ok()) return InvalidArgument("query 'state': " + s.status().message());
       state = *s;
     }
   }
+  // limit=N: the N most recent (by end, else submit time), newest first; 0 or none: all, by id.
+  std::size_t limit = 0;
+  if (auto it = q.find("limit"); it != q.end() && !it->second.empty()) {
+    const std::string& v = it->second;
+    if (v.size() > 6 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return InvalidArgument(fmt::format("query 'limit': value '{}' is not an integer 0..999999",
+                                         EscapeInvalidUtf8(v.substr(0, 32))));
+    }
+    limit = static_cast<std::size_t>(std::stoul(v));
+  }
   std::string user = q.contains("user") ? q.at("user") : "";
   std::string queue = q.contains("queue") ? q.at("queue") : "";
+  std::vector<const JobRecord*> picked;
   for (const auto& [id, j] : jobs_) {
     if (state && j.state != *state) continue;
     if (active_only && store::IsTerminal(j.state)) continue;
+    if (ended_only && !store::IsTerminal(j.state)) continue;
     if (!user.empty() && j.user != user) continue;
     if (!queue.empty() && j.queue != queue) continue;
-    arr.push_back(JobJson(j));
+    picked.push_back(&j);
   }
+  if (limit > 0 && picked.size() > limit) {
+    auto recent = [](const JobRecord* j) { return std::pair(std::max(j->end_time, j->submit_time), j->id); };
+    std::partial_sort(picked.begin(), picked.begin() + static_cast<std::ptrdiff_t>(limit), picked.end(),
+                      [&](const JobRecord* a, const JobRecord* b) { return recent(a) > recent(b); });
+    picked.resize(limit);
+  }
+  const auto places = QueuePlaces(*sched_);
+  for (const JobRecord* j : picked) arr.push_back(JobJson(*j, &places));
   return Json{{"jobs", arr}, {"simulated", opt_.simulated}};
 }
 
@@ -91,7 +120,32 @@ Json Daemon::Impl::Devices() const {
     o.used_memory = d.used_memory;
     o.clients = d.clients;
     for (SliceId s : d.slices) o.slices.push_back(s.value());
-    for (const auto& p : d.layout) o.mig_layout.push_back({p.profile_id, p.start});
+    o.held_milli = d.used_milli;
+    if (d.mode == sched::DeviceMode::kMig) o.held_milli = 0;
+    for (const auto& p : d.layout) {
+      api::DeviceView::MigPart part;
+      part.profile = p.profile_id;
+      part.start = p.start;
+      if (d.catalogue != nullptr) {
+        for (const MigProfile& mp : d.catalogue->mig_profiles) {
+          if (mp.id != p.profile_id) continue;
+          part.name = mp.name;
+          part.memory = mp.memory;
+          // Its compute share: the profile's compute slices of the GPU's.
+          if (d.catalogue->mig_compute_slices > 0) {
+            part.milli = kOneGpu * mp.compute_slices / d.catalogue->mig_compute_slices;
+          }
+        }
+      }
+      for (SliceId sid : d.slices) {
+        auto v = sched_->slices().find(sid);
+        if (v != sched_->slices().end() && v->second.mig && *v->second.mig == p) {
+          part.slice = sid.value();
+          o.held_milli += part.milli;
+        }
+      }
+      o.mig_layout.push_back(part);
+    }
     if (auto s = latest_.find(static_cast<int>(ref.index.value())); s != latest_.end()) {
       if (s->second.gpu_util.ok()) o.util_percent = s->second.gpu_util.value() / 10.0;
       if (s->second.memory_used.ok()) o.memory_used = s->second.memory_used.value();
@@ -137,10 +191,18 @@ Json Daemon::Impl::Queues() const {
     o.pending = pending;
     o.running = running;
     o.oldest_wait_us = oldest;
+    o.user_max_jobs = q.user_max_jobs;
+    o.user_max_milli = q.user_max_milli;
     arr.push_back(o.ToJson());
   }
   return Json{{"queues", arr}, {"default_queue", config_.default_queue},
               {"simulated", opt_.simulated}};
+}
+
+Json Daemon::Impl::Whoami(const Caller& c) const {
+  const bool admin = c.uid == 0 || InGroup(c.uid, c.gid, config_.admin_group);
+  return Json{{"user", EscapeInvalidUtf8(UserName(c.uid))}, {"uid", c.uid}, {"admin", admin},
+              {"admin_group", config_.admin_group}, {"simulated", opt_.simulated}};
 }
 
 Json Daemon::Impl::Slices() const {
@@ -153,28 +215,98 @@ Json Daemon::Impl::Slices() const {
     api::SliceView::Figures& o = view.figures.emplace();
     // activity: active | idle | unmeasured (the last sample's verdict); activity_basis: the
     // signals that decided it, e.g. "sm,mem"
+    const MilliGpu held = s.milli * static_cast<MilliGpu>(std::max<std::size_t>(1, s.devices.size()));
     if (auto u = slice_util_.find(id); u != slice_util_.end()) {
-      if (u->second.sm_permille) o.util_percent = (*u->second.sm_permille + 5) / 10;
+      if (u->second.sm_permille) {
+        o.util_percent = (*u->second.sm_permille + 5) / 10;
+        o.used_milli = UsedMilli(s.kind, held, *u->second.sm_permille);
+      }
       if (u->second.memory_used) o.memory_used = *u->second.memory_used;
       o.activity = agent::ActivityLabel(u->second.verdict.activity);
       o.activity_basis = u->second.verdict.basis;
     }
+    const sched::QueueConfig* queue = nullptr;
+    if (auto j = jobs_.find(s.job); j != jobs_.end()) {
+      o.user = j->second.user;
+      o.queue = j->second.queue;
+      queue = config_.FindQueue(j->second.queue);
+    }
     if (auto v = sched_->slices().find(id); v != sched_->slices().end()) {
-      // Unmeasured: how long it has been idle is not known.
-      if (!v->second.unmeasured) {
-        o.idle_seconds = static_cast<double>(std::max<Micros>(0, now - LastActive(v->second))) / kSecond;
-      }
+      IdleClock(v->second, queue, now, o);
       o.idle_state = IdleStateName(v->second);
     } else {
       o.idle_state = "stopping";
     }
-    if (auto j = jobs_.find(s.job); j != jobs_.end()) {
-      o.user = j->second.user;
-      o.queue = j->second.queue;
-    }
     arr.push_back(view.ToJson());
   }
   return Json{{"slices", arr}, {"simulated", opt_.simulated}};
+}
+
+// Which MIG instance a MIG job's memory gets, and why when a smaller profile falls short of it
+// (the README's "--mem 10GiB" gets a 1g.20gb on an H100: 1g.10gb holds 9.75GiB). The running
+// job's own instance; before it runs, the smallest profile that holds the memory on each GPU
+// model of the host (the scheduler's rule, DeviceModel::SmallestProfileFor).
+std::optional<std::string> Daemon::Impl::MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const {
+  if (q == nullptr) return std::nullopt;
+  const std::string kind = j.kind.empty() ? std::string(sched::SliceKindName(q->default_kind)) : j.kind;
+  if (kind != "mig") return std::nullopt;
+  const Bytes need = j.memory > 0 ? j.memory : q->default_memory;
+  auto say = [&](const DeviceModel& m, const MigProfile& p) {
+    std::string s = fmt::format("{} ({}) on {}: the smallest instance that holds {}", p.name, FormatBytes(p.memory),
+                                m.name, FormatBytes(need));
+    // The next smaller profile (fewer memory slices), when it falls short of the ask.
+    const MigProfile* smaller = nullptr;
+    for (const MigProfile& o : m.mig_profiles) {
+      if (o.media_extensions || o.memory_slices >= p.memory_slices) continue;
+      if (smaller == nullptr || o.memory > smaller->memory) smaller = &o;
+    }
+    if (smaller != nullptr) s += fmt::format(" ({} holds {})", smaller->name, FormatBytes(smaller->memory));
+    return s;
+  };
+  if (auto v = sched_->slices().find(j.slice); v != sched_->slices().end() && v->second.mig) {
+    auto d = sched_->devices().find(sched::DeviceRef{v->second.node, v->second.devices.front()});
+    if (d != sched_->devices().end() && d->second.catalogue != nullptr) {
+      if (const MigProfile* p = d->second.catalogue->FindProfileById(v->second.mig->profile_id)) {
+        return say(*d->second.catalogue, *p);
+      }
+    }
+  }
+  std::vector<std::string> parts;
+  std::set<const DeviceModel*> seen;
+  for (const auto& [index, info] : device_info_) {
+    if (info.model == nullptr || !info.model->supports_mig() || !seen.insert(info.model).second) continue;
+    if (const MigProfile* p = info.model->SmallestProfileFor(need)) parts.push_back(say(*info.model, *p));
+  }
+  if (parts.empty()) return std::nullopt;
+  std::string out;
+  for (const std::string& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+// A running slice's idle clock, as its queue's policy keeps it: since when it is idle by
+// every counting signal (the GPU as the daemon last saw it, fresh activity reports), when the
+// warning comes if nothing is used before, and what other than the GPU keeps it active.
+void Daemon::Impl::IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,
+                             api::SliceView::Figures& o) const {
+  if (v.unmeasured) return;  // how long it has been idle is not known
+  const Micros gpu = LastActive(v);
+  const Micros since = q != nullptr ? std::max(gpu, sched::EffectiveLastActive(q->idle, v, now)) : gpu;
+  o.idle_seconds = static_cast<double>(std::max<Micros>(0, now - since)) / kSecond;
+  if (q == nullptr || !q->idle.enabled) return;
+  o.idle_since_us = since;
+  if (v.report && sched::ReportCounts(q->idle, *v.report, now) && since > gpu) {
+    const bool busy = v.report->busy && q->idle.busy_is_active && since >= now;
+    o.protected_by = v.report->source == "jupyter"
+                         ? (busy ? "a running notebook cell" : "recent notebook use")
+                         : fmt::format("{} ({} report)", busy ? "busy" : "recent activity",
+                                       EscapeInvalidUtf8(v.report->source));
+  }
+  if (v.idle == sched::IdleState::kActive) {
+    o.idle_warning_at_us = std::max({now, sched::IdleWindowEnd(q->idle, v), gpu + q->idle.window});
+  } else if (v.idle == sched::IdleState::kWarned && q->idle.action == sched::ReclaimAction::kReclaim &&
+             q->idle.reclaim == sched::IdleReclaim::kAlways) {
+    o.idle_reclaim_at_us = v.idle_deadline;
+  }
 }
 
 Result<Json> Daemon::Impl::Events(std::int64_t after, JobId job, int limit) const {
@@ -217,7 +349,7 @@ bool Daemon::Impl::JobEnded(JobId id) const {
 
 // A job as the API shows it to anybody: never its environment (tokens, keys: only the job
 // gets it), and only what holds now: an ended job has no standing warning and no time left.
-Json Daemon::Impl::JobJson(const JobRecord& j) const {
+Json Daemon::Impl::JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places) const {
   api::JobView o;
   o.id = j.id.value();
   o.user = j.user;
@@ -252,6 +384,19 @@ Json Daemon::Impl::JobJson(const JobRecord& j) const {
     o.warning = "";
     o.warn_deadline_us = 0;
   }
+  if (!o.warning.empty()) {
+    // A time-limit warning's deadline is the job's own (applier.cc keeps it past ClearWarning).
+    const bool limit = j.deadline > 0 && j.warn_deadline == j.deadline;
+    o.warning_kind = limit ? "time-limit" : "idle";
+    // Said as of now, not as of the warning: "in 59m59s" must not stand for an hour.
+    if (limit && j.deadline > Now()) {
+      const sched::QueueConfig* q = config_.FindQueue(j.queue);
+      const Micros length = q != nullptr ? q->EffectiveLimit(j.time_limit) : 0;
+      o.warning = fmt::format("job {} reaches its time limit{} in {}", j.id.value(),
+                              length > 0 ? " of " + FormatDuration(length) : "",
+                              FormatDuration(RoundToSecond(j.deadline - Now())));
+    }
+  }
   // time_left_us stays unknown: no limit, not started, or ended
   if (!ended && j.deadline > 0 && j.start_time > 0 && j.state != JobState::kPending) {
     o.time_left_us = std::max<Micros>(0, j.deadline - Now());
@@ -269,9 +414,37 @@ Json Daemon::Impl::JobJson(const JobRecord& j) const {
     o.activity_report = ActivityReportJson(activity_.Latest(j.id), &v->second, queue->idle, Now());
     o.idle_state = IdleStateName(v->second);
     o.idle_state_text = IdleStateText(v->second, queue->idle);
+    if (queue->idle.enabled && !v->second.unmeasured) {
+      o.idle_since_us = sched::EffectiveLastActive(queue->idle, v->second, Now());
+      if (v->second.idle == sched::IdleState::kWarned && queue->idle.reclaim == sched::IdleReclaim::kAlways &&
+          v->second.idle_deadline > Now() && o.warning_kind == "idle") {
+        o.warning = fmt::format("slice idle for {}; reclaimed in {} unless used",
+                                FormatDuration(RoundToSecond(Now() - *o.idle_since_us)),
+                                FormatDuration(RoundToSecond(v->second.idle_deadline - Now())));
+      }
+    }
   }
+  o.mig_instance = MigInstanceText(j, queue);
   if (j.state == JobState::kPending) {
-    if (auto w = sched_->PendingReason(j.id)) o.pending_reason = WaitReasonJson(*w, j.queue);
+    if (auto w = sched_->PendingReason(j.id)) {
+      o.pending_reason = WaitReasonJson(*w, j.queue);
+      std::optional<QueuePlace> place;
+      if (places != nullptr) {
+        if (auto p = places->find(j.id); p != places->end()) place = p->second;
+      } else if (auto all = QueuePlaces(*sched_); all.contains(j.id)) {
+        place = all.at(j.id);
+      }
+      if (place) {
+        o.pending_reason["position"] = place->position;
+        o.pending_reason["queue_length"] = place->length;
+      }
+      // By when the room it waits for is freed at the latest (waiting.h): only for a job that
+      // nothing ahead of it could take that room from.
+      o.pending_reason["ready_by_us"] = nullptr;
+      if (place && place->first) {
+        if (auto t = WaitEndsBy(*sched_, *w)) o.pending_reason["ready_by_us"] = *t;
+      }
+    }
   }
   return o.ToJson();
 }
@@ -300,7 +473,8 @@ Json Daemon::Impl::WaitReasonJson(const sched::WaitReason& w, const std::string&
   const std::string message = EscapeInvalidUtf8(sched::FormatWaitReason(w));
   Json o{{"kind", std::string(sched::WaitReasonKind(w))},
          {"message", message},
-         {"text", EscapeInvalidUtf8(fmt::format("pending in {}: {}", queue, message))}};
+         {"text", EscapeInvalidUtf8(fmt::format("pending in {}: {}", queue, message))},
+         {"plain", EscapeInvalidUtf8(sched::FormatWaitReasonPlain(w))}};
   auto devices = [](NodeId node, const std::vector<DeviceIndex>& ds) {
     Json arr = Json::array();
     for (DeviceIndex d : ds) arr.push_back(d.value());

@@ -74,4 +74,72 @@ std::string FormatWaitReason(const WaitReason& reason) {
       reason);
 }
 
+namespace {
+
+// Shares as decimals ("0.25"), not milli ("250m"), for people.
+std::string Amount(MilliGpu milli) {
+  const std::string s = fmt::format("{}.{:03d}", milli / kOneGpu, milli % kOneGpu);
+  std::string t = s;
+  while (!t.empty() && t.back() == '0') t.pop_back();
+  if (!t.empty() && t.back() == '.') t.pop_back();
+  return t;
+}
+
+}  // namespace
+
+std::string FormatWaitReasonPlain(const WaitReason& reason) {
+  return std::visit(
+      Overloaded{
+          [](const NoDeviceFits& r) {
+            const std::string model = r.model.empty() ? "" : r.model + " ";
+            switch (r.kind) {
+              case SliceKind::kWhole:
+                return fmt::format("all {}GPUs are in use: {} free {} needed on one machine; it starts when "
+                                   "enough of them are freed",
+                                   model, r.gpus == 1 ? "one" : std::to_string(r.gpus),
+                                   r.gpus == 1 ? "GPU is" : "GPUs are");
+              case SliceKind::kMig:
+                return fmt::format("every {}GPU partition of {} is in use; it starts when one is freed", model,
+                                   FormatBytes(r.memory));
+              case SliceKind::kShared:
+              case SliceKind::kMps: {
+                std::string s = fmt::format("every {}GPU is busy: none has {} of its time", model, Amount(r.milli));
+                if (r.memory > 0) s += fmt::format(" and {} of memory", FormatBytes(r.memory));
+                return s + " free right now; it starts when enough is freed";
+              }
+            }
+            return std::string("no GPU has room right now; it starts when enough is freed");
+          },
+          [](const UserCap& r) {
+            if (r.limit == UserCap::Limit::kJobs)
+              return fmt::format("{} already runs {} of the {} jobs one person may run in '{}'; it starts when "
+                                 "one of them ends",
+                                 r.user, r.held, r.max, r.queue);
+            return fmt::format("{} already holds {} of the {} GPU one person may hold in '{}' and this asks {} "
+                               "more; it starts when enough of them ends",
+                               r.user, Amount(r.held), Amount(r.max), r.queue, Amount(r.asked));
+          },
+          [](const ReservedForOther& r) {
+            return fmt::format("the free GPUs are kept for a larger job (job {}) that has waited long; it "
+                               "starts after that one",
+                               r.job.value());
+          },
+          [](const WaitingForReservation& r) {
+            return fmt::format("GPUs are being kept free for this job; {} of {} still {} a job to end", r.busy,
+                               r.devices.size(), r.busy == 1 ? "waits for" : "wait for");
+          },
+          [](const DrainingForMig& r) {
+            return r.reconfiguring
+                       ? std::string("a GPU is being split into isolated partitions (MIG) right now; it "
+                                     "starts when that is done")
+                       : std::string("a GPU is being prepared for isolated partitions (MIG): it takes no new "
+                                     "work until the jobs on it end");
+          },
+          [](const NeverFits& r) {
+            return "this request can never fit on this machine (" + r.why + "); change what it asks for";
+          },
+      },
+      reason);
+}
+
 }  // namespace gpuslice::sched

@@ -78,4 +78,10 @@ std::string_view WaitReasonKind(const WaitReason& r);
 // 2 jobs in queue 'interactive'", "could never fit on this host: ...".
 std::string FormatWaitReason(const WaitReason& r);
 
+// The same for the person who waits, without gpuslice's words (nodes, draining, caps): what
+// holds the job back and what ends the wait, e.g. "every GPU is busy: none has 0.25 of a GPU
+// and 20 GiB free right now; it starts when enough is freed". Spawn pages and the dashboard
+// show it; FormatWaitReason stays the admin's line.
+std::string FormatWaitReasonPlain(const WaitReason& r);
+
 }  // namespace gpuslice::sched

@@ -1,11 +1,16 @@
 // The web dashboard in a real headless Chromium (Debian's /usr/bin/chromium, driven by
 // playwright-core) against a real `gpuslice serve --simulate 8xH100-80GB` on TCP with a token
-// file naming two users. Checks: the page loads (with its CSP), asks for a token on TCP,
-// shows 8 devices, shows a newly submitted job without a reload, shows a pending job's
-// reason, shows a hostile command as text (its onerror never runs), refuses another user's
-// cancel with the daemon's reason, lets the owner cancel (the job becomes cancelled), shows
-// the report where the daemon has one and says "report not available" where it has not.
-// Leaves a screenshot at <artifacts>/ui.png.
+// file naming two users. One state of the dashboard after another (docs/ui.md, "Tests"):
+//   the page and its headers; the token prompt; devices; a new job without a reload; a hostile
+//   command as text; a waiting job's plain reason, place in the queue and the admin's line;
+//   per-person caps; "used" by its one definition (a 250m slice at 30 % of its GPU used 0.25
+//   GPU); idle apart from the time limit: idle with its warning time, kept by a notebook cell
+//   (never a frozen "warning in 0s"), warned with its reclaim time, a training job's time-limit
+//   warning in amber (never a red "reclaim in"); the same in `gpuslice top`; a MIG device with
+//   its instances and what it holds; "mine" against "everyone's"; a refused and an allowed
+//   cancel; recently ended jobs with how and why; the report in words (no raw keys, no µs),
+//   day and week with their own periods, its charts, a verdict that weighs waits.
+// Leaves a screenshot at <artifacts>/ui.png (docs/ui.png).
 //
 // Usage: node ui_test.js <gpuslice binary> <artifacts dir>. Exit 77 (skipped) without
 // chromium or playwright-core.
@@ -15,7 +20,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const net = require('net');
-const { spawn } = require('child_process');
+const { spawn, execFileSync } = require('child_process');
 
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 let chromium;
@@ -39,6 +44,8 @@ if (!binary || !artifacts) {
 const ALICE = 'alice-token-0123456789abcdef';
 const BOB = 'bob-token-0123456789abcdef00';
 const HOSTILE = '<img src=x onerror="window.__pwned=1">';
+// Short idle windows so that every idle state shows within the test.
+const WINDOW_S = 5, GRACE_S = 40;
 
 let failures = 0;
 function check(cond, what) {
@@ -66,23 +73,31 @@ async function waitFor(page, fn, arg, timeout = 10000) {
   }
 }
 
+const cellText = (page, job, cls) => page.textContent(`tr[data-job="${job}"] td.${cls}`);
+
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gsui-'));
   fs.mkdirSync(artifacts, { recursive: true });
   fs.writeFileSync(path.join(dir, 'gpuslice.toml'),
-    '[queues.interactive]\ntime_limit = "1h"\n[queues.interactive.idle]\nwindow = "10m"\ngrace = "1m"\n' +
-    '[queues.training]\n[queues.inference]\n');
-  // Scripted utilisation (ids in submission order): the shared notebook at 35 %, the 2-GPU
-  // training job at 90 %.
-  fs.writeFileSync(path.join(dir, 'script.json'), JSON.stringify(
-    { jobs: { 1: { sm: 35, memory: '6GiB' }, 4: { sm: 90, memory: '60GiB' } } }));
+    '[queues.interactive]\ntime_limit = "1h"\n[queues.interactive.idle]\n' +
+    `window = "${WINDOW_S}s"\ngrace = "${GRACE_S}s"\nsignals = ["sm", "memory", "jupyter"]\n` +
+    '[queues.training]\nwarn_before = "20s"\n[queues.inference]\n');
+  const script = { jobs: {} };
+  const scriptPath = path.join(dir, 'script.json');
+  const setScript = (id, sm) => {
+    script.jobs[id] = { sm, memory: '2GiB' };
+    fs.writeFileSync(`${scriptPath}.tmp`, JSON.stringify(script));
+    fs.renameSync(`${scriptPath}.tmp`, scriptPath);
+  };
+  fs.writeFileSync(scriptPath, JSON.stringify(script));
   fs.writeFileSync(path.join(dir, 'tokens'), `alice 1000 ${ALICE}\nbob 1001:1001 ${BOB}\n`, { mode: 0o600 });
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
+  const sock = path.join(dir, 'sock');
   const log = fs.openSync(path.join(artifacts, 'ui-serve.log'), 'w');
   const serve = spawn(binary, ['serve', '--simulate', '8xH100-80GB', '--state-dir', path.join(dir, 'state'),
-    '--socket', path.join(dir, 'sock'), '--config', path.join(dir, 'gpuslice.toml'),
-    '--simulate-script', path.join(dir, 'script.json'), '--tcp', `127.0.0.1:${port}`, '--token-file', path.join(dir, 'tokens'),
+    '--socket', sock, '--config', path.join(dir, 'gpuslice.toml'),
+    '--simulate-script', scriptPath, '--tcp', `127.0.0.1:${port}`, '--token-file', path.join(dir, 'tokens'),
     '--grace', '1s', '--tick', '50ms', '--sample-interval', '200ms'], { stdio: ['ignore', log, log] });
   let browser;
   try {
@@ -97,12 +112,22 @@ async function main() {
       try { up = (await call('GET', '/v1/health', ALICE)).status === 200; } catch (e) { await sleep(100); }
     }
     if (!up) throw new Error('gpuslice serve did not answer on TCP (see ui-serve.log)');
-    const submit = async (token, body) => {
+    const submit = async (token, body, sm) => {
       const r = await call('POST', '/v1/jobs', token, { cwd: '/tmp', env: { PATH: '/usr/bin:/bin' }, ...body });
       if (r.status !== 201) throw new Error(`submit: ${r.status} ${JSON.stringify(r.body)}`);
+      if (sm !== undefined) setScript(r.body.job.id, sm);
       return r.body.job.id;
     };
     const job = async (id) => (await call('GET', `/v1/jobs/${id}`, ALICE)).body.job;
+    const waitJob = async (id, pred, what, timeout = 20000) => {
+      const end = Date.now() + timeout;
+      for (;;) {
+        const j = await job(id);
+        if (pred(j)) return j;
+        if (Date.now() > end) throw new Error(`job ${id}: timed out waiting for ${what} (${JSON.stringify(j).slice(0, 300)})`);
+        await sleep(200);
+      }
+    };
 
     // The page and its headers.
     const page0 = await fetch(`${base}/ui`);
@@ -113,12 +138,23 @@ async function main() {
     const jsonHead = await call('GET', '/v1/jobs', ALICE);
     check(jsonHead.headers.get('cache-control') === 'no-store', 'JSON views are not cached');
 
+    // The work the dashboard shows (job ids in submission order).
+    const idle = await submit(ALICE, { argv: ['sleep', '600'], queue: 'interactive', gpu: '250m', mem: '10GiB' }, 0);
+    const kept = await submit(BOB, { argv: ['sleep', '603'], queue: 'interactive', gpu: '250m', mem: '10GiB' }, 0);
+    const used30 = await submit(ALICE, { argv: ['sh', '-c', 'sleep 600', HOSTILE], queue: 'interactive', gpu: '250m', mem: '10GiB' }, 30);
+    const train = await submit(ALICE, { argv: ['sleep', '601'], queue: 'training', kind: 'whole', gpus: 2, time: '50s' }, 90);
+    const mig = await submit(ALICE, { argv: ['sleep', '602'], queue: 'inference', mem: '9GiB' }, 40);
+    // Bob's notebook runs a silent cell: its Jupyter report keeps it although its GPU is idle.
+    await waitJob(kept, (j) => j.state === 'running', 'running');
+    const rep = await call('POST', `/v1/jobs/${kept}/activity`, BOB, { source: 'jupyter', busy: true, kernels: 1 });
+    check(rep.status === 200, `bob reports a busy notebook cell: HTTP ${rep.status}`);
+
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-    const ctx = await browser.newContext({ viewport: { width: 1400, height: 900 } });
+    const ctx = await browser.newContext({ viewport: { width: 1500, height: 1000 } });
     const page = await ctx.newPage();
     const consoleErrors = [];
     // (The browser logs every 4xx answer as an error; those are expected here: 401 before the
-    // token, 403 for bob, 404 where there is no report.)
+    // token, 403 for bob, 503 for the replaced report.)
     page.on('console', (m) => {
       if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) consoleErrors.push(m.text());
     });
@@ -129,8 +165,6 @@ async function main() {
     await page.goto(`${base}/ui`);
     await waitFor(page, () => /bearer token/.test(document.getElementById('updated').textContent));
     check(true, 'without a token the page asks for one');
-    // Cancel asks for a second click within 5 s (the page re-draws every 2 s; the armed state
-    // survives that).
     const cancelTwice = async (r) => {
       await page.click(`${r} button.cancel`);
       await waitFor(page, (sel) => /Confirm/.test(document.querySelector(`${sel} button.cancel`).textContent), r, 3000);
@@ -143,99 +177,165 @@ async function main() {
     await useToken(ALICE);
     await waitFor(page, () => document.querySelectorAll('#devices .card').length === 8, null, 10000);
     check(true, 'the page shows 8 devices');
-    const firstCard = await page.textContent('#devices .card[data-device="0"]');
-    check(/H100/.test(firstCard) && /mode/.test(firstCard), `device card: ${firstCard}`);
+    // The daemon names a caller by its uid (alice's token is uid 1000), as it names its jobs.
+    const aliceIs = (await call('GET', '/v1/whoami', ALICE)).body;
+    const bobIs = (await call('GET', '/v1/whoami', BOB)).body;
+    check(aliceIs.uid === 1000 && bobIs.uid === 1001 && aliceIs.user !== bobIs.user && aliceIs.admin === false,
+          `/v1/whoami names each token's user: ${JSON.stringify(aliceIs)} ${JSON.stringify(bobIs)}`);
+    await waitFor(page, (u) => document.getElementById('me').textContent === `you: ${u}`, aliceIs.user, 5000);
+    check(true, `the page says who is looking (you: ${aliceIs.user})`);
 
-    // A newly submitted job (with a hostile command) appears without a reload.
-    const running = await submit(ALICE, { argv: ['sh', '-c', 'sleep 600', HOSTILE], queue: 'interactive', gpu: '250m', mem: '10GiB' });
-    const row = `#running tr[data-job="${running}"]`;
-    await page.waitForSelector(row, 10000);
-    check(true, `running job ${running} appeared without a reload`);
+    // Per-person caps in the queues table (the built-in interactive caps).
+    const caps = await page.textContent('#queues tr[data-queue="interactive"] td.caps');
+    check(caps === '2 GPUs, 8 jobs', `interactive queue's per-person cap: ${caps}`);
+
+    // A newly submitted job with a hostile command appears without a reload, as text.
+    const row = `#running tr[data-job="${used30}"]`;
+    await page.waitForSelector(row, { timeout: 10000 });
     const cmd = await page.textContent(`${row} td.cmd`);
     check(cmd.includes(HOSTILE), `the hostile command is shown as text: ${cmd}`);
     check(await page.locator('img').count() === 0, 'no <img> element was made from it');
     check(await page.evaluate(() => window.__pwned === undefined), 'its onerror never ran');
-    await waitFor(page, (r) => /GPU/.test(document.querySelector(`${r} td:nth-child(6)`).textContent), row);
-    const runText = await page.textContent(row);
-    check(/0\.25 GPU/.test(runText), `running row shows what it holds: ${runText}`);
 
-    // A pending job shows why it waits: all 8 whole devices while one is shared.
+    // "Used", one definition: a 250m shared slice driving its GPU at 30 % used all 0.25.
+    await waitFor(page, (r) => /0\.25 GPU \(100% of held\)/.test(document.querySelector(`${r} td.used`).textContent), row, 15000)
+      .catch(async (e) => { console.log('used cell:', await page.textContent(`${row} td.used`)); throw e; });
+    const slices = (await call('GET', '/v1/slices', ALICE)).body.slices;
+    const s30 = slices.find((s) => s.job === used30);
+    check(s30 && s30.used_milli === 250 && s30.util_percent === 30, `/v1/slices: used_milli ${s30 && s30.used_milli} at ${s30 && s30.util_percent} %`);
+
+    // A waiting job: plain words, the admin's line, its place in the queue.
     const pending = await submit(ALICE, { argv: ['sleep', '600'], queue: 'training', kind: 'whole', gpus: 8 });
     const prow = `#pending tr[data-job="${pending}"]`;
-    await page.waitForSelector(prow, 10000);
+    await page.waitForSelector(prow, { timeout: 10000 });
     await waitFor(page, (r) => !/not yet examined/.test(document.querySelector(`${r} td.reason`).textContent), prow, 10000);
-    const reason = await page.textContent(`${prow} td.reason`);
     const apiReason = (await job(pending)).pending_reason;
-    check(apiReason && reason === apiReason.message, `pending reason shown: "${reason}"`);
+    const reason = await page.textContent(`${prow} td.reason`);
+    check(apiReason && reason.startsWith(apiReason.plain) && reason.includes(apiReason.message) &&
+          /all GPUs are in use/.test(apiReason.plain) && !/node/.test(apiReason.plain),
+          `pending reason in plain words, the admin's line under it: "${reason}"`);
+    const place = await page.textContent(`${prow} td.place`);
+    check(/^1 of 1/.test(place) && apiReason.position === 1, `place in the queue: ${place}`);
+
+    // Idle, kept and warned, each as its own fact.
+    await waitJob(idle, (j) => j.warning_kind === 'idle', 'the idle warning', 20000);
+    await waitFor(page, (j) => /warned: reclaimed in \d/.test(document.querySelector(`tr[data-job="${j}"] td.idle`).textContent), idle, 10000);
+    const idleCell = await cellText(page, idle, 'idle');
+    check(await page.$eval(`tr[data-job="${idle}"] td.idle`, (c) => c.classList.contains('warned')), `idle, warned: "${idleCell}"`);
+    const keptCell = await cellText(page, kept, 'idle');
+    check(/^kept: a running notebook cell \(its GPU is idle\)/.test(keptCell) && !/warning in 0s/.test(keptCell),
+          `kept by a notebook cell, not "warning in 0s": "${keptCell}"`);
+    const usedIdle = await cellText(page, used30, 'idle');
+    check(/^in use/.test(usedIdle), `a busy slice is in use: "${usedIdle}"`);
+    // The MIG device shows its instance and what it holds.
+    await waitJob(mig, (j) => j.state === 'running', 'the MIG job running', 30000);
+    await waitFor(page, () => [...document.querySelectorAll('#devices ul.mig li.used')].length >= 1, null, 10000);
+    const migCard = await page.evaluate(() => document.querySelector('#devices ul.mig li.used').closest('.card').textContent);
+    check(/1g\.10gb: slice #\d+/.test(migCard) && /held 0\.142 GPU(?!s)/.test(migCard), `a MIG device shows what it holds: ${migCard}`);
+    const migSlice = await cellText(page, mig, 'used').catch(() => '');
+    check(migSlice !== '', `the MIG job has a running row: ${migSlice}`);
+
+    // `gpuslice top` says the same, from the same figures.
+    const top = execFileSync(binary, ['top', '--once', '--socket', sock], { encoding: 'utf8' });
+    const topLine = (j) => top.split('\n').find((l) => new RegExp(`^\\d+\\s+${j}\\s`).test(l)) || '';
+    check(/kept: a running notebook cell/.test(topLine(kept)), `top: the kept slice: ${topLine(kept).replace(/\s+/g, ' ')}`);
+    check(/reclaim in \d/.test(topLine(idle)), `top: the warned slice: ${topLine(idle).replace(/\s+/g, ' ')}`);
+    check(/\s250m\s/.test(topLine(used30)), `top: USED of the busy 250m slice: ${topLine(used30).replace(/\s+/g, ' ')}`);
+
+    // Mine against everyone's (bob sees only his notebook).
+    await useToken(BOB);
+    await waitFor(page, (u) => document.getElementById('me').textContent === `you: ${u}`, bobIs.user, 5000);
+    await page.click('button[data-show="mine"]');
+    await waitFor(page, (k) => document.querySelectorAll('#running tbody tr[data-job]').length === 1 &&
+                   !!document.querySelector(`#running tr[data-job="${k}"]`), kept, 10000);
+    check(await page.locator('#pending tbody tr[data-job]').count() === 0, "bob's own jobs only: none pending");
+    await page.click('button[data-show="all"]');
+    await waitFor(page, () => document.querySelectorAll('#running tbody tr[data-job]').length >= 4, null, 10000);
+    check(true, "everyone's jobs again");
 
     // Another user is refused, and the page says why (the daemon's words).
-    await useToken(BOB);
-    await sleep(300);
     await cancelTwice(prow);
-    await waitFor(page, () => /cancel refused/.test(document.getElementById('message').textContent), null, 10000)
-      .catch(async (e) => { console.log('message:', await page.textContent('#message')); throw e; });
+    await waitFor(page, () => /cancel refused/.test(document.getElementById('message').textContent), null, 10000);
     const refused = await page.textContent('#message');
     const direct = await call('POST', `/v1/jobs/${pending}/cancel`, BOB);
     check(direct.status === 403 && refused.includes(direct.body.error.message),
           `another user is refused with the daemon's reason: ${refused}`);
     check((await job(pending)).state === 'pending', 'the job is still pending after the refusal');
 
-    // The report: the daemon's own, with its verdict and totals.
-    const rep = await call('GET', '/v1/report?since=1d&by=queue', ALICE);
-    await waitFor(page, () => document.getElementById('report-1d').textContent.length > 0, null, 10000);
-    const repText = await page.textContent('#report-1d');
-    check(rep.status === 200, `the daemon answers its report: HTTP ${rep.status}`);
-    {
-      check(rep.body.verdict && typeof rep.body.verdict.text === 'string' && rep.body.verdict.text.length > 0 &&
-            repText.includes(rep.body.verdict.text) && !repText.includes('[object Object]'),
-            `report panel shows the daemon's verdict text: ${repText.slice(0, 200)}`);
-      check(repText.includes('held_gpu_hours') && repText.includes(String(rep.body.totals.jobs)),
-            `report panel shows the period's totals: ${repText.slice(0, 300)}`);
-    }
-
-    // The owner cancels from the page; the job becomes cancelled and leaves the list.
+    // The owner cancels from the page; the job leaves the list and shows among the ended ones.
     await useToken(ALICE);
     await sleep(300);
     await cancelTwice(prow);
-    let state = '';
-    for (let i = 0; i < 100 && state !== 'cancelled'; i += 1) { state = (await job(pending)).state; await sleep(100); }
-    check(state === 'cancelled', `the owner cancelled job ${pending} from the page (state ${state})`);
+    await waitJob(pending, (j) => j.state === 'cancelled', 'cancelled', 10000);
     await page.waitForSelector(prow, { state: 'detached', timeout: 10000 });
-    check(true, 'the cancelled job left the pending list');
+    check(true, `the owner cancelled job ${pending} from the page`);
+    await page.waitForSelector(`#ended tr[data-job="${pending}"]`, { timeout: 10000 });
+    check(/cancelled/.test(await page.textContent(`#ended tr[data-job="${pending}"]`)), 'the cancelled job is among the recently ended');
     check(dialogs === 0, 'no dialog was opened');
 
-    // A job that is only waiting in another queue, so the screenshot shows a reason too.
-    await submit(ALICE, { argv: ['python3', 'train.py', '--epochs', '90'], queue: 'training', kind: 'whole', gpus: 8 });
-    await submit(ALICE, { argv: ['sleep', '600'], queue: 'training', kind: 'whole', gpus: 2 });
-    await waitFor(page, () => document.querySelectorAll('#pending td.reason').length >= 1 &&
-      [...document.querySelectorAll('#pending td.reason')].every((c) => !/not yet examined/.test(c.textContent)), null, 10000);
-    // The chart over the last 5 minutes: the seconds since the daemon started are drawn, the
-    // time before it is a gap (null buckets), not a line at 0.
-    await page.click('button[data-minutes="5"]');
-    await waitFor(page, () => /−5 min/.test(document.querySelector('#devices .card').textContent), null, 5000);
-    await waitFor(page, () => /35/.test(document.querySelector('#running').textContent), null, 10000);
-    await sleep(6000);  // a few 2.5 s buckets for the sparklines
-    const spark = await page.evaluate(() => {
-      const svg = document.querySelector('#devices .card[data-device="0"] svg');
-      const m = /(\d+) of (\d+)/.exec(svg.querySelector('title').textContent);
-      return { known: Number(m[1]), total: Number(m[2]), lines: svg.querySelectorAll('polyline').length };
-    });
-    check(spark.known >= 2 && spark.known < spark.total && spark.lines >= 1,
-          `device 0's chart: ${spark.known} of ${spark.total} buckets measured, ${spark.lines} line(s)`);
-    const used = await page.textContent(`${row} td:nth-child(7)`);
-    check(/35 %/.test(used), `held vs used for the notebook: ${used}`);
+    // The training job's time limit: warned in amber, apart from idle (never "reclaim in").
+    await waitJob(train, (j) => j.warning_kind === 'time-limit', 'the time-limit warning', 60000);
+    await waitFor(page, (j) => /time limit: stops at/.test(document.querySelector(`tr[data-job="${j}"] td.limit`).textContent), train, 10000);
+    const limitCell = await cellText(page, train, 'limit');
+    const trainIdle = await cellText(page, train, 'idle');
+    check(await page.$eval(`tr[data-job="${train}"] td.limit`, (c) => c.classList.contains('limit-warned')) &&
+          !/reclaim/.test(limitCell) && !/warned|reclaimed in/.test(trainIdle),
+          `time limit apart from idle: limit "${limitCell}", idle "${trainIdle}"`);
+    const tj = await job(train);
+    check(/reaches its time limit of 50s in \d+s$/.test(tj.warning), `the time-limit warning is said as of now: ${tj.warning}`);
+    // A second idle notebook, so the picture shows a warned one (the first is reclaimed soon).
+    const idle2 = await submit(BOB, { argv: ['sleep', '600'], queue: 'interactive', gpu: '500m' }, 0);
+    await waitJob(idle, (j) => j.state === 'reclaimed', 'the idle reclaim', 40000);
+    await page.waitForSelector(`#ended tr[data-job="${idle}"]`, { timeout: 10000 });
+    const endedRow = await page.textContent(`#ended tr[data-job="${idle}"]`);
+    check(/reclaimed \(idle\)/.test(endedRow) && /idle reclaim: idle for/.test(endedRow), `ended with how and why: ${endedRow}`);
+    await waitJob(idle2, (j) => j.warning_kind === 'idle', 'the second idle warning', 20000);
+    await waitFor(page, (j) => /warned/.test(document.querySelector(`tr[data-job="${j}"] td.idle`).textContent), idle2, 10000);
+
+    // The report, rendered for people: no raw keys, no microseconds, its own period per panel.
+    await useToken(ALICE);  // the report is read again at once
+    await sleep(500);
+    await waitFor(page, () => !!document.querySelector('#report-1d .verdict[data-code]'), null, 20000);
+    const day = await page.textContent('#report-1d');
+    const week = await page.textContent('#report-7d');
+    const repApi = await call('GET', '/v1/report?since=1d&by=queue', ALICE);
+    const shownCode = await page.getAttribute('#report-1d .verdict', 'data-code');
+    check(repApi.status === 200 && shownCode === repApi.body.verdict.code && /GPUs?: \d+% held/.test(day),
+          `the day panel shows the daemon's verdict (${shownCode}): ${day.slice(0, 200)}`);
+    for (const raw of ['held_gpu_hours', 'coverage_percent', 'p95_us', 'used_percent_of_measured', '[object Object]']) {
+      check(!day.includes(raw) && !week.includes(raw), `no raw key "${raw}" in the report`);
+    }
+    check(/\(1d\)/.test(day) && /\(7d\)/.test(week) && /history only since/.test(day),
+          `day and week say their own periods: "${day.match(/\d\d:\d\d[^)]*\)/)}" / "${week.match(/\d\d:\d\d[^)]*\)/)}"`);
+    check(await page.locator('#report-1d svg.timeline').count() === 1, 'the day panel charts held and used');
+
+    // A job that waits, for the picture.
+    await submit(ALICE, { argv: ['sleep', '600'], queue: 'training', kind: 'whole', gpus: 8 });
+    await sleep(2500);  // one more refresh: the charts' lines and the countdowns move
     await page.screenshot({ path: path.join(artifacts, 'ui.png'), fullPage: true });
     console.log(`screenshot: ${path.join(artifacts, 'ui.png')}`);
 
-    // A hostile report answer, replaced at the network edge: its verdict is drawn as text.
+    // A report with long waits and a job that could never run, replaced at the network edge:
+    // drawn in words, the verdict as text (hostile), waits in minutes.
     await page.route('**/v1/report?*', (r) => r.fulfill({ status: 200, contentType: 'application/json',
-      body: JSON.stringify({ verdict: { code: 'balanced', text: `8 GPUs: 71% held ${HOSTILE}` }, totals: { held_gpu_hours: 12.5 },
-                             groups: [{ queue: 'training', held_gpu_hours: 10, used_gpu_hours: 3.25 }] }) }));
+      body: JSON.stringify({
+        period: { from_us: 1795996800000000, to_us: 1796083200000000, history_from_us: 1795996800000000 },
+        by: 'queue', devices: 8,
+        verdict: { code: 'long_waits', text: `8 GPUs: 61% held, 70% used — yet jobs waited long ${HOSTILE}` },
+        totals: { held_gpu_hours: 117.1, capacity_gpu_hours: 192, held_percent: 61, used_gpu_hours: 80.2,
+                  used_percent_of_measured: 70, coverage_percent: 98, idle_gpu_hours: 3.25, jobs: 41 },
+        groups: [{ key: 'training', held_gpu_hours: 100, used_gpu_hours: 3.25, coverage_percent: 99, jobs: 4, reclaimed: 0 }],
+        wait: [{ queue: 'training', jobs: 4, p50_us: 600000000, p95_us: 1980000000, total_us: 3600000000 }],
+        long_wait_us: 600000000,
+        never_ran: { jobs: 1, list: [{ job: 9, user: 'carol', queue: 'training', why: 'no host has 16 GPUs' }] },
+        timeline: { bucket_us: 3600000000, points: [{ t_us: 1, held_gpus: 5, used_gpus: 3 }, { t_us: 2, held_gpus: 6, used_gpus: null }] },
+      }) }));
     await useToken(ALICE);  // also refreshes the report at once
-    await waitFor(page, () => /71% held/.test(document.getElementById('report-7d').textContent), null, 10000);
+    await waitFor(page, () => /61% held/.test(document.getElementById('report-7d').textContent), null, 10000);
     const fake = await page.textContent('#report-7d');
-    check(fake.includes(HOSTILE) && fake.includes('training') && fake.includes('3.25'),
-          `a 200 report is drawn (verdict as text, per-queue table): ${fake}`);
+    check(fake.includes(HOSTILE) && fake.includes('training') && /33m \(long\)/.test(fake) &&
+          /no host has 16 GPUs/.test(fake) && /117 GPU-h/.test(fake) && !/1980000000/.test(fake),
+          `a report is drawn in words (p95 33m, long; never ran): ${fake.slice(0, 400)}`);
     check(await page.locator('img').count() === 0 && await page.evaluate(() => window.__pwned === undefined),
           'the hostile verdict ran nothing');
     // A report the daemon cannot give (here 503, e.g. no history yet) says so, with the status.
