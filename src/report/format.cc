@@ -128,6 +128,14 @@ std::string FormatTable(const Json& r) {
                     ForTerminal(s["state"].get<std::string>()), Num(s["held_gpu_hours"]), Num(s["idle_gpu_hours"])});
   }
   if (!rows.empty()) out += "\nHeld most while idle:\n" + Table({"JOB", "USER", "QUEUE", "STATE", "HELD-GPUh", "IDLE-GPUh"}, rows);
+  rows.clear();
+  if (r.contains("never_ran") && r["never_ran"].is_object()) {
+    for (const auto& j : r["never_ran"]["list"]) {
+      rows.push_back({Num(j["job"]), ForTerminal(j["user"].get<std::string>()), ForTerminal(j["queue"].get<std::string>()),
+                      ForTerminal(j["why"].get<std::string>())});
+    }
+  }
+  if (!rows.empty()) out += "\nCould never run on this host:\n" + Table({"JOB", "USER", "QUEUE", "WHY"}, rows);
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/text.h"
+#include "core/usage.h"
 #include "report/report.h"
 
 namespace gpuslice::report {
@@ -93,13 +94,23 @@ MilliUs SliceMilli(const SliceRecord& s) {
   return static_cast<MilliUs>(s.milli) * static_cast<MilliUs>(std::max<std::size_t>(1, s.devices.size()));
 }
 
-// The utilisation-weighted use of one point: whole and MIG slices report their own
-// utilisation (of what they hold); shared and MPS slices report their processes' share of the
-// whole device, so that share is what they used, never more than one device.
-MilliUs UsedOf(const SliceRecord& s, std::int64_t util_known_permille_us) {
-  if (s.kind == "shared" || s.kind == "mps") return util_known_permille_us;  // permille x us = milli x us
-  return static_cast<MilliUs>(static_cast<__int128>(SliceMilli(s)) * util_known_permille_us / 1000);
+// The utilisation-weighted use of `known` measured µs whose utilisation integral is
+// `util_known` (permille x µs), by the one definition of "used" (core/usage.h).
+MilliUs UsedOf(const SliceRecord& s, std::int64_t util_known_permille_us, Micros known) {
+  return UsedMilliMicros(s.kind, SliceMilli(s), util_known_permille_us, known);
 }
+
+// Waits that weigh in the verdict (docs/report.md, "The verdict"): a p95 wait at or above
+// this in any queue is a long wait. Ten minutes: a notebook user who waits that long for a
+// server has stopped waiting, and a training job that waits that long on most submissions
+// is a host that is full in practice, whatever its average.
+constexpr Micros kLongWait = 10 * kMinute;
+
+struct WaitSummary {
+  std::string worst_queue;  // the queue with the longest p95 wait; empty: no started job
+  Micros worst_p95 = 0;
+  int never_ran = 0;        // jobs that could never run on this host
+};
 
 struct Verdict {
   std::string code;
@@ -111,19 +122,33 @@ struct Verdict {
 // average utilisation as low-utilisation); one held at 80% or more and used at 50% or more of
 // what is held is full and well used; a host held under half the time has capacity to spare.
 // With under half of the held hours measured, no verdict on use is given.
+//
+// Waits weigh in as well: held and used say how the GPUs were spent, not whether people got
+// them. A long p95 wait turns "headroom" into "the free capacity did not fit what was asked";
+// jobs that could never run are named in every verdict.
 Verdict Decide(int devices, MilliUs capacity, const Figures& t, const std::string& idle_queue,
-               MilliUs idle_queue_hours) {
+               MilliUs idle_queue_hours, const WaitSummary& waits) {
   Verdict v;
   const std::string head = fmt::format("{} GPU{}", devices, devices == 1 ? "" : "s");
   if (capacity <= 0) return {"no_data", head + ": no stored history in this period"};
   const double held = static_cast<double>(t.held) / static_cast<double>(capacity);
   std::string lead = fmt::format("{}: {:.0f}% held", head, 100 * held);
-  if (t.held == 0) return {"idle_host", lead + " — nothing ran; capacity to spare"};
+  const bool long_waits = !waits.worst_queue.empty() && waits.worst_p95 >= kLongWait;
+  const std::string wait_note =
+      long_waits ? fmt::format("p95 wait {} in {}", FormatDuration(waits.worst_p95 / kSecond * kSecond),
+                               waits.worst_queue)
+                 : "";
+  const std::string never_note =
+      waits.never_ran > 0
+          ? fmt::format("; {} job{} could never run on this host", waits.never_ran, waits.never_ran == 1 ? "" : "s")
+          : "";
+  if (t.held == 0) return {"idle_host", lead + " — nothing ran; capacity to spare" + never_note};
   const double coverage = static_cast<double>(t.measured) / static_cast<double>(t.held);
   if (coverage < 0.5) {
     return {"unmeasured", fmt::format("{}, use unknown for {:.0f}% of held hours — measure "
-                                      "utilisation before deciding on capacity",
-                                      lead, 100 * (1 - coverage))};
+                                      "utilisation before deciding on capacity{}{}",
+                                      lead, 100 * (1 - coverage), long_waits ? "; " + wait_note : "",
+                                      never_note)};
   }
   // Used as a share of capacity, scaled from the measured part (said so in the docs).
   const double used_of_held = static_cast<double>(t.used) / static_cast<double>(t.measured);
@@ -131,14 +156,20 @@ Verdict Decide(int devices, MilliUs capacity, const Figures& t, const std::strin
   lead += fmt::format(", {:.0f}% used", 100 * used);
   if (coverage < 0.995) lead += fmt::format(" ({:.0f}% of held hours measured)", 100 * coverage);
   if (used_of_held < 0.5) {
-    v = {"improve_utilisation", lead + " — improve utilisation before adding capacity"};
+    v = {"improve_utilisation", lead + " — improve utilisation before adding capacity" +
+                                    (long_waits ? " (jobs waited: " + wait_note + ")" : "")};
   } else if (held >= 0.8) {
-    v = {"add_capacity", lead + " — held and well used: more GPUs would shorten waits"};
+    v = {"add_capacity", lead + " — held and well used: more GPUs would shorten waits" +
+                             (long_waits ? " (" + wait_note + ")" : "")};
+  } else if (long_waits) {
+    v = {"long_waits", lead + " — yet jobs waited long (" + wait_note +
+                           "): the free capacity did not fit what they asked (see the waits by reason)"};
   } else if (held < 0.5) {
     v = {"spare_capacity", lead + " — well used when held; capacity to spare"};
   } else {
     v = {"balanced", lead + " — well used, with headroom"};
   }
+  v.text += never_note;
   if (!idle_queue.empty() && idle_queue_hours * 5 >= t.held) {  // 20% or more of held hours
     v.text += fmt::format("; {:.0f}% of held hours were idle {} sessions",
                           100.0 * static_cast<double>(idle_queue_hours) / static_cast<double>(t.held),
@@ -242,7 +273,7 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
       f.measured = m * known;
       // Scaled down with the measured time when that was clipped (128 bits: a year of
       // milli-GPU x permille x microseconds squared does not fit in 64).
-      const MilliUs raw_used = UsedOf(s, it->second->util_known);
+      const MilliUs raw_used = UsedOf(s, it->second->util_known, it->second->known);
       const MilliUs used = it->second->known > known
                                ? static_cast<MilliUs>(static_cast<__int128>(raw_used) * known / it->second->known)
                                : raw_used;
@@ -270,7 +301,7 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
     const auto k = static_cast<std::size_t>((b.bucket - from) / width);
     if (k >= nb) continue;
     tl_measured[k] += SliceMilli(*it->second) * b.known;
-    tl_used[k] += std::min(SliceMilli(*it->second) * b.known, UsedOf(*it->second, b.util_known));
+    tl_used[k] += UsedOf(*it->second, b.util_known, b.known);
   }
 
   // Jobs: counts, reclaim returns, waits.
@@ -316,12 +347,18 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
   // Wait by reason: the "wait" events (message "<reason kind>: <text>") cut each job's wait
   // into intervals; the interval before the first event is the job's first reason as well.
   std::map<std::string, std::vector<Micros>> waits_by_reason;
+  std::map<JobId, std::string> never_fits_why;  // jobs told they could never fit, and why
   {
     GPUSLICE_ASSIGN_OR_RETURN(auto events, store.ListEventsOfType("wait", to));
     std::map<JobId, std::vector<std::pair<Micros, std::string>>> changes;
     for (const auto& e : events) {
       if (!e.job.valid()) continue;
-      changes[e.job].emplace_back(e.time, e.message.substr(0, e.message.find(':')));
+      const std::string kind = e.message.substr(0, e.message.find(':'));
+      changes[e.job].emplace_back(e.time, kind);
+      if (kind == "never-fits" && e.time < to) {
+        const std::size_t colon = e.message.find(':');
+        never_fits_why[e.job] = colon == std::string::npos ? "" : e.message.substr(std::min(e.message.size(), colon + 2));
+      }
     }
     for (auto& [id, ch] : changes) {
       auto jit = jobs.find(id);
@@ -377,8 +414,38 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
   }
   doc["groups"] = g;
   Json w = Json::array();
-  for (auto& [q, v] : waits_by_queue) w.push_back(WaitJson("queue", q, v));
+  WaitSummary waits;
+  for (auto& [q, v] : waits_by_queue) {
+    w.push_back(WaitJson("queue", q, v));
+    const Micros p95 = w.back()["p95_us"].is_number() ? w.back()["p95_us"].get<Micros>() : 0;
+    if (waits.worst_queue.empty() || p95 > waits.worst_p95) {
+      waits.worst_queue = q;
+      waits.worst_p95 = p95;
+    }
+  }
   doc["wait"] = w;
+  // Jobs that could never run: refused by the scheduler as never fitting (rejected), or
+  // waiting with "could never fit on this host" and never started; in the period.
+  Json never = Json::array();
+  for (const auto& j : jobs_list) {
+    const bool in_period = j.submit_time < to && (j.end_time == 0 || j.end_time >= from);
+    if (!in_period || j.start_time > 0) continue;
+    std::string why;
+    if (j.state == JobState::kRejected && j.submit_time >= from) {
+      why = j.reason;
+    } else if (auto it = never_fits_why.find(j.id); it != never_fits_why.end()) {
+      why = it->second;
+    } else {
+      continue;
+    }
+    ++waits.never_ran;
+    if (never.size() < 20) {
+      never.push_back({{"job", j.id.value()}, {"user", EscapeInvalidUtf8(j.user)}, {"queue", EscapeInvalidUtf8(j.queue)},
+                       {"state", std::string(store::JobStateName(j.state))}, {"why", EscapeInvalidUtf8(why)}});
+    }
+  }
+  doc["never_ran"] = {{"jobs", waits.never_ran}, {"list", never}};
+  doc["long_wait_us"] = kLongWait;
   Json wr = Json::array();
   for (auto& [r, v] : waits_by_reason) wr.push_back(WaitJson("reason", r, v));
   doc["wait_by_reason"] = wr;
@@ -409,7 +476,7 @@ Result<Json> BuildReport(store::Store& store, const ReportOptions& o) {
                    {"used_gpus", tl_measured[k] > 0 ? Json(gpus(tl_used[k])) : Json(nullptr)}});
   }
   doc["timeline"] = {{"bucket_us", width}, {"points", pts}};
-  const Verdict v = Decide(devices, capacity, total, idle_queue, idle_queue_hours);
+  const Verdict v = Decide(devices, capacity, total, idle_queue, idle_queue_hours, waits);
   doc["verdict"] = {{"code", v.code}, {"text", v.text}};
   return doc;
 }

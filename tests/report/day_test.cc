@@ -223,5 +223,62 @@ TEST_F(DayTest, WaitIsCountedByPendingReason) {
   EXPECT_NEAR(static_cast<double>(w["total_us"].get<std::int64_t>()), 10.0 * kMinute, 10.0 * kSecond);
 }
 
+// Held and used are not the whole story: an hour with five of eight GPUs held and busy looks
+// like headroom, but a 4-GPU job waited 40 minutes for room (one 1-GPU job ended then). The
+// verdict says so (docs/report.md, "The verdict").
+TEST_F(DayTest, VerdictWeighsLongWaits) {
+  auto d = NewDaemon();
+  std::vector<Run> small;
+  for (int i = 0; i < 5; ++i) {
+    small.push_back(Submit(*d, {{"queue", "training"}, {"gpus", 1}}));
+    Busy(small.back(), 900);
+  }
+  Json body = {{"queue", "training"}, {"gpus", 4}, {"argv", {"sleep", "100000"}}};
+  auto r = d->Submit(me_, body);
+  ASSERT_TRUE(r.ok());
+  const auto big = (*r)["job"]["id"].get<std::uint64_t>();
+  ASSERT_EQ(State(*d, big), "pending");
+  RunUntil(*d, kT0 + 40 * kMinute);
+  launcher_.Exit(small[0].pid, 0);
+  Clear(small[0]);
+  RunUntil(*d, kT0 + 40 * kMinute + 20 * kSecond);
+  ASSERT_EQ(State(*d, big), "running");
+  Run b;
+  b.id = big;
+  b.pid = (*d->GetJob(JobId(big)))["job"]["pid"].get<int>();
+  for (const auto& s : d->Slices()["slices"]) {
+    if (s["job"].get<std::uint64_t>() == big) b.devices = s["devices"].get<std::vector<int>>();
+  }
+  Busy(b, 900);
+  RunUntil(*d, kT0 + kHour);
+  auto rep = d->Report({{"from", "2026-12-01"}, {"to", "2026-12-01T01:00"}});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  const Json& t = (*rep)["totals"];
+  EXPECT_LT(H(t, "held_percent"), 80.0) << t.dump();
+  EXPECT_GT(H(t, "used_percent_of_measured"), 50.0) << t.dump();
+  EXPECT_EQ((*rep)["verdict"]["code"], "long_waits") << (*rep)["verdict"].dump();
+  EXPECT_NE((*rep)["verdict"]["text"].get<std::string>().find("p95 wait 40m"), std::string::npos)
+      << (*rep)["verdict"].dump();
+  EXPECT_EQ((*rep)["never_ran"]["jobs"], 0);
+}
+
+TEST_F(DayTest, JobsThatCouldNeverRunAreCountedInTheVerdict) {
+  auto d = NewDaemon();
+  Busy(Submit(*d, {{"queue", "training"}, {"gpus", 1}}), 900);
+  // Refused at once (no host has 16 GPUs), and recorded as such.
+  auto r = d->Submit(me_, Json{{"queue", "training"}, {"gpus", 16}, {"argv", {"sleep", "1"}}});
+  ASSERT_FALSE(r.ok());
+  const std::uint64_t never = 2;
+  EXPECT_EQ(State(*d, never), "rejected");
+  RunUntil(*d, kT0 + 30 * kMinute);
+  auto rep = d->Report({{"from", "2026-12-01"}, {"to", "2026-12-01T00:30"}});
+  ASSERT_TRUE(rep.ok()) << rep.status().ToString();
+  ASSERT_EQ((*rep)["never_ran"]["jobs"], 1) << (*rep)["never_ran"].dump();
+  EXPECT_EQ((*rep)["never_ran"]["list"][0]["job"], never);
+  EXPECT_NE((*rep)["verdict"]["text"].get<std::string>().find("1 job could never run on this host"), std::string::npos)
+      << (*rep)["verdict"].dump();
+  EXPECT_NE(report::FormatTable(*rep).find("Could never run on this host"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpuslice::daemon
