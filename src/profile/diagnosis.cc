@@ -1,6 +1,8 @@
 #include "profile/diagnosis.h"
 
 #include <algorithm>
+#include <cctype>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -24,7 +26,65 @@ constexpr double kGpuBound = 0.80;
 
 int Rank(Severity s) { return static_cast<int>(s); }
 
+// The advice depends on the GPU's architecture: bf16 and TF32 need compute capability 8.0
+// (Ampere) or newer; 7.x (Volta, Turing) has FP16 tensor cores only; before 7.0 there are no
+// tensor cores, and mixed precision saves memory rather than time. -1: not known.
+struct Precision {
+  std::string autocast;  // the mixed-precision advice
+  std::string half;      // the half type to name elsewhere ("bf16", "fp16", "bf16 or fp16")
+};
+Precision PrecisionFor(int major) {
+  if (major >= 8) {
+    return {"automatic mixed precision: torch.autocast(\"cuda\", dtype=torch.bfloat16) (or float16 with GradScaler)",
+            "bf16"};
+  }
+  if (major == 7) {
+    return {"automatic mixed precision: torch.autocast(\"cuda\", dtype=torch.float16) with "
+            "torch.cuda.amp.GradScaler (compute capability 7.x has FP16 tensor cores; no bf16, no TF32)",
+            "fp16"};
+  }
+  if (major >= 0) {
+    return {"mixed precision (fp16) saves memory here, not time: compute capability below 7.0 has no tensor cores",
+            "fp16"};
+  }
+  return {"automatic mixed precision: torch.autocast(\"cuda\", dtype=torch.bfloat16) on compute capability 8.0 "
+          "or newer, float16 with GradScaler on 7.x",
+          "bf16 or fp16"};
+}
+
 }  // namespace
+
+int ComputeMajorOf(std::string_view text) {
+  std::string t(text);
+  for (char& c : t) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  // Whole words of the name: "A10" must not match "A100", "L4" not "L40".
+  auto names = [&](std::string_view word) {
+    for (std::size_t at = t.find(word); at != std::string::npos; at = t.find(word, at + 1)) {
+      const bool start = at == 0 || !std::isalnum(static_cast<unsigned char>(t[at - 1]));
+      const std::size_t end = at + word.size();
+      const bool stop = end >= t.size() || !std::isalnum(static_cast<unsigned char>(t[end]));
+      if (start && stop) return true;
+    }
+    return false;
+  };
+  // compute capability (developer.nvidia.com/cuda-gpus): 10.0 Blackwell, 9.0 Hopper, 8.x Ampere
+  // and Ada, 7.x Volta and Turing, 6.x Pascal.
+  static const std::pair<std::string_view, int> kTable[] = {
+      {"B200", 10}, {"B100", 10}, {"GB200", 10},
+      {"H100", 9}, {"H200", 9}, {"H800", 9}, {"GH200", 9},
+      {"A100", 8}, {"A800", 8}, {"A30", 8}, {"A40", 8}, {"A10", 8}, {"A16", 8}, {"A2", 8}, {"L4", 8},
+      {"L40", 8}, {"L40S", 8}, {"A6000", 8}, {"A5000", 8}, {"A4000", 8},
+      {"V100", 7}, {"T4", 7}, {"TITAN V", 7}, {"TITAN RTX", 7}, {"QUADRO RTX", 7},
+      {"RTX 2080", 7}, {"RTX 2070", 7}, {"RTX 2060", 7},
+      {"P100", 6}, {"P40", 6}, {"P4", 6}, {"GTX 1080", 6}, {"GTX 1070", 6}};
+  for (const auto& [word, major] : kTable) {
+    if (names(word)) return major;
+  }
+  for (std::string_view series : {"RTX 30", "RTX 40"}) {
+    if (t.find(series) != std::string::npos) return 8;
+  }
+  return -1;
+}
 
 std::string_view SeverityName(Severity s) {
   switch (s) {
@@ -109,9 +169,11 @@ std::vector<Finding> Diagnose(const Evidence& e) {
     f.title = "GEMM/convolution work runs without tensor cores (FP32)";
     f.evidence = fmt::format("GEMM/conv kernels are {} of kernel time, of which {} on tensor cores; compute capability {}",
                              Pct(*e.tc_eligible_share), Pct(*e.tensor_core_share), e.compute_major);
-    f.actions = {"automatic mixed precision: torch.autocast(\"cuda\", dtype=torch.bfloat16) (or float16 with GradScaler)",
-                 "on Ampere or newer at least allow TF32: torch.backends.cuda.matmul.allow_tf32 = True",
-                 "torch.backends.cudnn.benchmark = True for fixed input shapes"};
+    f.actions = {PrecisionFor(e.compute_major).autocast};
+    if (e.compute_major >= 8) {
+      f.actions.push_back("at least allow TF32: torch.backends.cuda.matmul.allow_tf32 = True");
+    }
+    f.actions.push_back("torch.backends.cudnn.benchmark = True for fixed input shapes");
     double eligible_step = *e.tc_eligible_share * (1.0 - *e.tensor_core_share) * *e.kernel_share;
     f.expected_gain = std::min(1.0, eligible_step * (1.0 - 1.0 / kTensorCoreSpeedup));
     f.gain_basis = fmt::format("FP32 GEMM/conv time ({} of step) running {:.0f}x faster on tensor cores (conservative)",
@@ -128,7 +190,8 @@ std::vector<Finding> Diagnose(const Evidence& e) {
     if (e.communication_raw_share) f.evidence += fmt::format("; all communication kernels {}", Pct(*e.communication_raw_share));
     f.actions = {"gradient accumulation (DDP no_sync() on all but the last micro-batch) or a larger per-GPU batch",
                  "overlap: DDP bucket_cap_mb tuning, FSDP prefetch, avoid syncs between backward and all-reduce",
-                 "gradient compression (DDP communication hooks, e.g. bf16/PowerSGD)"};
+                 fmt::format("gradient compression (DDP communication hooks, e.g. {}/PowerSGD)",
+                             e.compute_major >= 8 ? "bf16" : e.compute_major >= 0 ? "fp16" : "bf16 or fp16")};
     f.expected_gain = *e.communication_share;
     f.gain_basis = "exposed communication time, hidden at best by full overlap or amortised by accumulation";
     out.push_back(std::move(f));
@@ -158,7 +221,8 @@ std::vector<Finding> Diagnose(const Evidence& e) {
       f.evidence = fmt::format("peak memory {} of {} ({} > 90%)", FormatBytes(*e.memory_peak),
                                FormatBytes(*e.memory_total), Pct(m));
       f.actions = {"activation checkpointing (torch.utils.checkpoint) to trade compute for memory",
-                   "mixed precision (bf16/fp16) halves activation memory", "then raise the batch size"};
+                   fmt::format("mixed precision ({}) halves activation memory", PrecisionFor(e.compute_major).half),
+                   "then raise the batch size"};
       f.gain_basis = "no direct speed-up; frees memory for a larger batch and avoids OOM";
       out.push_back(std::move(f));
     }
@@ -171,8 +235,8 @@ std::vector<Finding> Diagnose(const Evidence& e) {
     f.title = "GPU-bound: the GPU is busy, the input pipeline keeps up";
     f.evidence = fmt::format("GPU busy {} (>= 80%)", Pct(*e.gpu_busy_share));
     if (e.data_loading_share) f.evidence += fmt::format("; data loading {}", Pct(*e.data_loading_share));
-    f.actions = {"mixed precision (bf16) if not already used", "take a torch.profiler trace to see kernel efficiency",
-                 "only more or faster GPUs speed up the rest"};
+    f.actions = {fmt::format("mixed precision ({}) if not already used", PrecisionFor(e.compute_major).half),
+                 "take a torch.profiler trace to see kernel efficiency", "only more or faster GPUs speed up the rest"};
     f.gain_basis = "no input-side gain; GPU-side gains need a trace to estimate";
     out.push_back(std::move(f));
   }

@@ -15,11 +15,15 @@
 // step time the fix can save at best, with how that was estimated. Findings are sorted by
 // expected gain (largest first), then severity.
 //
+// The advice follows the GPU's architecture (compute_major): bf16 and TF32 only on compute
+// capability 8.0 or newer, FP16 with a gradient scaler on 7.x, no tensor-core advice before 7.0.
+//
 // Evidence is filled either from a trace analysis or from a recording; absent figures are
 // std::nullopt and the rules that need them stay silent. Plain values; thread-compatible.
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/units.h"
@@ -64,5 +68,11 @@ struct Finding {
 };
 
 std::vector<Finding> Diagnose(const Evidence& e);
+
+// The compute capability's major version of a GPU named in `text` (an NVML name such as
+// "Tesla V100-SXM2-16GB" or "NVIDIA H100 80GB HBM3", or a catalogue name), from NVIDIA's
+// published table; -1 when no known GPU is named. For recordings, whose devices report a name
+// but not their architecture.
+int ComputeMajorOf(std::string_view text);
 
 }  // namespace gpuslice::profile

@@ -191,6 +191,8 @@ Evidence EvidenceFromTraces(const std::vector<TraceAnalysis>& ranks) {
 Evidence EvidenceFromRecording(const Recording& rec) {
   Evidence e;
   e.source = "recording";
+  // The advice depends on the architecture; a recording knows the device by its name.
+  e.compute_major = ComputeMajorOf(rec.gpu_description);
   Micros step_total = 0, wait_total = 0;
   bool any_data = false;
   for (const StepMark& m : rec.steps) {

@@ -238,6 +238,50 @@ TEST(TraceDiagnosis, Fp32GemmsOnVoltaAskForMixedPrecision) {
   EXPECT_EQ(f[0].id, "no-tensor-cores");
   // Kernel time 900/1000 of the step, all FP32 GEMM; 2x speed-up -> 45% of step time.
   EXPECT_NEAR(*f[0].expected_gain, 0.45, 1e-9);
+  // Compute capability 7.0 has FP16 tensor cores, neither bf16 nor TF32: no advice to use them.
+  std::string all;
+  for (const auto& a : f[0].actions) all += a + "\n";
+  EXPECT_THAT(all, ::testing::HasSubstr("float16"));
+  EXPECT_THAT(all, ::testing::HasSubstr("GradScaler"));
+  EXPECT_THAT(all, ::testing::Not(::testing::HasSubstr("bfloat16")));
+  EXPECT_THAT(all, ::testing::Not(::testing::HasSubstr("tf32")));
+}
+
+TEST(TraceDiagnosis, Fp32GemmsOnAmpereAskForBf16AndTf32) {
+  TraceBuilder b;
+  b.compute_major = 8;
+  for (int s = 0; s < 3; ++s) {
+    double t0 = s * 1000;
+    b.Step(s, t0, 1000);
+    b.Kernel("ampere_sgemm_128x64_nn", t0 + 10, t0 + 20, 900);
+  }
+  auto f = Diagnose(EvidenceFromTraces({AnalyseText(b.Json())}));
+  ASSERT_FALSE(f.empty());
+  ASSERT_EQ(f[0].id, "no-tensor-cores");
+  std::string all;
+  for (const auto& a : f[0].actions) all += a + "\n";
+  EXPECT_THAT(all, ::testing::HasSubstr("bfloat16"));
+  EXPECT_THAT(all, ::testing::HasSubstr("allow_tf32"));
+}
+
+TEST(Diagnosis, AdviceOnARecordingFollowsTheGpuNamed) {
+  EXPECT_EQ(ComputeMajorOf("Tesla V100-SXM2-16GB"), 7);
+  EXPECT_EQ(ComputeMajorOf("job 3 on slice 4 (shared), H100-80GB"), 9);
+  EXPECT_EQ(ComputeMajorOf("NVIDIA A10"), 8);
+  EXPECT_EQ(ComputeMajorOf("NVIDIA A100-SXM4-40GB"), 8);
+  EXPECT_EQ(ComputeMajorOf("Tesla T4"), 7);
+  EXPECT_EQ(ComputeMajorOf("NVIDIA L40S"), 8);
+  EXPECT_EQ(ComputeMajorOf("a GPU nobody knows"), -1);
+  // A busy V100 recording: the gpu-bound advice names fp16, not bf16.
+  Evidence e;
+  e.source = "recording";
+  e.gpu_busy_share = 0.95;
+  e.compute_major = 7;
+  auto f = Diagnose(e);
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].id, "gpu-bound");
+  EXPECT_THAT(f[0].actions[0], ::testing::HasSubstr("fp16"));
+  EXPECT_THAT(f[0].actions[0], ::testing::Not(::testing::HasSubstr("bf16")));
 }
 
 TEST(TraceDiagnosis, ExposedNcclTimeIsCommunicationBound) {
