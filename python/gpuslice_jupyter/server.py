@@ -11,9 +11,18 @@ from notebook.utils import url_path_join
 
 from . import client
 
-_JOB_FIELDS = ("id", "state", "reason", "warning", "warn_deadline_us", "deadline_us",
-               "time_limit_us", "queue", "milli", "memory", "start_time_us", "activity_report",
-               "idle_state", "idle_reclaim_mode")
+_JOB_FIELDS = ("id", "state", "reason", "warning", "warning_kind", "warn_deadline_us",
+               "deadline_us", "time_limit_us", "queue", "milli", "memory", "start_time_us",
+               "end_time_us", "activity_report", "idle_state", "idle_reclaim_mode", "idle_since_us")
+
+
+def _hub_home():
+    """The hub's home page (where the banner finds why a stopped server stopped), or None
+    without a hub."""
+    if not os.environ.get("JUPYTERHUB_API_TOKEN"):
+        return None
+    base = os.environ.get("JUPYTERHUB_BASE_URL") or "/"
+    return base.rstrip("/") + "/hub/home"
 
 
 def _socket():
@@ -36,11 +45,26 @@ class StatusHandler(_Base):
     # Polling the banner's status is not use of the notebook: it must not postpone a reclaim.
     _track_activity = False
 
+    async def _idle_window(self, queue):
+        """The queue's idle window (µs; None without idle reclaim), asked once: the banner says
+        after how long unused the next warning comes."""
+        cache = self.gs.setdefault("idle_window", {})
+        if queue not in cache:
+            try:
+                ans = await IOLoop.current().run_in_executor(
+                    None, lambda: client.request("GET", "/v1/queues", timeout=5, socket_path=_socket()))
+                q = next((x for x in ans.get("queues", []) if x.get("name") == queue), {})
+                cache[queue] = q.get("idle_window_us") if q.get("idle_reclaim") else None
+            except (client.Unreachable, client.DaemonError):
+                return None
+        return cache[queue]
+
     @web.authenticated
     async def get(self):
         job = _job_id()
         out = {"job_id": job or None, "now_us": client.now_us(),
-               "poll_seconds": self.gs["poll_seconds"], "error": None, "job": None}
+               "poll_seconds": self.gs["poll_seconds"], "error": None, "job": None,
+               "hub_home": _hub_home()}
         if not job:
             out["error"] = "not running as a gpuslice job (GPUSLICE_JOB_ID unset)"
         else:
@@ -50,6 +74,7 @@ class StatusHandler(_Base):
                     timeout=5, socket_path=_socket()))
                 j = ans.get("job") or {}
                 out["job"] = {k: j.get(k) for k in _JOB_FIELDS}
+                out["idle_window_us"] = await self._idle_window(j.get("queue"))
             except (client.Unreachable, client.DaemonError) as e:
                 out["error"] = str(e)
         self.finish(json.dumps(out))

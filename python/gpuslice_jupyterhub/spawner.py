@@ -7,8 +7,12 @@ How it maps JupyterHub's Spawner contract onto the daemon's API (docs/api.md):
             with the fraction, memory cap and time limit from user_options / the options form;
             then waits for the job to run. The server's environment (API token included)
             travels in the request body on a pipe, never on a command line or in a file.
-  progress  says why the job waits: the daemon's pending_reason ("pending in interactive: no
-            GPU with 250m and 20GiB free").
+  options   the admin's presets (`presets`, like KubeSpawner's profile_list: "small: 0.25
+            GPU, 10GiB, 8h") and the free fields the admin allows (`free_fields`), read by
+            the daemon's own grammar (`gpuslice units`, options.py). A bad value comes back
+            on the form next to its field, and as HTTP 400 with the message in the REST API.
+  progress  says why the job waits, in plain words, with its place in the queue and, where
+            the running jobs' time limits tell, by when there is room (notice.py).
   poll      maps job states: pending/starting/running/stopping -> None (running); ended ->
             its exit status. A daemon that cannot be reached counts as running (a daemon
             restart must not stop servers; like batchspawner's UNKNOWN). While the server
@@ -17,22 +21,23 @@ How it maps JupyterHub's Spawner contract onto the daemon's API (docs/api.md):
             token) and reports that activity to the daemon (POST /v1/jobs/ID/activity, as the
             hub's root), so a silent running cell counts and an idle open tab does not.
   stop      cancels the job (SIGTERM, then SIGKILL after the daemon's grace) and waits for it.
-  state     {"job_id": ...}: a restarted hub re-adopts a running server.
+  state     {"job_id": ...}: a restarted hub re-adopts a running server; after gpuslice
+            stopped one (idle reclaim, time limit), what happened, which the hub's home page
+            and the notebook's banner tell the user (templates/, gpuslice_notice).
 
 The hub runs as root (as with LocalProcessSpawner); each hub user needs a Unix account of the
 same name. Only Debian 12's python3 libraries are used: tornado, traitlets, stdlib.
 """
 
 import asyncio
-import html
 import json
 import os
 import pwd
-import re
 import sys
 
+from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-from traitlets import Bool, Float, List, Unicode, default
+from traitlets import Bool, Dict, Float, List, Unicode, default
 
 from jupyterhub.spawner import Spawner
 from jupyterhub.utils import random_port
@@ -42,63 +47,11 @@ if _PKG_PARENT not in sys.path:  # gpuslice_jupyter sits next to this package
     sys.path.insert(0, _PKG_PARENT)
 from gpuslice_jupyter import CONFIG_DIR, DATA_DIR, client  # noqa: E402
 
+from . import notice  # noqa: E402
+from .options import (FIELDS, OptionError, check_presets, from_form, human_us,  # noqa: E402
+                      options_form, read_units, shown)
+
 _ACTIVE = ("pending", "starting", "running", "stopping")
-_MAX_OPTION_LEN = 32
-
-# ---- option parsing: the daemon's own units (docs/config.md), checked before submitting ----
-
-_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-          "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "tb": 1000 ** 4}
-_DUR = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _shown(value):
-    text = str(value)
-    return repr(text[:_MAX_OPTION_LEN] + ("..." if len(text) > _MAX_OPTION_LEN else ""))
-
-
-def parse_fraction(text):
-    """'0.25' or '250m' -> milli-GPU (1..1000); ValueError naming the value otherwise."""
-    t = str(text).strip()
-    m = re.fullmatch(r"(\d{1,4})m", t)
-    if m:
-        milli = int(m.group(1))
-    elif re.fullmatch(r"(0|1)?(\.\d{1,3})?", t) and t not in ("", "."):
-        milli = round(float(t) * 1000)
-    else:
-        raise ValueError(f"fraction {_shown(text)} is not a share of one GPU like '0.25' or '250m'")
-    if not 1 <= milli <= 1000:
-        raise ValueError(f"fraction {_shown(text)} must be more than 0 and at most one GPU")
-    return milli
-
-
-def parse_bytes(text):
-    """'10GiB', '512MiB', '0' -> bytes."""
-    t = str(text).strip()
-    m = re.fullmatch(r"(\d{1,15})\s*([a-zA-Z]{0,3})", t)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"memory {_shown(text)} is not an amount like '10GiB' or '512MiB'")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
-
-
-def parse_duration(text):
-    """'1h30m', '90s', '2h' -> seconds (at least 1)."""
-    t = str(text).strip()
-    parts = re.findall(r"(\d{1,7})([smhd])", t)
-    if not t or "".join(n + u for n, u in parts) != t:
-        raise ValueError(f"time {_shown(text)} is not a duration like '2h', '90m' or '1h30m'")
-    seconds = sum(int(n) * _DUR[u] for n, u in parts)
-    if seconds < 1:
-        raise ValueError(f"time {_shown(text)} must be at least one second")
-    return seconds
-
-
-def _human_seconds(s):
-    if s % 3600 == 0:
-        return f"{s // 3600}h"
-    if s % 60 == 0:
-        return f"{s // 60}m"
-    return f"{s}s"
 
 
 class GpusliceSpawner(Spawner):
@@ -126,6 +79,20 @@ class GpusliceSpawner(Spawner):
     default_time = Unicode(
         "", help="Time limit when the user asks for none (e.g. '4h'); empty: the queue's "
                  "time_limit").tag(config=True)
+    presets = List(
+        Dict(), help="Sizes offered on the form, like KubeSpawner's profile_list: dicts with "
+                     "'name', optional 'display_name', 'description', 'default', and any of "
+                     "'fraction', 'mem', 'time', 'queue', e.g. {'name': 'small', 'fraction': "
+                     "'0.25', 'mem': '10GiB', 'time': '8h'}. Users pick one ('preset' in the "
+                     "REST body); empty: no presets").tag(config=True)
+    free_fields = List(
+        Unicode(), default_value=None, allow_none=True,
+        help="Which of fraction, mem, time users may set themselves (within min/max_fraction, "
+             "max_memory and the queue's limit). None (default): all three without presets, "
+             "none with presets").tag(config=True)
+    gpuslice_command = Unicode(
+        "gpuslice", help="The gpuslice CLI, which reads the options by the daemon's own "
+                         "grammar (`gpuslice units`)").tag(config=True)
     min_fraction = Unicode("50m", help="Smallest share a user may ask for").tag(config=True)
     max_fraction = Unicode("1", help="Largest share a user may ask for").tag(config=True)
     max_memory = Unicode("", help="Largest memory cap a user may ask for; empty: any the "
@@ -160,8 +127,10 @@ class GpusliceSpawner(Spawner):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.job_id = ""
+        self.last_end = None  # notice.ended_record of the last server gpuslice ended
         self._progress_text = "Submitting to gpuslice"
         self._activity_error = ""
+        self._form_retry = None  # (values, {field: message}) after a refused form
 
     # ---- state ----
 
@@ -169,58 +138,63 @@ class GpusliceSpawner(Spawner):
         state = super().get_state()
         if self.job_id:
             state["job_id"] = self.job_id
+        if self.last_end:
+            state["gpuslice_last_end"] = self.last_end
         return state
 
     def load_state(self, state):
         super().load_state(state)
         job = str(state.get("job_id", "") or "")
         self.job_id = job if job.isdigit() else ""
+        end = state.get("gpuslice_last_end")
+        self.last_end = end if isinstance(end, dict) else None
 
     def clear_state(self):
+        # The last end is kept: the hub clears the state when a server stops, and that is when
+        # the home page must say why it stopped. A new start forgets it (start()).
         super().clear_state()
         self.job_id = ""
 
+    @property
+    def gpuslice_notice(self):
+        """{'kind', 'title', 'text'}: why the last server stopped, when gpuslice stopped it (the
+        hub's home page shows it, templates/home.html); None otherwise."""
+        return notice.ended_notice(self.last_end)
+
     # ---- options ----
 
+    def free_field_names(self):
+        if self.free_fields is None:
+            return () if self.presets else FIELDS
+        return tuple(f for f in FIELDS if f in self.free_fields)
+
     def _options_form(self, spawner=None):
-        def field(name, label, value, hint):
-            return (f'<div class="form-group"><label for="gs-{name}">{html.escape(label)}</label>'
-                    f'<input class="form-control" id="gs-{name}" name="{name}" '
-                    f'value="{html.escape(value)}" placeholder="{html.escape(hint)}"></div>')
-        queues = ""
-        if self.allowed_queues:
-            opts = "".join(f'<option value="{html.escape(q)}">{html.escape(q)}</option>'
-                           for q in [self.queue] + list(self.allowed_queues))
-            queues = (f'<div class="form-group"><label for="gs-queue">gpuslice queue</label>'
-                      f'<select class="form-control" id="gs-queue" name="queue">{opts}</select></div>')
-        return queues + "".join([
-            field("fraction", f"Share of a GPU ({self.min_fraction} to {self.max_fraction})",
-                  self.default_fraction, "e.g. 0.25 or 250m"),
-            field("mem", "GPU memory cap" + (f" (at most {self.max_memory})" if self.max_memory else ""),
-                  self.default_memory, "e.g. 10GiB; empty: in proportion to the share"),
-            field("time", "Time limit", self.default_time, "e.g. 4h; empty: the queue's limit"),
-        ])
+        values, errors = self._form_retry or (None, None)
+        return options_form(self, values, errors)
 
     @default("options_from_form")
     def _default_options_from_form(self):
-        def from_form(formdata):
-            out = {}
-            for key in ("fraction", "mem", "time", "queue"):
-                v = formdata.get(key, [""])
-                v = v[0] if isinstance(v, list) and v else v
-                if isinstance(v, bytes):
-                    v = v.decode("utf-8", "replace")
-                if isinstance(v, str) and v.strip():
-                    out[key] = v.strip()
-            return out
-        return from_form
+        async def checked(formdata):
+            opts = from_form(formdata)
+            try:
+                await self.resolve_options(opts)
+            except OptionError as e:
+                # The hub renders the form again with this message; the form puts the values
+                # back and the message under the field.
+                self._form_retry = (opts, {e.field: str(e)})
+                raise ValueError(str(e)) from None
+            self._form_retry = None
+            return opts
+        return checked
 
-    def chosen_queue(self):
-        """The queue of this spawn: `queue`, or the 'queue' option when allowed_queues has it."""
-        q = (self.user_options or {}).get("queue") or self.queue
+    def chosen_queue(self, opts=None, preset=None):
+        """The queue of this spawn: `queue`, or the 'queue' option (or the preset's) when
+        allowed_queues has it."""
+        opts = self.user_options if opts is None else opts
+        q = (opts or {}).get("queue") or (preset or {}).get("queue") or self.queue
         if q != self.queue and q not in self.allowed_queues:
-            raise ValueError(f"queue {_shown(q)} is not offered here (choose from: "
-                             f"{', '.join([self.queue] + list(self.allowed_queues))})")
+            raise OptionError("queue", f"queue {shown(q)} is not offered here (choose from: "
+                                       f"{', '.join([self.queue] + list(self.allowed_queues))})")
         return q
 
     def _queue_info(self, queue):
@@ -233,38 +207,67 @@ class GpusliceSpawner(Spawner):
                 return q
         raise RuntimeError(f"gpuslice has no queue {queue!r} (GpusliceSpawner.queue)")
 
-    def validated_options(self, queue_info):
-        """The submit fields from user_options, checked against this spawner's bounds and the
-        queue's time limit. ValueError names the option and the value."""
-        opts = dict(self.user_options or {})
-        unknown = sorted(set(opts) - {"fraction", "mem", "time", "queue"})
-        if unknown:
-            raise ValueError(f"unknown option {_shown(unknown[0])} (known: fraction, mem, time"
-                             f"{', queue' if self.allowed_queues else ''})")
-        fields = {}
-        frac = opts.get("fraction") or self.default_fraction
-        if frac:
-            milli = parse_fraction(frac)
-            lo, hi = parse_fraction(self.min_fraction), parse_fraction(self.max_fraction)
-            if not lo <= milli <= hi:
-                raise ValueError(f"fraction {_shown(frac)} is outside {self.min_fraction}.."
-                                 f"{self.max_fraction} allowed here")
-            fields["fraction"] = f"{milli}m"
-        mem = opts.get("mem") or self.default_memory
-        if mem:
-            b = parse_bytes(mem)
-            if self.max_memory and b > parse_bytes(self.max_memory):
-                raise ValueError(f"memory {_shown(mem)} is more than {self.max_memory} allowed here")
-            fields["mem"] = str(mem).strip()
-        t = opts.get("time") or self.default_time
-        if t:
-            sec = parse_duration(t)
-            limit_us = int(queue_info.get("time_limit_us") or 0)
-            if limit_us and sec * 1_000_000 > limit_us:
-                raise ValueError(f"time {_shown(t)} is more than queue {queue_info.get('name')!r} allows "
-                                 f"({_human_seconds(limit_us // 1_000_000)})")
-            fields["time"] = f"{sec}s"
-        return fields
+    def _preset(self, opts):
+        presets = list(self.presets)
+        if not presets:
+            if opts.get("preset"):
+                raise OptionError("preset", f"preset {shown(opts['preset'])} is not offered here "
+                                            f"(no presets are defined)")
+            return None
+        check_presets(presets)
+        name = opts.get("preset") or next((p["name"] for p in presets if p.get("default")),
+                                          presets[0]["name"])
+        for p in presets:
+            if p["name"] == name:
+                return p
+        raise OptionError("preset", f"preset {shown(name)} is not offered here (choose from: "
+                                    f"{', '.join(p['name'] for p in presets)})")
+
+    async def resolve_options(self, opts):
+        """The queue and the submit fields from `opts` (user_options): the preset's values,
+        then the free fields the admin allows, each read by the daemon's grammar and checked
+        against this spawner's bounds and the queue's time limit. OptionError names the option
+        and the value. Returns (queue, fields)."""
+        opts = dict(opts or {})
+        free = self.free_field_names()
+        known = set(free) | {"queue"} | ({"preset"} if self.presets else set())
+        for key in sorted(opts):
+            if key in FIELDS and key not in free:
+                raise OptionError(key, f"option {key!r} is not offered here" +
+                                  (f": choose a preset ({', '.join(p['name'] for p in self.presets)})"
+                                   if self.presets else ""))
+            if key not in known:
+                raise OptionError(None, f"unknown option {shown(key)} (known: "
+                                        f"{', '.join(sorted(known)) or 'none'})")
+        preset = self._preset(opts)
+        queue = self.chosen_queue(opts, preset)
+        qinfo = await asyncio.get_running_loop().run_in_executor(None, self._queue_info, queue)
+        text = {"fraction": self.default_fraction, "mem": self.default_memory,
+                "time": self.default_time}
+        for f in FIELDS:
+            if preset and preset.get(f):
+                text[f] = str(preset[f])
+            if f in free and opts.get(f):
+                text[f] = str(opts[f])
+        text = {f: v for f, v in text.items() if v}
+        values = await read_units(self.gpuslice_command, **text)
+        if "fraction" in text and "fraction" in free and opts.get("fraction"):
+            lo, hi = await read_units(self.gpuslice_command, fraction=self.min_fraction), \
+                await read_units(self.gpuslice_command, fraction=self.max_fraction)
+            if not lo["fraction"] <= values["fraction"] <= hi["fraction"]:
+                raise OptionError("fraction", f"fraction {shown(text['fraction'])} is outside "
+                                              f"{self.min_fraction}..{self.max_fraction} allowed here")
+        if "mem" in text and "mem" in free and opts.get("mem") and self.max_memory:
+            cap = (await read_units(self.gpuslice_command, mem=self.max_memory))["mem"]
+            if values["mem"] > cap:
+                raise OptionError("mem", f"memory {shown(text['mem'])} is more than {self.max_memory} "
+                                         f"allowed here")
+        limit_us = int(qinfo.get("time_limit_us") or 0) or int(qinfo.get("max_duration_us") or 0)
+        if "time" in text and limit_us and values["time"] > limit_us:
+            raise OptionError("time", f"time {shown(text['time'])} is more than queue {queue!r} "
+                                      f"allows ({human_us(limit_us)})")
+        # The texts the daemon reads again by the same grammar (so nothing is lost in between).
+        return queue, text
 
     # ---- talking to the daemon ----
 
@@ -327,9 +330,12 @@ class GpusliceSpawner(Spawner):
         except KeyError:
             raise RuntimeError(f"no Unix user {self.user.name!r}: each hub user needs an "
                                f"account of the same name") from None
-        queue = self.chosen_queue()  # ValueError: the hub shows it to the user
-        qinfo = await asyncio.get_running_loop().run_in_executor(None, self._queue_info, queue)
-        fields = self.validated_options(qinfo)
+        try:
+            queue, fields = await self.resolve_options(self.user_options)
+        except OptionError as e:
+            # The REST API answers 400 with the message ("%s": the text is not a format).
+            raise web.HTTPError(400, "%s", str(e)) from None
+        self.last_end = None  # a new server: the last one's story is told
         self.port = random_port()
         env = self.get_env()  # after the port: JUPYTERHUB_SERVICE_URL carries it
         body = {"argv": self.cmd + self.get_args(), "queue": queue, "env": env,
@@ -353,8 +359,7 @@ class GpusliceSpawner(Spawner):
                 why = job.get("reason") or state
                 raise RuntimeError(f"gpuslice job {self.job_id} ended before the server started "
                                    f"({state}: {why}); see `gpuslice logs {self.job_id}`")
-            pr = job.get("pending_reason") or {}
-            self._progress_text = (pr.get("text") if state == "pending" and pr.get("text")
+            self._progress_text = (notice.waiting_text(job, queue) if state == "pending"
                                    else f"gpuslice job {self.job_id} is {state}")
             await asyncio.sleep(0.5)
             try:
@@ -368,7 +373,7 @@ class GpusliceSpawner(Spawner):
             text = self._progress_text
             if text != last:
                 last = text
-                pct = 20 if text.startswith("pending") else 50
+                pct = 20 if text.startswith("Waiting") else 50
                 yield {"progress": pct, "message": text}
             await asyncio.sleep(1)
 
@@ -394,6 +399,8 @@ class GpusliceSpawner(Spawner):
             return None
         self.log.info("gpuslice job %s of %s ended: %s %s", self.job_id, self.user.name, state,
                       job.get("reason") or "")
+        # The home page and the notebook's banner say what happened (gpuslice_notice).
+        self.last_end = notice.ended_record(job)
         if isinstance(job.get("exit_code"), int):
             return job["exit_code"]
         if isinstance(job.get("exit_signal"), int):
