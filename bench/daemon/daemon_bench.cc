@@ -87,7 +87,10 @@ Figures RunHost(gs::store::Sync sync, bool reads, int pace_ms,
   gs::daemon::DaemonOptions opt;
   opt.state_dir = (dir / "state").string();
   opt.simulated = true;
-  gs::daemon::Daemon daemon(gs::sched::DefaultConfig(), opt, std::move(store).value(),
+  // One submitting user stands for many: the built-in per-user caps would hold it to 8 jobs.
+  gs::sched::Config config = gs::sched::DefaultConfig();
+  for (auto& q : config.queues) q.user_max_jobs = q.user_max_milli = 0;
+  gs::daemon::Daemon daemon(std::move(config), opt, std::move(store).value(),
                             std::move(backend).value(), gs::exec::NewProcessLauncher("", ready_stubs),
                             gs::devices::SystemClock());
   if (!daemon.Start().ok()) std::exit(1);

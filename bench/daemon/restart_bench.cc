@@ -37,6 +37,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// The built-in queues without per-user caps: the journal is a busy host's, as before the caps.
+gs::sched::Config Uncapped() {
+  gs::sched::Config c = gs::sched::DefaultConfig();
+  for (auto& q : c.queues) q.user_max_jobs = q.user_max_milli = 0;
+  return c;
+}
+
 struct Plan {
   gs::Micros end = 0;
   bool goes_idle = false;
@@ -47,7 +54,7 @@ std::size_t BuildJournal(const std::string& state, int days, gs::devices::FakeBa
   auto store = gs::store::OpenSqliteStore(state, gs::store::Sync::kProcess).value();
   // The daemon's seed: the daemon reads it from the store, so replays match this scheduler.
   (void)store->PutMeta("scheduler_seed", "42");
-  gs::sched::Scheduler sched(gs::sched::DefaultConfig(), 42);
+  gs::sched::Scheduler sched(Uncapped(), 42);
   gs::store::WriteBatch batch;
   std::size_t entries = 0;
   auto feed = [&](const gs::sched::Event& e) {
@@ -120,7 +127,7 @@ std::pair<double, std::size_t> StartOnce(const std::string& state, std::size_t c
   o.compact_journal_at = compact_at;
   auto backend = gs::devices::FakeBackend::Create("8xH100-80GB", [] { return gs::Micros(0); }).value();
   auto t0 = Clock::now();
-  gs::daemon::Daemon d(gs::sched::DefaultConfig(), o, std::move(store), std::move(backend),
+  gs::daemon::Daemon d(Uncapped(), o, std::move(store), std::move(backend),
                        std::make_unique<gs::exec::FakeLauncher>(),
                        [] { return gs::Micros(1'000 * gs::kSecond + 400LL * 24 * gs::kHour); });
   if (!d.Start().ok()) std::abort();

@@ -87,6 +87,8 @@ Result Run(const std::string& policy, std::uint64_t steps, std::uint64_t seed, b
   for (QueueConfig& q : config.queues) {
     q.placement = policy;
     q.idle.enabled = false;  // no Ticks in this benchmark
+    q.user_max_jobs = 0;     // the load of the baselines (docs/sim.md): no per-user caps
+    q.user_max_milli = 0;
   }
   Scheduler s(config, seed);
   s.SetReferencePlacement(reference);

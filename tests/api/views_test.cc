@@ -156,7 +156,8 @@ json ADevice() {
   d.reserved_for = 9;
   d.clients = 2;
   d.slices = {3, 4};
-  d.mig_layout = {{19, 0}, {14, 4}};
+  d.held_milli = 643;
+  d.mig_layout = {{19, 0, "1g.5gb", 5 << 30, 143, 3}, {14, 4, "2g.10gb", 10LL << 30, 286, 0}};
   d.util_percent = 12.5;  // memory_used stays unknown: null, never 0
   return d.ToJson();
 }

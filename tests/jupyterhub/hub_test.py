@@ -493,7 +493,23 @@ def t8_user_stop(user):
     jj = job(j["id"])
     check(jj["state"] == "cancelled", f"job {j['id']} is {jj['state']}, want cancelled")
     uid = pwd.getpwnam(user).pw_uid
-    wait_for(lambda: not procs_of(uid), 10, f"no process of {user} left")
+    try:
+        # The job's group is gone (cancelled); a loaded machine may take a while to reap it.
+        wait_for(lambda: not procs_of(uid), 20, f"no process of {user} left")
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {describe_procs(procs_of(uid))}") from None
+
+
+def describe_procs(pids):
+    out = []
+    for p in pids:
+        try:
+            cmd = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode("utf-8", "replace")
+            stat = open(f"/proc/{p}/stat").read().split()
+            out.append(f"pid {p} state {stat[2]} ppid {stat[3]} pgrp {stat[4]}: {cmd[:120]}")
+        except OSError:
+            out.append(f"pid {p}: gone")
+    return "; ".join(out)
 
 
 def t3_t5_idle_reclaim(user, token):
