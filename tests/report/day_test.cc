@@ -246,7 +246,8 @@ TEST_F(DayTest, VerdictWeighsLongWaits) {
   Run b;
   b.id = big;
   b.pid = (*d->GetJob(JobId(big)))["job"]["pid"].get<int>();
-  for (const auto& s : d->Slices()["slices"]) {
+  const Json slices = d->Slices();
+  for (const auto& s : slices["slices"]) {
     if (s["job"].get<std::uint64_t>() == big) b.devices = s["devices"].get<std::vector<int>>();
   }
   Busy(b, 900);
