@@ -198,6 +198,35 @@ bool Record(const char* path, const char* result) {
   _exit(kNoGoAhead);
 }
 
+// The value of `name` in a NULL-terminated environment, or nullptr.
+const char* EnvValue(char** envp, const char* name) {
+  const size_t n = strlen(name);
+  for (char** e = envp; *e != nullptr; ++e) {
+    if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') return *e + n + 1;
+  }
+  return nullptr;
+}
+
+// A capped slice's process must load the memory-cap interposer: the dynamic linker only warns
+// about a preloaded library it cannot open and runs the program anyway, without its cap. Returns
+// the first libgpuslice-cuda entry of LD_PRELOAD this user cannot read (into `buf`), or nullptr.
+const char* UnreadableCapLibrary(char** envp, char* buf, size_t size) {
+  const char* cap = EnvValue(envp, "GPUSLICE_MEMCAP_BYTES");
+  const char* preload = EnvValue(envp, "LD_PRELOAD");
+  if (cap == nullptr || cap[0] == '\0' || strcmp(cap, "0") == 0 || preload == nullptr) return nullptr;
+  for (const char* p = preload; *p != '\0';) {
+    const size_t len = strcspn(p, ": ");
+    if (len > 0 && len < size) {
+      memcpy(buf, p, len);
+      buf[len] = '\0';
+      if (strstr(buf, "libgpuslice-cuda") != nullptr && access(buf, R_OK) != 0) return buf;
+    }
+    p += len;
+    if (*p != '\0') ++p;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int main(int argc, char** argv_of_stub) {
@@ -274,6 +303,10 @@ int main(int argc, char** argv_of_stub) {
       if (setuid(static_cast<uid_t>(uid)) != 0) Fail("setuid", "");
     }
     if (chdir(cwd) != 0) Fail("chdir ", cwd);
+    static char lib[4096];
+    if (const char* missing = UnreadableCapLibrary(envp, lib, sizeof(lib))) {
+      Fail("memory cap: not running the job without its cap: cannot read the interposer ", missing);
+    }
     // The job's PATH, not this program's (empty) one, finds argv[0]: execvp searches getenv().
     environ = envp;
     execvp(argv[0], argv);

@@ -17,6 +17,8 @@ typedef struct CUstream_st* CUstream;
 typedef struct CUmemPoolHandle_st* CUmemoryPool;
 typedef struct CUarray_st* CUarray;
 typedef struct CUmipmappedArray_st* CUmipmappedArray;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphNode_st* CUgraphNode;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef std::uint64_t cuuint64_t;
 
@@ -88,6 +90,47 @@ typedef struct {
   } allocFlags;
 } CUmemAllocationProp;
 
+// CUmemPool_attribute: the pool keeps up to this many freed bytes instead of releasing them at a
+// synchronisation (value type cuuint64_t; default 0).
+inline constexpr int CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4;
+// CUgraphNodeType of a memory allocation node.
+inline constexpr int CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10;
+
+typedef struct {
+  int allocType;    // CUmemAllocationType
+  int handleTypes;  // CUmemAllocationHandleType
+  CUmemLocation location;
+  void* win32SecurityAttributes;
+  std::size_t maxSize;
+  unsigned short usage;
+  unsigned char reserved[54];
+} CUmemPoolProps;  // CUmemPoolProps_v1
+
+typedef struct {
+  CUmemPoolProps poolProps;
+  const void* accessDescs;  // const CUmemAccessDesc*
+  std::size_t accessDescCount;
+  std::size_t bytesize;
+  CUdeviceptr dptr;
+} CUDA_MEM_ALLOC_NODE_PARAMS;  // _v1 and _v2 have one layout
+
+// CUgraphNodeParams (cuGraphAddNode, CUDA 12.2+): only the allocation member is read, and only
+// when `type` says so.
+typedef struct {
+  int type;  // CUgraphNodeType
+  int reserved0[3];
+  union {
+    long long reserved1[29];
+    CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+  };
+  long long reserved2;
+} CUgraphNodeParams;
+
+// Checked against CUDA 13.0's cuda.h (sizeof/offsetof printed there).
+static_assert(sizeof(CUmemPoolProps) == 88);
+static_assert(offsetof(CUDA_MEM_ALLOC_NODE_PARAMS, bytesize) == 104);
+static_assert(offsetof(CUgraphNodeParams, alloc) == 16 && sizeof(CUgraphNodeParams) == 256);
+
 // Signatures of the driver entry points gpuslice intercepts or calls.
 typedef CUresult (*PFN_cuMemAlloc_v2)(CUdeviceptr* dptr, std::size_t bytesize);
 typedef CUresult (*PFN_cuMemAllocPitch_v2)(CUdeviceptr* dptr, std::size_t* pitch,
@@ -112,6 +155,18 @@ typedef CUresult (*PFN_cuMipmappedArrayCreate)(CUmipmappedArray* handle,
 typedef CUresult (*PFN_cuMipmappedArrayDestroy)(CUmipmappedArray handle);
 typedef CUresult (*PFN_cuMemGetInfo_v2)(std::size_t* free_bytes, std::size_t* total_bytes);
 typedef CUresult (*PFN_cuDeviceTotalMem_v2)(std::size_t* bytes, CUdevice device);
+typedef CUresult (*PFN_cuMemPoolSetAttribute)(CUmemoryPool pool, int attr, void* value);
+typedef CUresult (*PFN_cuGraphAddMemAllocNode)(CUgraphNode* node, CUgraph graph,
+                                               const CUgraphNode* deps, std::size_t num_deps,
+                                               CUDA_MEM_ALLOC_NODE_PARAMS* params);
+// CUDA 12.2 ABI (exported as "cuGraphAddNode").
+typedef CUresult (*PFN_cuGraphAddNode)(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                       std::size_t num_deps, CUgraphNodeParams* params);
+// CUDA 12.3+ ABI with edge data (exported as "cuGraphAddNode_v2").
+typedef CUresult (*PFN_cuGraphAddNode_v2)(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                          const void* edge_data, std::size_t num_deps,
+                                          CUgraphNodeParams* params);
+typedef CUresult (*PFN_cuGraphDestroy)(CUgraph graph);
 // CUDA 11.3-11.8 signature (exported as "cuGetProcAddress").
 typedef CUresult (*PFN_cuGetProcAddress)(const char* symbol, void** pfn, int cuda_version,
                                          cuuint64_t flags);

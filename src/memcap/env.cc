@@ -39,12 +39,13 @@ std::string LibraryPath() {
 }
 
 std::vector<std::pair<std::string, std::string>> SliceEnvironment(std::string_view slice_key,
-                                                                  Bytes cap) {
+                                                                  Bytes cap, Bytes context_bytes) {
   std::vector<std::pair<std::string, std::string>> env;
   if (cap <= 0) return env;
   if (std::string lib = LibraryPath(); !lib.empty()) env.emplace_back("LD_PRELOAD", lib);
   env.emplace_back(kEnvCapBytes, std::to_string(cap));
   env.emplace_back(kEnvSlice, std::string(slice_key));
+  if (context_bytes > 0) env.emplace_back(kEnvContextBytes, std::to_string(context_bytes));
   return env;
 }
 

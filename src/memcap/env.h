@@ -25,8 +25,8 @@ namespace gpuslice::memcap {
 inline constexpr char kEnvLibrary[] = "GPUSLICE_CUDA_LIB";      // override of LibraryPath()
 inline constexpr char kEnvCapBytes[] = "GPUSLICE_MEMCAP_BYTES";  // decimal bytes, > 0
 inline constexpr char kEnvSlice[] = "GPUSLICE_SLICE";            // slice key -> segment name
-// Optional, not set by SliceEnvironment(): bytes charged once per process for its CUDA context
-// (a few hundred MiB on recent GPUs), which allocation hooks cannot see.
+// Bytes charged once per process for its CUDA context (a few hundred MiB on recent GPUs), which
+// allocation hooks cannot see; set by SliceEnvironment() from the device's context reserve.
 inline constexpr char kEnvContextBytes[] = "GPUSLICE_MEMCAP_CONTEXT_BYTES";
 
 // Absolute path of libgpuslice-cuda.so, looked up in this order:
@@ -41,12 +41,15 @@ std::string LibraryPath();
 
 // Environment to add to every process of a `shared` slice:
 //   LD_PRELOAD=<LibraryPath()>        (omitted when LibraryPath() is ""; the executor should
-//                                      put it in front of a user's own LD_PRELOAD, ':'-joined)
-//   GPUSLICE_MEMCAP_BYTES=<cap>       (decimal bytes)
+//                                      put it in front of a user's own LD_PRELOAD, ':'-joined,
+//                                      and first check it with CheckInterposer(), check.h)
+//   GPUSLICE_MEMCAP_BYTES=<cap>       (decimal bytes: what the slice holds on its device, its
+//                                      processes' contexts included)
 //   GPUSLICE_SLICE=<slice_key>
+//   GPUSLICE_MEMCAP_CONTEXT_BYTES=<n> (only when context_bytes > 0)
 // `cap` <= 0 means no cap: the list is then empty.
 std::vector<std::pair<std::string, std::string>> SliceEnvironment(std::string_view slice_key,
-                                                                  Bytes cap);
+                                                                  Bytes cap, Bytes context_bytes = 0);
 
 // Name of the POSIX shared-memory object (for shm_open) holding the slice's accounting:
 // "/gpuslice-memcap-<key>", with characters outside [A-Za-z0-9._-] replaced and a hash of the

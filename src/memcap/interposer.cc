@@ -17,6 +17,8 @@
 // The real driver functions are found with the real dlsym on libcuda.so.1's own handle, which
 // never sees this library.
 
+#include "memcap/glibc_compat.h"  // first: binds libc references to old versions
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -120,6 +122,11 @@ enum Hook : int {
   kDeviceTotalMem,
   kGetProcAddress,
   kGetProcAddressV2,
+  kMemPoolSetAttribute,
+  kGraphAddMemAllocNode,
+  kGraphAddNode,
+  kGraphAddNodeV2,
+  kGraphDestroy,
   kHookCount
 };
 
@@ -213,10 +220,12 @@ struct Process {
   int slot = -1;             // -1 until the first accounted call (and after fork in the child)
   std::int32_t pid = 0;
   bool warned_refusal = false;
+  bool warned_pool = false;
   bool log_all = false;
   PtrTable ptrs;             // device pointers: cuMemAlloc*, cuMemAllocManaged, async, pools
   PtrTable arrays;           // CUarray, CUmipmappedArray
   PtrTable handles;          // CUmemGenericAllocationHandle
+  PtrTable graphs;           // CUgraph -> bytes of its memory allocation nodes
 };
 
 // Never destroyed: hooks may run during and after static destruction.
@@ -236,6 +245,8 @@ void AtForkChild() {
   new (&p.arrays) PtrTable();
   p.handles.~PtrTable();
   new (&p.handles) PtrTable();
+  p.graphs.~PtrTable();
+  new (&p.graphs) PtrTable();
 }
 
 void InitProcess() {
@@ -632,6 +643,100 @@ GPUSLICE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray handle) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Stream-ordered pools and CUDA graphs: memory a process holds without an allocation call that
+// returns it.
+
+// A pool keeps freed memory up to its release threshold instead of giving it back at the next
+// synchronisation. Frees count as given back the moment they are made (FreeAsync), so a pool that
+// kept them would hold memory its slice's cap no longer counts (PyTorch's cudaMallocAsync backend
+// sets the threshold to UINT64_MAX): in a capped process every threshold is lowered to 0, the
+// driver's default, and pools release what they keep at each synchronisation.
+GPUSLICE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, int attr, void* value) {
+  auto real = REAL(kMemPoolSetAttribute, PFN_cuMemPoolSetAttribute);
+  if (real == nullptr) return NotFound();
+  Process* p = Proc();
+  if (p == nullptr || attr != CU_MEMPOOL_ATTR_RELEASE_THRESHOLD || value == nullptr) {
+    return real(pool, attr, value);
+  }
+  cuuint64_t asked = 0;
+  std::memcpy(&asked, value, sizeof asked);
+  if (asked == 0) return real(pool, attr, value);
+  if (!__atomic_exchange_n(&p->warned_pool, true, __ATOMIC_ACQ_REL)) {
+    Log("a memory pool's release threshold of %llu bytes lowered to 0: memory a pool keeps after "
+        "frees is not counted against slice '%s''s cap, so pools give it back at synchronisation",
+        static_cast<unsigned long long>(asked), p->slice != nullptr ? p->slice : "");
+  }
+  cuuint64_t zero = 0;
+  return real(pool, attr, &zero);
+}
+
+namespace {
+// A graph's memory allocation nodes are charged to the graph when they are added (the driver
+// allocates them from the device's graph memory pool when the graph runs, and keeps that memory
+// between launches) and given back when the graph is destroyed. Conservative: memory a graph frees
+// inside itself stays charged until then.
+template <typename Call>
+CUresult AddAllocNode(const char* what, CUgraph graph, std::size_t bytesize, Call&& call) {
+  Process* p = Proc();
+  if (p == nullptr || graph == nullptr) return call();
+  const auto bytes = static_cast<std::int64_t>(bytesize);
+  int slot = ReserveOrRefuse(*p, what, bytes);
+  if (slot < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult rc = call();
+  if (rc != CUDA_SUCCESS) {
+    Cancel(p->seg, slot, p->pid, bytes);
+    return rc;
+  }
+  Commit(p->seg, slot, p->pid, bytes);
+  const auto key = reinterpret_cast<std::uintptr_t>(graph);
+  pthread_mutex_lock(&p->mu);
+  const std::int64_t held = p->graphs.Take(key);
+  p->graphs.Put(key, (held > 0 ? held : 0) + bytes);
+  pthread_mutex_unlock(&p->mu);
+  return rc;
+}
+}  // namespace
+
+GPUSLICE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                std::size_t num_deps, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  auto real = REAL(kGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode);
+  if (real == nullptr) return NotFound();
+  if (params == nullptr) return real(node, graph, deps, num_deps, params);
+  return AddAllocNode("cuGraphAddMemAllocNode", graph, params->bytesize,
+                      [&] { return real(node, graph, deps, num_deps, params); });
+}
+
+GPUSLICE_EXPORT CUresult cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                        std::size_t num_deps, CUgraphNodeParams* params) {
+  auto real = REAL(kGraphAddNode, PFN_cuGraphAddNode);
+  if (real == nullptr) return NotFound();
+  if (params == nullptr || params->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+    return real(node, graph, deps, num_deps, params);
+  }
+  return AddAllocNode("cuGraphAddNode", graph, params->alloc.bytesize,
+                      [&] { return real(node, graph, deps, num_deps, params); });
+}
+
+GPUSLICE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                           const void* edge_data, std::size_t num_deps,
+                                           CUgraphNodeParams* params) {
+  auto real = REAL(kGraphAddNodeV2, PFN_cuGraphAddNode_v2);
+  if (real == nullptr) return NotFound();
+  if (params == nullptr || params->type != CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+    return real(node, graph, deps, edge_data, num_deps, params);
+  }
+  return AddAllocNode("cuGraphAddNode", graph, params->alloc.bytesize,
+                      [&] { return real(node, graph, deps, edge_data, num_deps, params); });
+}
+
+GPUSLICE_EXPORT CUresult cuGraphDestroy(CUgraph graph) {
+  auto real = REAL(kGraphDestroy, PFN_cuGraphDestroy);
+  if (real == nullptr) return NotFound();
+  return Deallocate(Proc(), reinterpret_cast<std::uintptr_t>(graph), &Process::graphs,
+                    [&] { return real(graph); });
+}
+
+// ---------------------------------------------------------------------------------------------
 // cuMemGetInfo: the slice's view. total = min(cap, device total); free = what is left of the cap
 // after every live process of the slice, never more than the device really has free. Never an
 // error because usage is above the cap (it can be, by pitch slack): free is then 0.
@@ -803,6 +908,16 @@ __attribute__((constructor)) void InitHookTable() {
        11030, 12000, false},
       {kGetProcAddressV2, "cuGetProcAddress_v2", reinterpret_cast<void*>(&cuGetProcAddress_v2),
        "cuGetProcAddress", 12000, 0, false},
+      {kMemPoolSetAttribute, "cuMemPoolSetAttribute", reinterpret_cast<void*>(&cuMemPoolSetAttribute),
+       "cuMemPoolSetAttribute", 11020, 0, false},
+      {kGraphAddMemAllocNode, "cuGraphAddMemAllocNode", reinterpret_cast<void*>(&cuGraphAddMemAllocNode),
+       "cuGraphAddMemAllocNode", 11040, 0, false},
+      {kGraphAddNode, "cuGraphAddNode", reinterpret_cast<void*>(&cuGraphAddNode), "cuGraphAddNode", 12020,
+       12030, false},
+      {kGraphAddNodeV2, "cuGraphAddNode_v2", reinterpret_cast<void*>(&cuGraphAddNode_v2), "cuGraphAddNode",
+       12030, 0, false},
+      {kGraphDestroy, "cuGraphDestroy", reinterpret_cast<void*>(&cuGraphDestroy), "cuGraphDestroy", 10000, 0,
+       false},
   };
   for (const auto& e : table) {
     g_hooks[e.id].name = e.name;

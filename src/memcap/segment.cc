@@ -4,11 +4,14 @@
 
 #include "memcap/segment.h"
 
+#include "memcap/glibc_compat.h"  // first: binds libc references to old versions (interposer)
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -142,7 +145,16 @@ int ClaimSlot(Segment* seg, std::int32_t pid, std::uint64_t start_time, AliveFn 
   int free_slot = -1;
   for (std::uint32_t i = 0; i < seg->slots_high && i < kMaxSlots; ++i) {
     Slot& s = seg->slots[i];
-    if (s.pid == pid && s.start_time == start_time) return static_cast<int>(i);  // re-claim
+    if (s.pid == pid && s.start_time == start_time) {
+      // The same process claims again: a running program image claims once, so this is a new
+      // image after exec. The old image's device memory went with its address space (its CUDA
+      // context with it): the slot starts empty instead of inheriting a charge nobody can free.
+      seg->used -= s.committed + s.inflight;
+      if (seg->used < 0) seg->used = 0;
+      s.committed = 0;
+      s.inflight = 0;
+      return static_cast<int>(i);
+    }
     if (free_slot < 0 && s.pid == 0) free_slot = static_cast<int>(i);
   }
   if (free_slot < 0 && seg->slots_high < static_cast<std::uint32_t>(kMaxSlots)) {
@@ -238,7 +250,10 @@ Segment* MapSegment(const char* name, std::int64_t cap, bool create) {
   Segment* seg = nullptr;
   struct stat st;
   int saved_errno = 0;
-  if (flock(fd, LOCK_EX) != 0 || fstat(fd, &st) != 0) {
+  // The raw system call, not fstat(): glibc's fstat is versioned GLIBC_2.33, which an older
+  // glibc could not load the interposer with (glibc_compat.h). The kernel's struct stat is
+  // glibc's on x86-64 and aarch64.
+  if (flock(fd, LOCK_EX) != 0 || syscall(SYS_fstat, fd, &st) != 0) {
     saved_errno = errno;
   } else if (create && st.st_uid != geteuid()) {
     saved_errno = EACCES;

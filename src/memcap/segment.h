@@ -61,7 +61,9 @@ std::uint64_t ProcessStartTime(std::int32_t pid);
 // (the interposer serialises initialisation with flock on the shm file descriptor).
 bool InitSegment(Segment* seg, std::int64_t cap);
 
-// Claims a slot for (pid, start_time), reusing a free or dead one. -1 when all are live.
+// Claims a slot for (pid, start_time), reusing a free or dead one. -1 when all are live. A
+// process that already holds a slot gets it back emptied: that is a new program image after
+// exec, whose predecessor's memory the driver freed with its address space.
 int ClaimSlot(Segment* seg, std::int32_t pid, std::uint64_t start_time, AliveFn alive);
 // Frees a slot at clean process exit; its bytes return to the slice.
 void ReleaseSlot(Segment* seg, int slot, std::int32_t pid);

@@ -176,6 +176,38 @@ TEST(ProcessLauncher, MissingProgramFailsInTheLogWith127) {
   fs::remove_all(dir);
 }
 
+// A capped slice whose interposer cannot be read would run uncapped (the dynamic linker only
+// warns about a preload it cannot open): the stub refuses to run it, saying why in the log.
+TEST(ProcessLauncher, CappedJobWhoseInterposerIsMissingDoesNotRun) {
+  auto dir = TempDir("nocap");
+  auto l = NewProcessLauncher();
+  auto spec = Spec(dir, {"sh", "-c", "echo ran > ran.txt"});
+  const std::string missing = (dir / "gone" / "libgpuslice-cuda.so").string();
+  spec.env.emplace_back("LD_PRELOAD", missing);
+  spec.env.emplace_back("GPUSLICE_MEMCAP_BYTES", "1073741824");
+  auto h = l->Start(spec, [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_TRUE(h.ok());
+  auto e = WaitGone(*l, *h);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 127);
+  EXPECT_FALSE(fs::exists(dir / "ran.txt"));
+  const std::string log = Slurp(dir / "job.log");
+  EXPECT_NE(log.find("memory cap: not running the job without its cap"), std::string::npos) << log;
+  EXPECT_NE(log.find(missing), std::string::npos) << log;
+
+  // The real interposer: the job runs (and so does one without a cap, whatever LD_PRELOAD holds).
+  auto ok = Spec(dir, {"sh", "-c", "echo ran > ran.txt"});
+  ok.env.emplace_back("LD_PRELOAD", GPUSLICE_BUILD_DIR "/lib/libgpuslice-cuda.so");
+  ok.env.emplace_back("GPUSLICE_MEMCAP_BYTES", "1073741824");
+  auto h2 = l->Start(ok, [](const ProcessHandle&) { return Status::Ok(); });
+  ASSERT_TRUE(h2.ok());
+  auto e2 = WaitGone(*l, *h2);
+  ASSERT_TRUE(e2.has_value());
+  EXPECT_EQ(e2->exit_code, 0) << Slurp(dir / "job.log");
+  EXPECT_TRUE(fs::exists(dir / "ran.txt"));
+  fs::remove_all(dir);
+}
+
 TEST(ProcessLauncher, RunsAsTheSubmittingUser) {
   if (!CanSwitchUsers()) GTEST_SKIP() << "needs root";
   auto dir = TempDir("user");

@@ -180,6 +180,45 @@ FAKE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray handle) {
   return HostFree(reinterpret_cast<CUdeviceptr>(handle));
 }
 
+// Stream-ordered pools: the release threshold last set (what the driver was asked to keep).
+namespace {
+std::atomic<unsigned long long> g_pool_threshold{0};
+std::atomic<long long> g_graph_alloc_nodes{0};
+}  // namespace
+FAKE_EXPORT unsigned long long fakecuda_pool_threshold() { return g_pool_threshold.load(); }
+FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool, int attr, void* value) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (attr == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) {
+    cuuint64_t v = 0;
+    std::memcpy(&v, value, sizeof v);
+    g_pool_threshold.store(v);
+  }
+  return CUDA_SUCCESS;
+}
+
+// Graphs: memory allocation nodes are only counted (a real driver allocates them when the graph
+// runs, which no interposer call brackets).
+FAKE_EXPORT long long fakecuda_graph_alloc_nodes() { return g_graph_alloc_nodes.load(); }
+FAKE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*, std::size_t,
+                                            CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  if (node == nullptr || graph == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  g_graph_alloc_nodes.fetch_add(1);
+  *node = reinterpret_cast<CUgraphNode>(g_next_handle.fetch_add(1));
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*, std::size_t,
+                                    CUgraphNodeParams* params) {
+  if (node == nullptr || graph == nullptr || params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) g_graph_alloc_nodes.fetch_add(1);
+  *node = reinterpret_cast<CUgraphNode>(g_next_handle.fetch_add(1));
+  return CUDA_SUCCESS;
+}
+FAKE_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, const void*,
+                                       std::size_t n, CUgraphNodeParams* params) {
+  return cuGraphAddNode(node, graph, deps, n, params);
+}
+FAKE_EXPORT CUresult cuGraphDestroy(CUgraph graph) { return graph == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS; }
+
 // Entry points by (base name, version, flags), as the real driver documents it: the per-thread
 // variant when asked for, the _v2 ABI from CUDA 3.2 on (cuGetProcAddress_v2 from 12.0), else the
 // plain name.
@@ -243,6 +282,11 @@ const Entry* Find(const std::string& name) {
       {"cuMipmappedArrayDestroy", INTERNAL(cuMipmappedArrayDestroy)},
       {"cuGetProcAddress", INTERNAL(cuGetProcAddress)},
       {"cuGetProcAddress_v2", INTERNAL(cuGetProcAddress_v2)},
+      {"cuMemPoolSetAttribute", INTERNAL(cuMemPoolSetAttribute)},
+      {"cuGraphAddMemAllocNode", INTERNAL(cuGraphAddMemAllocNode)},
+      {"cuGraphAddNode", INTERNAL(cuGraphAddNode)},
+      {"cuGraphAddNode_v2", INTERNAL(cuGraphAddNode_v2)},
+      {"cuGraphDestroy", INTERNAL(cuGraphDestroy)},
   };
   for (const Entry& e : kTable) {
     if (name == e.name) return &e;
@@ -262,7 +306,7 @@ CUresult Lookup(const char* symbol, void** pfn, int version, cuuint64_t flags) {
     *pfn = reinterpret_cast<void*>(&Internal<&cuMemAlloc_v2>::Newer);
     return CUDA_SUCCESS;
   }
-  const int v2_from = base == "cuGetProcAddress" ? 12000 : 3020;
+  const int v2_from = base == "cuGetProcAddress" ? 12000 : base == "cuGraphAddNode" ? 12030 : 3020;
   const Entry* e = nullptr;
   if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0) e = Find(base + "_ptsz");
   if (e == nullptr && version >= v2_from) e = Find(base + "_v2");

@@ -71,6 +71,19 @@ TEST_F(SegmentTest, ReserveCommitCancelRelease) {
   EXPECT_EQ(seg_->slots[a].committed, 0);
 }
 
+TEST_F(SegmentTest, AClaimByAProcessThatHoldsASlotIsANewImageAndStartsEmpty) {
+  int a = ClaimSlot(seg_, 101, 7, &TestAlive);
+  int b = ClaimSlot(seg_, 102, 9, &TestAlive);
+  ASSERT_EQ(Reserve(seg_, a, 101, 600, &TestAlive), ReserveResult::kOk);
+  Commit(seg_, a, 101, 600);
+  ASSERT_EQ(Reserve(seg_, b, 102, 100, &TestAlive), ReserveResult::kOk);
+  // pid 101 exec'd: same pid, same start time, a new image claiming its slot.
+  EXPECT_EQ(ClaimSlot(seg_, 101, 7, &TestAlive), a);
+  EXPECT_EQ(seg_->slots[a].committed, 0);
+  EXPECT_EQ(Used(), 100) << "only the neighbour's in-flight bytes remain";
+  EXPECT_EQ(Reserve(seg_, a, 101, 900, &TestAlive), ReserveResult::kOk);
+}
+
 TEST_F(SegmentTest, ExactlyTheCapFitsAndHugeRequestsDoNotOverflow) {
   int a = ClaimSlot(seg_, 101, 7, &TestAlive);
   EXPECT_EQ(Reserve(seg_, a, 101, 1000, &TestAlive), ReserveResult::kOk);

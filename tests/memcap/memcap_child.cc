@@ -45,6 +45,12 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray*, const CUDA_ARRAY3D_DESCRIPTOR
 CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
 CUresult cuMemGetInfo_v2(std::size_t*, std::size_t*);
 CUresult cuDeviceTotalMem_v2(std::size_t*, CUdevice);
+CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void*);
+CUresult cuGraphAddMemAllocNode(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t, CUDA_MEM_ALLOC_NODE_PARAMS*);
+CUresult cuGraphAddNode_v2(CUgraphNode*, CUgraph, const CUgraphNode*, const void*, std::size_t, CUgraphNodeParams*);
+CUresult cuGraphDestroy(CUgraph);
+unsigned long long fakecuda_pool_threshold();
+long long fakecuda_graph_alloc_nodes();
 long long fakecuda_alloc_calls();
 long long fakecuda_live_bytes();
 long long fakecuda_internal_calls();
@@ -69,6 +75,10 @@ struct Api {
   PFN_cuMipmappedArrayDestroy mipmap_destroy = nullptr;
   PFN_cuMemGetInfo_v2 info = nullptr;
   PFN_cuDeviceTotalMem_v2 total_mem = nullptr;
+  PFN_cuMemPoolSetAttribute pool_set = nullptr;
+  PFN_cuGraphAddMemAllocNode graph_alloc = nullptr;
+  PFN_cuGraphAddNode_v2 graph_node = nullptr;  // CUDA 12.3 ABI; not there for older lookups
+  PFN_cuGraphDestroy graph_destroy = nullptr;
 };
 
 template <typename F>
@@ -94,6 +104,10 @@ Api Direct() {
   a.mipmap_destroy = &cuMipmappedArrayDestroy;
   a.info = &cuMemGetInfo_v2;
   a.total_mem = &cuDeviceTotalMem_v2;
+  a.pool_set = &cuMemPoolSetAttribute;
+  a.graph_alloc = &cuGraphAddMemAllocNode;
+  a.graph_node = &cuGraphAddNode_v2;
+  a.graph_destroy = &cuGraphDestroy;
   return a;
 }
 
@@ -117,13 +131,17 @@ Api Resolve(Get get) {
   Set(&a.mipmap_destroy, get("cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy"));
   Set(&a.info, get("cuMemGetInfo", "cuMemGetInfo_v2"));
   Set(&a.total_mem, get("cuDeviceTotalMem", "cuDeviceTotalMem_v2"));
+  Set(&a.pool_set, get("cuMemPoolSetAttribute", "cuMemPoolSetAttribute"));
+  Set(&a.graph_alloc, get("cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode"));
+  Set(&a.graph_node, get("cuGraphAddNode", "cuGraphAddNode_v2"));
+  Set(&a.graph_destroy, get("cuGraphDestroy", "cuGraphDestroy"));
   return a;
 }
 
 bool Complete(const Api& a) {
   return a.alloc && a.pitch && a.managed && a.async && a.pool && a.free && a.free_async &&
          a.create && a.release && a.array && a.array3d && a.array_destroy && a.mipmap &&
-         a.mipmap_destroy && a.info && a.total_mem;
+         a.mipmap_destroy && a.info && a.total_mem && a.pool_set && a.graph_alloc && a.graph_destroy;
 }
 
 bool ChooseMode(const std::string& mode, Api* api) {
@@ -182,10 +200,17 @@ struct Allocation {
 
 std::string Err(CUresult rc) { return "err " + std::to_string(rc); }
 
+// A graph handle for the number the test names (the fake driver never dereferences it).
+CUgraph Graph(const std::string& n) {
+  return reinterpret_cast<CUgraph>(std::uintptr_t{0x10000} + static_cast<std::uintptr_t>(std::atoll(n.c_str())));
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   Api api = Direct();
+  // Started again by `exec`: say so, as the reply to that command.
+  if (argc > 1 && std::string(argv[1]) == "--execd") std::cout << "ok execd" << std::endl;
   std::vector<Allocation> allocations;
   auto stream = reinterpret_cast<CUstream>(std::uintptr_t{0x5});
   auto pool = reinterpret_cast<CUmemoryPool>(std::uintptr_t{0x7});
@@ -303,6 +328,40 @@ int main() {
         waitpid(pid, &status, 0);
         reply = r != sizeof rc ? "err child" : rc == CUDA_SUCCESS ? "ok" : Err(rc);
       }
+    } else if (cmd == "poolthreshold") {  // poolthreshold BYTES: what the driver was asked for
+      cuuint64_t v = static_cast<cuuint64_t>(std::stoull(a));
+      CUresult rc = api.pool_set(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v);
+      reply = rc == CUDA_SUCCESS ? "ok " + std::to_string(fakecuda_pool_threshold()) : Err(rc);
+    } else if (cmd == "graphalloc" || cmd == "graphnode") {  // graphalloc GRAPH BYTES
+      CUgraphNode node = nullptr;
+      CUresult rc;
+      if (cmd == "graphalloc") {
+        CUDA_MEM_ALLOC_NODE_PARAMS p{};
+        p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        p.bytesize = static_cast<std::size_t>(ParseBytes(b));
+        rc = api.graph_alloc(&node, Graph(a), nullptr, 0, &p);
+      } else if (api.graph_node == nullptr) {
+        rc = CUDA_ERROR_NOT_FOUND;
+      } else {
+        CUgraphNodeParams p{};
+        p.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+        p.alloc.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        p.alloc.bytesize = static_cast<std::size_t>(ParseBytes(b));
+        rc = api.graph_node(&node, Graph(a), nullptr, nullptr, 0, &p);
+      }
+      reply = rc == CUDA_SUCCESS ? "ok " + std::to_string(fakecuda_graph_alloc_nodes()) : Err(rc);
+    } else if (cmd == "graphdestroy") {
+      CUresult rc = api.graph_destroy(Graph(a));
+      reply = rc == CUDA_SUCCESS ? "ok" : Err(rc);
+    } else if (cmd == "exec") {
+      // The same process runs a new program image (this one again): the interposer is loaded
+      // afresh in it, and the old image's allocations are gone with its address space.
+      std::cout.flush();
+      char self[] = "memcap_child";
+      char flag[] = "--execd";
+      char* args[] = {self, flag, nullptr};
+      execv("/proc/self/exe", args);
+      reply = "err exec";
     } else if (cmd == "calls") {
       reply = "ok " + std::to_string(fakecuda_alloc_calls()) + " " +
               std::to_string(fakecuda_live_bytes());

@@ -60,6 +60,10 @@ TEST_F(MemcapPreloadTest, EnvironmentPreloadsTheLibrary) {
   EXPECT_EQ(env[1], std::make_pair(std::string("GPUSLICE_MEMCAP_BYTES"), std::to_string(kCap)));
   EXPECT_EQ(env[2], std::make_pair(std::string("GPUSLICE_SLICE"), std::string("s1")));
   EXPECT_TRUE(SliceEnvironment("s1", 0).empty());
+  // With the device's context reserve, each process is charged it (the daemon passes it).
+  EnvList with_context = SliceEnvironment("s1", kCap, 256 * kMiB);
+  ASSERT_EQ(with_context.size(), 4u);
+  EXPECT_EQ(with_context[3], std::make_pair(std::string(kEnvContextBytes), std::to_string(256 * kMiB)));
 }
 
 TEST_F(MemcapPreloadTest, WithoutPreloadTheFakeDriverHasNoCap) {
@@ -272,6 +276,51 @@ TEST_F(MemcapPreloadTest, RtldNextIsResolvedRelativeToTheCaller) {
   EXPECT_EQ(child->Send("nextdlsym"), "ok interposer");
   ChildProcess plain(kChild, {});
   EXPECT_EQ(plain.Send("nextdlsym"), "ok other");
+}
+
+// After exec the process is a new program: the old image's memory went with its address space,
+// so its charge must too (it used to stay, refusing the new image's allocations below the cap).
+TEST_F(MemcapPreloadTest, ExecStartsAFreshCharge) {
+  std::string slice = Slice("a");
+  auto child = Start(slice, kCap, {{kEnvContextBytes, std::to_string(100 * kMiB)}});
+  EXPECT_EQ(child->Send("alloc 800M"), "ok 0");
+  EXPECT_EQ(child->Send("exec"), "ok execd");
+  EXPECT_EQ(child->Send("alloc 800M"), "ok 0") << "the old image's 800 MiB are not charged";
+  EXPECT_EQ(child->Send("alloc 200M"), kOom) << "its context is charged once, not twice";
+  Result<SliceUsage> usage = ReadSliceUsage(slice);
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->used, 900 * kMiB);
+  EXPECT_EQ(usage->processes, 1);
+}
+
+// A pool that keeps what is freed would hold memory the cap no longer counts: in a capped
+// process the release threshold is lowered to 0 (the driver's default) whatever is asked.
+TEST_F(MemcapPreloadTest, PoolReleaseThresholdIsLoweredInACappedProcess) {
+  auto child = Start(Slice("a"), kCap);
+  EXPECT_EQ(child->Send("poolthreshold 18446744073709551615"), "ok 0");
+  ASSERT_EQ(child->Send("mode proc"), "ok");  // the runtime's way (cudaMemPoolSetAttribute)
+  EXPECT_EQ(child->Send("poolthreshold 1048576"), "ok 0");
+  ChildProcess plain(kChild, {});
+  EXPECT_EQ(plain.Send("poolthreshold 18446744073709551615"), "ok 18446744073709551615");
+}
+
+// Graph memory nodes hold device memory when the graph runs: charged to the graph when added,
+// refused past the cap before the driver sees them, given back when the graph is destroyed.
+TEST_F(MemcapPreloadTest, GraphMemoryNodesAreChargedUntilTheGraphIsDestroyed) {
+  auto child = Start(Slice("a"), kCap);
+  EXPECT_EQ(child->Send("graphalloc 1 600M"), "ok 1");
+  EXPECT_EQ(child->Send("alloc 600M"), kOom);
+  EXPECT_EQ(child->Send("graphnode 1 100M"), "ok 2");  // cuGraphAddNode(_v2), CUDA 12.3 ABI
+  EXPECT_EQ(child->Send("graphalloc 2 400M"), kOom);
+  EXPECT_EQ(child->Send("graphnode 2 400M"), kOom);
+  EXPECT_EQ(child->Send("graphalloc 2 300M"), "ok 3") << "the refused nodes never reached the driver";
+  EXPECT_EQ(child->Send("graphdestroy 1"), "ok");
+  EXPECT_EQ(child->Send("alloc 724M"), "ok 0") << "graph 1's 700 MiB are back; graph 2 holds 300 MiB";
+  EXPECT_EQ(child->Send("alloc 1"), kOom);
+  EXPECT_EQ(child->Send("graphdestroy 2"), "ok");
+  EXPECT_EQ(child->Send("info"), "ok " + std::to_string(kGiB - 724 * kMiB) + " " + std::to_string(kGiB));
+  ASSERT_EQ(child->Send("mode proc"), "ok");
+  EXPECT_EQ(child->Send("graphnode 3 400M"), kOom) << "through cuGetProcAddress too";
 }
 
 // Every way a program can find the driver's entry points reaches the hooks.
