@@ -33,8 +33,10 @@ struct Shape {
 };
 
 // Placement structure from `nvidia-smi mig -lgipp` (devices.md §1.2): identical on A100, H100,
-// H100 NVL; assumed identical on H200/B200 ([D]). Order: fewest memory slices, then compute,
-// +me after its plain twin.
+// H100 NVL; assumed identical on H200/B200 ([D]). Where a driver is present the daemon reads the
+// driver's table at start, logs where it differs and uses it instead (UseDriverMigProfiles), so
+// an assumption here never outlives the first start on such a GPU. Order: fewest memory slices,
+// then compute, +me after its plain twin.
 const Shape kEightSliceShapes[7] = {
     {19, 0x0, 1, 1, false, 7, {0, 1, 2, 3, 4, 5, 6}},
     {20, 0x7, 1, 1, true, 1, {0, 1, 2, 3, 4, 5, 6}},
@@ -67,12 +69,24 @@ std::vector<MigProfile> EightSliceProfiles(const EightSliceFigures& f) {
   return out;
 }
 
+// Driver-reserved memory and one context, per generation (see DeviceModel): Ampere, Hopper,
+// Blackwell. Leads from public reports of nvidia-smi totals against CUDA's, not measurements.
+struct Reserves {
+  Bytes driver;
+  Bytes context;
+};
+constexpr Reserves kAmpere{640 * kMiB, 384 * kMiB};
+constexpr Reserves kHopper{768 * kMiB, 512 * kMiB};
+constexpr Reserves kBlackwell{1024 * kMiB, 640 * kMiB};
+
 DeviceModel EightSliceModel(std::string name, std::vector<std::string> aliases, Bytes memory,
-                            int sms, const EightSliceFigures& f) {
+                            int sms, Reserves reserves, const EightSliceFigures& f) {
   DeviceModel m;
   m.name = std::move(name);
   m.aliases = std::move(aliases);
   m.memory = memory;
+  m.driver_reserved = reserves.driver;
+  m.context_reserve = reserves.context;
   m.sm_count = sms;
   // Volta+ MPS: 48 client contexts per device [C]. 60 with CUDA 13.1+ drivers is only [O].
   m.mps_max_clients = 48;
@@ -89,14 +103,14 @@ std::vector<DeviceModel> BuildModels() {
   models.push_back(EightSliceModel(
       "A100-40GB", {"NVIDIA A100-SXM4-40GB", "NVIDIA A100-PCIE-40GB", "A100-SXM4-40GB",
                     "A100-PCIE-40GB", "NVIDIA A100 40GB PCIe"},
-      40960 * kMiB, 108,
+      40960 * kMiB, 108, kAmpere,
       {{"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"},
        {475, 475, 962, 962, 1950, 1950, 3925},
        {14, 14, 14, 28, 42, 56, 98}}));
   models.push_back(EightSliceModel(
       "A100-80GB", {"NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "A100-SXM4-80GB",
                     "A100-SXM-80GB", "NVIDIA A100-SXM-80GB"},
-      81920 * kMiB, 108,
+      81920 * kMiB, 108, kAmpere,
       // Lower of the figures seen across drivers (9.50/9.75, 39.25-39.50, 78.75-79.25).
       {{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
        {950, 950, 1950, 1950, 3925, 3925, 7875},
@@ -104,22 +118,22 @@ std::vector<DeviceModel> BuildModels() {
   models.push_back(EightSliceModel(
       "H100-80GB", {"NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100", "H100-SXM5-80GB",
                     "NVIDIA H100-SXM5-80GB"},
-      81559 * kMiB, 132,
+      81559 * kMiB, 132, kHopper,
       {{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
        {975, 975, 1962, 1962, 3950, 3950, 7925},
        {16, 16, 26, 32, 60, 64, 132}}));
   models.push_back(EightSliceModel(
-      "H100-NVL-94GB", {"NVIDIA H100 NVL", "H100 NVL", "H100-NVL"}, 95830 * kMiB, 132,
+      "H100-NVL-94GB", {"NVIDIA H100 NVL", "H100 NVL", "H100-NVL"}, 95830 * kMiB, 132, kHopper,
       {{"1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb"},
        {1075, 1075, 2162, 2162, 4638, 4638, 9312},
        {16, 16, 26, 32, 60, 64, 132}}));
   models.push_back(EightSliceModel(
-      "H200-141GB", {"NVIDIA H200", "NVIDIA H200 NVL", "H200", "H200-NVL"}, 143771 * kMiB, 132,
+      "H200-141GB", {"NVIDIA H200", "NVIDIA H200 NVL", "H200", "H200-NVL"}, 143771 * kMiB, 132, kHopper,
       {{"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
        {1600, 1600, 3225, 3225, 6950, 6950, 13975},
        {16, 16, 26, 32, 60, 64, 132}}));
   models.push_back(EightSliceModel(
-      "B200", {"NVIDIA B200", "B200-180GB"}, 183359 * kMiB, 148,
+      "B200", {"NVIDIA B200", "B200-180GB"}, 183359 * kMiB, 148, kBlackwell,
       // 1g: the later driver's 20.50 GiB. 3g/4g/7g memory and SM figures were never seen in
       // full (devices.md §6 item 1): derived conservatively from the 2-memory-slice profile.
       {{"1g.23gb", "1g.23gb+me", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb"},
@@ -131,6 +145,8 @@ std::vector<DeviceModel> BuildModels() {
   a30.name = "A30-24GB";
   a30.aliases = {"NVIDIA A30", "A30", "A30-24GB"};
   a30.memory = 24576 * kMiB;
+  a30.driver_reserved = 512 * kMiB;
+  a30.context_reserve = kAmpere.context;
   a30.sm_count = 56;
   a30.mps_max_clients = 48;
   a30.mig_memory_slices = 4;
@@ -147,10 +163,11 @@ std::vector<DeviceModel> BuildModels() {
   return models;
 }
 
-const std::vector<DeviceModel>& Models() {
-  static const std::vector<DeviceModel> kModels = BuildModels();
-  return kModels;
+std::vector<DeviceModel>& MutableModels() {
+  static std::vector<DeviceModel> models = BuildModels();
+  return models;
 }
+const std::vector<DeviceModel>& Models() { return MutableModels(); }
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
   return a.size() == b.size() &&
@@ -212,6 +229,34 @@ const MigProfile* DeviceModel::FindProfile(std::string_view name_or_id) const {
 }
 
 std::span<const DeviceModel> AllModels() { return Models(); }
+
+Status UseDriverMigProfiles(std::string_view model_name, std::vector<MigProfile> profiles) {
+  auto found = FindModel(model_name);
+  if (!found.ok()) return found.status();
+  DeviceModel& m = MutableModels()[static_cast<std::size_t>(*found - Models().data())];
+  if (profiles.empty()) return InvalidArgument(fmt::format("{}: the driver reports no MIG profiles", m.name));
+  int memory_slices = 0, compute_slices = 0;
+  for (const MigProfile& p : profiles) {
+    if (p.memory_slices <= 0 || p.compute_slices <= 0 || p.placement_starts.empty() || p.max_instances <= 0)
+      return InvalidArgument(fmt::format("{}: MIG profile {} from the driver has no slices, placements or "
+                                         "instances", m.name, p.id));
+    for (int s : p.placement_starts) {
+      if (s < 0 || s + p.memory_slices > 64)
+        return InvalidArgument(fmt::format("{}: MIG profile {} from the driver starts at memory slice {}",
+                                           m.name, p.id, s));
+      memory_slices = std::max(memory_slices, s + p.memory_slices);
+    }
+    compute_slices = std::max(compute_slices, p.compute_slices);
+  }
+  std::sort(profiles.begin(), profiles.end(), [](const MigProfile& a, const MigProfile& b) {
+    return std::tie(a.memory_slices, a.compute_slices, a.media_extensions, a.id) <
+           std::tie(b.memory_slices, b.compute_slices, b.media_extensions, b.id);
+  });
+  m.mig_profiles = std::move(profiles);
+  m.mig_memory_slices = memory_slices;
+  m.mig_compute_slices = compute_slices;
+  return Status::Ok();
+}
 
 Result<const DeviceModel*> FindModel(std::string_view name) {
   std::string_view want = Trim(name);

@@ -37,6 +37,13 @@ struct DeviceModel {
   std::string name;                  // canonical, e.g. "H100-80GB"
   std::vector<std::string> aliases;  // NVML names, e.g. "NVIDIA H100 80GB HBM3"
   Bytes memory = 0;
+  // Set aside before shares are cut (sched::MemoryReserveFor): memory the driver keeps (the gap
+  // between nvidia-smi's total and what CUDA's cuMemGetInfo reports; nvmlMemory_v2.reserved),
+  // and what one process's CUDA context and modules take with lazy loading. Estimates, rounded
+  // up, never measured here: the driver's own figure replaces the first where there is a driver,
+  // the config can override both, and tests/gpu/check.sh prints both on a real GPU.
+  Bytes driver_reserved = 0;
+  Bytes context_reserve = 0;
   int sm_count = 0;
   int mps_max_clients = 0;           // per-device MPS client limit
   int mig_memory_slices = 0;         // 0: no MIG
@@ -62,6 +69,15 @@ struct MigPlacement {
 using MigLayout = std::vector<MigPlacement>;
 
 std::span<const DeviceModel> AllModels();
+
+// Replaces `model_name`'s MIG profile table with the one a driver reports (the driver wins over
+// the catalogue: devices::MigTableDifferences says where they differ). The profiles are put in
+// the catalogue's order; the model's memory- and compute-slice counts follow the largest profile.
+// InvalidArgument (changing nothing) for an unknown model, an empty table, or a profile without
+// slices or placements, or with a placement past the GPU. Start-up only: call it before anything
+// holds profile pointers of that model (the daemon does, before its scheduler exists); not
+// thread-safe with readers.
+Status UseDriverMigProfiles(std::string_view model_name, std::vector<MigProfile> profiles);
 // Looks up by canonical name or alias (case-insensitive); NotFound names the value.
 Result<const DeviceModel*> FindModel(std::string_view name);
 

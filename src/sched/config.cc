@@ -425,6 +425,48 @@ Status ValidateConfig(const Config& config) {
   return Status::Ok();
 }
 
+namespace {
+// [memory] and [memory.models.<name>]: byte figures with a unit ("768MiB"), 0 allowed, at most
+// 64 GiB (more than any device's driver reserve or context).
+Status ReadReserve(TableReader& r, MemoryReserve& out) {
+  auto parse = [](const std::string& t) { return ParseBytesIn(t, 0, 64 * kGiB); };
+  for (auto [key, field] : {std::pair{"driver_reserved", &out.driver_reserved},
+                            std::pair{"context_reserve", &out.context_reserve}}) {
+    if (r.Get(key) == nullptr) continue;
+    Bytes v = 0;
+    GPUSLICE_RETURN_IF_ERROR(r.Unit(key, parse, true, v));
+    *field = v;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+DeviceReserve MemoryReserveFor(const Config& config, const DeviceModel* model, std::optional<Bytes> driver_reported) {
+  DeviceReserve out;
+  if (model == nullptr) return out;
+  const MemoryReserve* per_model = nullptr;
+  if (auto it = config.memory.models.find(model->name); it != config.memory.models.end()) per_model = &it->second;
+  std::string driver_from = "catalogue", context_from = "catalogue";
+  out.driver_reserved = model->driver_reserved;
+  out.context_reserve = model->context_reserve;
+  if (driver_reported && *driver_reported >= 0) {
+    out.driver_reserved = *driver_reported;
+    driver_from = "driver";
+  }
+  // The config's entry for the model, else its [memory], overrides the figure.
+  auto from_config = [&](std::optional<Bytes> MemoryReserve::*field, Bytes& figure, std::string& from) {
+    const std::optional<Bytes>& set = per_model && per_model->*field ? per_model->*field : config.memory.all.*field;
+    if (!set) return;
+    figure = *set;
+    from = "config";
+  };
+  from_config(&MemoryReserve::driver_reserved, out.driver_reserved, driver_from);
+  from_config(&MemoryReserve::context_reserve, out.context_reserve, context_from);
+  out.source = driver_from == context_from ? driver_from : driver_from + "/" + context_from;
+  return out;
+}
+
 Result<Config> ParseConfig(std::string_view toml_text, std::string_view file_name) {
   std::string file(file_name);
   toml::table root;
@@ -481,7 +523,28 @@ Result<Config> ParseConfig(std::string_view toml_text, std::string_view file_nam
               [](const QueueConfig& a, const QueueConfig& b) { return a.name < b.name; });
   }
   GPUSLICE_RETURN_IF_ERROR(st);
-  GPUSLICE_RETURN_IF_ERROR(r.CheckUnknown("default_queue, admin_group, mig, queues"));
+  if (const toml::table* memory = r.SubTable("memory", st)) {
+    TableReader mr(*memory, file, "memory");
+    GPUSLICE_RETURN_IF_ERROR(ReadReserve(mr, config.memory.all));
+    if (const toml::table* models = mr.SubTable("models", st)) {
+      for (const auto& [name, node] : *models) {
+        const std::string key(name.str());
+        auto model = FindModel(key);
+        if (!model.ok())
+          return InvalidArgument(fmt::format("{}: memory.models.{}: {}", file, key, model.status().message()));
+        if (!node.is_table())
+          return InvalidArgument(fmt::format("{}: memory.models.{} = {}: expected a table", file, key,
+                                             TableReader::Render(node)));
+        TableReader pr(*node.as_table(), file, fmt::format("memory.models.{}", key));
+        GPUSLICE_RETURN_IF_ERROR(ReadReserve(pr, config.memory.models[(*model)->name]));
+        GPUSLICE_RETURN_IF_ERROR(pr.CheckUnknown("driver_reserved, context_reserve"));
+      }
+    }
+    GPUSLICE_RETURN_IF_ERROR(st);
+    GPUSLICE_RETURN_IF_ERROR(mr.CheckUnknown("driver_reserved, context_reserve, models"));
+  }
+  GPUSLICE_RETURN_IF_ERROR(st);
+  GPUSLICE_RETURN_IF_ERROR(r.CheckUnknown("default_queue, admin_group, mig, memory, queues"));
   Status valid = ValidateConfig(config);
   if (!valid.ok()) return valid.WithContext(file);
   return config;

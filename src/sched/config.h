@@ -6,10 +6,13 @@
 // Plain values; thread-compatible.
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/catalogue.h"
 #include "core/status.h"
 #include "core/units.h"
 
@@ -110,15 +113,42 @@ struct MigConfig {
   friend bool operator==(const MigConfig&, const MigConfig&) = default;
 };
 
+// Device memory set aside before shares are cut ([memory] in the config; docs/config.md):
+// overrides of what the driver keeps (`driver_reserved`) and of one process's CUDA context
+// (`context_reserve`). nullopt: not overridden.
+struct MemoryReserve {
+  std::optional<Bytes> driver_reserved;
+  std::optional<Bytes> context_reserve;
+  friend bool operator==(const MemoryReserve&, const MemoryReserve&) = default;
+};
+struct MemoryConfig {
+  MemoryReserve all;                            // [memory]: every model
+  std::map<std::string, MemoryReserve> models;  // [memory.models.<catalogue name>]: wins over `all`
+  friend bool operator==(const MemoryConfig&, const MemoryConfig&) = default;
+};
+
 struct Config {
   std::vector<QueueConfig> queues;       // sorted by name
   std::string default_queue = "interactive";
   std::string admin_group = "gpuslice-admin";
   MigConfig mig;
+  MemoryConfig memory;
   friend bool operator==(const Config&, const Config&) = default;
 
   const QueueConfig* FindQueue(std::string_view name) const;
 };
+
+// The memory set aside on a device of `model` (nullptr: unknown model, nothing set aside): what
+// the driver keeps and one process's context. Each figure comes from, first to last: the
+// config's entry for the model, the config's [memory], the driver's own report
+// (`driver_reported`, nvmlMemory_v2.reserved; driver-reserved only), the catalogue.
+struct DeviceReserve {
+  Bytes driver_reserved = 0;
+  Bytes context_reserve = 0;
+  std::string source;  // for people: "config", "driver", "catalogue" (per figure, '/'-joined)
+};
+DeviceReserve MemoryReserveFor(const Config& config, const DeviceModel* model,
+                               std::optional<Bytes> driver_reported);
 
 // The built-in configuration: interactive (shared 250m, 8h, idle reclaim 30m + 10m grace, at
 // most 2 GPUs and 8 jobs per user), training (whole, 1 GPU default, 7d max, idle reported),

@@ -16,6 +16,10 @@ namespace gpuslice::sched {
 
 // A device appeared (agent start, hot-plug). `model` is a catalogue name or alias.
 // `mig_enabled` + `mig_layout`: the device's current MIG state (existing instances are free).
+// Memory set aside before shares are cut (the daemon fills them from the driver, the catalogue
+// or the config: sched::MemoryReserveFor): `reserved_memory` is kept by the driver and never
+// usable; `context_reserve` is one process's CUDA context, booked with every shared or MPS slice
+// on top of the memory it asks for. 0 (the simulator): nothing set aside.
 struct DeviceAdded {
   Micros now = 0;
   DeviceRef device;
@@ -24,6 +28,8 @@ struct DeviceAdded {
   bool mig_capable = false;
   bool mig_enabled = false;
   MigLayout mig_layout;
+  Bytes reserved_memory = 0;
+  Bytes context_reserve = 0;
 };
 
 // A device disappeared or failed. Slices on it are stopped (Stop, reason kDeviceLost), except

@@ -45,6 +45,7 @@ struct DeviceStateKey {
   MilliGpu used_milli = 0;
   Bytes memory = 0;
   Bytes used_memory = 0;
+  Bytes context_reserve = 0;  // booked with each shared/MPS slice that names its memory
   int clients = 0;
   int mps_limit = 0;
   // Derived from the fields above (so equal keys agree): the device is free for a whole-GPU

@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::array<std::string_view, kWaitReasonKinds> kNames = {
     "no-device-fits", "user-cap", "reserved-for-other", "waiting-for-reservation", "draining-for-mig",
-    "never-fits"};
+    "never-fits", "mps-other-user"};
 
 std::string Devices(NodeId node, const std::vector<DeviceIndex>& devices) {
   std::vector<std::uint32_t> idx;
@@ -70,6 +70,11 @@ std::string FormatWaitReason(const WaitReason& reason) {
                                r.device.node.value(), r.reconfiguring ? "being reconfigured" : "draining");
           },
           [](const NeverFits& r) { return "could never fit on this host: " + r.why; },
+          [](const MpsServesOtherUser& r) {
+            return fmt::format("GPU {} of node {} runs the MPS server of user {} (an MPS server serves one user at "
+                               "a time): waiting for {}'s MPS jobs there to end",
+                               r.device.index.value(), r.device.node.value(), r.user, r.user);
+          },
       },
       reason);
 }

@@ -65,11 +65,20 @@ struct NeverFits {
   std::string why;
 };
 
+// An mps slice would fit on a GPU whose MPS server runs for another user: a server serves one
+// Linux user at a time (another user's clients would hang at CUDA start-up), so the job waits
+// until that user's last mps slice there ends.
+struct MpsServesOtherUser {
+  DeviceRef device;
+  std::string user;  // whose MPS server the device runs
+};
+
 using WaitReason = std::variant<NoDeviceFits, UserCap, ReservedForOther, WaitingForReservation,
-                                DrainingForMig, NeverFits>;
+                                DrainingForMig, NeverFits, MpsServesOtherUser>;
 
 // Stable machine names, in the order of the variant: "no-device-fits", "user-cap",
-// "reserved-for-other", "waiting-for-reservation", "draining-for-mig", "never-fits".
+// "reserved-for-other", "waiting-for-reservation", "draining-for-mig", "never-fits",
+// "mps-other-user".
 inline constexpr std::size_t kWaitReasonKinds = std::variant_size_v<WaitReason>;
 std::string_view WaitReasonKindName(std::size_t kind_index);
 std::string_view WaitReasonKind(const WaitReason& r);

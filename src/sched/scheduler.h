@@ -84,7 +84,9 @@ struct DeviceView {
   std::string uuid;
   std::string model;             // canonical catalogue name (as announced if unknown)
   const DeviceModel* catalogue = nullptr;  // the catalogue entry; nullptr if the model is unknown
-  Bytes memory = 0;
+  Bytes memory = 0;              // usable: the model's memory less what the driver keeps
+  Bytes reserved_memory = 0;     // kept by the driver (DeviceAdded::reserved_memory)
+  Bytes context_reserve = 0;     // one process's CUDA context, booked with each shared/MPS slice
   bool mig_capable = false;
   DeviceMode mode = DeviceMode::kFree;
   MigLayout layout;              // kMig: the instances (free or used)
@@ -96,6 +98,10 @@ struct DeviceView {
   Bytes used_memory = 0;
   int clients = 0;               // slices on the device
   std::vector<SliceId> slices;   // sorted
+  // kMps: the user whose MPS server the device runs. An MPS server serves one Linux user at a
+  // time (another user's clients wait at CUDA start-up until it exits), so only this user's
+  // mps slices are placed here until the last of them ends. Empty otherwise.
+  std::string mps_user;
 };
 
 // Counters for metrics.

@@ -68,7 +68,8 @@ void Scheduler::Impl::CountCapacity(const DeviceView& d, int delta) {
     if (n > 0) c.host_counts.erase(c.host_counts.find(n));
     n += delta;
     if (n > 0) c.host_counts.insert(n);
-    Bytes mem = d.memory > 0 ? d.memory : LLONG_MAX;
+    // The most one shared or MPS slice can ask for on it (its context is booked too).
+    Bytes mem = d.memory > 0 ? d.memory - d.context_reserve : LLONG_MAX;
     if (delta > 0) c.memories.insert(mem);
     else c.memories.erase(c.memories.find(mem));
     c.mig_capable += d.mig_capable ? delta : 0;
@@ -88,7 +89,9 @@ void Scheduler::Impl::OnDeviceAdded(const DeviceAdded& e) {
   if (auto m = FindModel(e.model); m.ok()) model = *m;
   d.model = model ? model->name : e.model;
   d.catalogue = model;
-  d.memory = model ? model->memory : 0;
+  d.reserved_memory = model ? std::clamp<Bytes>(e.reserved_memory, 0, model->memory) : 0;
+  d.memory = model ? model->memory - d.reserved_memory : 0;
+  d.context_reserve = model ? std::clamp<Bytes>(e.context_reserve, 0, d.memory) : 0;
   d.mig_capable = e.mig_capable && model && model->supports_mig();
   d.mode = e.mig_enabled && d.mig_capable ? DeviceMode::kMig : DeviceMode::kFree;
   if (d.mode == DeviceMode::kMig) d.layout = e.mig_layout;

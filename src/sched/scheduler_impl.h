@@ -64,11 +64,14 @@ struct Resolved {
   Micros submit = 0;
   const QueueConfig* queue = nullptr;
   int shape = 0;        // jobs with equal shapes fit or fail together (pending-pass memo)
+  // mps: the user (a GPU's MPS server serves one user, so two users' mps jobs of one shape do
+  // not fit or fail together); empty for the other kinds.
+  std::string mps_user;
   // Cached addresses (std::map nodes are stable) so the hot path avoids tree walks.
   JobView* view = nullptr;
   std::map<SliceId, SliceView>::iterator slice;  // while running
   std::vector<DeviceView*> devices;              // while running
-  auto ShapeKey() const { return std::tie(kind, gpus, milli, memory, mig_need, model, queue); }
+  auto ShapeKey() const { return std::tie(kind, gpus, milli, memory, mig_need, model, queue, mps_user); }
 };
 
 struct PendingKey {
@@ -189,6 +192,16 @@ class Scheduler::Impl {
     std::optional<MigPlacement> mig;
   };
   bool SharedFits(const Resolved& r, const DeviceView& d) const;
+  // SharedFits() but for the device's MPS user: room, mode and model.
+  bool SharedRoom(const Resolved& r, const DeviceView& d) const;
+  // The device runs another user's MPS server (DeviceView::mps_user): an mps slice of `r`
+  // cannot go there until that user's last mps slice on it ends.
+  static bool MpsServesOther(const Resolved& r, const DeviceView& d) {
+    return r.kind == SliceKind::kMps && !d.mps_user.empty() && d.mps_user != r.user;
+  }
+  // Some device with room for an mps slice serves another user than r's (placement by host
+  // state does not key on users: such requests are placed by the generic path).
+  bool OtherMpsUserWithRoom(const Resolved& r) const;
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
   struct PolicyInput {
@@ -243,8 +256,11 @@ class Scheduler::Impl {
     return r.model.empty() || d.model == r.model;
   }
 
+  // What a shared / MPS slice of `r` books on `d`, and so its cap: the memory asked plus one
+  // process's CUDA context (what a job asks is what it can allocate), or its share of the
+  // device's usable memory (contexts included). Shares then add up to what the device has.
   Bytes MemoryCap(const Resolved& r, const DeviceView& d) const {
-    if (r.memory > 0) return r.memory;
+    if (r.memory > 0) return r.memory + d.context_reserve;
     return d.memory * r.milli / kOneGpu;
   }
 
@@ -360,7 +376,8 @@ class Scheduler::Impl {
   static bool MayReserve(const Resolved& r) { return r.kind == SliceKind::kWhole && r.queue->reserve_after > 0; }
   std::vector<std::map<PendingKey, Resolved*>> shape_queue_;  // pending_ split by shape id
   std::set<int> live_shapes_;                                 // shapes with pending jobs
-  std::map<std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*>, int> shapes_;
+  std::map<std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string>, int>
+      shapes_;
   std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;

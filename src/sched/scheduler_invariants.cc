@@ -42,7 +42,12 @@ Status Scheduler::Impl::CheckInvariants() const {
         milli += s.milli;
         mem += ReservedOn(s, d);
       }
+      if (s.kind == SliceKind::kMps && jobs_.at(s.job).user != d.mps_user)
+        return Internal(fmt::format("{}: MPS slice {} of user {} on a device serving MPS for '{}'", where(d),
+                                    sid.value(), jobs_.at(s.job).user, d.mps_user));
     }
+    if ((d.mode == DeviceMode::kMps) != !d.mps_user.empty())
+      return Internal(fmt::format("{}: in mode {} with MPS user '{}'", where(d), DeviceModeName(d.mode), d.mps_user));
     if (milli != d.used_milli || mem != d.used_memory || static_cast<int>(d.slices.size()) != d.clients)
       return Internal(fmt::format("{}: books disagree with its slices", where(d)));
     if (milli > kOneGpu) return Internal(fmt::format("{}: compute over-committed ({})", where(d), milli));

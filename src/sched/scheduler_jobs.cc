@@ -61,6 +61,7 @@ Result<Resolved> Scheduler::Impl::Resolve(const Submit& e) const {
                                            SliceKindName(r.kind)));
       r.milli = req.milli > 0 ? req.milli : q.default_milli;
       r.memory = req.memory > 0 ? req.memory : q.default_memory;
+      if (r.kind == SliceKind::kMps) r.mps_user = r.user;
       break;
     case SliceKind::kMig:
       if (req.gpus > 1)
@@ -125,7 +126,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   }
   j.kind = r->kind;
   auto [shape_it, _] = shapes_.try_emplace(
-      std::make_tuple(r->kind, r->gpus, r->milli, r->memory, r->mig_need, r->model, r->queue),
+      std::make_tuple(r->kind, r->gpus, r->milli, r->memory, r->mig_need, r->model, r->queue, r->mps_user),
       static_cast<int>(shapes_.size()));
   r->shape = shape_it->second;
   JobView* view = &job_nodes_.InsertAt(jobs_, at, e.job, std::move(j))->second;
@@ -246,6 +247,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
         if (used.empty()) mig_in_use_.erase(&d);
       }
       if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
+      if (d.slices.empty()) d.mps_user.clear();  // its MPS server stops with the last client
     });
     NoteMigUse(*dv);
   }
@@ -340,6 +342,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
       if (dv.mode == DeviceMode::kFree) SetMode(dv, ModeFor(r.kind));
       dv.slices.insert(std::upper_bound(dv.slices.begin(), dv.slices.end(), rec.slice), rec.slice);
       dv.clients += 1;
+      if (r.kind == SliceKind::kMps) dv.mps_user = j.user;
       if (r.kind != SliceKind::kMig) {
         dv.used_milli += rec.milli;
         dv.used_memory += ReservedOn(rec, dv);

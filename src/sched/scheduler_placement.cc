@@ -16,6 +16,17 @@ namespace gpuslice::sched {
 
 // ---------------------------------------------------------------- placement
 bool Scheduler::Impl::SharedFits(const Resolved& r, const DeviceView& d) const {
+  return SharedRoom(r, d) && !MpsServesOther(r, d);
+}
+
+bool Scheduler::Impl::OtherMpsUserWithRoom(const Resolved& r) const {
+  if (r.kind != SliceKind::kMps) return false;
+  for (const auto& [share, ref] : index_.mps())
+    if (MpsServesOther(r, devices_.at(ref))) return true;
+  return false;
+}
+
+bool Scheduler::Impl::SharedRoom(const Resolved& r, const DeviceView& d) const {
   if (!Schedulable(d) || !ModelOk(r, d)) return false;
   DeviceMode want = ModeFor(r.kind);
   if (d.mode != DeviceMode::kFree && d.mode != want) return false;
@@ -212,7 +223,8 @@ inline GpuView Scheduler::Impl::ViewOfKey(const Resolved& r, int model, const De
     ok = mode == DeviceMode::kFree;
   } else if (ok) {  // SharedFits()
     ok = (mode == DeviceMode::kFree || mode == ModeFor(r.kind)) && kOneGpu - k.used_milli >= r.milli &&
-         !(k.memory > 0 && k.memory - k.used_memory < (r.memory > 0 ? r.memory : k.memory * r.milli / kOneGpu)) &&
+         !(k.memory > 0 &&
+           k.memory - k.used_memory < (r.memory > 0 ? r.memory + k.context_reserve : k.memory * r.milli / kOneGpu)) &&
          !(r.kind == SliceKind::kMps && k.clients >= k.mps_limit);
   }
   GpuView g;
@@ -252,6 +264,7 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
     k.schedulable = true;
     k.used_milli = d.used_milli;
     k.memory = d.memory;
+    k.context_reserve = d.context_reserve;
     k.used_memory = d.used_memory;
     // Only an MPS slice reads the clients and their limit (SharedFits), and only on a device
     // that is free (no clients) or in MPS mode.
@@ -519,7 +532,9 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::TryPlace(const Resolved&
   const FastOrder order = q.order;
   if (order == FastOrder::kNone) {
     const PlacementPolicy& policy = *q.policy;
-    if (by_state_ && !reference_placement_ && policy.ScoresByNodeState()) return PlaceByState(r, policy);
+    // Host states do not key on MPS users: where one could refuse r, every host is looked at.
+    if (by_state_ && !reference_placement_ && policy.ScoresByNodeState() && !OtherMpsUserWithRoom(r))
+      return PlaceByState(r, policy);
     return PlaceGeneric(r, policy);
   }
   if (r.kind == SliceKind::kWhole) return PlaceWholeFast(r, order);

@@ -146,6 +146,10 @@ WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) con
     bool helps = r.kind == SliceKind::kMig ? ModelOk(r, *d) : FitsWith(r, d->ref.node, {d});
     if (helps) return DrainingForMig{d->ref, d->reconfiguring};
   }
+  if (r.kind == SliceKind::kMps) {
+    for (const auto& [ref, d] : devices_)
+      if (MpsServesOther(r, d) && SharedRoom(r, d)) return MpsServesOtherUser{ref, d.mps_user};
+  }
   NoDeviceFits n{r.kind, r.model, r.gpus, r.milli, r.kind == SliceKind::kMig ? r.mig_need : r.memory};
   if (r.kind == SliceKind::kWhole) n.memory = 0;
   return n;

@@ -85,6 +85,7 @@ bool Scheduler::Impl::FitsFreed(const Resolved& r, const DeviceView& d, const Fr
   if (kOneGpu - (d.used_milli - f.milli) < r.milli) return false;
   if (d.memory > 0 && d.memory - (d.used_memory - f.memory) < MemoryCap(r, d)) return false;
   if (r.kind == SliceKind::kMps && clients >= MpsLimit(d)) return false;
+  if (clients > 0 && MpsServesOther(r, d)) return false;
   return true;
 }
 
