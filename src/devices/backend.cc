@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include <fmt/format.h>
+
 #include "devices/clock.h"
 #include "devices/fake.h"
 #include "devices/nvml.h"
@@ -25,6 +27,16 @@ std::string_view MpsStateName(MpsState s) {
     case MpsState::kDied: return "died";
   }
   return "unknown";
+}
+
+Result<std::vector<MigProfile>> DeviceBackend::MigProfiles(DeviceIndex) {
+  return Unsupported(fmt::format("backend '{}' does not read MIG profiles from a driver", kind()));
+}
+
+bool DeviceBackend::SupportsMemoryLimits(DeviceIndex) { return false; }
+
+Status DeviceBackend::SetMemoryLimit(DeviceIndex index, const std::string&, Bytes, Bytes) {
+  return Unsupported(fmt::format("backend '{}': no driver memory limits on device {}", kind(), index.value()));
 }
 
 Micros WallMicros() {

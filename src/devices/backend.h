@@ -98,6 +98,8 @@ struct DeviceInfo {
   std::string pci_bus_id;  // may be empty
   Reading<Bytes> memory_total;
   Reading<Bytes> memory_used;
+  // What the driver keeps for itself (nvmlMemory_v2.reserved); Unsupported with older drivers.
+  Reading<Bytes> memory_reserved;
   MigMode mig_current = MigMode::kUnsupported;
   MigMode mig_pending = MigMode::kUnsupported;  // differs from current until reset (Ampere)
   std::vector<GpuInstanceInfo> gpu_instances;    // empty unless MIG is enabled
@@ -158,6 +160,10 @@ struct MpsConfig {
   std::string log_dir;   // CUDA_MPS_LOG_DIRECTORY
   std::optional<int> default_active_thread_percentage;  // 1..100
   std::optional<Bytes> default_pinned_mem_limit;        // per client, on this device
+  // The Linux user the device's MPS server serves (`start_server -uid`, right after the
+  // defaults above): one server, one user, at a time. Starting for another uid while the daemon
+  // serves one is refused (FailedPrecondition); nullopt: the server starts for whoever connects.
+  std::optional<std::int64_t> server_uid = std::nullopt;
 };
 
 enum class MpsState {
@@ -172,6 +178,7 @@ struct MpsStatus {
   int control_pid = 0;  // 0 when unknown
   std::string pipe_dir;
   std::string detail;   // e.g. why it counts as died
+  std::optional<std::int64_t> server_uid = std::nullopt;  // whom the server was started for (MpsConfig)
 };
 
 // ---- the interface ------------------------------------------------------------------------
@@ -214,7 +221,28 @@ class DeviceBackend {
   virtual Status DestroyComputeInstance(DeviceIndex index, GpuInstanceId gi,
                                         ComputeInstanceId ci) = 0;
   virtual Status DestroyGpuInstance(DeviceIndex index, GpuInstanceId gi) = 0;
+
+  // The GPU-instance profiles the driver offers on the device, each with its legal placement
+  // starts (nvmlDeviceGetGpuInstanceProfileInfo, ...PossiblePlacements_v2): the table the
+  // catalogue's is checked against (MigTableDifferences). Unsupported without MIG or a driver.
+  virtual Result<std::vector<MigProfile>> MigProfiles(DeviceIndex index);
+
+  // Driver-enforced memory limits (NVIDIA r615+ / CUDA 13.4 memory partitioning: a hard and a
+  // soft limit per cgroup v2 directory and device; not in MIG mode). Where the driver offers
+  // them they hold a shared or MPS slice's memory instead of the interposer (docs/memcap.md,
+  // "Mechanisms"). Supported only when the driver has them on this device now.
+  virtual bool SupportsMemoryLimits(DeviceIndex index);
+  // Limits what processes in `cgroup_dir` may allocate on the device: past `hard` allocations
+  // fail; `soft` is guaranteed. The limit is read back: a driver that did not keep it is an
+  // error, never a silent "done". Unsupported where SupportsMemoryLimits() is false.
+  virtual Status SetMemoryLimit(DeviceIndex index, const std::string& cgroup_dir, Bytes soft, Bytes hard);
 };
+
+// Differences between the catalogue's MIG profiles of `model` and what a driver reports, one line
+// each for people ("profile 9 (3g.40gb): placement starts 0,4 in the catalogue, 0 from the
+// driver"); empty when they agree on every profile's id, compute and memory slices, starts,
+// instance count and memory (within 1%, as drivers round differently).
+std::vector<std::string> MigTableDifferences(const DeviceModel& model, const std::vector<MigProfile>& driver);
 
 // ---- opening a backend by name ------------------------------------------------------------
 

@@ -349,6 +349,10 @@ Status FakeBackend::StartMps(DeviceIndex index, const MpsConfig& config) {
       return FailedPrecondition(fmt::format("mps: device {} already runs a daemon on pipe dir {}",
                                             index.value(), d->mps_config.pipe_dir));
     }
+    if (config.server_uid && d->mps_config.server_uid && *config.server_uid != *d->mps_config.server_uid) {
+      return FailedPrecondition(fmt::format("mps: the server on {} serves uid {}; uid {} cannot use it until it stops",
+                                            config.pipe_dir, *d->mps_config.server_uid, *config.server_uid));
+    }
     d->mps_config = config;  // settings re-applied, as the real controller does
     return Status::Ok();
   }
@@ -377,6 +381,7 @@ Result<MpsStatus> FakeBackend::GetMpsStatus(DeviceIndex index) {
     st.pipe_dir = d->mps_config.pipe_dir;
     st.control_pid = d->mps_died ? 0 : 4242 + static_cast<int>(index.value());
     if (d->mps_died) st.detail = "control daemon no longer answers";
+    if (!d->mps_died) st.server_uid = d->mps_config.server_uid;
   }
   return st;
 }
@@ -500,6 +505,48 @@ Status FakeBackend::DestroyGpuInstance(DeviceIndex index, GpuInstanceId gi_id) {
     return Status::Ok();
   }
   return Status::Ok();  // already gone
+}
+
+void FakeBackend::SetMigProfiles(DeviceIndex index, std::vector<MigProfile> profiles) {
+  std::lock_guard lock(mu_);
+  if (auto d = Find(index); d.ok()) (*d)->mig_profiles = std::move(profiles);
+}
+
+void FakeBackend::SetMemoryLimitsSupported(DeviceIndex index, bool supported) {
+  std::lock_guard lock(mu_);
+  if (auto d = Find(index); d.ok()) (*d)->memory_limits = supported;
+}
+
+std::map<std::pair<std::uint32_t, std::string>, std::pair<Bytes, Bytes>> FakeBackend::MemoryLimits() const {
+  std::lock_guard lock(mu_);
+  return memory_limits_;
+}
+
+Result<std::vector<MigProfile>> FakeBackend::MigProfiles(DeviceIndex index) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device * d, Find(index));
+  if (d->mig_profiles) return *d->mig_profiles;
+  if (!d->model->supports_mig()) return Unsupported(fmt::format("device {} ({}) has no MIG", index.value(), d->model->name));
+  return d->model->mig_profiles;
+}
+
+bool FakeBackend::SupportsMemoryLimits(DeviceIndex index) {
+  std::lock_guard lock(mu_);
+  auto d = Find(index);
+  return d.ok() && (*d)->memory_limits && (*d)->mig != MigMode::kEnabled;
+}
+
+Status FakeBackend::SetMemoryLimit(DeviceIndex index, const std::string& cgroup_dir, Bytes soft, Bytes hard) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device * d, Find(index));
+  if (!d->memory_limits || d->mig == MigMode::kEnabled) {
+    return Unsupported(fmt::format("device {}: no driver memory limits", index.value()));
+  }
+  if (cgroup_dir.empty() || cgroup_dir.front() != '/' || soft < 0 || hard <= 0 || soft > hard) {
+    return InvalidArgument(fmt::format("memory limit on '{}': soft {} hard {}", cgroup_dir, soft, hard));
+  }
+  memory_limits_[{index.value(), cgroup_dir}] = {soft, hard};
+  return Status::Ok();
 }
 
 }  // namespace gpuslice::devices

@@ -77,6 +77,13 @@ class FakeBackend : public DeviceBackend {
   // Whether per-process utilisation is given (default yes); off, every process's figures read
   // Unsupported, as with drivers that keep no per-process sample buffer.
   void SetProcessUtilSupported(DeviceIndex index, bool supported);
+  // The MIG profiles the fake "driver" reports (MigProfiles): by default the catalogue's; a
+  // different table stands for a driver that disagrees with the catalogue.
+  void SetMigProfiles(DeviceIndex index, std::vector<MigProfile> profiles);
+  // Whether the fake offers driver memory limits (default no, as before r615).
+  void SetMemoryLimitsSupported(DeviceIndex index, bool supported);
+  // The limits set so far: (device, cgroup dir) -> (soft, hard).
+  std::map<std::pair<std::uint32_t, std::string>, std::pair<Bytes, Bytes>> MemoryLimits() const;
 
   // ---- DeviceBackend ----
   std::string_view kind() const override { return "fake"; }
@@ -93,6 +100,9 @@ class FakeBackend : public DeviceBackend {
   Status DestroyComputeInstance(DeviceIndex index, GpuInstanceId gi,
                                 ComputeInstanceId ci) override;
   Status DestroyGpuInstance(DeviceIndex index, GpuInstanceId gi) override;
+  Result<std::vector<MigProfile>> MigProfiles(DeviceIndex index) override;
+  bool SupportsMemoryLimits(DeviceIndex index) override;
+  Status SetMemoryLimit(DeviceIndex index, const std::string& cgroup_dir, Bytes soft, Bytes hard) override;
 
  private:
   struct Device {
@@ -109,6 +119,8 @@ class FakeBackend : public DeviceBackend {
     bool mps_died = false;
     MpsConfig mps_config;
     std::int64_t energy_mj = 0;
+    std::optional<std::vector<MigProfile>> mig_profiles;  // nullopt: the catalogue's
+    bool memory_limits = false;
   };
 
   Status TakeInjected(FakeCall call);           // requires mu_
@@ -121,6 +133,7 @@ class FakeBackend : public DeviceBackend {
   Clock clock_;
   std::vector<Device> devices_;
   std::map<FakeCall, std::vector<Status>> injected_;
+  std::map<std::pair<std::uint32_t, std::string>, std::pair<Bytes, Bytes>> memory_limits_;
 };
 
 }  // namespace gpuslice::devices

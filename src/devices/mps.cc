@@ -1,7 +1,9 @@
 #include "devices/mps.h"
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <thread>
 
@@ -14,11 +16,21 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadSmall(const fs::path& p) {
+// Line `line` (0: the first) of a small file, "" when it has fewer lines.
+std::string ReadSmall(const fs::path& p, int line = 0) {
   std::ifstream in(p);
   std::string s;
-  std::getline(in, s);
+  for (int i = 0; i <= line; ++i) {
+    if (!std::getline(in, s)) return "";
+  }
   return s;
+}
+
+// The uid the marker names (its second line), if any.
+std::optional<std::int64_t> MarkerUid(const std::string& pipe_dir) {
+  const std::string text = ReadSmall(fs::path(pipe_dir) / MpsController::kMarkerFile, 1);
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 10) return std::nullopt;
+  return std::stoll(text);
 }
 
 std::string LogTail(const std::string& log_dir) {
@@ -64,6 +76,7 @@ MpsStatus MpsController::Probe(const std::string& pipe_dir) {
   if (up) {
     st.state = MpsState::kRunning;
     st.control_pid = std::atoi(ReadSmall(fs::path(pipe_dir) / kPidFile).c_str());
+    st.server_uid = MarkerUid(pipe_dir);
   } else if (marker) {
     st.state = MpsState::kDied;
     st.detail = "control daemon started by gpuslice no longer answers on " + pipe_dir;
@@ -103,6 +116,9 @@ Status MpsController::Start(const std::string& device, const MpsConfig& config) 
     return InvalidArgument(fmt::format("mps: pinned_mem_limit {} must be at least 1MiB",
                                        *config.default_pinned_mem_limit));
   }
+  if (config.server_uid && *config.server_uid < 0) {
+    return InvalidArgument(fmt::format("mps: server uid {} is not a uid", *config.server_uid));
+  }
   auto exe = FindExecutable(binary_);
   if (!exe.ok()) return Unavailable("MPS control binary unavailable: " + exe.status().message());
   std::error_code ec;
@@ -111,7 +127,16 @@ Status MpsController::Start(const std::string& device, const MpsConfig& config) 
   fs::create_directories(config.log_dir, ec);
   if (ec) return Unavailable(fmt::format("mps: cannot create log dir {}: {}", config.log_dir, ec.message()));
 
-  if (!Answers(config.pipe_dir)) {
+  if (Answers(config.pipe_dir)) {
+    // Running already: for the same user it is a retry; for another, that user's clients would
+    // wait at CUDA start-up until the server exits.
+    const std::optional<std::int64_t> serving = MarkerUid(config.pipe_dir);
+    if (config.server_uid && serving && *serving != *config.server_uid) {
+      return FailedPrecondition(fmt::format("mps: the server on {} serves uid {}; a server serves one user at a "
+                                            "time, so uid {} cannot use it until it stops",
+                                            config.pipe_dir, *serving, *config.server_uid));
+    }
+  } else {
     RunOptions opt;
     opt.env = {{"CUDA_VISIBLE_DEVICES", device},
                {"CUDA_MPS_PIPE_DIRECTORY", config.pipe_dir},
@@ -134,8 +159,22 @@ Status MpsController::Start(const std::string& device, const MpsConfig& config) 
     }
   }
   // Marker first: if we crash between here and the limits, a retry re-applies them.
-  std::ofstream(fs::path(config.pipe_dir) / kMarkerFile) << device << "\n";
-  return ApplyLimits(config);
+  {
+    std::ofstream marker(fs::path(config.pipe_dir) / kMarkerFile);
+    marker << device << "\n";
+    if (config.server_uid) marker << *config.server_uid << "\n";
+  }
+  GPUSLICE_RETURN_IF_ERROR(ApplyLimits(config));
+  if (!config.server_uid) return Status::Ok();
+  // The defaults above apply to the next server spawned: this one, for the slice's user. A server
+  // already running for that user (a retry) makes the command fail harmlessly: only its absence
+  // afterwards is an error.
+  auto started = Command(config.pipe_dir, fmt::format("start_server -uid {}", *config.server_uid));
+  if (!started.ok()) {
+    auto servers = Command(config.pipe_dir, "get_server_list");
+    if (!servers.ok() || servers->find_first_of("0123456789") == std::string::npos) return started.status();
+  }
+  return Status::Ok();
 }
 
 Status MpsController::Stop(const std::string& pipe_dir) {

@@ -5,9 +5,11 @@
 //           nvidia-cuda-mps-control -d
 //   probe:  echo get_default_active_thread_percentage | nvidia-cuda-mps-control  (exit 0 = up)
 //   limits: set_default_active_thread_percentage N; set_default_device_pinned_mem_limit 0 NM
+//   server: start_server -uid U   (MpsConfig::server_uid: the one user the server serves)
 //   stop:   echo quit | nvidia-cuda-mps-control
-// State lives on disk (a marker file in the pipe directory), so a restarted gpuslice sees a
-// daemon it started before, and can tell "stopped" from "died". Every call is idempotent.
+// State lives on disk (a marker file in the pipe directory: the device, then the server's uid),
+// so a restarted gpuslice sees a daemon it started before, whom it serves, and can tell
+// "stopped" from "died". Every call is idempotent.
 // Tests point `control_binary` at a script that speaks the same protocol.
 // Stateless apart from configuration; thread-safe (different pipe dirs may be driven in
 // parallel; calls on one pipe dir should be serialised by the caller).

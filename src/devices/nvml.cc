@@ -126,6 +126,8 @@ Result<std::unique_ptr<NvmlBackend>> NvmlBackend::Open(const BackendOptions& opt
   a.ci_by_id = Resolve<GpuInstanceGetComputeInstanceByIdFn>(lib, {"nvmlGpuInstanceGetComputeInstanceById"});
   a.ci_info = Resolve<ComputeInstanceGetInfoFn>(lib, {"nvmlComputeInstanceGetInfo_v2", "nvmlComputeInstanceGetInfo"});
   a.destroy_ci = Resolve<ComputeInstanceDestroyFn>(lib, {"nvmlComputeInstanceDestroy"});
+  a.set_memory_limits = Resolve<DeviceSetMemoryLimitsFn>(lib, {"nvmlDeviceSetMemoryLimits_v1"});
+  a.get_memory_limits = Resolve<DeviceGetMemoryLimitsFn>(lib, {"nvmlDeviceGetMemoryLimits_v1"});
 
   // Process records: _v3 and _v2 write 24-byte records, the unversioned one 16 bytes — except
   // early R535 drivers, whose _v3 wrote 32 bytes. nvitop's probe: that driver exports
@@ -351,7 +353,8 @@ Result<std::vector<devices::GpuInstanceInfo>> NvmlBackend::GpuInstances(Device d
   return out;
 }
 
-void NvmlBackend::ReadMemory(Device dev, Reading<Bytes>* total, Reading<Bytes>* used) {
+void NvmlBackend::ReadMemory(Device dev, Reading<Bytes>* total, Reading<Bytes>* used, Reading<Bytes>* reserved) {
+  if (reserved != nullptr) *reserved = Reading<Bytes>::NotSupported("nvmlDeviceGetMemoryInfo_v2 not available");
   // _v2 (drivers >= 515) reports `used` without the driver's reserved memory; v1 includes it.
   if (api_->memory_v2) {
     MemoryV2 mem{};
@@ -359,6 +362,7 @@ void NvmlBackend::ReadMemory(Device dev, Reading<Bytes>* total, Reading<Bytes>* 
     if (api_->memory_v2(dev, &mem) == kSuccess) {
       *total = Reading<Bytes>::Of(static_cast<Bytes>(mem.total));
       *used = Reading<Bytes>::Of(static_cast<Bytes>(mem.used));
+      if (reserved != nullptr) *reserved = Reading<Bytes>::Of(static_cast<Bytes>(mem.reserved));
       return;
     }
   }
@@ -399,7 +403,7 @@ Result<std::vector<DeviceInfo>> NvmlBackend::ListDevices() {
     char ubuf[kUuidBufferSize] = {};
     if (api_->uuid && api_->uuid(dev, ubuf, sizeof(ubuf)) == kSuccess) d.uuid = CString(ubuf, sizeof(ubuf));
     if (auto m = FindModel(d.name); m.ok()) d.model = *m;
-    ReadMemory(dev, &d.memory_total, &d.memory_used);
+    ReadMemory(dev, &d.memory_total, &d.memory_used, &d.memory_reserved);
     if (api_->mig_mode) {
       unsigned cur = 0, pend = 0;
       if (api_->mig_mode(dev, &cur, &pend) == kSuccess) {

@@ -42,6 +42,11 @@ class NvmlBackend : public DeviceBackend {
   Status DestroyComputeInstance(DeviceIndex index, GpuInstanceId gi,
                                 ComputeInstanceId ci) override;
   Status DestroyGpuInstance(DeviceIndex index, GpuInstanceId gi) override;
+  Result<std::vector<MigProfile>> MigProfiles(DeviceIndex index) override;
+  bool SupportsMemoryLimits(DeviceIndex index) override;
+  Status SetMemoryLimit(DeviceIndex index, const std::string& cgroup_dir, Bytes soft, Bytes hard) override;
+  // The driver's major version (615 for "615.20.01"); 0 when unknown.
+  int driver_major() const;
 
  private:
   struct Api;
@@ -59,7 +64,8 @@ class NvmlBackend : public DeviceBackend {
   NvmlBackend(void* lib, std::unique_ptr<Api> api, const BackendOptions& options);
   Status Error(std::string_view what, nvml::Return r) const;
   Result<nvml::Device> Handle(DeviceIndex index);
-  void ReadMemory(nvml::Device dev, Reading<Bytes>* total, Reading<Bytes>* used);
+  void ReadMemory(nvml::Device dev, Reading<Bytes>* total, Reading<Bytes>* used,
+                  Reading<Bytes>* reserved = nullptr);
   Result<std::vector<RawProcess>> RunningProcesses(nvml::Device dev);
   // The record size the driver wrote for `n` records into a sentinel-filled buffer; updates
   // process_abi_ to what was measured (the symbol-based guess stands when n == 0).

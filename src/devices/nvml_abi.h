@@ -118,7 +118,30 @@ struct ComputeInstanceInfo {  // nvmlComputeInstanceInfo_t
   ComputeInstancePlacement placement;
 };
 
+// Memory partitioning (NVIDIA r615 / CUDA 13.4: nvmlDeviceSetMemoryLimits_v1 and
+// nvmlDeviceGetMemoryLimits_v1, limits per cgroup v2 directory). Layouts from NVIDIA's NVML API
+// reference (nvmlSetMemoryLimits_v1_t, nvmlGetMemoryLimits_v1_t) as published, NOT checked
+// against a driver header here (none is installed): the structs carry no version field, so the
+// version is the symbol's _v1 suffix, and nvml_limits.cc uses them only from a driver branch of
+// 615 or later and reads every limit back after setting it.
+struct SetMemoryLimits {  // nvmlSetMemoryLimits_v1_t
+  const char* name_space;  // full path of the cgroup v2 directory
+  unsigned long long soft_limit;
+  unsigned long long hard_limit;
+};
+struct GetMemoryLimits {  // nvmlGetMemoryLimits_v1_t
+  const char* name_space;
+  unsigned long long soft_limit;
+  unsigned long long hard_limit;
+  unsigned long long current_used;
+};
+// NVML_DEVICE_MEMORY_LIMIT_MAX, "no hard limit" (with soft 0 it clears a limit).
+inline constexpr unsigned long long kDeviceMemoryLimitMax = ~0ULL;
+inline constexpr int kMemoryLimitsFirstDriver = 615;
+
 static_assert(sizeof(Memory) == 24);
+static_assert(sizeof(SetMemoryLimits) == 24 && offsetof(SetMemoryLimits, hard_limit) == 16);
+static_assert(sizeof(GetMemoryLimits) == 32 && offsetof(GetMemoryLimits, current_used) == 24);
 static_assert(sizeof(MemoryV2) == 40 && offsetof(MemoryV2, total) == 8 && offsetof(MemoryV2, used) == 32);
 static_assert(sizeof(Sample) == 16 && offsetof(Sample, value) == 8);
 static_assert(sizeof(ProcessUtilizationSample) == 32 && offsetof(ProcessUtilizationSample, sm_util) == 16);
@@ -168,6 +191,8 @@ using GpuInstanceGetComputeInstancesFn = Return (*)(GpuInstance, unsigned int, C
 using GpuInstanceGetComputeInstanceByIdFn = Return (*)(GpuInstance, unsigned int, ComputeInstance*);
 using ComputeInstanceGetInfoFn = Return (*)(ComputeInstance, ComputeInstanceInfo*);
 using ComputeInstanceDestroyFn = Return (*)(ComputeInstance);
+using DeviceSetMemoryLimitsFn = Return (*)(Device, SetMemoryLimits*);
+using DeviceGetMemoryLimitsFn = Return (*)(Device, GetMemoryLimits*);
 }
 
 // ---- GPM (GPU performance monitoring; Hopper and newer): per-MIG-instance activity --------

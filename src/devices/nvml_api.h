@@ -45,6 +45,9 @@ struct NvmlBackend::Api {
   nvml::GpuInstanceGetComputeInstanceByIdFn ci_by_id = nullptr;
   nvml::ComputeInstanceGetInfoFn ci_info = nullptr;
   nvml::ComputeInstanceDestroyFn destroy_ci = nullptr;
+  // r615+ memory partitioning (nvml_limits.cc); both or neither are used.
+  nvml::DeviceSetMemoryLimitsFn set_memory_limits = nullptr;
+  nvml::DeviceGetMemoryLimitsFn get_memory_limits = nullptr;
 };
 
 // Profile enumerations run until the driver says INVALID_ARGUMENT (as nvml.h asks); this bound

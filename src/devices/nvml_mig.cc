@@ -1,6 +1,8 @@
 // MIG control through NVML: the mode, and GPU and compute instances made and destroyed (the
 // actuation the scheduler's MIG decisions need). Part of NvmlBackend (nvml.h); the driver entry
 // points are in nvml_api.h, resolved by NvmlBackend::Open() in nvml.cc.
+#include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include <fmt/format.h>
@@ -199,6 +201,53 @@ Status NvmlBackend::DestroyGpuInstance(DeviceIndex index, GpuInstanceId gi_id) {
     return Error(fmt::format("device {} GI {}: destroy", index.value(), gi_id.value()), r);
   }
   return Status::Ok();
+}
+
+// The driver's GPU-instance profiles with their legal placements. The profile info gives an
+// index -> id mapping (ids are what placements and creation take), compute slices, instance count,
+// SMs and memory; the placements give the starts and the size in memory slices. A name is not in
+// the v1 info: the catalogue's for the same id is kept, else one is made like nvidia-smi's.
+Result<std::vector<MigProfile>> NvmlBackend::MigProfiles(DeviceIndex index) {
+  std::lock_guard lock(mu_);
+  GPUSLICE_ASSIGN_OR_RETURN(Device dev, Handle(index));
+  if (!api_->gi_profile_info || !api_->placements) return Unsupported("MIG profiles not readable from this driver");
+  const DeviceModel* model = nullptr;
+  char buf[kNameBufferSize] = {};
+  if (api_->name && api_->name(dev, buf, sizeof(buf)) == kSuccess) {
+    if (auto m = FindModel(std::string(buf, strnlen(buf, sizeof(buf)))); m.ok()) model = *m;
+  }
+  std::vector<MigProfile> out;
+  for (unsigned p = 0; p < kProfileIndexLimit; ++p) {
+    GpuInstanceProfileInfo info{};
+    Return r = api_->gi_profile_info(dev, p, &info);
+    if (r == kErrorInvalidArgument) break;  // past the last profile this driver knows
+    if (r != kSuccess) continue;            // not offered on this device
+    unsigned n = 0;
+    Return pr = api_->placements(dev, info.id, nullptr, &n);
+    if (pr != kSuccess && pr != kErrorInsufficientSize) continue;
+    std::vector<GpuInstancePlacement> placements(n + 8);
+    n = static_cast<unsigned>(placements.size());
+    if (api_->placements(dev, info.id, placements.data(), &n) != kSuccess || n == 0) continue;
+    MigProfile m;
+    m.id = static_cast<int>(info.id);
+    m.nvml_index = static_cast<int>(p);
+    m.compute_slices = static_cast<int>(info.slice_count);
+    m.memory = static_cast<Bytes>(info.memory_size_mb) * kMiB;
+    m.sm_count = static_cast<int>(info.multiprocessor_count);
+    m.max_instances = static_cast<int>(info.instance_count);
+    // NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 / 2_SLICE_REV1 (+me) and the ALL_ME pair.
+    m.media_extensions = p == 0x7 || p == 0x8 || p == 0xF || p == 0x10;
+    m.memory_slices = static_cast<int>(placements[0].size);
+    for (unsigned i = 0; i < std::min<unsigned>(n, static_cast<unsigned>(placements.size())); ++i)
+      m.placement_starts.push_back(static_cast<int>(placements[i].start));
+    const MigProfile* known = model ? model->FindProfileById(m.id) : nullptr;
+    m.name = known ? known->name
+                   : fmt::format("{}g.{}gb{}", m.compute_slices, (m.memory + kGiB - 1) / kGiB,
+                                 m.media_extensions ? "+me" : "");
+    out.push_back(std::move(m));
+  }
+  if (out.empty()) return Unsupported(fmt::format("device {}: the driver offers no MIG profiles", index.value()));
+  return out;
 }
 
 }  // namespace gpuslice::devices

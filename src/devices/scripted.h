@@ -74,6 +74,11 @@ class ScriptedBackend : public DeviceBackend {
   Status DestroyGpuInstance(DeviceIndex index, GpuInstanceId gi) override {
     return inner_->DestroyGpuInstance(index, gi);
   }
+  Result<std::vector<MigProfile>> MigProfiles(DeviceIndex index) override { return inner_->MigProfiles(index); }
+  bool SupportsMemoryLimits(DeviceIndex index) override { return inner_->SupportsMemoryLimits(index); }
+  Status SetMemoryLimit(DeviceIndex index, const std::string& cgroup_dir, Bytes soft, Bytes hard) override {
+    return inner_->SetMemoryLimit(index, cgroup_dir, soft, hard);
+  }
 
  private:
   Status RefreshLocked();  // re-reads the file if it changed; requires mu_

@@ -6,6 +6,8 @@
 #include <set>
 #include <thread>
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -90,7 +92,7 @@ struct NvmlFactory {
     o.kind = "nvml";
     auto b = NvmlBackend::Open(o);
     if (!b.ok()) {
-      *skip = "no NVIDIA GPU here (" + b.status().message() + "); nvml contract runs in tests/gpu/run.sh";
+      *skip = "no NVIDIA GPU here (" + b.status().message() + "); nvml contract runs in tests/gpu/check.sh";
       return nullptr;
     }
     return std::move(b).value();
@@ -285,9 +287,13 @@ TYPED_TEST(BackendContract, MigInstanceFiguresAreUnsupportedNotZero) {
 
 TYPED_TEST(BackendContract, MpsStartStopAreIdempotent) {
   if (!TypeParam::kActs) {
-    auto st = this->backend_->StartMps(DeviceIndex(0), {"/tmp/x", "/tmp/y", {}, {}});
+    // Never asked of the nvml backends here: with nvidia-cuda-mps-control on PATH (any GPU host)
+    // they would start a real MPS daemon and leave it running. Replay must refuse.
     if (this->backend_->kind() == "replay") {
-      EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+      const std::string dir = ::testing::TempDir() + "gs-contract-replay-mps";
+      EXPECT_EQ(this->backend_->StartMps(DeviceIndex(0), {dir + "/pipe", dir + "/log", {}, {}, {}}).code(),
+                StatusCode::kUnsupported);
+      EXPECT_FALSE(std::filesystem::exists(dir)) << "refused without touching the disk";
     }
     GTEST_SKIP() << this->backend_->kind() << " does not act in unit tests";
   }

@@ -19,6 +19,8 @@
 //   + FAKE_NVML_DETAIL_LIST: also exports nvmlDeviceGetRunningProcessDetailList (so the symbols
 //                    say "24-byte records") yet still writes 32 bytes: only measuring tells.
 //   otherwise:       exports only *RunningProcesses_v2 (24-byte records): the fallback path.
+//   + FAKE_NVML_MEMORY_LIMITS (with the last): an r615 driver with memory partitioning
+//                    (nvmlDeviceSet/GetMemoryLimits_v1) on device 0 (device 1 is in MIG mode).
 // Two H100s; device 0 runs pids 1234 (1 GiB, 40% SM) and 5678 (2 GiB, idle); GPU utilisation
 // samples of 60% every 1/6 s over the last second. Device 1 is in MIG mode. Not thread-safe
 // (tests call it from one thread).
@@ -26,6 +28,7 @@
 #include <time.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "devices/nvml_abi.h"
@@ -166,7 +169,9 @@ __attribute__((visibility("default"))) const char* nvmlErrorString(nv::Return r)
   }
 }
 __attribute__((visibility("default"))) nv::Return nvmlSystemGetDriverVersion(char* buf, unsigned len) {
-#if defined(FAKE_NVML_R535) && defined(FAKE_NVML_DETAIL_LIST)
+#if defined(FAKE_NVML_MEMORY_LIMITS)
+  std::snprintf(buf, len, "615.20.01");
+#elif defined(FAKE_NVML_R535) && defined(FAKE_NVML_DETAIL_LIST)
   std::snprintf(buf, len, "535.43.02");
 #elif defined(FAKE_NVML_R535)
   std::snprintf(buf, len, "535.54.03");
@@ -490,5 +495,44 @@ __attribute__((visibility("default"))) nv::Return nvmlDeviceGetComputeInstanceId
   *id = g_gis[Mig(d).gi_slot].cis[Mig(d).ci_slot].id;
   return nv::kSuccess;
 }
+
+#ifdef FAKE_NVML_MEMORY_LIMITS
+// r615 memory partitioning: limits per (device, cgroup directory), read back by the getter.
+// GPUSLICE_FAKE_NVML_DROP_LIMITS=1 makes the driver accept a limit and keep another (as a driver
+// reading the struct with another layout would): the backend must notice on the read-back.
+namespace {
+struct Limit {
+  int device = -1;
+  char name_space[256] = {};
+  unsigned long long soft = 0, hard = 0;
+};
+Limit g_limits[16];
+}  // namespace
+__attribute__((visibility("default"))) nv::Return nvmlDeviceSetMemoryLimits_v1(nv::Device d, nv::SetMemoryLimits* l) {
+  if (l == nullptr || l->name_space == nullptr || l->name_space[0] != '/') return nv::kErrorInvalidArgument;
+  if (IsMigHandle(d) || IndexOf(d) == 1) return nv::kErrorNotSupported;  // MIG handles and MIG mode
+  const char* drop = std::getenv("GPUSLICE_FAKE_NVML_DROP_LIMITS");
+  for (Limit& x : g_limits) {
+    if (x.device >= 0 && (x.device != IndexOf(d) || std::strcmp(x.name_space, l->name_space) != 0)) continue;
+    x.device = IndexOf(d);
+    std::snprintf(x.name_space, sizeof(x.name_space), "%s", l->name_space);
+    x.soft = l->soft_limit;
+    x.hard = drop != nullptr && drop[0] == '1' ? nv::kDeviceMemoryLimitMax : l->hard_limit;
+    return nv::kSuccess;
+  }
+  return nv::kErrorInsufficientResources;
+}
+__attribute__((visibility("default"))) nv::Return nvmlDeviceGetMemoryLimits_v1(nv::Device d, nv::GetMemoryLimits* l) {
+  if (l == nullptr || l->name_space == nullptr) return nv::kErrorInvalidArgument;
+  for (const Limit& x : g_limits) {
+    if (x.device != IndexOf(d) || std::strcmp(x.name_space, l->name_space) != 0) continue;
+    l->soft_limit = x.soft;
+    l->hard_limit = x.hard;
+    l->current_used = 0;
+    return nv::kSuccess;
+  }
+  return nv::kErrorNotFound;
+}
+#endif
 
 }  // extern "C"

@@ -130,6 +130,32 @@ TEST_F(MpsControllerTest, RejectsBadLimitsBeforeStartingAnything) {
   EXPECT_FALSE(fs::exists(fs::path(config_.pipe_dir) / "launches"));
 }
 
+// One server, one user: the server is started for the slice's user right after the defaults
+// (which apply to the next server spawned), whom it serves is remembered with the daemon, and
+// another user is refused while it runs (their clients would hang at CUDA start-up).
+TEST_F(MpsControllerTest, TheServerIsStartedForOneUserAndAnotherIsRefused) {
+  MpsController mps(binary_.string());
+  MpsConfig alice = config_;
+  alice.server_uid = 1234;
+  ASSERT_TRUE(mps.Start("GPU-aaaa", alice).ok());
+  const std::string commands = Slurp(fs::path(config_.pipe_dir) / "commands");
+  const auto limits = commands.find("set_default_device_pinned_mem_limit");
+  const auto server = commands.find("start_server -uid 1234\n");
+  ASSERT_NE(server, std::string::npos) << commands;
+  EXPECT_LT(limits, server) << "the defaults must be set before the server is spawned";
+  EXPECT_EQ(mps.Probe(config_.pipe_dir).server_uid, 1234);
+  ASSERT_TRUE(mps.Start("GPU-aaaa", alice).ok()) << "a retry for the same user";
+  MpsConfig bob = config_;
+  bob.server_uid = 5678;
+  Status refused = mps.Start("GPU-aaaa", bob);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("serves uid 1234"), std::string::npos) << refused.message();
+  ASSERT_TRUE(mps.Stop(config_.pipe_dir).ok());
+  ASSERT_TRUE(mps.Start("GPU-aaaa", bob).ok()) << "once stopped, the next user's server starts";
+  EXPECT_EQ(mps.Probe(config_.pipe_dir).server_uid, 5678);
+  ASSERT_TRUE(mps.Stop(config_.pipe_dir).ok());
+}
+
 TEST(MpsMemLimit, UsesGOnlyWhenExact) {
   EXPECT_EQ(MpsMemLimit(2 * kGiB), "2G");
   EXPECT_EQ(MpsMemLimit(1536 * kMiB), "1536M");

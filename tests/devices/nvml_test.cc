@@ -2,6 +2,12 @@
 // status naming the cause, never a crash.
 
 #include <dlfcn.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -247,6 +253,92 @@ TEST(NvmlStandIn, GpuInstanceProfilesPastTodaysHeaderCountAreFound) {
   ASSERT_EQ((*devs)[1].gpu_instances.size(), 1u) << "listed, so its memory slices are not taken for free";
   EXPECT_EQ((*devs)[1].gpu_instances[0].profile_id, 15);
   EXPECT_TRUE(b.DestroyGpuInstance(DeviceIndex(1), gi->id).ok());
+}
+
+}  // namespace
+}  // namespace gpuslice::devices
+
+// The driver's memory limits (r615+): found by dlsym, used only where the driver has them, and
+// read back after every set; older drivers say Unsupported (the interposer holds caps there).
+namespace gpuslice::devices {
+namespace {
+
+TEST(NvmlStandIn, MemoryLimitsWhereTheDriverOffersThemAndNowhereElse) {
+  auto b = OpenStandIn(FAKE_NVML_R615_PATH);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ((*b)->driver_major(), 615);
+  EXPECT_TRUE((*b)->SupportsMemoryLimits(DeviceIndex(0)));
+  EXPECT_FALSE((*b)->SupportsMemoryLimits(DeviceIndex(1))) << "device 1 is in MIG mode";
+  EXPECT_TRUE((*b)->SetMemoryLimit(DeviceIndex(0), "/sys/fs/cgroup/gpuslice/job-7", kGiB, 2 * kGiB).ok());
+  EXPECT_EQ((*b)->SetMemoryLimit(DeviceIndex(0), "relative/job-7", kGiB, 2 * kGiB).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*b)->SetMemoryLimit(DeviceIndex(0), "/sys/fs/cgroup/x", 3 * kGiB, 2 * kGiB).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ((*b)->SetMemoryLimit(DeviceIndex(1), "/sys/fs/cgroup/x", kGiB, kGiB).code(), StatusCode::kUnsupported);
+
+  auto old = OpenStandIn(FAKE_NVML_V2_PATH);
+  ASSERT_TRUE(old.ok());
+  EXPECT_FALSE((*old)->SupportsMemoryLimits(DeviceIndex(0))) << "a 470 driver has no memory limits";
+  Status st = (*old)->SetMemoryLimit(DeviceIndex(0), "/sys/fs/cgroup/x", kGiB, kGiB);
+  EXPECT_EQ(st.code(), StatusCode::kUnsupported);
+  EXPECT_NE(st.message().find("r615"), std::string::npos) << st.message();
+}
+
+TEST(NvmlStandIn, ALimitTheDriverDidNotKeepIsAnErrorNotASuccess) {
+  auto b = OpenStandIn(FAKE_NVML_R615_PATH);
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(setenv("GPUSLICE_FAKE_NVML_DROP_LIMITS", "1", 1), 0);
+  Status st = (*b)->SetMemoryLimit(DeviceIndex(0), "/sys/fs/cgroup/gpuslice/job-8", kGiB, kGiB);
+  ASSERT_EQ(unsetenv("GPUSLICE_FAKE_NVML_DROP_LIMITS"), 0);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_NE(st.message().find("not relying on it"), std::string::npos) << st.message();
+}
+
+// MIG profiles and placements come from the driver: the stand-in's table differs from the
+// catalogue's H100 on purpose (three profiles only, one with another compute-slice count and
+// one with another memory figure), and the differences are named.
+TEST(NvmlStandIn, MigProfilesAreReadFromTheDriverAndComparedWithTheCatalogue) {
+  auto b = OpenStandIn(FAKE_NVML_V2_PATH);
+  ASSERT_TRUE(b.ok());
+  auto profiles = (*b)->MigProfiles(DeviceIndex(1));
+  ASSERT_TRUE(profiles.ok()) << profiles.status().ToString();
+  ASSERT_EQ(profiles->size(), 3u);
+  std::map<int, MigProfile> by_id;
+  for (const MigProfile& p : *profiles) by_id[p.id] = p;
+  EXPECT_EQ(by_id.at(19).placement_starts, (std::vector<int>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(by_id.at(19).memory_slices, 1);
+  EXPECT_EQ(by_id.at(19).memory, 9856 * kMiB);
+  EXPECT_EQ(by_id.at(19).name, "1g.10gb") << "the catalogue's name for the same id";
+  EXPECT_EQ(by_id.at(9).placement_starts, (std::vector<int>{0, 4}));
+  EXPECT_EQ(by_id.at(9).memory_slices, 4);
+  EXPECT_EQ(by_id.at(9).max_instances, 2);
+  EXPECT_EQ(by_id.at(15).nvml_index, 0x13) << "an index past today's header is still read";
+  EXPECT_EQ(by_id.at(15).placement_starts, (std::vector<int>{0, 2, 4, 6}));
+
+  const DeviceModel& h100 = **FindModel("H100-80GB");
+  const std::vector<std::string> diffs = MigTableDifferences(h100, *profiles);
+  auto has = [&](const std::string& s) {
+    return std::any_of(diffs.begin(), diffs.end(), [&](const std::string& d) { return d.find(s) != std::string::npos; });
+  };
+  EXPECT_TRUE(has("profile 0 (7g.80gb): in the catalogue, not offered by the driver"));
+  EXPECT_TRUE(has("profile 15 (1g.20gb): 1 compute slices in the catalogue, 2 from the driver"));
+  EXPECT_TRUE(has("profile 19 (1g.10gb): 9.75GiB in the catalogue"));
+  EXPECT_FALSE(has("profile 9 (3g.40gb): placement")) << "the same starts";
+
+  // The driver wins: the catalogue takes its table (then gets its own back for the other tests).
+  const std::vector<MigProfile> saved = h100.mig_profiles;
+  ASSERT_TRUE(UseDriverMigProfiles("H100-80GB", *profiles).ok());
+  EXPECT_EQ(h100.mig_profiles.size(), 3u);
+  EXPECT_EQ(h100.mig_profiles.front().id, 19) << "catalogue order: fewest memory slices first";
+  EXPECT_EQ(h100.mig_memory_slices, 8);
+  EXPECT_TRUE(MigTableDifferences(h100, *profiles).empty());
+  ASSERT_TRUE(UseDriverMigProfiles("H100-80GB", saved).ok());
+  EXPECT_EQ(h100.mig_profiles.size(), saved.size());
+
+  EXPECT_EQ((*b)->MigProfiles(DeviceIndex(0)).status().code(), StatusCode::kUnsupported)
+      << "device 0 offers no profile";
+  EXPECT_EQ(UseDriverMigProfiles("H100-80GB", {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(UseDriverMigProfiles("Z80", saved).code(), StatusCode::kNotFound);
 }
 
 }  // namespace
