@@ -72,6 +72,9 @@ function renderDevices(devs, history) {
     // What its slices hold, whatever the mode (a MIG device: its used instances).
     const held = known(d.held_milli) ? d.held_milli : (d.used_milli || 0);
     c.appendChild(row(`held ${gpus(held)}`, `memory ${bytes(d.memory_used)} / ${bytes(d.memory)}`));
+    // An MPS server serves one user per GPU; the driver gives no per-client utilisation under it.
+    if (d.mps_user) c.appendChild(row(`MPS server for ${d.mps_user}`, 'per-client SM not measurable'));
+    if (d.cap_shared) c.appendChild(row('memory caps', d.mode === 'mps' ? d.cap_mps : d.cap_shared));
     const bar = el('div', 'bar');
     const fill = el('div');
     fill.style.width = `${Math.min(100, held / 10)}%`;  // CSSOM: allowed by the CSP

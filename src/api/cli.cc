@@ -396,11 +396,18 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
                                         : " (by " + basis + ")"));
     }
     if (slice->memory_cap > 0) {
-      std::string how = slice->kind == "shared" ? "enforced by libgpuslice-cuda (LD_PRELOAD memory cap; not capped: "
-                                                  "CUDA graph memory nodes, context memory; docs/memcap.md)"
-                        : slice->kind == "mps"  ? "enforced by MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"
-                                                : "";
+      const std::string mech = slice->cap_mechanism.value_or("");
+      std::string how = mech == "driver-limits"      ? "enforced by the driver's memory limits on the job's cgroup"
+                        : mech == "interposer"       ? "enforced by libgpuslice-cuda (LD_PRELOAD; docs/memcap.md "
+                                                       "lists what it cannot see)"
+                        : mech == "mps-client-limit" ? "enforced by MPS (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"
+                        : mech == "mig"              ? "the MIG instance's memory"
+                                                     : "";
       kv("memory cap", FormatBytes(slice->memory_cap) + (how.empty() ? "" : ", " + how));
+    }
+    if (slice->kind == "mps") {
+      kv("mps server", (slice->mps_user ? "for user " + *slice->mps_user : std::string("for this job's user")) +
+                           " (one user per GPU); per-client utilisation is not measurable under MPS");
     }
   }
   std::cout << "events:\n";
@@ -476,14 +483,31 @@ Status Devices(const ClientFlags& c) {
   for (const DeviceView& d : devices) {
     std::string util = d.util_percent ? fmt::format("{:.0f}%", *d.util_percent) : "n/a";
     std::string mem = d.memory_used ? FormatBytes(*d.memory_used) : "n/a";
+    // What holds a slice's memory here: the mode's own mechanism (MIG, MPS) or shared slices'.
+    std::string cap = d.mode == "mig" ? "mig" : d.mode == "mps" ? d.cap_mps.value_or("?") : d.cap_shared.value_or("?");
     rows.push_back({std::to_string(d.index), d.model,
-                    d.mode + (d.draining ? " (draining)" : "") +
+                    d.mode + (d.mps_user ? " (server for " + *d.mps_user + ")" : "") +
+                        (d.draining ? " (draining)" : "") +
                         (d.reserved_for ? fmt::format(" (kept for job {})", *d.reserved_for) : ""),
                     FormatMilliGpu(d.used_milli) + "/1", std::to_string(d.clients), util,
-                    mem + "/" + FormatBytes(d.memory), d.uuid});
+                    mem + "/" + FormatBytes(d.memory), cap, d.uuid});
   }
-  PrintTable({"DEV", "MODEL", "MODE", "ALLOCATED", "SLICES", "UTIL", "MEMORY", "UUID"}, rows);
+  PrintTable({"DEV", "MODEL", "MODE", "ALLOCATED", "SLICES", "UTIL", "MEMORY", "MEM-CAP", "UUID"}, rows);
   Line(fmt::format("backend: {} ({})", Str(r, "backend"), Str(r, "backend_description")));
+  // MEMORY is what slices can book: the driver's reserve is set aside (and each slice books one
+  // CUDA context besides what it asks).
+  for (const DeviceView& d : devices) {
+    if (d.reserved_memory.value_or(0) > 0 || d.context_reserve.value_or(0) > 0) {
+      Line(fmt::format("GPU {}: {} kept by the driver, {} per slice for its CUDA context", d.index,
+                       FormatBytes(d.reserved_memory.value_or(0)), FormatBytes(d.context_reserve.value_or(0))));
+    }
+  }
+  if (std::any_of(devices.begin(), devices.end(), [](const DeviceView& d) { return d.mode == "mps"; })) {
+    Line("mps: one user per GPU's MPS server; " + Str(r, "mps_note"));
+  }
+  if (!Str(r, "interposer_problem").empty()) {
+    Line("shared slices with a memory cap are not started: " + Str(r, "interposer_problem"));
+  }
   return Status::Ok();
 }
 

@@ -284,6 +284,8 @@ json SliceView::ToJson() const {
             {"active", active},
             {"created_us", created_us},
             {"released_us", released_us}};
+  if (cap_mechanism) o["cap_mechanism"] = *cap_mechanism;
+  if (mps_user) o["mps_user"] = *mps_user;
   if (figures) {
     const Figures& f = *figures;
     o["util_percent"] = OrNull(f.util_percent);
@@ -318,6 +320,8 @@ Result<SliceView> SliceView::FromJson(const json& j) {
   r.Req("active", &v.active);
   r.Req("created_us", &v.created_us);
   r.Req("released_us", &v.released_us);
+  r.Opt("cap_mechanism", &v.cap_mechanism);
+  r.Opt("mps_user", &v.mps_user);
   if (j.is_object() && j.contains("idle_state")) {
     Figures f;
     r.Opt("util_percent", &f.util_percent);
@@ -409,6 +413,11 @@ json DeviceView::ToJson() const {
   o["reserved_for"] = OrNull(reserved_for);
   o["util_percent"] = OrNull(util_percent);
   o["memory_used"] = OrNull(memory_used);
+  if (reserved_memory) o["reserved_memory"] = *reserved_memory;
+  if (context_reserve) o["context_reserve"] = *context_reserve;
+  if (cap_shared) o["cap_shared"] = *cap_shared;
+  if (cap_mps) o["cap_mps"] = *cap_mps;
+  o["mps_user"] = OrNull(mps_user);
   return o;
 }
 
@@ -447,6 +456,11 @@ Result<DeviceView> DeviceView::FromJson(const json& j) {
   });
   r.Opt("util_percent", &v.util_percent);
   r.Opt("memory_used", &v.memory_used);
+  r.Opt("reserved_memory", &v.reserved_memory);
+  r.Opt("context_reserve", &v.context_reserve);
+  r.Opt("cap_shared", &v.cap_shared);
+  r.Opt("cap_mps", &v.cap_mps);
+  r.Opt("mps_user", &v.mps_user);
   GPUSLICE_RETURN_IF_ERROR(r.status());
   return v;
 }

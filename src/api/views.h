@@ -87,6 +87,10 @@ struct SliceView {
   bool active = true;
   Micros created_us = 0;
   Micros released_us = 0;
+  // Running slices: what holds its memory (daemon/cap_mechanism.h names: "interposer",
+  // "driver-limits", "mps-client-limit", "mig") and, for mps, whose MPS server it uses.
+  std::optional<std::string> cap_mechanism;
+  std::optional<std::string> mps_user;
 
   // /v1/slices only.
   struct Figures {
@@ -168,6 +172,14 @@ struct DeviceView {
   std::vector<MigPart> mig_layout;
   std::optional<double> util_percent;
   std::optional<Bytes> memory_used;
+  // Set aside before shares are cut: kept by the driver; one process's CUDA context.
+  std::optional<Bytes> reserved_memory;
+  std::optional<Bytes> context_reserve;
+  // What holds shared / mps slices' memory here (daemon/cap_mechanism.h names).
+  std::optional<std::string> cap_shared;
+  std::optional<std::string> cap_mps;
+  // The user whose MPS server the device runs (mode mps): one user per GPU at a time.
+  std::optional<std::string> mps_user;
 
   nlohmann::json ToJson() const;
   static Result<DeviceView> FromJson(const nlohmann::json& j);

@@ -157,7 +157,7 @@ void Daemon::Impl::ReleaseSlice(JobRecord& j, store::WriteBatch& b) {
   s->second.released = Now();
   b.slices.push_back(s->second);
   FlushDown(s->first, b);
-  if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(s->first));
+  EndSliceMechanisms(s->second);
   slices_.erase(s);
   slice_util_.erase(j.slice);
   agent_->Unbind(j.slice);
@@ -198,7 +198,7 @@ void Daemon::Impl::ReleaseSliceById(SliceId sid, store::WriteBatch& b) {
   s->second.released = Now();
   b.slices.push_back(s->second);
   FlushDown(sid, b);
-  if (s->second.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(sid));
+  EndSliceMechanisms(s->second);
   slices_.erase(s);
   slice_util_.erase(sid);
   agent_->Unbind(sid);

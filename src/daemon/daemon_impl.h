@@ -38,6 +38,7 @@
 #include "agent/agent.h"
 #include "api/views.h"
 #include "daemon/activity.h"
+#include "daemon/cap_mechanism.h"
 #include "daemon/daemon.h"
 #include "daemon/journal.h"
 #include "daemon/waiting.h"
@@ -173,6 +174,21 @@ class Daemon::Impl {
 
   // (slice_env.cc)
   static std::string SliceKey(SliceId id) { return fmt::format("slice-{}", id.value()); }
+  // Before the scheduler exists: each MIG-capable model's profiles as the driver reports them
+  // replace the catalogue's (a difference is logged; the driver wins).
+  void AdoptDriverMigTables();
+  // What holds shared and mps slices' memory on each device (cap_mechanism.h).
+  void ChooseMechanisms(const std::vector<devices::DeviceInfo>& devs);
+  // The slice's memory held by the device's mechanism: the driver's limits on the job's cgroup,
+  // else the interposer's environment (refused, with why, when it cannot load).
+  Status HoldSharedMemory(const JobRecord& j, const SliceRecord& s,
+                          std::vector<std::pair<std::string, std::string>>& env, std::string* note);
+  // A slice ends: its memcap segment goes; the last mps slice on a device stops its MPS server
+  // (the next user's starts with their first mps slice there).
+  void EndSliceMechanisms(const SliceRecord& s);
+  const sched::DeviceView* SchedDevice(int index) const;
+  std::int64_t SliceUid(const SliceRecord& s) const;
+  bool MpsSliceOf(std::int64_t uid, int device, SliceId except) const;
   Result<std::string> MigUuid(const SliceRecord& s);
   Result<std::vector<std::pair<std::string, std::string>>> SliceEnv(const JobRecord& j,
                                                                     const SliceRecord& s,
@@ -212,7 +228,8 @@ class Daemon::Impl {
   std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;
   static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);
   static api::SliceView SliceViewOf(const SliceRecord& s);
-  static Json SliceJson(const SliceRecord& s) { return SliceViewOf(s).ToJson(); }
+  // A running slice's cap mechanism and MPS user, as the views show them.
+  void Mechanisms(api::SliceView& v) const;
 
   struct Point {
     Micros t = 0;
@@ -258,6 +275,9 @@ class Daemon::Impl {
   std::set<JobId> to_launch_;
   store::WriteBatch* pending_ = nullptr;  // Submit's batch, committed with the first start
   std::map<int, devices::DeviceInfo> device_info_;
+  memcap::InterposerCheck interposer_;            // checked at Start
+  std::map<int, GpuCapMechanism> cap_mechanisms_;  // per device, chosen at Start
+  std::map<SliceId, std::string> slice_mechanism_;  // what holds each running slice's memory
   std::map<int, devices::DeviceSample> latest_;
   std::map<SliceId, Micros> seen_active_;  // last sample showing activity, every round
   std::map<SliceId, SliceFigures> slice_util_;  // the agent's last round, per running slice

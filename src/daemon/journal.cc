@@ -31,10 +31,14 @@ std::string EncodeEvent(const sched::Event& e) {
   json o = std::visit(
       Overloaded{
           [](const sched::DeviceAdded& d) -> json {
-            return {{"t", "device_added"}, {"now", d.now},
-                    {"node", d.device.node.value()}, {"index", d.device.index.value()},
-                    {"uuid", d.uuid}, {"model", d.model}, {"mig_capable", d.mig_capable},
-                    {"mig_enabled", d.mig_enabled}, {"layout", LayoutJson(d.mig_layout)}};
+            json o = {{"t", "device_added"}, {"now", d.now},
+                      {"node", d.device.node.value()}, {"index", d.device.index.value()},
+                      {"uuid", d.uuid}, {"model", d.model}, {"mig_capable", d.mig_capable},
+                      {"mig_enabled", d.mig_enabled}, {"layout", LayoutJson(d.mig_layout)}};
+            // Only when set: older entries have none, and read the same.
+            if (d.reserved_memory != 0) o["reserved_memory"] = d.reserved_memory;
+            if (d.context_reserve != 0) o["context_reserve"] = d.context_reserve;
+            return o;
           },
           [](const sched::DeviceRemoved& d) -> json {
             json o = {{"t", "device_removed"}, {"now", d.now},
@@ -109,11 +113,12 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
                               DeviceIndex(o.at("index").get<std::uint32_t>())};
     };
     if (t == "device_added") {
-      return sched::Event(sched::DeviceAdded{now, ref(), o.at("uuid").get<std::string>(),
-                                             o.at("model").get<std::string>(),
-                                             o.at("mig_capable").get<bool>(),
-                                             o.at("mig_enabled").get<bool>(),
-                                             LayoutFrom(o.at("layout"))});
+      sched::DeviceAdded d{now, ref(), o.at("uuid").get<std::string>(), o.at("model").get<std::string>(),
+                           o.at("mig_capable").get<bool>(), o.at("mig_enabled").get<bool>(),
+                           LayoutFrom(o.at("layout"))};
+      d.reserved_memory = o.value("reserved_memory", Bytes{0});
+      d.context_reserve = o.value("context_reserve", Bytes{0});
+      return sched::Event(std::move(d));
     }
     if (t == "device_removed") {
       sched::DeviceRemoved d{now, ref(), {}};

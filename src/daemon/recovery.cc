@@ -21,6 +21,7 @@ Status Daemon::Impl::Start() {
   std::unique_lock lock(mu_);
   Micros now = Now();
   GPUSLICE_RETURN_IF_ERROR(InitSeed());
+  AdoptDriverMigTables();
   sched_ = std::make_unique<sched::Scheduler>(config_, seed_);
   // Job logs are private (0700 directory, 0600 files); the API's logs endpoint, which checks
   // the caller, is the way to read them.
@@ -53,6 +54,7 @@ Status Daemon::Impl::Start() {
   // replaced by another device at their index) are removed first, so nothing is placed on
   // them; then the new ones are added.
   GPUSLICE_ASSIGN_OR_RETURN(auto devs, backend_->ListDevices());
+  ChooseMechanisms(devs);
   RemoveVanishedDevices(now, devs, batch, act);
   std::set<std::string> known;
   for (const auto& [ref, d] : sched_->devices()) known.insert(d.uuid);
@@ -67,6 +69,15 @@ Status Daemon::Impl::Start() {
     ev.mig_capable = d.model && d.model->supports_mig() && d.mig_current != devices::MigMode::kUnsupported;
     ev.mig_enabled = d.mig_current == devices::MigMode::kEnabled;
     for (const auto& gi : d.gpu_instances) ev.mig_layout.push_back({gi.profile_id, gi.start});
+    // Memory set aside before shares are cut: the driver's own figure where it gives one.
+    const sched::DeviceReserve reserve = sched::MemoryReserveFor(config_, d.model, d.memory_reserved.optional());
+    ev.reserved_memory = reserve.driver_reserved;
+    ev.context_reserve = reserve.context_reserve;
+    if (d.model != nullptr) {
+      spdlog::info("device {} ({}): {} kept by the driver, {} per process context set aside ({})", d.index.value(),
+                   d.model->name, FormatBytes(reserve.driver_reserved), FormatBytes(reserve.context_reserve),
+                   reserve.source);
+    }
     Feed(ev, batch, act);
   }
 

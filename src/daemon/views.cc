@@ -99,9 +99,19 @@ Result<Json> Daemon::Impl::GetJob(JobId id) const {
   Json out{{"job", JobJson(it->second)}, {"simulated", opt_.simulated}};
   out["slice"] = nullptr;
   if (auto s = slices_.find(it->second.slice); s != slices_.end()) {
-    out["slice"] = SliceJson(s->second);
+    api::SliceView v = SliceViewOf(s->second);
+    Mechanisms(v);
+    out["slice"] = v.ToJson();
   }
   return out;
+}
+
+void Daemon::Impl::Mechanisms(api::SliceView& v) const {
+  if (auto m = slice_mechanism_.find(SliceId(v.id)); m != slice_mechanism_.end()) v.cap_mechanism = m->second;
+  if (v.kind == "mps" && !v.devices.empty()) {
+    if (const sched::DeviceView* d = SchedDevice(v.devices[0]); d != nullptr && !d->mps_user.empty())
+      v.mps_user = EscapeInvalidUtf8(d->mps_user);
+  }
 }
 
 Json Daemon::Impl::Devices() const {
@@ -150,12 +160,27 @@ Json Daemon::Impl::Devices() const {
       if (s->second.gpu_util.ok()) o.util_percent = s->second.gpu_util.value() / 10.0;
       if (s->second.memory_used.ok()) o.memory_used = s->second.memory_used.value();
     }
+    o.reserved_memory = d.reserved_memory;
+    o.context_reserve = d.context_reserve;
+    if (d.mode == sched::DeviceMode::kMig) {
+      // In MIG mode since the start: only MIG instances, each a hardware memory partition.
+      o.cap_shared = o.cap_mps = std::string(CapMechanismName(CapMechanism::kMig));
+    } else if (auto m = cap_mechanisms_.find(static_cast<int>(ref.index.value())); m != cap_mechanisms_.end()) {
+      o.cap_shared = std::string(CapMechanismName(m->second.shared));
+      o.cap_mps = std::string(CapMechanismName(m->second.mps));
+    }
+    if (!d.mps_user.empty()) o.mps_user = EscapeInvalidUtf8(d.mps_user);
     arr.push_back(o.ToJson());
   }
   Json out{{"devices", arr}, {"simulated", opt_.simulated},
            {"backend", std::string(backend_->kind())},
            {"backend_description", backend_->description()}};
   if (opt_.simulated) out["note"] = "SIMULATED devices (no NVIDIA driver)";
+  // Under MPS the driver attributes every client's work to the server: per-slice utilisation
+  // is unknown there (never taken as idle), and this says why.
+  out["mps_note"] = "MPS clients' utilisation is not measurable per client (NVML attributes it to the MPS server)";
+  // Only when it cannot load (its path and versions are the host's: `gpuslice doctor` shows them).
+  if (!interposer_.usable) out["interposer_problem"] = EscapeInvalidUtf8(interposer_.problem);
   return out;
 }
 
@@ -212,6 +237,7 @@ Json Daemon::Impl::Slices() const {
   for (const auto& [id, s] : slices_) {
     if (!s.active) continue;
     api::SliceView view = SliceViewOf(s);
+    Mechanisms(view);
     api::SliceView::Figures& o = view.figures.emplace();
     // activity: active | idle | unmeasured (the last sample's verdict); activity_basis: the
     // signals that decided it, e.g. "sm,mem"
@@ -509,6 +535,10 @@ Json Daemon::Impl::WaitReasonJson(const sched::WaitReason& w, const std::string&
                    o["reconfiguring"] = r.reconfiguring;
                  },
                  [&](const sched::NeverFits& r) { o["why"] = EscapeInvalidUtf8(r.why); },
+                 [&](const sched::MpsServesOtherUser& r) {
+                   o["device"] = Json{{"node", r.device.node.value()}, {"index", r.device.index.value()}};
+                   o["mps_user"] = EscapeInvalidUtf8(r.user);
+                 },
              },
              w);
   return o;

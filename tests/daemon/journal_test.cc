@@ -66,6 +66,26 @@ TEST(Journal, ADeviceRemovalNamesTheJobsItRequeuesOnlyWhenThereAreSome) {
             StatusCode::kDataLoss);
 }
 
+TEST(Journal, ADevicesMemoryReservesRoundTripAndOlderEntriesHaveNone) {
+  sched::DeviceAdded d{1, {NodeId(1), DeviceIndex(0)}, "GPU-0", "H200-141GB", true, false, {}};
+  const std::string old = EncodeEvent(d);
+  EXPECT_EQ(old.find("reserve"), std::string::npos) << "nothing set aside: written as before";
+  d.reserved_memory = 768 * kMiB;
+  d.context_reserve = 512 * kMiB;
+  auto back = DecodeEvent(EncodeEvent(d));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(std::get<sched::DeviceAdded>(*back).reserved_memory, 768 * kMiB);
+  EXPECT_EQ(std::get<sched::DeviceAdded>(*back).context_reserve, 512 * kMiB);
+  auto older = DecodeEvent(old);
+  ASSERT_TRUE(older.ok());
+  EXPECT_EQ(std::get<sched::DeviceAdded>(*older).reserved_memory, 0);
+  EXPECT_EQ(DecodeEvent(R"({"t":"device_added","now":1,"node":1,"index":0,"uuid":"u","model":"m","mig_capable":false,)"
+                        R"("mig_enabled":false,"layout":[],"context_reserve":"x"})")
+                .status()
+                .code(),
+            StatusCode::kDataLoss);
+}
+
 TEST(Journal, CorruptEntriesAreDataLoss) {
   EXPECT_EQ(DecodeEvent("{nope").status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(DecodeEvent(R"({"t":"warp","now":1})").status().code(), StatusCode::kDataLoss);
