@@ -1,4 +1,4 @@
-// gpu_agent_check: the GPU-machine half of tests/gpu/run.sh, built on the real nvml backend.
+// gpu_agent_check: the GPU-machine half of tests/gpu/check.sh, built on the real nvml backend.
 //   gpu_agent_check attribute --pid P --decoy-pid Q --expect-mib M [--seconds 10] [--device 0]
 //       Binds slice 1 (shared, root pid P), slice 2 (shared, root pid Q) and slice 3 (whole)
 //       on the device, samples once a second and checks that P's memory and utilisation land

@@ -1,6 +1,6 @@
 // gpu_driver_probe: prints, on a real driver, the behaviours gpuslice's NVML backend and memory
 // cap assume, and checks the ones the code depends on (reference/nvml-cuda-abi-review.md). Part
-// of tests/gpu/run.sh; builds everywhere (NVML and libcuda are dlopened), needs no CUDA toolkit.
+// of tests/gpu/check.sh; builds everywhere (NVML and libcuda are dlopened), needs no CUDA toolkit.
 //   gpu_driver_probe samples [--device 0]
 //       nvmlDeviceGetSamples(GPU_UTILIZATION) with lastSeenTimeStamp = 0: the newest sample's
 //       timestamp beside CLOCK_REALTIME, CLOCK_BOOTTIME and CLOCK_MONOTONIC; what a read from
