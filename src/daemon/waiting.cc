@@ -165,6 +165,7 @@ std::optional<Micros> WaitEndsBy(const sched::Scheduler& s, const sched::WaitRea
           [](const sched::ReservedForOther&) { return kNever; },
           [](const sched::DrainingForMig&) { return kNever; },
           [](const sched::NeverFits&) { return kNever; },
+          [](const sched::MpsServesOtherUser&) { return kNever; },  // another user's jobs: not told
       },
       reason);
   return Bound(t, s.now());

@@ -143,6 +143,11 @@ std::string FormatWaitReasonPlain(const WaitReason& reason) {
           [](const NeverFits& r) {
             return "this request can never fit on this machine (" + r.why + "); change what it asks for";
           },
+          [](const MpsServesOtherUser& r) {
+            return fmt::format("the GPU with room serves {}'s MPS jobs, and MPS serves one person at a time; it "
+                               "starts when {}'s MPS jobs there end",
+                               r.user, r.user);
+          },
       },
       reason);
 }
