@@ -58,10 +58,13 @@ GPUSLICE_COMMAND(sim) {
       "Examples:\n"
       "  gpuslice sim fgd                                   # default trace, all policies, seeds 42-51\n"
       "  gpuslice sim fgd --trace data/alibaba-gpu-v2023/openb_pod_list_gpushare40.csv --policy fgd,gpuslice\n"
-      "  gpuslice sim fgd --seeds 42-44 --out /tmp/fgd      # CSV + SVG plots in /tmp/fgd");
+      "  gpuslice sim fgd --seeds 42-44 --out /tmp/fgd      # CSV + SVG plots in /tmp/fgd\n"
+      "  gpuslice sim fgd --policy gpuslice,gpuslice+keep-cpu,fgd+refuse-cpu-only  # admission options");
   fgd->add_option("--trace", f->trace, "openb pod list CSV")->capture_default_str();
   fgd->add_option("--nodes", f->nodes, "openb node list CSV (default: openb_node_list_gpu_node.csv beside the trace)");
-  fgd->add_option("--policy", f->policies, "comma-separated placement policies")->capture_default_str();
+  fgd->add_option("--policy", f->policies,
+                  "comma-separated placement policies, each optionally with an admission option: "
+                  "+keep-cpu (keep a node's CPU for its free GPUs from CPU-only pods) or +refuse-cpu-only")->capture_default_str();
   fgd->add_option("--seeds", f->seeds, "seeds: range 42-51 or list 42,43")->capture_default_str();
   fgd->add_option("--inflation", f->inflation, "arrived GPU demand to reach, x capacity")->capture_default_str();
   fgd->add_option("--out", f->out, "directory for CSV of every metric and SVG plots");

@@ -1,5 +1,6 @@
 #include "sim/fgd_command.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -7,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "sched/placement/admission.h"
 #include "sim/expected.h"
 #include "sim/output.h"
 
@@ -27,6 +29,46 @@ constexpr double kMaxInflation = 10;
 std::string FormatPct(double v) { return std::isnan(v) ? "-" : fmt::format("{:.2f}", v); }
 std::string FormatDiff(double ours, double published) {
   return published < 0 ? "-" : fmt::format("{:+.2f}", ours - published);
+}
+
+// What each admission option (admission.h) refused and left, beside the GPU it gained over the
+// same placement without it (where that ran too). Printed only where some policy refused a pod
+// or has an admission option: placement alone refuses nothing.
+void PrintAdmission(const std::vector<FgdSummaryRow>& rows, bool markdown, std::ostream& out) {
+  bool any = false;
+  for (const FgdSummaryRow& r : rows) any = any || r.refused_pods > 0 || sched::PlacementPart(r.policy) != r.policy;
+  if (!any) return;
+  auto plain = [&](const FgdSummaryRow& r) -> const FgdSummaryRow* {
+    for (const FgdSummaryRow& p : rows) {
+      if (p.policy == sched::PlacementPart(r.policy)) return &p;
+    }
+    return nullptr;
+  };
+  if (markdown) {
+    out << "\n| policy | refused pods (CPU-only) | failed CPU-only pods | CPU allocated at the end | "
+           "unallocated GPUs @130 | GPUs gained vs placement alone | CPUs left free vs placement alone |\n"
+           "|---|---:|---:|---:|---:|---:|---:|\n";
+  } else {
+    out << fmt::format("\nadmission: pods refused where they fit (mean per run), CPU allocated when the last pod "
+                       "arrived, and the\nGPU gained and CPU left free against the same placement without "
+                       "admission:\n{:<26} {:>18} {:>16} {:>9} {:>12} {:>11} {:>10}\n",
+                       "policy", "refused (CPU-only)", "failed CPU-only", "CPU alloc", "unalloc GPUs", "GPUs gained",
+                       "CPUs left");
+  }
+  for (const FgdSummaryRow& r : rows) {
+    const FgdSummaryRow* p = r.policy == sched::PlacementPart(r.policy) ? nullptr : plain(r);
+    const std::string gained = p ? fmt::format("{:+.1f}", p->unallocated_gpus130 - r.unallocated_gpus130) : "-";
+    const std::string left =
+        p ? fmt::format("{:+.0f}", (p->cpu_alloc_end_pct - r.cpu_alloc_end_pct) / 100 * r.cpu_total_cpus) : "-";
+    const std::string refused = fmt::format("{:.0f} ({:.0f})", r.refused_pods, r.refused_cpu_only_pods);
+    if (markdown) {
+      out << fmt::format("| {} | {} | {:.0f} | {:.2f}% | {:.1f} | {} | {} |\n", r.policy, refused,
+                         r.failed_cpu_only_pods, r.cpu_alloc_end_pct, r.unallocated_gpus130, gained, left);
+    } else {
+      out << fmt::format("{:<26} {:>18} {:>16.0f} {:>8.2f}% {:>12.1f} {:>11} {:>10}\n", r.policy, refused,
+                         r.failed_cpu_only_pods, r.cpu_alloc_end_pct, r.unallocated_gpus130, gained, left);
+    }
+  }
 }
 
 }  // namespace
@@ -79,7 +121,7 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
   }
   std::vector<std::unique_ptr<sched::PlacementPolicy>> policies;
   for (const std::string& name : o.policies) {
-    GPUSLICE_ASSIGN_OR_RETURN(auto p, sched::MakePolicy(name));
+    GPUSLICE_ASSIGN_OR_RETURN(auto p, sched::MakePolicyWithAdmission(name));
     policies.push_back(std::move(p));
   }
   std::optional<PublishedResults> published;
@@ -118,12 +160,16 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
 
   for (std::size_t p = 0; p < policies.size(); ++p) {
     std::vector<const FgdRun*> runs;
-    double failed = 0, secs = 0;
+    double failed = 0, secs = 0, failed_cpu_only = 0, refused = 0, refused_cpu_only = 0, cpu_alloc = 0;
     IdleBreakdown idle;
     for (const FgdRun& r : result.runs) {
       if (r.policy != o.policies[p]) continue;
       runs.push_back(&r);
       failed += static_cast<double>(r.failed);
+      failed_cpu_only += static_cast<double>(r.failed_cpu_only);
+      refused += static_cast<double>(r.refused);
+      refused_cpu_only += static_cast<double>(r.refused_cpu_only);
+      cpu_alloc += 100.0 * static_cast<double>(r.final_cpu_alloc_milli) / static_cast<double>(r.cpu_total_milli);
       secs += r.seconds;
       idle += r.final_idle;
     }
@@ -134,6 +180,11 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
     row.alloc130 = mean.alloc_pct[130];
     row.unallocated_gpus130 = (100 - row.alloc130) / 100 * static_cast<double>(capacity) / kOneGpu;
     row.failed_pods = failed / static_cast<double>(runs.size());
+    row.failed_cpu_only_pods = failed_cpu_only / static_cast<double>(runs.size());
+    row.refused_pods = refused / static_cast<double>(runs.size());
+    row.refused_cpu_only_pods = refused_cpu_only / static_cast<double>(runs.size());
+    row.cpu_alloc_end_pct = cpu_alloc / static_cast<double>(runs.size());
+    row.cpu_total_cpus = static_cast<double>(runs.front()->cpu_total_milli) / 1000;
     row.seconds_per_run = secs / static_cast<double>(runs.size());
     const double gpus_per_run = static_cast<double>(kOneGpu) * static_cast<double>(runs.size());
     row.idle_usable_gpus = idle.usable / gpus_per_run;
@@ -166,12 +217,14 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
                          FormatDiff(r.alloc130, r.published130), r.unallocated_gpus130, cut(r), r.failed_pods);
     }
   } else {
-    out << fmt::format("\n{:<15} {:>9} {:>9} {:>6}  {:>9} {:>9} {:>6}  {:>12} {:>10} {:>8} {:>8}\n", "policy",
+    std::size_t width = 15;  // the longest policy name, at least as wide as the paper's
+    for (const FgdSummaryRow& r : result.rows) width = std::max(width, r.policy.size());
+    out << fmt::format("\n{:<{}} {:>9} {:>9} {:>6}  {:>9} {:>9} {:>6}  {:>12} {:>10} {:>8} {:>8}\n", "policy", width,
                        "alloc@100", "published", "diff", "alloc@130", "published", "diff", "unalloc GPUs",
                        "cut vs fgd", "failed", "s/run");
     for (const FgdSummaryRow& r : result.rows) {
-      out << fmt::format("{:<15} {:>9} {:>9} {:>6}  {:>9} {:>9} {:>6}  {:>12.1f} {:>10} {:>8.0f} {:>8.3f}\n",
-                         r.policy, FormatPct(r.alloc100),
+      out << fmt::format("{:<{}} {:>9} {:>9} {:>6}  {:>9} {:>9} {:>6}  {:>12.1f} {:>10} {:>8.0f} {:>8.3f}\n",
+                         r.policy, width, FormatPct(r.alloc100),
                          r.published100 < 0 ? "-" : FormatPct(r.published100),
                          FormatDiff(r.alloc100, r.published100), FormatPct(r.alloc130),
                          r.published130 < 0 ? "-" : FormatPct(r.published130),
@@ -181,22 +234,28 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
     out << "(alloc: mean GPU allocation ratio over seeds at 100%/130% arrived GPU demand; unalloc GPUs "
            "at 130%; cut: fewer unallocated GPUs than fgd)\n";
     out << fmt::format("\nidle GPUs when the last pod arrived (mean), by what the typical shapes can do with them:\n"
-                       "{:<15} {:>8} {:>18} {:>14}\n",
-                       "policy", "usable", "stranded (CPU/mem)", "no shape fits");
+                       "{:<{}} {:>8} {:>18} {:>14}\n",
+                       "policy", width, "usable", "stranded (CPU/mem)", "no shape fits");
     for (const FgdSummaryRow& r : result.rows) {
-      out << fmt::format("{:<15} {:>8.1f} {:>18.1f} {:>14.1f}\n", r.policy, r.idle_usable_gpus,
+      out << fmt::format("{:<{}} {:>8.1f} {:>18.1f} {:>14.1f}\n", r.policy, width, r.idle_usable_gpus,
                          r.idle_stranded_gpus, r.idle_no_fit_gpus);
     }
   }
 
+  PrintAdmission(result.rows, o.markdown, out);
+
   if (!o.out_dir.empty()) {
     const std::filesystem::path dir(o.out_dir);
-    std::string runs_csv = "policy,seed,pods,failed,final_alloc_pct,final_arrived_pct,seconds\n";
+    std::string runs_csv =
+        "policy,seed,pods,failed,final_alloc_pct,final_arrived_pct,seconds,failed_cpu_only,refused,refused_cpu_only,"
+        "final_cpu_alloc_pct\n";
     std::string curves_csv = "policy,seed,arrived_pct,alloc_pct,frag_pct,frag_rate_pct\n";
     for (const FgdRun& r : result.runs) {
-      runs_csv += fmt::format("{},{},{},{},{:.4f},{:.4f},{:.4f}\n", r.policy, r.seed, r.pods, r.failed,
+      runs_csv += fmt::format("{},{},{},{},{:.4f},{:.4f},{:.4f},{},{},{},{:.4f}\n", r.policy, r.seed, r.pods, r.failed,
                               100.0 * static_cast<double>(r.final_alloc_milli) / static_cast<double>(r.capacity_milli),
-                              r.final_arrived_pct, r.seconds);
+                              r.final_arrived_pct, r.seconds, r.failed_cpu_only, r.refused, r.refused_cpu_only,
+                              100.0 * static_cast<double>(r.final_cpu_alloc_milli) /
+                                  static_cast<double>(std::max<std::int64_t>(1, r.cpu_total_milli)));
       for (int x = 0; x <= kMaxPercent; ++x) {
         curves_csv += fmt::format("{},{},{},{},{},{}\n", r.policy, r.seed, x, FormatPct(r.curves.alloc_pct[x]),
                                   FormatPct(r.curves.frag_pct[x]), FormatPct(r.curves.frag_rate_pct[x]));
@@ -204,14 +263,16 @@ Result<FgdCommandResult> RunFgdCommand(const FgdCommandOptions& o, std::ostream&
     }
     std::string summary_csv =
         "policy,alloc100_pct,published100_pct,alloc130_pct,published130_pct,unallocated_gpus130,failed_pods,seconds_per_run,"
-        "end_idle_usable_gpus,end_idle_stranded_gpus,end_idle_no_fit_gpus\n";
+        "end_idle_usable_gpus,end_idle_stranded_gpus,end_idle_no_fit_gpus,failed_cpu_only_pods,refused_pods,"
+        "refused_cpu_only_pods,end_cpu_alloc_pct\n";
     std::vector<Series> alloc_series, frag_series;
     for (const FgdSummaryRow& r : result.rows) {
-      summary_csv += fmt::format("{},{:.3f},{},{:.3f},{},{:.2f},{:.1f},{:.4f},{:.2f},{:.2f},{:.2f}\n", r.policy,
-                                 r.alloc100, r.published100 < 0 ? "" : FormatPct(r.published100), r.alloc130,
+      summary_csv += fmt::format("{},{:.3f},{},{:.3f},{},{:.2f},{:.1f},{:.4f},{:.2f},{:.2f},{:.2f},{:.1f},{:.1f},{:.1f},{:.3f}\n",
+                                 r.policy, r.alloc100, r.published100 < 0 ? "" : FormatPct(r.published100), r.alloc130,
                                  r.published130 < 0 ? "" : FormatPct(r.published130), r.unallocated_gpus130,
                                  r.failed_pods, r.seconds_per_run, r.idle_usable_gpus, r.idle_stranded_gpus,
-                                 r.idle_no_fit_gpus);
+                                 r.idle_no_fit_gpus, r.failed_cpu_only_pods, r.refused_pods, r.refused_cpu_only_pods,
+                                 r.cpu_alloc_end_pct);
       std::vector<const FgdRun*> runs;
       for (const FgdRun& run : result.runs) {
         if (run.policy == r.policy) runs.push_back(&run);

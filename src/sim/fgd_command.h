@@ -17,6 +17,8 @@ namespace gpuslice::sim {
 struct FgdCommandOptions {
   std::string trace;       // openb pod list CSV
   std::string nodes;       // openb node list CSV; "" = openb_node_list_gpu_node.csv beside the trace
+  // Placement policy names, each with an optional admission option ("gpuslice+keep-cpu",
+  // "fgd+refuse-cpu-only": sched::MakePolicyWithAdmission()).
   std::vector<std::string> policies;
   std::vector<std::uint64_t> seeds;
   double inflation = 1.3;
@@ -42,6 +44,12 @@ struct FgdSummaryRow {
   double seconds_per_run = 0;
   // Mean idle GPUs when the last pod has arrived, by class (IdleBreakdown, fgd_protocol.h).
   double idle_usable_gpus = 0, idle_stranded_gpus = 0, idle_no_fit_gpus = 0;
+  // What an admission option (admission.h) costs, means per run: failed pods that ask no GPU,
+  // pods refused where they fit (CPU-only ones among them), the CPU allocated at the end (% of
+  // the cluster's).
+  double failed_cpu_only_pods = 0, refused_pods = 0, refused_cpu_only_pods = 0;
+  double cpu_alloc_end_pct = 0;
+  double cpu_total_cpus = 0;  // the cluster's CPU, in CPUs
 };
 
 struct FgdCommandResult {

@@ -20,6 +20,14 @@ constexpr std::int64_t kDefaultCpuRequest = 100;  // Kubernetes' non-zero defaul
 
 std::int64_t NonZeroCpu(std::int64_t cpu) { return cpu == 0 ? kDefaultCpuRequest : cpu; }
 
+// FNV-1a of the 8 bytes of `v` into `h`.
+void Digest(std::uint64_t& h, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 1099511628211ULL;
+  }
+}
+
 using ShapeKey = std::tuple<std::int64_t, MilliGpu, int, std::string>;  // cpu, milli, num, spec
 }  // namespace
 
@@ -267,6 +275,11 @@ FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std
     const sched::PlacementRequest& req = requests[klass[pod]];
     arrived += req.milli_per_gpu * req.num_gpus;
     std::optional<Chosen> c = placer.Place(cluster, req, klass[pod]);
+    Digest(run.digest, static_cast<std::uint64_t>(pod));
+    Digest(run.digest, c ? c->node : ~std::uint64_t{0});
+    if (c) {
+      for (int g : c->gpus) Digest(run.digest, static_cast<std::uint64_t>(g));
+    }
     if (c) {
       cluster.Apply(req, c->node, c->gpus, +1);
       frag_total -= node_frag[c->node];
@@ -274,6 +287,12 @@ FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std
       frag_total += node_frag[c->node];
     } else {
       ++run.failed;
+      const bool cpu_only = req.num_gpus == 0;
+      run.failed_cpu_only += cpu_only ? 1 : 0;
+      if (placer.last_fitted()) {
+        ++run.refused;
+        run.refused_cpu_only += cpu_only ? 1 : 0;
+      }
     }
     // One row per pod, bucketed like the authors' analysis: arrived % rounded half-even.
     const double arrived_pct = static_cast<double>(arrived) / gpus / 10;
@@ -305,7 +324,11 @@ FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std
     run.curves.frag_pct[x] = n ? f / n : kNaN;
     run.curves.frag_rate_pct[x] = n ? r / n : kNaN;
   }
-  for (std::size_t i = 0; i < cluster.size(); ++i) run.final_idle += ClassifyIdle(cluster.View(i), in.shapes);
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    run.final_idle += ClassifyIdle(cluster.View(i), in.shapes);
+    run.cpu_total_milli += cluster.node(i).cpu_total;
+    run.final_cpu_alloc_milli += cluster.node(i).cpu_total - cluster.node(i).cpu_free;
+  }
   run.final_alloc_milli = cluster.allocated_milli();
   run.final_arrived_pct = static_cast<double>(arrived) / gpus / 10;
   run.scored = placer.scored();

@@ -84,6 +84,13 @@ struct FgdRun {
   std::uint64_t seed = 0;
   std::int64_t pods = 0;
   std::int64_t failed = 0;
+  std::int64_t failed_cpu_only = 0;   // of `failed`, pods that ask no GPU
+  // Of `failed`, pods that fit on some node but that the policy placed nowhere: what an
+  // admission rule (admission.h) refused. Placement alone refuses none.
+  std::int64_t refused = 0;
+  std::int64_t refused_cpu_only = 0;  // of `refused`, pods that ask no GPU
+  std::int64_t cpu_total_milli = 0;   // the cluster's CPU
+  std::int64_t final_cpu_alloc_milli = 0;  // CPU allocated when the last pod has arrived
   MilliGpu capacity_milli = 0;
   MilliGpu final_alloc_milli = 0;
   double final_arrived_pct = 0;
@@ -91,6 +98,9 @@ struct FgdRun {
   FgdCurves curves;
   double seconds = 0;
   std::uint64_t scored = 0;  // Score() calls made (after caching)
+  // FNV-1a over every decision in order (pod index, node or "failed", GPU indices): equal
+  // digests mean the same decisions (how speed-ups are checked to change none).
+  std::uint64_t digest = 14695981039346656037ULL;
 };
 
 struct FgdInputs {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 
+#include "sched/placement/admission.h"
 #include "sched/placement/fgd_frag.h"
 
 namespace gpuslice::sim {
@@ -21,6 +22,7 @@ std::uint64_t ArtifactOrderRank(std::size_t i, std::size_t n) {
 }
 
 bool ScoreIsPure(std::string_view policy) {
+  policy = sched::PlacementPart(policy);
   for (std::string_view p : {"dot-product", "gpu-clustering", "gpu-packing", "best-fit-fgd", "fgd", "gpuslice"}) {
     if (p == policy) return true;
   }
@@ -58,8 +60,10 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
     }
   }
   std::vector<int> scratch;
+  last_fitted_ = false;
   for (std::size_t i = 0; i < cluster.size(); ++i) {
     if (!cluster.Fits(req, i)) continue;
+    last_fitted_ = true;
     double score = 0;
     const std::vector<int>* gpus = nullptr;
     std::optional<sched::NodeChoice> fresh;
@@ -67,7 +71,14 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
       Entry& e = (*entries)[i];
       const std::uint32_t version = cluster.node(i).version;
       if (e.version != version) {
-        fresh = policy_.Score(req, cluster.View(i), ctx_);
+        const sched::NodeView view = cluster.View(i);
+        if (prepared_.size() != cluster.size()) prepared_.resize(cluster.size());
+        Prepared& p = prepared_[i];
+        if (p.version != version) {
+          p.prep = policy_.Prepare(view, ctx_);
+          p.version = version;
+        }
+        fresh = policy_.ScorePrepared(req, view, ctx_, p.prep.get());
         ++scored_;
         e.version = version;
         e.refused = !fresh.has_value();

@@ -4,10 +4,13 @@
 // with the context's RNG (reservoir sampling) or, without one, by the lowest node index.
 // Speed-up: for policies whose score depends only on the node's state and the request
 // (ScoreIsPure), each node's NodeChoice is cached per request class and node version, so a
-// placement re-scores only the nodes that changed since that class was last placed.
+// placement re-scores only the nodes that changed since that class was last placed; and what
+// the policy computes of a node alone (PlacementPolicy::Prepare()) is kept per node version and
+// shared by every request class scored on it.
 // Not thread-safe; one per simulation.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string_view>
@@ -19,7 +22,8 @@
 namespace gpuslice::sim {
 
 // True for the policies known to draw nothing from ctx.rng and to read only the node's state
-// and the request (all of fgd.cc except "random").
+// and the request (all of fgd.cc except "random"), with or without an admission option
+// ("gpuslice+keep-cpu", admission.h).
 bool ScoreIsPure(std::string_view policy);
 
 // How equal best scores are resolved.
@@ -53,6 +57,10 @@ class Placer {
   // `request_class`: a dense id equal for identical requests (>= 0), or -1 for "do not cache".
   std::optional<Chosen> Place(const Cluster& cluster, const sched::PlacementRequest& req, int request_class);
   std::uint64_t scored() const { return scored_; }
+  // True iff the last Place() found a node the request fits on (Cluster::Fits), whether or not
+  // the policy then took one: with nullopt from Place(), the policy refused it (an admission
+  // rule, admission.h) rather than the cluster lacking room.
+  bool last_fitted() const { return last_fitted_; }
 
  private:
   struct Entry {
@@ -68,7 +76,13 @@ class Placer {
   std::mt19937_64* tie_rng_;
   std::vector<std::uint64_t> rank_;  // kArtifactOrder / kArtifactNames: rank per node
   std::vector<std::vector<Entry>> cache_;  // [request_class][node]
+  struct Prepared {
+    std::uint32_t version = 0;  // 0: none
+    std::unique_ptr<sched::NodePrep> prep;
+  };
+  std::vector<Prepared> prepared_;  // [node], for the cached path
   std::uint64_t scored_ = 0;
+  bool last_fitted_ = false;
 };
 
 }  // namespace gpuslice::sim

@@ -14,6 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include "sched/placement/admission.h"
 #include "sched/placement/placement.h"
 #include "sim/cluster.h"
 #include "sim/fgd_command.h"
@@ -275,6 +278,62 @@ TEST(FgdProtocol, RunReportsWhereItsIdleGpuIsWhenTheLastPodHasArrived) {
   EXPECT_DOUBLE_EQ(run.final_idle.no_fit, 0);
   EXPECT_DOUBLE_EQ(run.final_idle.usable + run.final_idle.stranded + run.final_idle.no_fit,
                    static_cast<double>(run.capacity_milli - run.final_alloc_milli));
+}
+
+// A pod that fits but that an admission option refuses is counted as refused, apart from the
+// pods that fit nowhere; placement alone refuses none.
+TEST(FgdProtocol, RunCountsPodsRefusedWhereTheyFit) {
+  FgdInputs in;
+  in.nodes.push_back(TraceNode{"n0", 8000, 64 * kGiB, 2, "V100"});
+  in.pods.push_back(Pod("a", 2000, 0, 0));     // CPU-only: fits
+  in.pods.push_back(Pod("b", 3000, 1, 1000));  // fits
+  in.pods.push_back(Pod("c", 3000, 1, 1000));  // fits unless "a" took its CPU
+  in.pods.push_back(Pod("d", 9000, 0, 0));     // fits nowhere
+  in.shapes = TypicalShapes(in.pods);
+  auto plain = sched::MakePolicyWithAdmission("fgd");
+  auto refusing = sched::MakePolicyWithAdmission("fgd+refuse-cpu-only");
+  ASSERT_TRUE(plain.ok() && refusing.ok());
+  const FgdRun p = RunFgdOnce(in, **plain, 1, 1.0);
+  EXPECT_EQ(p.refused, 0);
+  EXPECT_EQ(p.failed_cpu_only, 1);  // "d"
+  EXPECT_EQ(p.cpu_total_milli, 8000);
+  const FgdRun r = RunFgdOnce(in, **refusing, 1, 1.0);
+  EXPECT_EQ(r.refused, 1);  // "a"; "d" fit nowhere
+  EXPECT_EQ(r.refused_cpu_only, 1);
+  EXPECT_EQ(r.failed_cpu_only, 2);
+  EXPECT_EQ(r.failed, 2);
+  EXPECT_EQ(r.final_alloc_milli, 2000);  // both GPU pods got CPU
+  EXPECT_EQ(r.final_cpu_alloc_milli, 6000);
+  EXPECT_NE(p.digest, r.digest);
+}
+
+TEST(FgdCommand, AdmissionTableGivesWhatItRefusedAndLeftBesideWhatItGained) {
+  FgdCommandOptions o;
+  o.trace = kDir + "openb_pod_list_cpu250.csv";
+  o.policies = {"fgd", "fgd+refuse-cpu-only"};
+  o.seeds = {42};
+  std::ostringstream out, err;
+  auto r = RunFgdCommand(o, out, err);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NE(out.str().find("admission: pods refused where they fit"), std::string::npos) << out.str();
+  ASSERT_EQ(r->rows.size(), 2u);
+  const FgdSummaryRow& plain = r->rows[0];
+  const FgdSummaryRow& refusing = r->rows[1];
+  EXPECT_EQ(plain.refused_pods, 0);
+  // Every CPU-only pod that fits is refused, so every CPU-only pod fails, and less CPU is used.
+  EXPECT_GT(refusing.refused_cpu_only_pods, 0);
+  EXPECT_EQ(refusing.refused_pods, refusing.refused_cpu_only_pods);
+  EXPECT_GE(refusing.failed_cpu_only_pods, refusing.refused_cpu_only_pods);
+  EXPECT_GT(refusing.failed_cpu_only_pods, plain.failed_cpu_only_pods);
+  EXPECT_LT(refusing.cpu_alloc_end_pct, plain.cpu_alloc_end_pct);
+  // The row names the GPU gained against the same placement without the option.
+  const std::string gained = fmt::format("{:+.1f}", plain.unallocated_gpus130 - refusing.unallocated_gpus130);
+  EXPECT_NE(out.str().find(gained), std::string::npos) << gained << "\n" << out.str();
+  // Placement alone: no admission table.
+  o.policies = {"fgd"};
+  std::ostringstream out2;
+  ASSERT_TRUE(RunFgdCommand(o, out2, err).ok());
+  EXPECT_EQ(out2.str().find("admission:"), std::string::npos) << out2.str();
 }
 
 TEST(FgdCommand, SummaryGivesTheIdleBreakdownThatSumsToTheIdleGpu) {

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "sched/placement/admission.h"
 #include "sched/placement/fgd_frag.h"
 #include "sched/placement/placement.h"
 
@@ -251,42 +252,126 @@ TEST(GpuslicePolicy, KeepsCpuBesideFreeGpus) {
   EXPECT_LT(gr->score - gp->score, 1.0);  // a secondary key: less than one FGD step
 }
 
-TEST(GpuslicePolicy, KeepsTheCpuFreeGpusNeedFromCpuOnlyPods) {
-  auto fgd = MakePolicy("fgd");
-  auto ours = MakePolicy("gpuslice");
-  ASSERT_TRUE(fgd.ok() && ours.ok());
+// Keeping a node's CPU for its free GPUs is an admission option ("+keep-cpu", admission.h), not
+// part of the placement: the plain policy places a CPU-only pod wherever it fits.
+TEST(Admission, KeepCpuRefusesCpuOnlyPodsThatWouldLeaveFreeGpusWithoutCpu) {
+  auto plain = MakePolicy("gpuslice");
+  auto keep = MakePolicyWithAdmission("gpuslice+keep-cpu");
+  ASSERT_TRUE(plain.ok() && keep.ok());
+  EXPECT_EQ((*keep)->name(), "gpuslice+keep-cpu");
+  EXPECT_TRUE((*keep)->ScoresByNodeState());
   // GPU pods ask 10 CPUs per GPU (10 milli-CPU per milli-GPU); CPU-only pods are half the pods.
   const std::vector<WorkloadShape> shapes = {Shape(10000, 1, kOneGpu, 0.5), Shape(4000, 0, 0, 0.5)};
+  EXPECT_DOUBLE_EQ(CpuPerMilliGpu(shapes), 10.0);
   PlacementContext ctx{shapes, nullptr};
   PlacementRequest cpu_only;
   cpu_only.cpu_milli = 20000;
   auto placed = [&](const PlacementPolicy& p, const TestNode& n, const PlacementRequest& r) {
     return p.Score(r, n.view, ctx).has_value();
   };
-  // Four free GPUs need 40 CPUs: 50 free leave 30 after the pod, so gpuslice refuses it, FGD not.
+  // Four free GPUs need 40 CPUs: 50 free leave 30 after the pod, so the option refuses it; the
+  // placement alone does not.
   TestNode short_node({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 50000);
-  EXPECT_TRUE(placed(**fgd, short_node, cpu_only));
-  EXPECT_FALSE(placed(**ours, short_node, cpu_only));
+  EXPECT_TRUE(placed(**plain, short_node, cpu_only));
+  EXPECT_FALSE(placed(**keep, short_node, cpu_only));
   // 60 free leave exactly the 40 they need.
   TestNode enough({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 60000);
-  EXPECT_TRUE(placed(**ours, enough, cpu_only));
+  EXPECT_TRUE(placed(**keep, enough, cpu_only));
+  // Where it places, it places as the plain policy does (the same score and GPUs).
+  EXPECT_EQ((*keep)->Score(cpu_only, enough.view, ctx)->score, (*plain)->Score(cpu_only, enough.view, ctx)->score);
   // Nothing is kept on a node without free GPU.
   TestNode busy({0, 0, 0, 0}, 20000);
-  EXPECT_TRUE(placed(**ours, busy, cpu_only));
+  EXPECT_TRUE(placed(**keep, busy, cpu_only));
   // A partly used GPU keeps CPU for its free share: 500 milli-GPU, 5 CPUs.
   TestNode part({500, 0, 0, 0}, 24000);
-  EXPECT_FALSE(placed(**ours, part, cpu_only));  // 4 CPUs left
+  EXPECT_FALSE(placed(**keep, part, cpu_only));  // 4 CPUs left
   cpu_only.cpu_milli = 19000;
-  EXPECT_TRUE(placed(**ours, part, cpu_only));  // 5 left
+  EXPECT_TRUE(placed(**keep, part, cpu_only));  // 5 left
   // GPU pods are never refused for it: they are what the CPU is kept for.
   PlacementRequest gpu_pod;
   gpu_pod.cpu_milli = 20000;
   gpu_pod.num_gpus = 1;
   gpu_pod.milli_per_gpu = kOneGpu;
-  EXPECT_TRUE(placed(**ours, short_node, gpu_pod));
+  EXPECT_TRUE(placed(**keep, short_node, gpu_pod));
   // Where the GPU shapes ask no CPU (the daemon, whose hosts' CPU is not modelled) nothing is kept.
   const std::vector<WorkloadShape> daemon = {Shape(0, 1, kOneGpu, 1.0)};
-  EXPECT_TRUE((*ours)->Score(cpu_only, short_node.view, PlacementContext{daemon, nullptr}).has_value());
+  EXPECT_TRUE((*keep)->Score(cpu_only, short_node.view, PlacementContext{daemon, nullptr}).has_value());
+  // The prepared path (the simulator's) refuses the same pods.
+  auto prep = (*keep)->Prepare(short_node.view, ctx);
+  EXPECT_FALSE((*keep)->ScorePrepared(cpu_only, short_node.view, ctx, prep.get()).has_value());
+}
+
+// The reference option refuses every CPU-only pod and nothing else.
+TEST(Admission, RefuseCpuOnlyRefusesEveryCpuOnlyPodAndNoGpuPod) {
+  auto fgd = MakePolicyWithAdmission("fgd+refuse-cpu-only");
+  ASSERT_TRUE(fgd.ok());
+  EXPECT_EQ((*fgd)->name(), "fgd+refuse-cpu-only");
+  const std::vector<WorkloadShape> shapes = {Shape(10000, 1, kOneGpu, 1.0)};
+  PlacementContext ctx{shapes, nullptr};
+  TestNode idle({kOneGpu, kOneGpu}, 64000);
+  PlacementRequest cpu_only;
+  cpu_only.cpu_milli = 1000;
+  EXPECT_FALSE((*fgd)->Score(cpu_only, idle.view, ctx).has_value());
+  PlacementRequest gpu_pod;
+  gpu_pod.cpu_milli = 1000;
+  gpu_pod.num_gpus = 1;
+  gpu_pod.milli_per_gpu = 500;
+  EXPECT_TRUE((*fgd)->Score(gpu_pod, idle.view, ctx).has_value());
+}
+
+TEST(Admission, NamesWithoutAnOptionAreThePlainPolicyAndBadOnesAreRejected) {
+  auto plain = MakePolicyWithAdmission("gpuslice");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->name(), "gpuslice");
+  EXPECT_EQ(PlacementPart("gpuslice+keep-cpu"), "gpuslice");
+  auto bad_option = MakePolicyWithAdmission("gpuslice+keep-gpu");
+  ASSERT_FALSE(bad_option.ok());
+  EXPECT_NE(bad_option.status().message().find("'+keep-gpu'"), std::string::npos) << bad_option.status().ToString();
+  auto bad_policy = MakePolicyWithAdmission("magic+keep-cpu");
+  ASSERT_FALSE(bad_policy.ok());
+  EXPECT_NE(bad_policy.status().message().find("'magic'"), std::string::npos) << bad_policy.status().ToString();
+  // The daemon's registry knows no admission option.
+  EXPECT_FALSE(MakePolicy("gpuslice+keep-cpu").ok());
+}
+
+// The simulator scores many requests on one prepared node state; the prepared path must give
+// exactly Score()'s choice, for shares (with and without demand shapes), whole GPUs and
+// CPU-only pods, on random nodes.
+TEST(GpuslicePolicy, PreparedScoresAreScoresBitForBit) {
+  auto policy = MakePolicy("gpuslice");
+  ASSERT_TRUE(policy.ok());
+  std::mt19937_64 rng(35);
+  std::vector<WorkloadShape> shapes = {Shape(8000, 1, kOneGpu, 0.3), Shape(4000, 1, 470, 0.3), Shape(3000, 1, 810, 0.2),
+                                       Shape(32000, 2, kOneGpu, 0.1), Shape(12000, 0, 0, 0.1)};
+  for (WorkloadShape& s : shapes) s.host_memory = 16 * kGiB;
+  std::vector<WorkloadShape> demand = shapes;
+  demand.push_back(Shape(64000, 8, kOneGpu, 0.01));
+  for (int trial = 0; trial < 300; ++trial) {
+    std::vector<MilliGpu> free;
+    const int gpus = 1 + static_cast<int>(rng() % 8);
+    for (int i = 0; i < gpus; ++i) free.push_back(static_cast<MilliGpu>(rng() % 21) * 50);
+    TestNode n(free, static_cast<std::int64_t>(rng() % 65) * 1000);
+    n.view.memory_free = static_cast<Bytes>(rng() % 16) * 16 * kGiB;
+    const PlacementContext ctx{shapes, nullptr, trial % 2 == 0 ? std::span<const WorkloadShape>(demand)
+                                                               : std::span<const WorkloadShape>()};
+    auto prep = (*policy)->Prepare(n.view, ctx);
+    ASSERT_NE(prep, nullptr);
+    for (int r = 0; r < 8; ++r) {
+      PlacementRequest req;
+      req.cpu_milli = static_cast<std::int64_t>(rng() % 16) * 1000;
+      const int kind = static_cast<int>(rng() % 3);
+      req.num_gpus = kind == 0 ? 0 : kind == 1 ? 1 : 1 + static_cast<int>(rng() % 3);
+      req.milli_per_gpu = kind == 0 ? 0 : kind == 1 ? 50 * static_cast<MilliGpu>(1 + rng() % 19) : kOneGpu;
+      if (!Fits(req, n.view)) continue;
+      auto plain = (*policy)->Score(req, n.view, ctx);
+      auto prepared = (*policy)->ScorePrepared(req, n.view, ctx, prep.get());
+      ASSERT_EQ(plain.has_value(), prepared.has_value()) << "trial " << trial;
+      if (!plain) continue;
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(plain->score), std::bit_cast<std::uint64_t>(prepared->score))
+          << "trial " << trial;
+      EXPECT_EQ(plain->gpu_indices, prepared->gpu_indices) << "trial " << trial;
+    }
+  }
 }
 
 TEST(FgdPolicies, AllRegisteredByName) {
@@ -351,6 +436,12 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, weighted, resources))) << "trial " << trial << " gpu " << i;
       ASSERT_EQ(bits(eval.AfterStrandedOne(cpu, i, share, memory)), bits(NodeStrandedFragmentation(v, weighted, resources)))
           << "trial " << trial << " gpu " << i;
+      // The three in one pass, the same bits.
+      double all_demand = -1, all_stranded = -1;
+      ASSERT_EQ(bits(eval.AfterAllOne(cpu, i, share, memory, &all_demand, &all_stranded)),
+                bits(NodeFragmentation(v, weighted, resources)));
+      ASSERT_EQ(bits(all_demand), bits(demand)) << "trial " << trial << " gpu " << i;
+      ASSERT_EQ(bits(all_stranded), bits(NodeStrandedFragmentation(v, weighted, resources))) << "trial " << trial;
     }
     std::vector<int> whole;
     std::vector<GpuView> after = n.gpus;
@@ -368,6 +459,11 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, weighted, resources))) << "trial " << trial;
       ASSERT_EQ(bits(eval.AfterStranded(cpu, whole, kOneGpu, memory)), bits(NodeStrandedFragmentation(v, weighted, resources)))
           << "trial " << trial;
+      double all_demand = -1, all_stranded = -1;
+      ASSERT_EQ(bits(eval.AfterAll(cpu, whole, kOneGpu, memory, &all_demand, &all_stranded)),
+                bits(NodeFragmentation(v, weighted, resources)));
+      ASSERT_EQ(bits(all_demand), bits(demand)) << "trial " << trial;
+      ASSERT_EQ(bits(all_stranded), bits(NodeStrandedFragmentation(v, weighted, resources))) << "trial " << trial;
     }
   }
   }

@@ -162,9 +162,9 @@ double DemandOf(const WorkloadShape& s, double w) {
 }
 
 // One shape's stranded fragment (see NodeStrandedFragmentation): `pods` the GPUs could take,
-// `fed` the pods the host can feed, `below` the free milli under its share, `total` all free.
-double StrandedTerm(std::int64_t pods, std::int64_t fed, MilliGpu below, MilliGpu total) {
-  const std::int64_t k = std::min(pods, fed);
+// `k` of them the host can feed (FedUpTo()), `below` the free milli under its share, `total`
+// all free.
+double StrandedTerm(std::int64_t pods, std::int64_t k, MilliGpu below, MilliGpu total) {
   if (k <= 0) return static_cast<double>(total);
   return static_cast<double>(below) +
          static_cast<double>(total - below) * (1.0 - static_cast<double>(k) / static_cast<double>(pods));
@@ -175,11 +175,17 @@ std::int64_t FragmentationEval::PodsOnGpus(const WorkloadShape& s, const Counts&
   return IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
 }
 
-std::int64_t FragmentationEval::PodsFed(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const {
-  std::int64_t fed = std::numeric_limits<std::int64_t>::max();
-  if (s.cpu_milli > 0) fed = std::max<std::int64_t>(0, cpu_free) / s.cpu_milli;
-  if (count_memory_ && s.host_memory > 0) fed = std::min<std::int64_t>(fed, std::max<Bytes>(0, memory_free) / s.host_memory);
-  return fed;
+std::int64_t FragmentationEval::FedUpTo(const WorkloadShape& s, std::int64_t pods, std::int64_t cpu_free,
+                                        Bytes memory_free) const {
+  // min(pods, what the CPU feeds, what the memory feeds), dividing only where the host cannot
+  // feed them all (a division costs more than the rest of a shape's term).
+  std::int64_t k = pods;
+  if (k <= 0) return k;
+  if (s.cpu_milli > 0 && cpu_free < k * s.cpu_milli) k = std::max<std::int64_t>(0, cpu_free) / s.cpu_milli;
+  if (count_memory_ && s.host_memory > 0 && memory_free < k * s.host_memory) {
+    k = std::max<Bytes>(0, memory_free) / s.host_memory;
+  }
+  return k;
 }
 
 FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
@@ -278,7 +284,7 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
         if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += g.free_milli / s.milli_per_gpu;
       }
     }
-    stranded_frag += c.weight * (c.eligible ? StrandedTerm(PodsOnGpus(s, c), PodsFed(s, node.cpu_milli_free, node.memory_free),
+    stranded_frag += c.weight * (c.eligible ? StrandedTerm(PodsOnGpus(s, c), FedUpTo(s, PodsOnGpus(s, c), node.cpu_milli_free, node.memory_free),
                                                               c.below, free_total_)
                                                : static_cast<double>(free_total_));
   }
@@ -294,11 +300,13 @@ MilliGpu FragmentationEval::FreeAfter(std::span<const int> gpus, MilliGpu milli)
 }
 
 template <bool kSharePods>
-FragmentationEval::Counts FragmentationEval::Moved(const WorkloadShape& s, const Counts& c, std::span<const int> gpus,
-                                                   MilliGpu milli) const {
+[[gnu::always_inline]] inline FragmentationEval::Counts FragmentationEval::Moved(const WorkloadShape& s, const Counts& c,
+                                                                               std::span<const int> gpus,
+                                                                               MilliGpu milli) const {
   // Only the chosen GPUs change: move each one's contribution from its old free share to its
-  // new one (across the shape's threshold or not).
+  // new one (across the shape's threshold or not). share_pods is read only for shares.
   Counts out = c;
+  const bool share_pods = kSharePods && IsShareShape(s);
   for (int i : gpus) {
     const GpuView& g = node_.gpus[i];
     if (!g.usable) continue;
@@ -306,13 +314,13 @@ FragmentationEval::Counts FragmentationEval::Moved(const WorkloadShape& s, const
     const MilliGpu after = before - milli;
     if (before >= s.milli_per_gpu) {
       --out.enough;
-      if constexpr (kSharePods) out.share_pods -= before / s.milli_per_gpu;
+      if (share_pods) out.share_pods -= before / s.milli_per_gpu;
     } else {
       out.below -= before;
     }
     if (after >= s.milli_per_gpu) {
       ++out.enough;
-      if constexpr (kSharePods) out.share_pods += after / s.milli_per_gpu;
+      if (share_pods) out.share_pods += after / s.milli_per_gpu;
     } else {
       out.below += after;
     }
@@ -334,7 +342,8 @@ double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> g
       continue;
     }
     const Counts c = Moved<true>(s, counts_[k], gpus, milli);
-    frag += counts_[k].weight * StrandedTerm(PodsOnGpus(s, c), PodsFed(s, cpu_free, memory_free), c.below, total);
+    const std::int64_t pods = PodsOnGpus(s, c);
+    frag += counts_[k].weight * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
   }
   return frag;
 }
@@ -363,6 +372,46 @@ double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, Mil
     if (with_demand) demand_frag += counts_[k].demand_weight * term;
   }
   if (with_demand) *demand = demand_frag;
+  return frag;
+}
+
+double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory,
+                                   double* demand, double* stranded) const {
+  const MilliGpu total = FreeAfter(gpus, milli);
+  if (demand != nullptr) *demand = 0;
+  if (stranded != nullptr) *stranded = 0;
+  if (total == 0) return 0;
+  const bool with_demand = demand_ && demand != nullptr;
+  const bool with_stranded = strands_ && stranded != nullptr;
+  const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
+  const Bytes memory_free = node_.memory_free - memory;
+  // The same terms in the same order as After() and AfterStranded(), in three sums.
+  double frag = 0;
+  double demand_frag = 0;
+  double stranded_frag = 0;
+  for (std::size_t k = 0; k < shapes_.size(); ++k) {
+    const WorkloadShape& s = shapes_[k];
+    const Counts& before = counts_[k];
+    double term = static_cast<double>(total);
+    if (before.eligible) {
+      const bool host = HostFits(s, cpu_free, memory_free);
+      if (with_stranded) {
+        const Counts c = Moved<true>(s, before, gpus, milli);
+        if (host && c.enough >= s.num_gpus) term = static_cast<double>(c.below);
+        const std::int64_t pods = PodsOnGpus(s, c);
+        stranded_frag += before.weight * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
+      } else if (host) {
+        const Counts c = Moved<false>(s, before, gpus, milli);
+        if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
+      }
+    } else if (with_stranded) {
+      stranded_frag += before.weight * static_cast<double>(total);
+    }
+    frag += before.weight * term;
+    if (with_demand) demand_frag += before.demand_weight * term;
+  }
+  if (with_demand) *demand = demand_frag;
+  if (stranded != nullptr) *stranded = with_stranded ? stranded_frag : frag;
   return frag;
 }
 

@@ -109,7 +109,8 @@ struct ExtraMeasures {
 // changes only its GPUs' free shares and the CPU, so each "after" costs O(shapes + changed GPUs)
 // instead of O(shapes x GPUs). The sums are the same per-shape products in the same order as
 // NodeFragmentation(), so the results are bit-identical to it on the node before / after.
-// Holds views into `node` and `shapes` (they must outlive it); not thread-safe (a value).
+// Holds views into `node`'s GPUs and `shapes` (they must outlive it, unchanged); not thread-safe
+// (a value).
 class FragmentationEval {
  public:
   // `extra`: the measures besides FGD's to evaluate; `weights`: how every measure weighs the
@@ -151,6 +152,15 @@ class FragmentationEval {
     const int one[1] = {gpu};
     return AfterStranded(cpu, one, milli, memory);
   }
+  // After(), with *demand (if not null) as After() gives it and *stranded (if not null) as
+  // AfterStranded() gives it, all three from one pass over the shapes; each bit-identical to
+  // the separate call.
+  double AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory, double* demand,
+                  double* stranded) const;
+  double AfterAllOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory, double* demand, double* stranded) const {
+    const int one[1] = {gpu};
+    return AfterAll(cpu, one, milli, memory, demand, stranded);
+  }
 
  private:
   // Left uninitialised in inline_ (the constructor sets every field of the ones it uses):
@@ -168,7 +178,8 @@ class FragmentationEval {
   bool HostFits(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const {
     return cpu_free >= s.cpu_milli && (!count_memory_ || memory_free >= s.host_memory);
   }
-  const NodeView& node_;
+  // A copy (a few words): the caller's view may be a temporary. Its GPU span must stay valid.
+  const NodeView node_;
   std::span<const WorkloadShape> shapes_;
   // The usable free milli after `milli` is taken from each of `gpus`.
   MilliGpu FreeAfter(std::span<const int> gpus, MilliGpu milli) const;
@@ -178,8 +189,8 @@ class FragmentationEval {
   Counts Moved(const WorkloadShape& s, const Counts& c, std::span<const int> gpus, MilliGpu milli) const;
   // Pods of shape `s` its usable GPUs could take, from its counts `c` (share_pods counted).
   static std::int64_t PodsOnGpus(const WorkloadShape& s, const Counts& c);
-  // Pods of shape `s` that `cpu_free` CPU and `memory_free` memory can feed.
-  std::int64_t PodsFed(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const;
+  // min(pods, the pods of shape `s` that `cpu_free` CPU and `memory_free` memory can feed).
+  std::int64_t FedUpTo(const WorkloadShape& s, std::int64_t pods, std::int64_t cpu_free, Bytes memory_free) const;
   bool count_memory_ = false;
   bool strands_ = false;
   bool demand_ = false;

@@ -1,7 +1,8 @@
 // gpuslice's default placement policy: fragmentation gradient descent (FGD) that weighs the
 // workload's shapes by how few nodes can take them, also by the GPU they bring, counts the GPUs a
-// node's CPU and memory cannot feed, keeps large nodes whole, fills GPUs tightly and keeps CPU
-// for free GPUs.
+// node's CPU and memory cannot feed, keeps large nodes whole and fills GPUs tightly. It is
+// placement only: it refuses no request on a node where it fits (admission rules, such as keeping
+// a node's CPU for its free GPUs, are separate options: admission.h).
 //
 // Every measure below weighs the typical shapes by supply (fgd_frag.h, ShapeWeights::kSupply):
 // a shape's frequency divided by the share of the cluster's GPUs on nodes that could take one of
@@ -44,17 +45,8 @@
 // exact FGD fragmentation grows least, then the least free one (best fit) — FGD takes the first
 // index. Remaining ties are left to the framework's tie-break. Nothing here depends on a trace.
 // Where no shape asks CPU or memory (the daemon) the stranded measure is FGD's.
-//
-// CPU is kept for GPUs. A CPU-only pod is not placed where it would leave a node less free CPU
-// than the node's free GPU needs at the workload's CPU per GPU (the typical GPU shapes' CPU over
-// the GPU they ask, weighted by frequency): where CPU is what runs out, CPU-only pods otherwise
-// take the CPU beside free GPUs early, and GPU pods that arrive later find GPUs without CPU.
-// The scores above only choose among nodes; a CPU-only pod that fits only on such nodes is
-// refused instead (it waits, or in `sim fgd` fails), as a cluster that caps the CPUs CPU-only
-// work may take on GPU nodes refuses it. It refuses nothing where no GPU shape asks CPU (the
-// daemon) or on a node without free GPU. docs/evaluation.md gives what it costs in CPU-only
-// pods and CPU and what it gains in GPU.
 
+#include <array>
 #include <cmath>
 #include <memory>
 #include <numbers>
@@ -79,56 +71,72 @@ constexpr double kMaxGpusPerNode = 64;
 // Equal drops computed in different orders may differ in the last bits.
 constexpr double kDropEpsilon = 1e-9;
 
-// The score of the placement `after` / `after_stranded` give: FGD's quantised score of the
-// drop of FGD's measure as `primary` gives it (in *drop), then the drop of the demand-weighted
-// plus the stranded fragmentation as `eval` gives them, in milli-GPU. `primary` may be `eval`.
-template <typename After, typename AfterStranded>
-double Scores(const FragmentationEval& primary, const FragmentationEval& eval, After after,
-              AfterStranded after_stranded, double* drop) {
+// The score of a placement of `req` on `gpus`: FGD's quantised score of the drop of FGD's
+// measure as `primary` gives it (in *drop), then the drop of the demand-weighted plus the
+// stranded fragmentation as `eval` gives them, in milli-GPU. `primary` may be `eval`.
+double Scores(const FragmentationEval& primary, const FragmentationEval& eval, const PlacementRequest& req,
+              std::span<const int> gpus, double* drop) {
   double demand_after = 0;
+  double stranded_after = 0;
+  double* stranded = eval.strands() ? &stranded_after : nullptr;
   if (&primary == &eval) {
-    *drop = eval.before() - after(eval, &demand_after);
+    *drop = eval.before() - eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after, stranded);
   } else {
-    *drop = primary.before() - after(primary, nullptr);
-    after(eval, &demand_after);
+    *drop = primary.before() - primary.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory);
+    eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after, stranded);
   }
-  const double stranded_drop = eval.strands() ? eval.before_stranded() - after_stranded() : *drop;
+  const double stranded_drop = eval.strands() ? eval.before_stranded() - stranded_after : *drop;
   const double secondary = (eval.before_demand() - demand_after) + stranded_drop;
   return FgdQuantisedScore(*drop) + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
 }
 
-// A share's GPU: the best score (FGD's, against `demand_shapes` where not empty, then the
-// secondary drop), then the smallest exact FGD fragmentation growth, then best fit.
-std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node,
-                                      std::span<const WorkloadShape> shapes,
-                                      std::span<const WorkloadShape> demand_shapes) {
-  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true},
-                               ShapeWeights::kSupply);
-  std::optional<FragmentationEval> demand_eval;
-  if (!demand_shapes.empty()) {
-    demand_eval.emplace(node, demand_shapes, Resources::kCpuAndMemory, ExtraMeasures{}, ShapeWeights::kSupply);
+// The evaluations of one node: against the typical shapes (every measure), and for a share's
+// first key against the demand shapes where the context has them.
+struct NodeEvals final : NodePrep {
+  NodeEvals(const NodeView& node, const PlacementContext& ctx, bool share)
+      : eval(node, ctx.workload, Resources::kCpuAndMemory, {.stranded = true, .demand = true}, ShapeWeights::kSupply) {
+    if (share && !ctx.demand_workload.empty()) {
+      demand_eval.emplace(node, ctx.demand_workload, Resources::kCpuAndMemory, ExtraMeasures{}, ShapeWeights::kSupply);
+    }
   }
-  const FragmentationEval& primary = demand_eval ? *demand_eval : eval;
+  FragmentationEval eval;
+  std::optional<FragmentationEval> demand_eval;
+};
+
+// A share's GPU: the best score (FGD's, against the demand shapes where there are some, then
+// the secondary drop), then the smallest exact FGD fragmentation growth, then best fit.
+std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node, const NodeEvals& evals) {
+  const FragmentationEval& eval = evals.eval;
+  const FragmentationEval& primary = evals.demand_eval ? *evals.demand_eval : eval;
   int best = -1;
   double best_score = 0;
   double best_drop = 0;
   MilliGpu best_free = 0;
-  // A GPU's drop depends only on its free share: a GPU with the free share of the last one
-  // evaluated (GPUs of equal share are often adjacent) reuses its drop and score, bit for bit.
-  MilliGpu last_free = -1;
-  double drop = 0;
-  double score = 0;
+  // A GPU's drop depends only on its free share: a GPU with the free share of one already
+  // evaluated reuses its drop and score, bit for bit.
+  constexpr int kSeen = 16;
+  std::array<MilliGpu, kSeen> seen_free;
+  std::array<double, kSeen> seen_drop, seen_score;
+  int seen = 0;
   for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
     const GpuView& g = node.gpus[i];
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
-    if (g.free_milli != last_free) {
-      score = Scores(
-          primary, eval,
-          [&](const FragmentationEval& e, double* demand) {
-            return e.AfterOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory, demand);
-          },
-          [&] { return eval.AfterStrandedOne(req.cpu_milli, i, req.milli_per_gpu, req.host_memory); }, &drop);
-      last_free = g.free_milli;
+    int k = 0;
+    while (k < seen && seen_free[k] != g.free_milli) ++k;
+    double drop = 0;
+    double score = 0;
+    if (k < seen) {
+      drop = seen_drop[k];
+      score = seen_score[k];
+    } else {
+      const int one[1] = {i};
+      score = Scores(primary, eval, req, one, &drop);
+      if (seen < kSeen) {
+        seen_free[seen] = g.free_milli;
+        seen_drop[seen] = drop;
+        seen_score[seen] = score;
+        ++seen;
+      }
     }
     bool better = best < 0 || score > best_score;
     if (!better && score == best_score) {
@@ -148,32 +156,12 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
 }
 
 // Whole GPUs (the first free ones, as FGD) or CPU-only work.
-std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeView& node,
-                                      std::span<const WorkloadShape> shapes) {
+std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeView& node, const NodeEvals& evals) {
   std::vector<int> gpus = BestFitGpus(req, node);
   if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
-  const FragmentationEval eval(node, shapes, Resources::kCpuAndMemory, {.stranded = true, .demand = true},
-                               ShapeWeights::kSupply);
   double drop = 0;
-  const double score = Scores(
-      eval, eval,
-      [&](const FragmentationEval& e, double* demand) {
-        return e.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, demand);
-      },
-      [&] { return eval.AfterStranded(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory); }, &drop);
+  const double score = Scores(evals.eval, evals.eval, req, gpus, &drop);
   return NodeChoice{score, std::move(gpus)};
-}
-
-// The milli-CPU a milli-GPU of the workload's GPU shapes asks, weighted by frequency; 0 where
-// none asks CPU.
-double CpuPerMilliGpu(std::span<const WorkloadShape> shapes) {
-  double cpu = 0, gpu = 0;
-  for (const WorkloadShape& s : shapes) {
-    if (s.num_gpus <= 0) continue;
-    cpu += s.frequency * static_cast<double>(s.cpu_milli);
-    gpu += s.frequency * s.num_gpus * static_cast<double>(s.milli_per_gpu);
-  }
-  return gpu > 0 ? cpu / gpu : 0;
 }
 
 class GpusliceFragPolicy final : public PlacementPolicy {
@@ -186,13 +174,23 @@ class GpusliceFragPolicy final : public PlacementPolicy {
 
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
-    if (req.num_gpus == 0) {
-      // CPU kept for the node's free GPU (above).
-      const double kept = CpuPerMilliGpu(ctx.workload) * static_cast<double>(FreeMilli(node));
-      if (static_cast<double>(node.cpu_milli_free - req.cpu_milli) < kept) return std::nullopt;
-    }
-    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, ctx.workload, ctx.demand_workload)
-                                                    : WholeChoice(req, node, ctx.workload);
+    const NodeEvals evals(node, ctx, IsShare(req));
+    return Choose(req, node, evals);
+  }
+  // Both evaluations, so that the prep serves shares and whole requests alike.
+  std::unique_ptr<NodePrep> Prepare(const NodeView& node, const PlacementContext& ctx) const override {
+    return std::make_unique<NodeEvals>(node, ctx, /*share=*/true);
+  }
+  std::optional<NodeChoice> ScorePrepared(const PlacementRequest& req, const NodeView& node,
+                                          const PlacementContext& ctx, const NodePrep* prep) const override {
+    // `prep` comes from Prepare() above (placement.h).
+    if (prep == nullptr) return Score(req, node, ctx);
+    return Choose(req, node, *static_cast<const NodeEvals*>(prep));
+  }
+
+ private:
+  static std::optional<NodeChoice> Choose(const PlacementRequest& req, const NodeView& node, const NodeEvals& evals) {
+    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, evals) : WholeChoice(req, node, evals);
     if (!choice) return std::nullopt;
     const bool empty = FreeMilli(node) == static_cast<MilliGpu>(node.gpus.size()) * kOneGpu;
     choice->score += (empty ? 0 : kUsedNodeBonus) +

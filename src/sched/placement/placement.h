@@ -99,6 +99,13 @@ struct NodeChoice {
 // share and memory). Shared by every policy as the Filter step.
 bool Fits(const PlacementRequest& req, const NodeView& node);
 
+// What a policy computes of one node state alone, to reuse for every request it scores on that
+// state (PlacementPolicy::Prepare()). Each policy derives its own; callers only hold it.
+class NodePrep {
+ public:
+  virtual ~NodePrep() = default;
+};
+
 class PlacementPolicy {
  public:
   virtual ~PlacementPolicy() = default;
@@ -106,6 +113,18 @@ class PlacementPolicy {
   // Called only for nodes where Fits() holds. nullopt: this policy refuses the node.
   virtual std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                           const PlacementContext& ctx) const = 0;
+  // For callers that score many different requests on one node state (the simulator scores
+  // each request class on every node that changed): Prepare() computes what Score() computes
+  // of the node alone, and ScorePrepared() with it returns exactly what Score() returns, as
+  // long as the node (its view and the GPU states it points to) and ctx are unchanged since.
+  // The prep holds views into the node's GPUs and ctx's workload. Default: nothing to prepare.
+  virtual std::unique_ptr<NodePrep> Prepare(const NodeView& /*node*/, const PlacementContext& /*ctx*/) const {
+    return nullptr;
+  }
+  virtual std::optional<NodeChoice> ScorePrepared(const PlacementRequest& req, const NodeView& node,
+                                                  const PlacementContext& ctx, const NodePrep* /*prep*/) const {
+    return Score(req, node, ctx);
+  }
   // True iff Score() (and Fits()) depend only on the request, ctx.workload and the node's
   // model, CPU, memory and GPU views (not its index, not ctx.rng), are invariant under any
   // reordering of the GPUs that keeps GPUs of equal free share in index order, and choose,
