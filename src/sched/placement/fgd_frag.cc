@@ -166,13 +166,17 @@ double DemandOf(const WorkloadShape& s, double w) {
 // all free.
 double StrandedTerm(std::int64_t pods, std::int64_t k, MilliGpu below, MilliGpu total) {
   if (k <= 0) return static_cast<double>(total);
+  // The host feeds every pod (the common case): the formula below gives `below` exactly.
+  if (k == pods) return static_cast<double>(below);
   return static_cast<double>(below) +
          static_cast<double>(total - below) * (1.0 - static_cast<double>(k) / static_cast<double>(pods));
 }
 }  // namespace
 
-std::int64_t FragmentationEval::PodsOnGpus(const WorkloadShape& s, const Counts& c) {
-  return IsShareShape(s) ? c.share_pods : c.enough / std::max(1, s.num_gpus);
+
+std::int64_t FragmentationEval::PodsOnGpus(const WorkloadShape& s, int enough, std::int64_t share_pods) {
+  if (IsShareShape(s)) return share_pods;
+  return s.num_gpus <= 1 ? enough : enough / s.num_gpus;
 }
 
 std::int64_t FragmentationEval::FedUpTo(const WorkloadShape& s, std::int64_t pods, std::int64_t cpu_free,
@@ -192,11 +196,8 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
                                      Resources resources, ExtraMeasures extra, ShapeWeights weights)
     : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory), demand_(extra.demand) {
   const bool stranded = extra.stranded;
-  counts_ = inline_.data();
-  if (shapes.size() > kInline) {
-    heap_.resize(shapes.size());
-    counts_ = heap_.data();
-  }
+  storage_.reset(new Counts[shapes.size()]);  // default-initialised: left uninitialised
+  counts_ = storage_.get();
   // Each shape's weight (SupplyWeighted()'s arithmetic, in its order).
   const double supply_total =
       weights == ShapeWeights::kSupply && !AllSupplyOne(shapes) ? SupplyNormaliser(shapes) : 0;
@@ -300,12 +301,13 @@ MilliGpu FragmentationEval::FreeAfter(std::span<const int> gpus, MilliGpu milli)
 }
 
 template <bool kSharePods>
-[[gnu::always_inline]] inline FragmentationEval::Counts FragmentationEval::Moved(const WorkloadShape& s, const Counts& c,
-                                                                               std::span<const int> gpus,
-                                                                               MilliGpu milli) const {
+[[gnu::always_inline]] inline FragmentationEval::MovedCounts FragmentationEval::Moved(const WorkloadShape& s,
+                                                                                    const Counts& c,
+                                                                                    std::span<const int> gpus,
+                                                                                    MilliGpu milli) const {
   // Only the chosen GPUs change: move each one's contribution from its old free share to its
   // new one (across the shape's threshold or not). share_pods is read only for shares.
-  Counts out = c;
+  MovedCounts out{c.enough, c.below, c.share_pods};
   const bool share_pods = kSharePods && IsShareShape(s);
   for (int i : gpus) {
     const GpuView& g = node_.gpus[i];
@@ -341,7 +343,7 @@ double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> g
       frag += counts_[k].weight * static_cast<double>(total);
       continue;
     }
-    const Counts c = Moved<true>(s, counts_[k], gpus, milli);
+    const MovedCounts c = Moved<true>(s, counts_[k], gpus, milli);
     const std::int64_t pods = PodsOnGpus(s, c);
     frag += counts_[k].weight * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
   }
@@ -363,7 +365,7 @@ double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, Mil
     bool fits = counts_[k].eligible && HostFits(s, cpu_free, memory_free);
     MilliGpu below = 0;
     if (fits) {
-      const Counts c = Moved<false>(s, counts_[k], gpus, milli);
+      const MovedCounts c = Moved<false>(s, counts_[k], gpus, milli);
       below = c.below;
       fits = c.enough >= s.num_gpus;
     }
@@ -395,13 +397,19 @@ double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, 
     double term = static_cast<double>(total);
     if (before.eligible) {
       const bool host = HostFits(s, cpu_free, memory_free);
-      if (with_stranded) {
-        const Counts c = Moved<true>(s, before, gpus, milli);
+      // Short of the CPU or memory the shape asks for one pod: every free milli in every
+      // measure (not HostFits(), and FedUpTo() is 0).
+      const bool starved = (s.cpu_milli > 0 && cpu_free < s.cpu_milli) ||
+                           (count_memory_ && s.host_memory > 0 && memory_free < s.host_memory);
+      if (starved) {
+        if (with_stranded) stranded_frag += before.weight * term;
+      } else if (with_stranded) {
+        const MovedCounts c = Moved<true>(s, before, gpus, milli);
         if (host && c.enough >= s.num_gpus) term = static_cast<double>(c.below);
         const std::int64_t pods = PodsOnGpus(s, c);
         stranded_frag += before.weight * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
       } else if (host) {
-        const Counts c = Moved<false>(s, before, gpus, milli);
+        const MovedCounts c = Moved<false>(s, before, gpus, milli);
         if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
       }
     } else if (with_stranded) {

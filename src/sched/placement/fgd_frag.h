@@ -12,8 +12,10 @@
 // host_memory above the node's free memory) is counted like one that cannot get its CPU.
 // Free functions on values; thread-safe.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -163,8 +165,8 @@ class FragmentationEval {
   }
 
  private:
-  // Left uninitialised in inline_ (the constructor sets every field of the ones it uses):
-  // zeroing kInline of them on every call cost more than counting.
+  // Left uninitialised (the constructor sets every field of the ones it uses): zeroing them on
+  // every call cost more than counting.
   struct Counts {
     bool eligible;   // needs GPU share, and its model is allowed on the node
     int enough;      // usable GPUs with free >= the shape's milli_per_gpu
@@ -173,7 +175,6 @@ class FragmentationEval {
     double demand_weight;     // demand only: the shape's weight in NodeDemandFragmentation()
     double weight;            // the shape's weight in every measure (its ShapeWeights weight)
   };
-  static constexpr std::size_t kInline = 48;
   // Whether shape `s` gets its host resources with `cpu_free` CPU and `memory_free` memory.
   bool HostFits(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const {
     return cpu_free >= s.cpu_milli && (!count_memory_ || memory_free >= s.host_memory);
@@ -185,10 +186,20 @@ class FragmentationEval {
   MilliGpu FreeAfter(std::span<const int> gpus, MilliGpu milli) const;
   // Shape `s`'s counts `c` after `milli` is taken from each of `gpus` (share_pods only with
   // kSharePods).
+  // (Only the counts a placement changes, so that the rest of Counts is not copied.)
+  struct MovedCounts {
+    int enough;
+    MilliGpu below;
+    std::int64_t share_pods;
+  };
   template <bool kSharePods>
-  Counts Moved(const WorkloadShape& s, const Counts& c, std::span<const int> gpus, MilliGpu milli) const;
-  // Pods of shape `s` its usable GPUs could take, from its counts `c` (share_pods counted).
-  static std::int64_t PodsOnGpus(const WorkloadShape& s, const Counts& c);
+  MovedCounts Moved(const WorkloadShape& s, const Counts& c, std::span<const int> gpus, MilliGpu milli) const;
+  // Pods of shape `s` its usable GPUs could take, from its counts (share_pods counted).
+  static std::int64_t PodsOnGpus(const WorkloadShape& s, int enough, std::int64_t share_pods);
+  template <typename C>
+  static std::int64_t PodsOnGpus(const WorkloadShape& s, const C& c) {
+    return PodsOnGpus(s, c.enough, c.share_pods);
+  }
   // min(pods, the pods of shape `s` that `cpu_free` CPU and `memory_free` memory can feed).
   std::int64_t FedUpTo(const WorkloadShape& s, std::int64_t pods, std::int64_t cpu_free, Bytes memory_free) const;
   bool count_memory_ = false;
@@ -198,8 +209,10 @@ class FragmentationEval {
   MilliGpu free_total_ = 0;
   double before_ = 0;
   double before_stranded_ = 0;
-  std::array<Counts, kInline> inline_;
-  std::vector<Counts> heap_;  // when there are more shapes than kInline
+  // One per shape, sized exactly: a caller that keeps many evaluations (the simulator keeps one
+  // per node, PlacementPolicy::Prepare()) then keeps only what they use, which measurably
+  // speeds up the passes over them; an inline buffer of a fixed size did not pay for itself.
+  std::unique_ptr<Counts[]> storage_;
   Counts* counts_ = nullptr;
 };
 

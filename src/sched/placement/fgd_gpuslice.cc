@@ -47,6 +47,7 @@
 // Where no shape asks CPU or memory (the daemon) the stranded measure is FGD's.
 
 #include <array>
+#include <vector>
 #include <cmath>
 #include <memory>
 #include <numbers>
@@ -71,23 +72,22 @@ constexpr double kMaxGpusPerNode = 64;
 // Equal drops computed in different orders may differ in the last bits.
 constexpr double kDropEpsilon = 1e-9;
 
-// The score of a placement of `req` on `gpus`: FGD's quantised score of the drop of FGD's
-// measure as `primary` gives it (in *drop), then the drop of the demand-weighted plus the
-// stranded fragmentation as `eval` gives them, in milli-GPU. `primary` may be `eval`.
-double Scores(const FragmentationEval& primary, const FragmentationEval& eval, const PlacementRequest& req,
-              std::span<const int> gpus, double* drop) {
+// FGD's quantised score `q` of the primary drop `drop`, plus the secondary key: the drop of the
+// demand-weighted plus the stranded fragmentation of `eval`, in milli-GPU, from the measures
+// after the placement (`demand_after`, `stranded_after`: AfterAll()).
+double Combine(const FragmentationEval& eval, double q, double drop, double demand_after, double stranded_after) {
+  const double stranded_drop = eval.strands() ? eval.before_stranded() - stranded_after : drop;
+  const double secondary = (eval.before_demand() - demand_after) + stranded_drop;
+  return q + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
+}
+// Combine() for a placement of `req` on `gpus`.
+double WithSecondary(const FragmentationEval& eval, const PlacementRequest& req, std::span<const int> gpus, double q,
+                     double drop) {
   double demand_after = 0;
   double stranded_after = 0;
-  double* stranded = eval.strands() ? &stranded_after : nullptr;
-  if (&primary == &eval) {
-    *drop = eval.before() - eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after, stranded);
-  } else {
-    *drop = primary.before() - primary.After(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory);
-    eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after, stranded);
-  }
-  const double stranded_drop = eval.strands() ? eval.before_stranded() - stranded_after : *drop;
-  const double secondary = (eval.before_demand() - demand_after) + stranded_drop;
-  return FgdQuantisedScore(*drop) + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
+  eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after,
+                eval.strands() ? &stranded_after : nullptr);
+  return Combine(eval, q, drop, demand_after, stranded_after);
 }
 
 // The evaluations of one node: against the typical shapes (every measure), and for a share's
@@ -104,40 +104,62 @@ struct NodeEvals final : NodePrep {
 };
 
 // A share's GPU: the best score (FGD's, against the demand shapes where there are some, then
-// the secondary drop), then the smallest exact FGD fragmentation growth, then best fit.
+// the secondary drop), then the smallest exact FGD fragmentation growth, then best fit. The
+// secondary key adds less than one FGD step (kSecondaryScale < 1), so it is evaluated only for
+// the GPUs of the best FGD score: the others cannot win.
 std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node, const NodeEvals& evals) {
   const FragmentationEval& eval = evals.eval;
   const FragmentationEval& primary = evals.demand_eval ? *evals.demand_eval : eval;
+  // A GPU's scores depend only on its free share: one entry per distinct free share, in order
+  // of first appearance (at most one per GPU).
+  struct Share {
+    MilliGpu free;
+    int first_gpu;
+    double drop;   // FGD's drop (primary)
+    double q;      // its quantised score
+    double score;  // with the secondary key; only for the best q
+  };
+  constexpr std::size_t kInline = 16;
+  std::array<Share, kInline> inline_shares;
+  std::vector<Share> heap_shares;
+  Share* shares = inline_shares.data();
+  if (node.gpus.size() > kInline) {
+    heap_shares.resize(node.gpus.size());
+    shares = heap_shares.data();
+  }
+  std::size_t n = 0;
+  double best_q = 0;
+  for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
+    const GpuView& g = node.gpus[i];
+    if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
+    std::size_t k = 0;
+    while (k < n && shares[k].free != g.free_milli) ++k;
+    if (k < n) continue;
+    const int one[1] = {i};
+    const double drop = primary.before() - primary.After(req.cpu_milli, one, req.milli_per_gpu, req.host_memory);
+    const double q = FgdQuantisedScore(drop);
+    shares[n++] = Share{g.free_milli, i, drop, q, 0};
+    if (n == 1 || q > best_q) best_q = q;
+  }
+  if (n == 0) return std::nullopt;
+  for (std::size_t k = 0; k < n; ++k) {
+    Share& sh = shares[k];
+    if (sh.q != best_q) continue;
+    const int one[1] = {sh.first_gpu};
+    sh.score = WithSecondary(eval, req, one, sh.q, sh.drop);
+  }
   int best = -1;
   double best_score = 0;
   double best_drop = 0;
   MilliGpu best_free = 0;
-  // A GPU's drop depends only on its free share: a GPU with the free share of one already
-  // evaluated reuses its drop and score, bit for bit.
-  constexpr int kSeen = 16;
-  std::array<MilliGpu, kSeen> seen_free;
-  std::array<double, kSeen> seen_drop, seen_score;
-  int seen = 0;
   for (int i = 0; i < static_cast<int>(node.gpus.size()); ++i) {
     const GpuView& g = node.gpus[i];
     if (!g.usable || g.free_milli < req.milli_per_gpu) continue;
-    int k = 0;
-    while (k < seen && seen_free[k] != g.free_milli) ++k;
-    double drop = 0;
-    double score = 0;
-    if (k < seen) {
-      drop = seen_drop[k];
-      score = seen_score[k];
-    } else {
-      const int one[1] = {i};
-      score = Scores(primary, eval, req, one, &drop);
-      if (seen < kSeen) {
-        seen_free[seen] = g.free_milli;
-        seen_drop[seen] = drop;
-        seen_score[seen] = score;
-        ++seen;
-      }
-    }
+    std::size_t k = 0;
+    while (shares[k].free != g.free_milli) ++k;
+    if (shares[k].q != best_q) continue;
+    const double score = shares[k].score;
+    const double drop = shares[k].drop;
     bool better = best < 0 || score > best_score;
     if (!better && score == best_score) {
       better = drop > best_drop + kDropEpsilon ||
@@ -151,7 +173,6 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
     }
   }
   // The choice is built once (one allocation), not for every better GPU on the way.
-  if (best < 0) return std::nullopt;
   return NodeChoice{best_score, {best}};
 }
 
@@ -159,9 +180,12 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
 std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeView& node, const NodeEvals& evals) {
   std::vector<int> gpus = BestFitGpus(req, node);
   if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
-  double drop = 0;
-  const double score = Scores(evals.eval, evals.eval, req, gpus, &drop);
-  return NodeChoice{score, std::move(gpus)};
+  const FragmentationEval& eval = evals.eval;
+  double demand_after = 0;
+  double stranded_after = 0;
+  const double drop = eval.before() - eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory,
+                                                    &demand_after, eval.strands() ? &stranded_after : nullptr);
+  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, demand_after, stranded_after), std::move(gpus)};
 }
 
 class GpusliceFragPolicy final : public PlacementPolicy {
