@@ -307,13 +307,19 @@ TEST(FgdProtocol, RunCountsPodsRefusedWhereTheyFit) {
   EXPECT_NE(p.digest, r.digest);
 }
 
-TEST(FgdCommand, AdmissionTableGivesWhatItRefusedAndLeftBesideWhatItGained) {
+// `sim fgd` on a bundled trace with `policies`, seed 42; the table in `out`.
+Result<FgdCommandResult> RunBundled(const std::string& trace, std::vector<std::string> policies, std::ostringstream& out) {
   FgdCommandOptions o;
-  o.trace = kDir + "openb_pod_list_cpu250.csv";
-  o.policies = {"fgd", "fgd+refuse-cpu-only"};
+  o.trace = kDir + "openb_pod_list_" + trace + ".csv";
+  o.policies = std::move(policies);
   o.seeds = {42};
-  std::ostringstream out, err;
-  auto r = RunFgdCommand(o, out, err);
+  std::ostringstream err;
+  return RunFgdCommand(o, out, err);
+}
+
+TEST(FgdCommand, AdmissionTableGivesWhatItRefusedAndLeftBesideWhatItGained) {
+  std::ostringstream out;
+  auto r = RunBundled("cpu250", {"fgd", "fgd+refuse-cpu-only"}, out);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_NE(out.str().find("admission: pods refused where they fit"), std::string::npos) << out.str();
   ASSERT_EQ(r->rows.size(), 2u);
@@ -330,10 +336,17 @@ TEST(FgdCommand, AdmissionTableGivesWhatItRefusedAndLeftBesideWhatItGained) {
   const std::string gained = fmt::format("{:+.1f}", plain.unallocated_gpus130 - refusing.unallocated_gpus130);
   EXPECT_NE(out.str().find(gained), std::string::npos) << gained << "\n" << out.str();
   // Placement alone: no admission table.
-  o.policies = {"fgd"};
   std::ostringstream out2;
-  ASSERT_TRUE(RunFgdCommand(o, out2, err).ok());
+  ASSERT_TRUE(RunBundled("cpu250", {"fgd"}, out2).ok());
   EXPECT_EQ(out2.str().find("admission:"), std::string::npos) << out2.str();
+}
+
+TEST(FgdCommand, UnknownAdmissionOptionIsAnErrorNamingIt) {
+  std::ostringstream out;
+  auto r = RunBundled("default", {"fgd", "gpuslice+keep-gpus"}, out);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'+keep-gpus'"), std::string::npos) << r.status().ToString();
+  EXPECT_EQ(out.str(), "");  // nothing ran
 }
 
 TEST(FgdCommand, SummaryGivesTheIdleBreakdownThatSumsToTheIdleGpu) {
