@@ -67,4 +67,8 @@ class CsvTable {
 // Trims ASCII spaces and a trailing '\r'.
 std::string_view Trim(std::string_view s);
 
+// A field as CsvTable reads it back: quoted (quotes doubled) when it holds a comma, a quote or
+// a line break.
+std::string CsvQuote(std::string_view s);
+
 }  // namespace gpuslice::sim

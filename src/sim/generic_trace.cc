@@ -31,7 +31,9 @@ Result<Micros> Seconds(const CsvTable& t, std::string_view column) {
   return *p;
 }
 
-Result<ReplayJob> ParseJob(const CsvTable& t, std::int64_t row) {
+}  // namespace
+
+Result<ReplayJob> ParseGenericJob(const CsvTable& t, std::int64_t row) {
   ReplayJob j;
   if (t.Has("id")) {
     GPUSLICE_ASSIGN_OR_RETURN(std::string_view id, t.Field("id"));
@@ -101,17 +103,23 @@ Result<ReplayJob> ParseJob(const CsvTable& t, std::int64_t row) {
       j.utilisation = x / 100;
     }
   }
+  if (t.Has("activity")) {
+    GPUSLICE_ASSIGN_OR_RETURN(std::string_view a, t.Field("activity"));
+    if (!a.empty()) {
+      auto runs = ParseActivity(a, j.duration);
+      if (!runs.ok()) return t.Error("activity", a, "is not valid: " + runs.status().message());
+      j.activity = std::move(runs).value();
+    }
+  }
   return j;
 }
-
-}  // namespace
 
 Result<JobList> ReadGenericJobs(const std::string& path, const ReadOptions& options) {
   GPUSLICE_ASSIGN_OR_RETURN(CsvTable t, CsvTable::Open(path, {"submit", "duration", "gpus"}));
   JobList list;
   std::int64_t row = 0;
   while (t.Next()) {
-    Result<ReplayJob> j = ParseJob(t, ++row);
+    Result<ReplayJob> j = ParseGenericJob(t, ++row);
     if (j.ok()) {
       list.jobs.push_back(std::move(j).value());
     } else if (options.skip_bad_rows) {

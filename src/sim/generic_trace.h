@@ -2,7 +2,7 @@
 // Job traces for the online replay:
 //  - the generic CSV for one's own history (format in docs/sim.md): a header row, then one job per
 //    line with columns submit, duration, gpus (required) and queue, user, memory, cpu, model, id,
-//    utilisation (optional);
+//    utilisation, activity (optional);
 //  - openb pod lists (creation_time / deletion_time as submit / end).
 // Values; thread-compatible.
 
@@ -22,6 +22,9 @@ struct JobList {
 };
 
 Result<JobList> ReadGenericJobs(const std::string& path, const ReadOptions& options = {});
+// One row of a generic CSV (the table's current record; `row` numbers default ids), for
+// readers that add columns of their own (the what-if's history CSV).
+Result<ReplayJob> ParseGenericJob(const CsvTable& t, std::int64_t row);
 
 // openb pods with both times; pods without them are an error naming the pod (or counted and
 // skipped with skip_bad_rows).

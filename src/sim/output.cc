@@ -54,6 +54,18 @@ std::string Escape(const std::string& s) {
   return out;
 }
 
+constexpr const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                   "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+// The document, a white background and the title centred at x.
+std::string SvgOpen(double w, double h, double title_x, const std::string& title) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
+      w, h, title_x, Escape(title));
+}
+
 // "Nice" tick step for a range.
 double TickStep(double range) {
   const double raw = range / 6;
@@ -87,13 +99,7 @@ std::string SvgLinePlot(const PlotSpec& spec, const std::vector<Series>& series)
   const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
   auto px = [&](double x) { return kLeft + (tx(x) - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
-  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
-      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      "<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
-      kW, kH, kLeft + pw / 2, Escape(spec.title));
+  std::string svg = SvgOpen(kW, kH, kLeft + pw / 2, spec.title);
   // Axes, grid and ticks.
   const double ystep = TickStep(y1 - y0);
   for (double y = std::ceil(y0 / ystep) * ystep; y <= y1; y += ystep) {
@@ -128,6 +134,62 @@ std::string SvgLinePlot(const PlotSpec& spec, const std::vector<Series>& series)
                        "<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
                        kLeft + pw + 12, ly, kLeft + pw + 32, ly, color, kLeft + pw + 38, ly + 4,
                        Escape(series[i].name));
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+std::string SvgBarPlot(const PlotSpec& spec, const std::vector<std::string>& segments, const std::vector<BarRow>& rows,
+                       bool stacked) {
+  constexpr double kW = 760, kLeft = 170, kRight = 170, kTop = 40, kBottom = 50;
+  const double row_h = stacked ? 22 : std::max(22.0, 9.0 * static_cast<double>(segments.size()) + 6);
+  const double ph = row_h * static_cast<double>(std::max<std::size_t>(rows.size(), 1));
+  const double kH = kTop + ph + kBottom, pw = kW - kLeft - kRight;
+  double x1 = 0;
+  for (const BarRow& r : rows) {
+    double sum = 0;
+    for (double v : r.values) {
+      if (!std::isfinite(v) || v <= 0) continue;
+      sum += v;
+      x1 = std::max(x1, v);
+    }
+    if (stacked) x1 = std::max(x1, sum);
+  }
+  if (x1 <= 0) x1 = 1;
+  x1 *= 1.05;
+  auto px = [&](double x) { return kLeft + x / x1 * pw; };
+  std::string svg = SvgOpen(kW, kH, kLeft + pw / 2, spec.title);
+  const double step = TickStep(x1);
+  for (double x = 0; x <= x1 + 1e-9; x += step) {
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
+                       "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g}</text>\n",
+                       px(x), kTop, px(x), kTop + ph, px(x), kTop + ph + 18, x);
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const double y = kTop + row_h * static_cast<double>(i);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", kLeft - 6,
+                       y + row_h / 2 + 4, Escape(rows[i].label));
+    double at = 0;
+    for (std::size_t k = 0; k < rows[i].values.size() && k < segments.size(); ++k) {
+      const double v = std::isfinite(rows[i].values[k]) ? std::max(0.0, rows[i].values[k]) : 0;
+      const double bar_h = stacked ? row_h - 6 : (row_h - 6) / static_cast<double>(segments.size());
+      const double by = stacked ? y + 3 : y + 3 + bar_h * static_cast<double>(k);
+      const double bx = stacked ? at : 0;
+      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\"/>\n",
+                         px(bx), by, px(bx + v) - px(bx), bar_h, kColors[k % std::size(kColors)]);
+      if (stacked) at += v;
+    }
+  }
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"black\"/>\n",
+                     kLeft, kTop, pw, ph);
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", kLeft + pw / 2, kH - 12,
+                     Escape(spec.y_label));
+  for (std::size_t k = 0; k < segments.size(); ++k) {
+    const double ly = kTop + 14 + 18 * static_cast<double>(k);
+    svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"10\" fill=\"{}\"/>"
+                       "<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
+                       kLeft + pw + 12, ly - 5, kColors[k % std::size(kColors)], kLeft + pw + 32, ly + 4,
+                       Escape(segments[k]));
   }
   svg += "</svg>\n";
   return svg;

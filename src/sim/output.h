@@ -47,6 +47,16 @@ struct PlotSpec {
 
 std::string SvgLinePlot(const PlotSpec& spec, const std::vector<Series>& series);
 
+// Horizontal bars, one row per category, each with one value per segment: stacked end to end
+// (stacked) or side by side within the row. Negative values are drawn as 0; the x axis is
+// y_label's quantity (x_label unused).
+struct BarRow {
+  std::string label;
+  std::vector<double> values;  // one per segment name
+};
+std::string SvgBarPlot(const PlotSpec& spec, const std::vector<std::string>& segments, const std::vector<BarRow>& rows,
+                       bool stacked);
+
 // Writes `text` to `path` (creating parent directories). Errors name the path.
 Status WriteFile(const std::string& path, const std::string& text);
 

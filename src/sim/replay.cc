@@ -23,9 +23,24 @@ namespace {
 constexpr std::string_view kDefaultQueue = "default";
 constexpr std::string_view kDefaultUser = "sim";
 
-// The utilisation percent a job reports on every sample (unknown: busy).
+// The utilisation percent a job reports on every sample (unknown: busy). A job with recorded
+// activity runs is sampled as busy only while a busy run lasts.
 int ReportedPercent(const ReplayJob& j) {
+  if (!j.activity.empty()) return 100;
   return j.utilisation < 0 ? 100 : static_cast<int>(std::lround(j.utilisation * 100));
+}
+
+// What a sample of a recorded run says: busy, idle (one process, nothing running), or nothing
+// measured at all (unknown: the Scheduler never reclaims a slice for idleness while so).
+sched::SliceSample RunSample(SliceId slice, RunState state) {
+  switch (state) {
+    case RunState::kActive: return sched::SliceSample{slice, 100, 100, 1};
+    case RunState::kIdle: return sched::SliceSample{slice, 0, 0, 1};
+    case RunState::kUnknown: break;
+  }
+  sched::SliceSample s{slice, 0, 0, 0};
+  s.sm_known = s.memory_known = s.processes_known = false;
+  return s;
 }
 
 // Whether a sample of `percent` SM and memory utilisation with one process counts as activity
@@ -36,6 +51,19 @@ bool CountsAsActive(const sched::IdlePolicy& idle, int percent) {
 }
 
 }  // namespace
+
+std::string_view EndKindName(EndKind k) {
+  switch (k) {
+    case EndKind::kFinished: return "finished";
+    case EndKind::kReclaimed: return "reclaimed";
+    case EndKind::kTimeLimit: return "time-limit";
+    case EndKind::kPreempted: return "preempted";
+    case EndKind::kStopped: return "stopped";
+    case EndKind::kRejected: return "rejected";
+    case EndKind::kNeverStarted: return "never-started";
+  }
+  return "finished";
+}
 
 double DelayPercentile(const std::vector<Micros>& sorted, double q) {
   if (sorted.empty()) return 0;
@@ -105,6 +133,7 @@ sched::JobRequest ToJobRequest(const ReplayJob& job, const sched::QueueConfig& q
       }
     }
   }
+  if (job.kind && q.Allows(*job.kind)) kind = *job.kind;
   r.kind = kind;
   r.gpus = std::max(1, p.num_gpus);
   if (kind != SliceKind::kWhole) {  // a whole slice takes whole devices: a fraction holds one
@@ -145,9 +174,10 @@ namespace {
 class Replay {
  public:
   Replay(const Cluster& cluster, std::vector<ReplayJob> jobs, const sched::Config& config,
-         std::span<const sched::WorkloadShape> shapes, const ReplayOptions& options)
-      : cluster_(cluster), jobs_(std::move(jobs)), shapes_(shapes), options_(options),
-        sched_(config, options.seed), run_(jobs_.size()), queue_of_(jobs_.size(), nullptr) {
+         std::span<const sched::WorkloadShape> shapes, const ReplayOptions& options, const ReplayHooks& hooks)
+      : cluster_(cluster), jobs_(std::move(jobs)), shapes_(shapes), options_(options), hooks_(hooks),
+        sched_(config, options.seed), run_(jobs_.size()), queue_of_(jobs_.size(), nullptr),
+        first_of_(jobs_.size(), -1) {
     sched_.SetReferencePlacement(options.reference_placement);
     r_.start_digest = 14695981039346656037ULL;
     std::stable_sort(jobs_.begin(), jobs_.end(),
@@ -172,22 +202,37 @@ class Replay {
     AnnounceDevices(start);
 
     std::size_t next = 0;
-    const double total = 2.0 * static_cast<double>(jobs_.size());
+    const std::size_t traced = jobs_.size();  // follow-ups are appended after these
+    const double total = 2.0 * static_cast<double>(traced);
     std::uint64_t steps = 0;
-    while (next < jobs_.size() || !events_.empty()) {
-      const Micros t_arr = next < jobs_.size() ? jobs_[next].submit : INT64_MAX;
+    while (next < traced || !events_.empty() || !late_.empty() || !follow_ups_.empty()) {
+      AddFollowUps();
+      const Micros t_next = next < traced ? jobs_[next].submit : INT64_MAX;
+      const Micros t_late = late_.empty() ? INT64_MAX : late_.top().first;
+      const Micros t_arr = std::min(t_next, t_late);
       const Micros t_ev = events_.empty() ? INT64_MAX : events_.top().time;
+      if (t_ev == INT64_MAX && t_arr == INT64_MAX) break;
       if (t_ev <= t_arr) {
         Advance(t_ev);
         Step(t_ev);
-      } else {
+      } else if (t_next <= t_late) {
         Advance(t_arr);
         Arrive(static_cast<std::uint32_t>(next++), t_arr);
+      } else {
+        const std::uint32_t j = late_.top().second;
+        late_.pop();
+        Advance(t_arr);
+        Arrive(j, t_arr);
       }
       if (progress && (++steps & 4095) == 0)
         progress(std::min(1.0, static_cast<double>(next + finished_events_) / total));
     }
     r_.never_started = submitted_ - r_.rejected - running_ - done_;
+    if (hooks_.on_slice_end) {
+      for (std::uint32_t j = 0; j < jobs_.size(); ++j) {
+        if (run_[j].submitted && !run_[j].started && !run_[j].rejected) Report(j, -1, last_time_, EndKind::kNeverStarted);
+      }
+    }
     r_.reclaimed_on_demand = static_cast<std::int64_t>(sched_.stats().reclaimed_on_demand);
     SummariseDelays(r_);
     const double span = static_cast<double>(last_time_ - start);
@@ -198,7 +243,7 @@ class Replay {
 
  private:
   // Simulated-clock events; at one instant: finishes, MIG acknowledgements, then timers.
-  enum class Kind : std::uint8_t { kFinish = 0, kMigDone = 1, kTimer = 2 };
+  enum class Kind : std::uint8_t { kFinish = 0, kMigDone = 1, kActivity = 2, kTimer = 3 };
   struct Ev {
     Micros time;
     Kind kind;
@@ -215,7 +260,13 @@ class Replay {
     MilliGpu milli = 0;             // per device
     std::uint32_t node = 0;         // cluster index
     std::vector<DeviceIndex> devices;
+    sched::SliceKind kind = sched::SliceKind::kWhole;
+    std::optional<MigPlacement> mig;
+    std::uint32_t run = 0;          // recorded activity: the current run
+    RunState state = RunState::kActive;  // ... and what the Scheduler was last told of it
+    bool submitted = false;
     bool started = false;           // at least once
+    bool rejected = false;
   };
 
   // The pending jobs' reasons hold from the last event to `now` (asked once per instant; the
@@ -269,15 +320,16 @@ class Replay {
                    [&](const sched::ClearWarning&) {},
                    [&](const sched::Reclaim& x) {
                      ++r_.reclaimed;
-                     End(Index(x.job), now, true);
+                     End(Index(x.job), now, true, EndKind::kReclaimed);
                    },
                    [&](const sched::Stop& x) {
-                     if (x.reason == sched::StopReason::kTimeLimit) ++r_.time_limited;
-                     End(Index(x.job), now, true);
+                     const bool limit = x.reason == sched::StopReason::kTimeLimit;
+                     if (limit) ++r_.time_limited;
+                     End(Index(x.job), now, true, limit ? EndKind::kTimeLimit : EndKind::kStopped);
                    },
                    [&](const sched::Preempt& x) {
                      ++r_.preempted;
-                     End(Index(x.job), now, !x.requeue);
+                     End(Index(x.job), now, !x.requeue, EndKind::kPreempted);
                    },
                    [&](const sched::Drain&) {},
                    [&](const sched::Reserve&) { ++r_.reservations; },
@@ -287,7 +339,12 @@ class Replay {
                      Push(now + options_.mig_reconfigure_delay, Kind::kMigDone,
                           static_cast<std::uint32_t>(mig_done_.size() - 1), SliceId());
                    },
-                   [&](const sched::Reject&) { ++r_.rejected; },
+                   [&](const sched::Reject& x) {
+                     ++r_.rejected;
+                     const std::uint32_t j = Index(x.job);
+                     run_[j].rejected = true;
+                     if (hooks_.on_slice_end) Report(j, -1, now, EndKind::kRejected);
+                   },
                },
                d);
   }
@@ -311,11 +368,14 @@ class Replay {
     jr.milli = x.milli;
     jr.node = x.node.value() - 1;
     jr.devices = x.devices;
+    jr.kind = x.kind;
+    jr.mig = x.mig;
     for (DeviceIndex di : x.devices) used_[first_gpu_[jr.node] + di.value()] += x.milli;
     allocated_ += x.milli * static_cast<MilliGpu>(x.devices.size());
     ++running_;
     if (x.kind == sched::SliceKind::kMig) ++r_.mig_slices;
     if (!jr.started) {
+      first_of_[j] = now;
       jr.started = true;
       ++r_.started;
       r_.delays.push_back(now - jobs_[j].submit);
@@ -331,7 +391,11 @@ class Replay {
       if (const Micros lead = q.TimeLimitWarnLead(x.deadline - now); lead > 0) timer(x.deadline - lead);
       timer(x.deadline);
     }
-    if (q.idle.enabled) {
+    if (q.idle.enabled && !jobs_[j].activity.empty()) {
+      jr.run = 0;
+      jr.state = RunState::kActive;  // as the Scheduler takes a new slice: active since its start
+      EnterRun(j, now, true);
+    } else if (q.idle.enabled) {
       if (CountsAsActive(q.idle, ReportedPercent(jobs_[j]))) {
         busy_due_.emplace(now + q.idle.window, x.slice);
         busy_.emplace(x.slice, BusySlice{j, now + q.idle.window, q.idle.window});
@@ -343,21 +407,32 @@ class Replay {
   }
 
   // The job's slice is gone (finished, stopped, reclaimed or preempted): release it in the books.
-  void End(std::uint32_t j, Micros now, bool done) {
+  void End(std::uint32_t j, Micros now, bool done, EndKind how) {
     JobRun& jr = run_[j];
     const MilliGpu held = jr.milli * static_cast<MilliGpu>(jr.devices.size());
-    const double hours = static_cast<double>(held) / kOneGpu * static_cast<double>(now - jr.start) / kHour;
+    const double share = static_cast<double>(held) / kOneGpu;
+    const double hours = share * static_cast<double>(now - jr.start) / kHour;
     r_.gpu_hours_held += hours;
-    if (jobs_[j].utilisation >= 0) {
+    const ReplayJob& job = jobs_[j];
+    if (!job.activity.empty()) {
+      // Measured time only; busy runs whose level is known count at that level.
+      const ActivityTotals t = Integrate(job.activity, 0, now - jr.start);
+      r_.gpu_hours_held_known += share * static_cast<double>(t.active_level_known + t.idle) / kHour;
+      r_.gpu_hours_used += share * static_cast<double>(t.used_permille_us) / 1000.0 / kHour;
+    } else if (job.utilisation >= 0) {
       r_.gpu_hours_held_known += hours;
-      r_.gpu_hours_used += hours * jobs_[j].utilisation;
+      r_.gpu_hours_used += hours * job.utilisation;
+    }
+    if (hooks_.on_slice_end) Report(j, jr.start, now, how);
+    if (hooks_.follow_up && (how == EndKind::kReclaimed || how == EndKind::kTimeLimit)) {
+      if (std::optional<ReplayJob> next = hooks_.follow_up(job, jr.start, now, how)) {
+        next->submit = std::max(next->submit, now);
+        follow_ups_.push_back(std::move(*next));
+      }
     }
     for (DeviceIndex di : jr.devices) used_[first_gpu_[jr.node] + di.value()] -= jr.milli;
     allocated_ -= held;
-    if (auto it = busy_.find(jr.slice); it != busy_.end()) {
-      busy_due_.erase({it->second.due, jr.slice});
-      busy_.erase(it);
-    }
+    Untrack(jr.slice);
     jr.slice = SliceId();
     jr.devices.clear();
     --running_;
@@ -371,6 +446,7 @@ class Replay {
       return;
     }
     ++submitted_;
+    run_[j].submitted = true;
     sched::Submit s;
     s.now = now;
     s.job = JobId(j + 1);
@@ -390,7 +466,7 @@ class Replay {
         case Kind::kFinish:
           ++finished_events_;
           if (run_[e.job].slice != e.slice) break;  // ended earlier
-          End(e.job, now, true);
+          End(e.job, now, true, EndKind::kFinished);
           ++r_.finished;
           Feed(sched::Finish{now, JobId(e.job + 1)}, now);
           break;
@@ -400,6 +476,12 @@ class Replay {
           Feed(done, now);
           break;
         }
+        case Kind::kActivity:
+          if (run_[e.job].slice == e.slice) {
+            ++run_[e.job].run;
+            EnterRun(e.job, now, false);
+          }
+          break;
         case Kind::kTimer:
           if (run_[e.job].slice == e.slice) tick = true;
           break;
@@ -424,6 +506,86 @@ class Replay {
         tick = false;
       }
     }
+  }
+
+  // Job j's slice enters its current activity run (run_[j].run) at `now` (at_start: as it
+  // starts). The Scheduler is told what changed: busy again (an active sample), idle from now
+  // (an active sample at the end of a busy run, so its idle time counts from here exactly; an
+  // idle one after an unknown stretch), or unknown (nothing measured). Timers go where the
+  // idle window and grace would end; the run's end is the next change.
+  void EnterRun(std::uint32_t j, Micros now, bool at_start) {
+    JobRun& jr = run_[j];
+    const ReplayJob& job = jobs_[j];
+    const sched::QueueConfig& q = *queue_of_[j];
+    const RunState next = jr.run < job.activity.size() ? job.activity[jr.run].state : RunState::kUnknown;
+    if (!at_start && next == jr.state) return;  // (runs are merged; past the last run: unknown)
+    sched::Sample sample{now, {}};
+    if (!at_start && jr.state == RunState::kActive) sample.slices.push_back(RunSample(jr.slice, RunState::kActive));
+    if (next != RunState::kActive || !at_start) {
+      if (!(next == RunState::kIdle && jr.state == RunState::kActive)) sample.slices.push_back(RunSample(jr.slice, next));
+    }
+    if (!sample.slices.empty()) Feed(sample, now);  // (a sample never ends a slice)
+    jr.state = next;
+    Untrack(jr.slice);
+    const Micros end = jr.start + job.duration;
+    if (next == RunState::kActive) {
+      busy_due_.emplace(now + q.idle.window, jr.slice);
+      busy_.emplace(jr.slice, BusySlice{j, now + q.idle.window, q.idle.window});
+    } else if (next == RunState::kIdle) {
+      if (now + q.idle.window < end) Push(now + q.idle.window, Kind::kTimer, j, jr.slice);
+      const Micros reclaim = now + q.idle.window + q.idle.grace;
+      if (q.idle.action == sched::ReclaimAction::kReclaim && reclaim < end) Push(reclaim, Kind::kTimer, j, jr.slice);
+    }
+    if (jr.run < job.activity.size() && now + job.activity[jr.run].length < end) {
+      Push(now + job.activity[jr.run].length, Kind::kActivity, j, jr.slice);
+    }
+  }
+
+  void Untrack(SliceId slice) {
+    if (auto it = busy_.find(slice); it != busy_.end()) {
+      busy_due_.erase({it->second.due, slice});
+      busy_.erase(it);
+    }
+  }
+
+  // The caller's view of one slice (or of a job that never got one: start -1).
+  void Report(std::uint32_t j, Micros start, Micros now, EndKind how) {
+    const JobRun& jr = run_[j];
+    SliceEnd e;
+    e.job = &jobs_[j];
+    e.tag = jobs_[j].tag;
+    e.submit = jobs_[j].submit;
+    e.start = start;
+    e.end = now;
+    e.first = start >= 0 && first_of_[j] == start;
+    e.how = how;
+    if (start >= 0) {
+      e.kind = jr.kind;
+      e.milli = jr.milli;
+      e.devices = static_cast<int>(jr.devices.size());
+      e.mig = jr.mig;
+      e.model = &cluster_.node(jr.node).model;
+    }
+    hooks_.on_slice_end(e);
+  }
+
+  // Follow-ups asked for while applying decisions join the jobs between steps (so no reference
+  // into jobs_ is held across the growth), each arriving at its own submit time.
+  void AddFollowUps() {
+    if (follow_ups_.empty()) return;
+    const sched::Config& c = sched_.config();
+    for (ReplayJob& f : follow_ups_) {
+      const std::uint32_t j = static_cast<std::uint32_t>(jobs_.size());
+      queue_of_.push_back(c.FindQueue(f.queue.empty() ? c.default_queue : f.queue));
+      late_.emplace(f.submit, j);
+      horizon_ = std::max(horizon_, f.submit + f.duration);
+      jobs_.push_back(std::move(f));
+      run_.emplace_back();
+      first_of_.push_back(-1);
+      ++r_.follow_ups;
+      ++r_.jobs;
+    }
+    follow_ups_.clear();
   }
 
   // Time passes up to `now`: the allocation integral, the sampled series and the wait by reason.
@@ -457,10 +619,16 @@ class Replay {
   std::vector<ReplayJob> jobs_;
   std::span<const sched::WorkloadShape> shapes_;
   ReplayOptions options_;
+  const ReplayHooks& hooks_;
   sched::Scheduler sched_;
   std::vector<JobRun> run_;
   std::vector<const sched::QueueConfig*> queue_of_;  // into sched_.config(); nullptr: unknown queue
   std::priority_queue<Ev, std::vector<Ev>, std::greater<>> events_;
+  // Follow-up jobs: asked for (not yet in jobs_), then waiting to arrive (time, job).
+  std::vector<ReplayJob> follow_ups_;
+  std::priority_queue<std::pair<Micros, std::uint32_t>, std::vector<std::pair<Micros, std::uint32_t>>, std::greater<>>
+      late_;
+  std::vector<Micros> first_of_;  // each job's first start (-1: none yet)
   std::uint64_t seq_ = 0;
   std::vector<sched::ReconfigureDone> mig_done_;
   // Running slices in idle-policed queues whose samples count as activity, with when their idle
@@ -490,9 +658,10 @@ class Replay {
 
 ReplayResult RunReplay(const Cluster& cluster, std::vector<ReplayJob> jobs, const sched::Config& config,
                        std::string name, std::span<const sched::WorkloadShape> shapes,
-                       const ReplayOptions& options, const std::function<void(double)>& progress) {
+                       const ReplayOptions& options, const std::function<void(double)>& progress,
+                       const ReplayHooks& hooks) {
   const auto t0 = std::chrono::steady_clock::now();
-  Replay replay(cluster, std::move(jobs), config, shapes, options);
+  Replay replay(cluster, std::move(jobs), config, shapes, options, hooks);
   ReplayResult r = replay.Run(progress);
   r.policy = std::move(name);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

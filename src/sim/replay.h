@@ -13,19 +13,25 @@
 //  - StartSlice -> the job runs for its trace duration, then Finish is fed; Stop (time limit),
 //    Reclaim (idle) and Preempt end it earlier (a requeued job later restarts from scratch);
 //  - ReconfigureMig -> ReconfigureDone{ok, the asked layout} after options.mig_reconfigure_delay;
-//  - activity: a job with known utilisation u reports SM and memory utilisation round(100 u) %
-//    and one process on every sample; unknown utilisation counts as busy. Ticks are fed only
+//  - activity: a job with recorded activity runs (ReplayJob::activity, sim/activity.h) is fed
+//    them as samples at the instants they change, in a queue with an idle policy: busy (100 %,
+//    one process), idle (0 %, one process) or unknown (nothing measured: the Scheduler never
+//    reclaims it while so); a busy run is also sampled once per idle window. Otherwise a job
+//    with known utilisation u reports SM and memory utilisation round(100 u) % and one process
+//    on every sample; unknown utilisation counts as busy. Ticks are fed only
 //    when a timer can fire: a time-limit warning or deadline, or the idle window / grace end of
 //    a slice whose samples would not count as activity; just before one, a Sample of the busy
 //    slices whose idle window would otherwise end (so each busy slice is sampled once per
 //    window). A replay without limits or idle policies feeds no Tick at all.
-// Events at one instant: finishes, then MIG acknowledgements, then ticks, then arrivals.
+// Events at one instant: finishes, then MIG acknowledgements, then activity changes, then ticks,
+// then arrivals (the trace's, then follow-ups'; see ReplayOptions::follow_up).
 // Deterministic: same jobs, cluster, config and seed give the same result, bit for bit
 // (except `seconds`). Not thread-safe.
 
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,6 +41,7 @@
 #include "sched/pending_reason.h"
 #include "sched/placement/placement.h"
 #include "sched/types.h"
+#include "sim/activity.h"
 #include "sim/cluster.h"
 #include "sim/csv.h"
 
@@ -48,7 +55,41 @@ struct ReplayJob {
   std::string queue;         // empty: the config's default queue
   std::string user;          // empty: "sim"
   sched::PlacementRequest request;
+  std::optional<sched::SliceKind> kind;  // nullopt: chosen by the queue (ToJobRequest)
   double utilisation = -1;   // 0..1 of the held GPU share when known; -1 unknown
+  // Recorded activity from the job's start (empty: the constant `utilisation` above). Time
+  // past the last run is unknown.
+  std::vector<ActivityRun> activity;
+  std::uint32_t tag = 0;     // the caller's, handed back in SliceEnd
+};
+
+// How a job's slice ended (or why it never had one), for SliceEnd.
+enum class EndKind : std::uint8_t {
+  kFinished,      // ran its whole duration
+  kReclaimed,     // idle reclaim
+  kTimeLimit,     // stopped at its time limit
+  kPreempted,     // preempted (requeued by the Scheduler: it starts again later)
+  kStopped,       // stopped otherwise (device lost, cancelled)
+  kRejected,      // could never run as asked
+  kNeverStarted,  // still waiting when nothing else could happen
+};
+std::string_view EndKindName(EndKind k);
+
+// One slice of a job, when it ends (start = -1: the job never started; kRejected or
+// kNeverStarted, at the replay's last event).
+struct SliceEnd {
+  const ReplayJob* job = nullptr;      // the job (valid during the call)
+  std::uint32_t tag = 0;
+  Micros submit = 0;
+  Micros start = -1;
+  Micros end = 0;
+  bool first = false;        // the job's first slice (start - submit is its queueing delay)
+  EndKind how = EndKind::kFinished;
+  sched::SliceKind kind = sched::SliceKind::kWhole;
+  MilliGpu milli = 0;        // per device
+  int devices = 0;
+  std::optional<MigPlacement> mig;
+  const std::string* model = nullptr;  // the node's GPU model (valid during the call)
 };
 
 struct ReplayOptions {
@@ -57,6 +98,17 @@ struct ReplayOptions {
   Micros mig_reconfigure_delay = 2 * kSecond;  // ReconfigureMig -> ReconfigureDone, simulated
   bool check_invariants = false;          // tests: Scheduler::CheckInvariants() after every event
   bool reference_placement = false;       // tests, benchmarks: Scheduler::SetReferencePlacement
+};
+
+// What a caller of RunReplay may follow or add while it runs (the what-if, src/whatif). Both
+// are called on the replay's thread.
+struct ReplayHooks {
+  // Called as each slice ends, and at the end for jobs that never started (SliceEnd).
+  std::function<void(const SliceEnd&)> on_slice_end;
+  // Called when a job is reclaimed for idleness or stopped at its time limit, with when its
+  // slice started: a job it returns is submitted at the returned job's `submit` (at least
+  // now), e.g. the owner coming back for the rest of the work.
+  std::function<std::optional<ReplayJob>(const ReplayJob& job, Micros started, Micros now, EndKind how)> follow_up;
 };
 
 struct ReplaySample {
@@ -74,6 +126,7 @@ struct ReplayResult {
   std::int64_t started = 0;        // jobs that started at least once
   std::int64_t rejected = 0;       // Reject decisions (could never run as asked)
   std::int64_t never_started = 0;  // still waiting when nothing else could happen
+  std::int64_t follow_ups = 0;     // jobs submitted by ReplayOptions::follow_up (also in `jobs`)
   std::int64_t finished = 0;       // ran to their trace duration
   std::int64_t reclaimed = 0;      // ended by idle reclaim
   std::int64_t reclaimed_on_demand = 0;  // of those: idle past their grace, taken for a waiting job (reclaim = "on-demand")
@@ -107,7 +160,8 @@ struct ReplayResult {
 // with `policy`, without limits, caps or idle policy — i.e. today's placement plus queueing.
 Result<sched::Config> ReplayConfig(std::string_view policy, const std::vector<ReplayJob>& jobs);
 
-// The Scheduler request for a trace row in `queue`: the queue's default kind, except that
+// The Scheduler request for a trace row in `queue`: the row's kind where it has one and the
+// queue allows it; else the queue's default kind, except that
 // several whole GPUs take a whole slice where the queue allows one, and a fraction of a GPU in a
 // whole-default queue takes the first allowed of shared, mps, mig (none: it holds one whole
 // GPU). Share and GPU memory as given (a mig request sized by memory; none: the queue's default).
@@ -126,7 +180,8 @@ Status CheckQueues(std::vector<ReplayJob>& jobs, const sched::Config& config, bo
 // `progress` (may be empty) gets the fraction done.
 ReplayResult RunReplay(const Cluster& cluster, std::vector<ReplayJob> jobs, const sched::Config& config,
                        std::string name, std::span<const sched::WorkloadShape> shapes,
-                       const ReplayOptions& options = {}, const std::function<void(double)>& progress = {});
+                       const ReplayOptions& options = {}, const std::function<void(double)>& progress = {},
+                       const ReplayHooks& hooks = {});
 
 // The workload shapes of replay jobs (by request; CPU, count, share, models), all of them.
 std::vector<sched::WorkloadShape> ReplayShapes(const std::vector<ReplayJob>& jobs);
