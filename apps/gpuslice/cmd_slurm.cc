@@ -68,6 +68,8 @@ void AddAgentCommand(CLI::App* parent, const char* name, const std::string& spel
   agent->add_option("--nodes", af->nodes, "Slurm node names this agent serves (default: all)")->delimiter(',');
   agent->add_option("--interval", af->interval, "sampling round")->capture_default_str();
   agent->add_option("--hostname", af->hostname, "Hostname label on metrics (default: gethostname)");
+  agent->add_option("--usage-log", af->usage_log,
+                    "append each job's GPU activity here when it ends (for gpuslice whatif --slurm-usage)");
   RunWithSlurm<gs::AgentFlags>(agent, af, exit_code, [](const gs::AgentFlags& f) { return gs::RunSlurmAgent(f, std::cerr); });
 }
 

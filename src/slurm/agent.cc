@@ -95,7 +95,8 @@ SlurmAgent::SlurmAgent(devices::DeviceBackend& backend, SlurmAgentOptions option
       // RunRound samples synchronously (the agent's own thread is not started).
       agent_(backend, AgentOptionsFor(options_), nullptr,
              std::make_unique<SlurmResolver>(options_.proc_root, &slice_of_)),
-      tracker_(options_.policy) {}
+      tracker_(options_.policy),
+      usage_(options_.usage_log) {}
 
 void SlurmAgent::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
@@ -196,6 +197,13 @@ std::vector<ReclaimDecision> SlurmAgent::RunRound(Micros now) {
         }
       }
     }
+    // Usage runs (only while Slurm answers: a job missing from a failed squeue has not left).
+    std::vector<UsageRecorder::Round> rounds;
+    for (const JobUsage& u : usage) {
+      rounds.push_back({u.job_id, u.user, u.partition, u.idle.activity,
+                        u.sm_util ? std::optional<int>(*u.sm_util) : std::nullopt, u.memory_used});
+    }
+    if (Status st = usage_.Observe(now, rounds); !st.ok()) Log("usage log: " + st.ToString());
     for (const ReclaimDecision& d : tracker_.Observe(idle_in, now)) {
       Apply(d);
       applied.push_back(d);
@@ -279,8 +287,10 @@ void SlurmAgent::Apply(const ReclaimDecision& d) {
   if (d.kind == ReclaimKind::kCancel || d.kind == ReclaimKind::kRequeue) {
     Status st = d.kind == ReclaimKind::kCancel ? CancelJob(d.job_id, options_.slurm)
                                                : RequeueJob(d.job_id, options_.slurm);
-    if (st.ok()) ++reclaims_;
-    else Log(fmt::format("job {}: {} failed: {}", d.job_id, ReclaimKindName(d.kind), st.ToString()));
+    if (st.ok()) {
+      ++reclaims_;
+      usage_.MarkReclaimed(d.job_id, d.kind == ReclaimKind::kCancel ? "cancel" : "requeue");
+    } else Log(fmt::format("job {}: {} failed: {}", d.job_id, ReclaimKindName(d.kind), st.ToString()));
   }
 }
 
@@ -292,7 +302,10 @@ void SlurmAgent::Run() {
     while (!stop_.load() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  if (Status st = FlushUsage(); !st.ok()) Log("usage log: " + st.ToString());
 }
+
+Status SlurmAgent::FlushUsage() { return usage_.Flush(); }
 
 void SlurmAgent::Stop() { stop_.store(true); }
 

@@ -9,7 +9,10 @@
 //      ReclaimTracker and applies its decisions: a warning line appended to the job's output
 //      file (StdOut from `scontrol show job`) and to the agent's log, then scancel — or
 //      `scontrol requeue` for preemptible queues — after the grace period,
-//   4. keeps a Prometheus text snapshot (device metrics with dcgm-exporter names, plus
+//   4. with a usage log (SlurmAgentOptions::usage_log), keeps each job's busy / idle / unknown
+//      runs and writes them when the job leaves (usage_log.h: what `gpuslice whatif --sacct`
+//      joins to Slurm's accounting),
+//   5. keeps a Prometheus text snapshot (device metrics with dcgm-exporter names, plus
 //      gpuslice_slurm_job_* per job) that Serve() exposes on /metrics.
 // It never acts on a job whose partition is not a queue of the policy. When Slurm is down, a
 // round still samples and serves metrics (gpuslice_slurm_up 0) and reclaims nothing.
@@ -30,6 +33,7 @@
 #include "sched/config.h"
 #include "slurm/client.h"
 #include "slurm/reclaim.h"
+#include "slurm/usage_log.h"
 
 namespace gpuslice::slurm {
 
@@ -41,6 +45,7 @@ struct SlurmAgentOptions {
   Micros interval = 15 * kSecond;
   std::string proc_root = "/proc";
   std::function<void(const std::string&)> log;  // one line per event; default: stderr
+  std::string usage_log;                        // per-job activity file (usage_log.h); "" : none
 };
 
 // Per-job figures of the last round.
@@ -62,8 +67,10 @@ class SlurmAgent {
 
   // One round; the decisions it applied. A failing Slurm or device read is logged, not fatal.
   std::vector<ReclaimDecision> RunRound(Micros now);
-  // Rounds every `interval` until Stop().
+  // Rounds every `interval` until Stop(); then writes the usage of jobs still running.
   void Run();
+  // Writes the usage records of the jobs still running (Run() does it when it stops).
+  Status FlushUsage();
   void Stop();
 
   std::string MetricsText() const;
@@ -86,6 +93,7 @@ class SlurmAgent {
   std::uint64_t next_slice_ = 1ull << 62;  // for non-numeric job ids
   agent::Agent agent_;
   ReclaimTracker tracker_;
+  UsageRecorder usage_;
   int reclaims_ = 0;
 
   mutable std::mutex mu_;  // guards the snapshot below

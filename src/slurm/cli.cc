@@ -106,6 +106,7 @@ Status RunSlurmAgent(const AgentFlags& f, std::ostream& err) {
   o.slurm = f.slurm;
   o.nodes = f.nodes;
   o.hostname = f.hostname;
+  o.usage_log = f.usage_log;
   if (o.hostname.empty()) {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);

@@ -57,6 +57,7 @@ struct AgentFlags {
   std::vector<std::string> nodes;
   std::string interval = "15s";
   std::string hostname;
+  std::string usage_log;
   SlurmContext slurm;
 };
 // Runs until SIGINT or SIGTERM.
