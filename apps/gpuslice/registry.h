@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/status.h"
+
 namespace gpuslice::cli {
 
 // Exit codes scripts can rely on (documented in README).
@@ -18,6 +20,18 @@ inline constexpr int kExitUsage = 2;       // bad command line or bad input file
 inline constexpr int kExitNotFound = 3;    // the named job/device/queue does not exist
 inline constexpr int kExitDenied = 4;      // permission denied
 inline constexpr int kExitUnavailable = 5; // daemon, driver or Slurm not reachable
+
+// The exit code for a failed Status (the codes above).
+inline int ExitCodeFor(const Status& st) {
+  switch (st.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument: return kExitUsage;
+    case StatusCode::kNotFound: return kExitNotFound;
+    case StatusCode::kPermissionDenied: return kExitDenied;
+    case StatusCode::kUnavailable: return kExitUnavailable;
+    default: return kExitFailure;
+  }
+}
 
 using CommandSetup = std::function<void(CLI::App& root, int* exit_code)>;
 bool RegisterCommand(const char* name, CommandSetup setup);
