@@ -324,6 +324,7 @@ async function refresh() {
     renderEnded(ended.error ? [] : (ended.body.jobs || []));
     upd.textContent = `updated ${new Date().toLocaleTimeString()}`;
     if (Date.now() - state.lastReport > REPORT_MS) refreshReport();
+    if (Date.now() >= whatifDue) refreshWhatif();
   } finally {
     busy = false;
   }
@@ -339,6 +340,7 @@ function init() {
     if (state.token) sessionStorage.setItem(TOKEN_KEY, state.token);
     else sessionStorage.removeItem(TOKEN_KEY);
     state.lastReport = 0;
+    if (whatifDue !== Infinity) whatifDue = 0;  // ask again with the new token (unless asking now)
     state.me = null;  // another token may be another person
     showMessage('');
     refresh();

@@ -136,6 +136,7 @@ bool Daemon::JobEnded(JobId id) const { return impl_->JobEnded(id); }
 Status Daemon::Authorize(const Caller& c, JobId id) const { return impl_->Authorize(c, id); }
 Result<Json> Daemon::Samples(JobId id) const { return impl_->Samples(id); }
 Result<Json> Daemon::Report(const std::map<std::string, std::string>& q) const { return impl_->Report(q); }
+Result<Json> Daemon::Whatif(const std::map<std::string, std::string>& q) const { return impl_->Whatif(q); }
 Result<Json> Daemon::DeviceHistory(const std::map<std::string, std::string>& q) const {
   return impl_->DeviceHistory(q);
 }

@@ -111,6 +111,8 @@ class Daemon {
   Result<Json> DeviceHistory(const std::map<std::string, std::string>& query) const;
   // The usage report (report/report.h) for query since/from/to/by, from the store.
   Result<Json> Report(const std::map<std::string, std::string>& query) const;
+  // The what-if over the daemon's recent history (whatif/dashboard.h: since/from/to, cached).
+  Result<Json> Whatif(const std::map<std::string, std::string>& query) const;
   // OK when `caller` may act on (cancel, read the log of) job `id`: its owner, root, or a
   // member of the configured admin group.
   Status Authorize(const Caller& caller, JobId id) const;

@@ -45,6 +45,7 @@
 #include "store/codec.h"
 #include "store/retention.h"
 #include "store/store.h"
+#include "whatif/dashboard.h"
 
 namespace gpuslice::daemon {
 
@@ -105,6 +106,8 @@ class Daemon::Impl {
   Result<Json> Samples(JobId id) const;
   Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
   Result<Json> Report(const std::map<std::string, std::string>& query) const;
+  // (whatif_view.cc)
+  Result<Json> Whatif(const std::map<std::string, std::string>& query) const;
   // (metrics.cc)
   std::string Metrics() const;
 
@@ -278,6 +281,8 @@ class Daemon::Impl {
   memcap::InterposerCheck interposer_;            // checked at Start
   std::map<int, GpuCapMechanism> cap_mechanisms_;  // per device, chosen at Start
   std::map<SliceId, std::string> slice_mechanism_;  // what holds each running slice's memory
+  // GET /v1/whatif's computation and cache (thread-safe itself: needs no mu_).
+  mutable whatif::DaemonWhatif whatif_;
   std::map<int, devices::DeviceSample> latest_;
   std::map<SliceId, Micros> seen_active_;  // last sample showing activity, every round
   std::map<SliceId, SliceFigures> slice_util_;  // the agent's last round, per running slice

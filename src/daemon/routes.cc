@@ -171,6 +171,7 @@ api::Handler MakeApiHandler(Daemon& d) {
       if (res == "queues") return JsonResponse(200, d.Queues());
       if (res == "slices") return JsonResponse(200, d.Slices());
       if (res == "report") return FromResult(d.Report(req.query), sim);  // anyone may read
+      if (res == "whatif") return FromResult(d.Whatif(req.query), sim);  // anyone may read
       if (res == "health") return JsonResponse(200, Json{{"ok", true}, {"simulated", sim}});
       if (res == "whoami") return JsonResponse(200, d.Whoami(caller));
       if (res == "events") {

@@ -9,7 +9,8 @@
 //   warning in amber (never a red "reclaim in"); the same in `gpuslice top`; a MIG device with
 //   its instances and what it holds; "mine" against "everyone's"; a refused and an allowed
 //   cancel; recently ended jobs with how and why; the report in words (no raw keys, no µs),
-//   day and week with their own periods, its charts, a verdict that weighs waits.
+//   day and week with their own periods, its charts, a verdict that weighs waits; the what-if
+//   panel with the daemon's verdict once a token is given.
 // Leaves a screenshot at <artifacts>/ui.png (docs/ui.png).
 //
 // Usage: node ui_test.js <gpuslice binary> <artifacts dir>. Exit 77 (skipped) without
@@ -308,6 +309,17 @@ async function main() {
     check(/\(1d\)/.test(day) && /\(7d\)/.test(week) && /history only since/.test(day),
           `day and week say their own periods: "${day.match(/\d\d:\d\d[^)]*\)/)}" / "${week.match(/\d\d:\d\d[^)]*\)/)}"`);
     check(await page.locator('#report-1d svg.timeline').count() === 1, 'the day panel charts held and used');
+
+    // The what-if: asked again at once with the token (the first try, before it, was a 401);
+    // the daemon's own verdict and a row per built-in scenario, no raw keys.
+    await waitFor(page, () => /as-recorded/.test(document.getElementById('whatif').textContent), null, 20000)
+      .catch(async (e) => { console.log('whatif:', await page.textContent('#whatif')); throw e; });
+    const wiApi = await call('GET', '/v1/whatif?since=7d', ALICE);
+    const wi = await page.textContent('#whatif');
+    check(wiApi.status === 200 && typeof wiApi.body.verdict.text === 'string' && wi.includes(wiApi.body.verdict.text),
+          `the what-if panel shows the daemon's verdict: ${wi.slice(0, 200)}`);
+    check(wiApi.body.scenarios.every((sc) => wi.includes(sc.name)) && !/not available|held_gpu_hours|undefined/.test(wi),
+          `the what-if panel has a row per scenario (${wiApi.body.scenarios.length}), no raw keys`);
 
     // A job that waits, for the picture.
     await submit(ALICE, { argv: ['sleep', '600'], queue: 'training', kind: 'whole', gpus: 8 });
