@@ -486,6 +486,20 @@ Result<Prepared> Prepare(const History& h, const Scenario& s, const Assumptions&
   for (const HistoryJob& hj : h.jobs) {
     sim::ReplayJob j = hj.job;
     const std::string& qname = j.queue.empty() ? p.config.default_queue : j.queue;
+    if (hj.ended == RecordedEnd::kIdleReclaimed) {
+      // The daemon reclaimed it for idleness: it was measured idle to the end, whatever its
+      // last point (after the last sample the daemon took of it) shows as unknown.
+      Micros blind_tail = 0;
+      while (!j.activity.empty() && j.activity.back().state == sim::RunState::kUnknown) {
+        blind_tail += j.activity.back().length;
+        j.activity.pop_back();
+      }
+      if (!j.activity.empty() && j.activity.back().state == sim::RunState::kIdle) {
+        sim::AppendRun(j.activity, sim::ActivityRun{blind_tail, 0, sim::RunState::kIdle});
+      } else if (blind_tail > 0) {
+        sim::AppendRun(j.activity, sim::ActivityRun{blind_tail, -1, sim::RunState::kUnknown});
+      }
+    }
     if (hj.ended == RecordedEnd::kIdleReclaimed && !j.activity.empty() && j.activity.back().state == sim::RunState::kIdle) {
       // What it would have done unreclaimed is not recorded: it stays idle until its queue's
       // time limit or `idle_tail` after it went idle, whichever is first.
