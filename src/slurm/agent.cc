@@ -119,7 +119,7 @@ Result<std::map<std::string, SlurmAgent::RunningJob>> SlurmAgent::ListRunning() 
       for (const auto& n : options_.nodes) ours = ours || r.nodes_or_reason == n;
       if (!ours) continue;
     }
-    jobs[r.job_id] = RunningJob{r.partition, r.user};
+    jobs[r.job_id] = RunningJob{r.partition, r.user, r.gres};
   }
   return jobs;
 }
@@ -200,7 +200,7 @@ std::vector<ReclaimDecision> SlurmAgent::RunRound(Micros now) {
     // Usage runs (only while Slurm answers: a job missing from a failed squeue has not left).
     std::vector<UsageRecorder::Round> rounds;
     for (const JobUsage& u : usage) {
-      rounds.push_back({u.job_id, u.user, u.partition, u.idle.activity,
+      rounds.push_back({u.job_id, u.user, u.partition, running->at(u.job_id).gres, u.idle.activity,
                         u.sm_util ? std::optional<int>(*u.sm_util) : std::nullopt, u.memory_used});
     }
     if (Status st = usage_.Observe(now, rounds); !st.ok()) Log("usage log: " + st.ToString());

@@ -80,6 +80,7 @@ class SlurmAgent {
   struct RunningJob {
     std::string partition;
     std::string user;
+    std::string gres;  // tres-per-node as squeue shows it, e.g. "gres:shard:2"
   };
   Result<std::map<std::string, RunningJob>> ListRunning();
   void Apply(const ReclaimDecision& d);

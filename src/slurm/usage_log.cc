@@ -15,11 +15,12 @@ namespace gpuslice::slurm {
 UsageRecorder::UsageRecorder(std::string path) : path_(std::move(path)) {}
 
 std::string UsageRecorder::Header() {
-  return "job_id,user,partition,first_seen,last_seen,activity,memory_peak,reclaimed\n";
+  return "job_id,user,partition,gres,first_seen,last_seen,activity,memory_peak,reclaimed\n";
 }
 
 std::string UsageRecorder::Line(const UsageRecord& r) {
-  return fmt::format("{},{},{},{},{},{},{},{}\n", sim::CsvQuote(r.job_id), sim::CsvQuote(r.user), sim::CsvQuote(r.partition), r.first_seen / kSecond,
+  return fmt::format("{},{},{},{},{},{},{},{},{}\n", sim::CsvQuote(r.job_id), sim::CsvQuote(r.user),
+                     sim::CsvQuote(r.partition), sim::CsvQuote(r.gres), r.first_seen / kSecond,
                      r.last_seen / kSecond, sim::FormatActivity(r.activity),
                      r.memory_peak >= 0 ? std::to_string(r.memory_peak) : std::string(), r.reclaimed);
 }
@@ -52,6 +53,7 @@ Status UsageRecorder::Observe(Micros now, const std::vector<Round>& jobs) {
       r.job_id = j.job_id;
       r.user = j.user;
       r.partition = j.partition;
+      r.gres = j.gres;
       r.first_seen = r.last_seen = now;
     } else if (now > r.last_seen) {
       // This round's verdict stands for the time since the previous round.
@@ -107,6 +109,10 @@ Result<UsageLog> ReadUsageLog(const std::string& path, const sim::ReadOptions& o
     if (t.Has("partition")) {
       GPUSLICE_ASSIGN_OR_RETURN(std::string_view p, t.Field("partition"));
       r.partition = std::string(p);
+    }
+    if (t.Has("gres")) {
+      GPUSLICE_ASSIGN_OR_RETURN(std::string_view g, t.Field("gres"));
+      r.gres = std::string(g);
     }
     GPUSLICE_ASSIGN_OR_RETURN(std::int64_t first, t.Int("first_seen", 0, sim::kMaxTraceTime / kSecond * 10));
     GPUSLICE_ASSIGN_OR_RETURN(std::int64_t last, t.Int("last_seen", 0, sim::kMaxTraceTime / kSecond * 10));

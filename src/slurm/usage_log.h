@@ -6,9 +6,11 @@
 // the job leaves its view (or the agent stops). `gpuslice whatif --sacct dump --slurm-usage
 // FILE` joins them to the accounting dump by job id.
 //
-//   job_id,user,partition,first_seen,last_seen,activity,memory_peak,reclaimed
-//   42,alice,interactive,1796083200,1796090400,a15m@80 i1h45m,2147483648,
+//   job_id,user,partition,gres,first_seen,last_seen,activity,memory_peak,reclaimed
+//   42,alice,interactive,gres:shard:2,1796083200,1796090400,a15m@80 i1h45m,2147483648,
 //
+// gres is what the job holds as squeue shows it (its tres-per-node): Slurm's accounting has GPU
+// TRES only with slurmdbd, so this is where a site without it learns each job's GPUs.
 // first_seen / last_seen are seconds since the epoch of the agent's first and last round that
 // saw the job; activity covers (first_seen, last_seen] with each round standing for the time
 // since the previous one; levels are per mille of one whole GPU (the job's processes summed,
@@ -35,6 +37,7 @@ struct UsageRecord {
   std::string job_id;
   std::string user;
   std::string partition;
+  std::string gres;
   Micros first_seen = 0;
   Micros last_seen = 0;
   std::vector<sim::ActivityRun> activity;
@@ -50,6 +53,7 @@ class UsageRecorder {
     std::string job_id;
     std::string user;
     std::string partition;
+    std::string gres;
     sched::Activity verdict = sched::Activity::kUnknown;
     std::optional<int> permille;  // of one GPU
     std::optional<Bytes> memory;

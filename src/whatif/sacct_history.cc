@@ -35,7 +35,7 @@ class Dump {
     if (d.lines_.empty()) return InvalidArgument(fmt::format("{}: empty (expected sacct --parsable2 output)", EscapeInvalidUtf8(path)));
     const std::vector<std::string> head = Split(d.lines_[0]);
     for (std::size_t i = 0; i < head.size(); ++i) d.columns_[head[i]] = i;
-    for (const char* c : {"JobID", "Partition", "Submit", "Start", "End", "State", "AllocTRES"}) {
+    for (const char* c : {"JobID", "Partition", "Submit", "Start", "End", "State"}) {
       if (!d.columns_.contains(c)) {
         return InvalidArgument(fmt::format("{}:1: no column '{}' (expected sacct --parsable2 with --format=JobID,User,"
                                            "Partition,Submit,Start,End,State,AllocTRES[,Comment])", EscapeInvalidUtf8(path), c));
@@ -105,7 +105,25 @@ struct Gres {
   std::string profile;    // MIG
 };
 
-Result<Gres> ParseTres(const Dump& d, const std::string& tres, int shards_per_gpu) {
+// squeue's tres-per-node ("gres:shard:2", "gres:gpu:3g.40gb:1", "gres/gpu:2") in TRES form
+// ("gres/shard=2", "gres/gpu:3g.40gb=1").
+std::string TresOfGres(const std::string& gres) {
+  std::string out;
+  std::size_t at = 0;
+  while (at < gres.size()) {
+    std::size_t comma = gres.find(',', at);
+    if (comma == std::string::npos) comma = gres.size();
+    std::string item = gres.substr(at, comma - at);
+    at = comma + 1;
+    if (item.rfind("gres:", 0) == 0 || item.rfind("gres/", 0) == 0) item = item.substr(5);
+    const std::size_t last = item.rfind(':');
+    if (last == std::string::npos) continue;
+    out += (out.empty() ? "" : ",") + std::string("gres/") + item.substr(0, last) + "=" + item.substr(last + 1);
+  }
+  return out;
+}
+
+Result<Gres> ParseTres(const Dump& d, const char* column, const std::string& tres, int shards_per_gpu) {
   Gres g;
   int whole = 0, shards = 0, mps = 0;
   std::size_t at = 0;
@@ -120,7 +138,7 @@ Result<Gres> ParseTres(const Dump& d, const std::string& tres, int shards_per_gp
     int n = 0;
     auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
     if (ec != std::errc() || p != value.data() + value.size() || n < 0 || n > 100000) {
-      return d.Error("AllocTRES", tres, fmt::format("has '{}', not a count", item));
+      return d.Error(column, tres, fmt::format("has '{}', not a count", item));
     }
     if (key == "gres/gpu") whole = n;
     else if (key == "gres/shard") shards = n;
@@ -192,6 +210,8 @@ Result<History> HistoryFromSacct(const std::string& dump, const std::string& usa
     const std::vector<slurm::UsageRecord>* usage = nullptr;
   };
   std::vector<Row> rows;
+  std::unordered_map<std::string, std::size_t> row_of;
+  std::int64_t requeued = 0;
   auto read = [&]() -> Result<std::optional<Row>> {
     const std::string id = d.Field("JobID");
     if (id.empty()) return d.Error("JobID", id, "is empty");
@@ -212,7 +232,22 @@ Result<History> HistoryFromSacct(const std::string& dump, const std::string& usa
     }
     if (*start < *submit) return d.Error("Start", d.Field("Start"), "is before Submit");
     if (end && *end < *start) return d.Error("End", d.Field("End"), "is before Start");
-    GPUSLICE_ASSIGN_OR_RETURN(Gres g, ParseTres(d, d.Field("AllocTRES"), o.shards_per_gpu));
+    GPUSLICE_ASSIGN_OR_RETURN(Gres g, ParseTres(d, "AllocTRES", d.Field("AllocTRES"), o.shards_per_gpu));
+    auto u = usage.find(id);
+    if (g.gpus == 0 && u != usage.end()) {
+      // No GPU TRES in the dump (Slurm keeps it only with slurmdbd): what the agent saw it hold.
+      for (const slurm::UsageRecord& r : u->second) {
+        if (r.gres.empty()) continue;
+        auto from_usage = ParseTres(d, "AllocTRES", TresOfGres(r.gres), o.shards_per_gpu);
+        if (!from_usage.ok()) {
+          return InvalidArgument(fmt::format("{}: job {}: column 'gres': value '{}' is not a GRES list such as "
+                                             "gres:gpu:2", EscapeInvalidUtf8(usage_path), EscapeInvalidUtf8(id),
+                                             EscapeInvalidUtf8(r.gres)));
+        }
+        g = *from_usage;
+        break;
+      }
+    }
     if (g.gpus == 0) {
       ++cpu_only;
       return std::optional<Row>();
@@ -223,6 +258,7 @@ Result<History> HistoryFromSacct(const std::string& dump, const std::string& usa
     j.id = id;
     j.where = fmt::format("{}:{}", d.path(), d.line());
     j.user = d.Field("User");
+    j.user = j.user.substr(0, j.user.find('('));  // "alice(1000)" from a jobcomp log
     std::string queue = d.Field("Partition");
     queue = queue.substr(0, queue.find(','));
     const std::string comment = d.Field("Comment");
@@ -244,7 +280,7 @@ Result<History> HistoryFromSacct(const std::string& dump, const std::string& usa
     else if (state == "TIMEOUT") hj.ended = RecordedEnd::kTimeLimit;
     row.start = *start;
     j.duration = end ? *end - *start : -1;  // running: until the dump's last time (below)
-    if (auto u = usage.find(id); u != usage.end()) row.usage = &u->second;
+    if (u != usage.end()) row.usage = &u->second;
     kinds_seen[queue].insert(g.kind);
     return std::optional<Row>(std::move(row));
   };
@@ -255,7 +291,15 @@ Result<History> HistoryFromSacct(const std::string& dump, const std::string& usa
       skipped.Add(r.status());
       continue;
     }
-    if (*r) rows.push_back(std::move(**r));
+    if (!*r) continue;
+    // A requeued job has a line per run: its last run is what ran to the end.
+    if (auto seen = row_of.find((*r)->hj.job.id); seen != row_of.end()) {
+      ++requeued;
+      if ((*r)->start >= rows[seen->second].start) rows[seen->second] = std::move(**r);
+      continue;
+    }
+    row_of[(*r)->hj.job.id] = rows.size();
+    rows.push_back(std::move(**r));
   }
   if (rows.empty()) return InvalidArgument(fmt::format("{}: no job that held a GPU", EscapeInvalidUtf8(dump)));
   h.from = first;
@@ -316,6 +360,7 @@ Result<History> HistoryFromSacct(const std::string& dump, const std::string& usa
   if (skipped.count > 0) {
     h.notes.push_back(fmt::format("skipped {} bad line(s) of {}; first: {}", skipped.count, dump, skipped.first_errors.front()));
   }
+  if (requeued > 0) h.notes.push_back(fmt::format("{} earlier runs of requeued jobs: their last runs replayed", requeued));
   if (never > 0) h.notes.push_back(fmt::format("{} jobs never started in the dump: not replayed", never));
   if (cpu_only > 0) h.notes.push_back(fmt::format("{} jobs held no GPU: not replayed", cpu_only));
   h.notes.push_back(usage_path.empty()

@@ -9,11 +9,14 @@
 //
 // GPUs from AllocTRES: gres/gpu:<MIG profile>=1 is a MIG instance of that profile's memory;
 // gres/gpu=N whole GPUs; gres/shard=N a shared slice of N/shards_per_gpu of a GPU; gres/mps=N
-// an MPS share of N %. A Comment "gpuslice queue=Q kind=K" (what `gpuslice submit --slurm`
-// sets) names the queue and kind; otherwise the partition is the queue. Times are read in the
-// local time zone, as sacct prints them. States: TIMEOUT is a time limit, a job the agent
-// cancelled for idleness (its usage line says so) is an idle reclaim, RUNNING runs on past the
-// dump, jobs that never started and steps (JobID with '.') are left out.
+// an MPS share of N %. Slurm accounts GPU TRES only with slurmdbd; without it (`sacct -c`
+// over a jobcomp/filetxt log) AllocTRES has no GPUs and the GRES the agent saw the job hold
+// (the usage log's `gres`) is used instead. A Comment "gpuslice queue=Q kind=K" (what
+// `gpuslice submit --slurm` sets) names the queue; otherwise the partition is the queue.
+// Times are read in the local time zone, as sacct prints them. States: TIMEOUT is a time
+// limit, a job the agent cancelled for idleness (its usage line says so) is an idle reclaim,
+// RUNNING runs on past the dump; a requeued job's last run is the one replayed; jobs that
+// never started, jobs without GPUs and steps (JobID with '.') are left out.
 // Errors name the file, the line, the column and the value. Free functions; thread-compatible.
 
 #include <optional>

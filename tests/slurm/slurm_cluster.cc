@@ -155,7 +155,10 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+# A job completion log that `sacct -c` reads (no slurmdbd here), e.g. for gpuslice whatif.
+# Without slurmdbd Slurm keeps no GPU TRES: GPUs come from the gpuslice agent's usage log.
+JobCompType=jobcomp/filetxt
+JobCompLoc={r}/jobcomp.log
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
 MpiDefault=none

@@ -56,6 +56,8 @@ class SlurmCluster {
   const std::string& root() const { return root_; }
   std::string conf_path() const { return root_ + "/etc/slurm.conf"; }
   std::string jobs_dir() const { return root_ + "/jobs"; }
+  // The job completion log (jobcomp/filetxt) that `sacct -c` reads.
+  std::string jobcomp_path() const { return root_ + "/jobcomp.log"; }
   const GeneratedConfig& generated() const { return generated_; }
   const std::vector<std::string>& node_names() const { return node_names_; }
   // Context for the slurm client: this cluster's SLURM_CONF, a short timeout.

@@ -188,10 +188,10 @@ TEST_F(TempDir, UsageRecorderWritesOneLinePerJobAsItLeaves) {
   using Round = slurm::UsageRecorder::Round;
   const Micros t0 = 1796083200LL * kSecond;
   auto round = [&](Micros at, std::vector<Round> jobs) { ASSERT_TRUE(rec.Observe(t0 + at, jobs).ok()); };
-  round(0, {{"7", "alice", "interactive", sched::Activity::kActive, 500, 2 * kGiB}});
-  round(15 * kSecond, {{"7", "alice", "interactive", sched::Activity::kActive, 300, 1 * kGiB}});
-  round(30 * kSecond, {{"7", "alice", "interactive", sched::Activity::kIdle, 0, 1 * kGiB}});
-  round(45 * kSecond, {{"7", "alice", "interactive", sched::Activity::kUnknown, std::nullopt, std::nullopt}});
+  round(0, {{"7", "alice", "interactive", "gres:shard:2", sched::Activity::kActive, 500, 2 * kGiB}});
+  round(15 * kSecond, {{"7", "alice", "interactive", "gres:shard:2", sched::Activity::kActive, 300, 1 * kGiB}});
+  round(30 * kSecond, {{"7", "alice", "interactive", "gres:shard:2", sched::Activity::kIdle, 0, 1 * kGiB}});
+  round(45 * kSecond, {{"7", "alice", "interactive", "gres:shard:2", sched::Activity::kUnknown, std::nullopt, std::nullopt}});
   rec.MarkReclaimed("7", "cancel");
   round(60 * kSecond, {});  // gone: written
   auto log = slurm::ReadUsageLog(path);
@@ -204,8 +204,9 @@ TEST_F(TempDir, UsageRecorderWritesOneLinePerJobAsItLeaves) {
   EXPECT_EQ(Runs(r.activity), "a15s@30 i15s u15s");
   EXPECT_EQ(r.memory_peak, 2 * kGiB);
   EXPECT_EQ(r.reclaimed, "cancel");
+  EXPECT_EQ(r.gres, "gres:shard:2");
   // A bad line names its column.
-  std::ofstream(path, std::ios::app) << "8,bob,p,100,50,,,\n";
+  std::ofstream(path, std::ios::app) << "8,bob,p,,100,50,,,\n";
   auto bad = slurm::ReadUsageLog(path);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("column 'last_seen': value '50' is before first_seen"));
