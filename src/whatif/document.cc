@@ -37,6 +37,20 @@ Json WaitsJson(const std::vector<QueueWaits>& waits) {
   return out;
 }
 
+Json QueueHoursJson(const std::vector<QueueHours>& hours) {
+  Json out = Json::array();
+  for (const QueueHours& q : hours) {
+    if (q.held == 0) continue;
+    out.push_back({{"queue", EscapeInvalidUtf8(q.queue)},
+                   {"held_gpu_hours", Hours(q.held)},
+                   {"busy_gpu_hours", Hours(q.busy)},
+                   {"idle_gpu_hours", Hours(q.idle)},
+                   {"unknown_gpu_hours", Hours(q.unknown)},
+                   {"used_gpu_hours", q.busy_level_known > 0 ? Json(Hours(q.used)) : Json(nullptr)}});
+  }
+  return out;
+}
+
 Json ScenarioJson(const ScenarioResult& r) {
   Json cuts = Json::array();
   for (const CutSession& c : r.cut_list) {
@@ -78,6 +92,7 @@ Json ScenarioJson(const ScenarioResult& r) {
             {"with_work_left", r.cut_with_work_left},
             {"owner_cost_us", r.owner_cost}}},
           {"waits", WaitsJson(r.waits)},
+          {"by_queue", QueueHoursJson(r.hours)},
           {"cut_sessions", cuts},
           {"notes", notes},
           {"seconds", std::round(r.seconds * 1000) / 1000}};
@@ -105,12 +120,12 @@ std::vector<std::string> Headlines(const History& h, const WhatifSpec& spec, con
     const std::string gave = back >= 0 ? fmt::format("given back {:.1f} GPU-hours", back)
                                        : fmt::format("held {:.1f} GPU-hours more", -back);
     const std::string cut = r.cut > 0 ? fmt::format(", cutting {} session{} ({} with work left, costing owners {})", r.cut,
-                                                    r.cut == 1 ? "" : "s", r.cut_with_work_left, FormatDuration(r.owner_cost))
+                                                    r.cut == 1 ? "" : "s", r.cut_with_work_left, FormatWait(r.owner_cost))
                                       : "";
     if (s.gpus && !s.HasCures()) {
       std::vector<std::string> waits;
       for (const QueueWaits& q : r.waits) {
-        if (q.jobs > 0) waits.push_back(fmt::format("{} {}", q.queue, FormatDuration(q.p95)));
+        if (q.jobs > 0) waits.push_back(fmt::format("{} {}", q.queue, FormatWait(q.p95)));
       }
       out.push_back(fmt::format("With {} GPUs instead of {}, p95 waits would have been {}.", r.gpus, results.front().gpus,
                                 waits.empty() ? "none" : fmt::format("{}", fmt::join(waits, ", "))));
@@ -132,7 +147,7 @@ std::vector<std::string> Headlines(const History& h, const WhatifSpec& spec, con
   return out;
 }
 
-std::string Us(const Json& v) { return v.is_null() ? "-" : FormatDuration(v.get<Micros>()); }
+std::string Us(const Json& v) { return v.is_null() ? "-" : FormatWait(v.get<Micros>()); }
 std::string Num(const Json& v, int decimals = 1) {
   if (v.is_null()) return "unknown";
   return fmt::format("{:.{}f}", v.get<double>(), decimals);
@@ -229,6 +244,14 @@ std::string FormatTable(const Json& doc) {
                     std::to_string(s["resized"].get<std::int64_t>())});
   }
   out += Columns(rows) + "\n";
+  if (!doc["scenarios"].empty() && !doc["scenarios"][0]["by_queue"].empty()) {
+    std::vector<std::vector<std::string>> by = {{"AS RECORDED", "HELD-GPUh", "BUSY", "IDLE", "UNKNOWN", "USED"}};
+    for (const Json& q : doc["scenarios"][0]["by_queue"]) {
+      by.push_back({ForTerminal(q["queue"].get<std::string>()), Num(q["held_gpu_hours"]), Num(q["busy_gpu_hours"]),
+                    Num(q["idle_gpu_hours"]), Num(q["unknown_gpu_hours"]), Num(q["used_gpu_hours"])});
+    }
+    out += Columns(by) + "\n";
+  }
   const std::vector<std::string> queues = Queues(doc);
   std::vector<std::vector<std::string>> waits = {{"WAIT p50/p95"}};
   for (const std::string& q : queues) waits[0].push_back(ForTerminal(q));

@@ -33,6 +33,7 @@ class Collector {
       : h_(h), s_(s), a_(a), r_(r), seen_(h.jobs.size(), 0) {
     for (const sched::QueueConfig& q : p.config.queues) queue_index_.emplace(q.name, queue_index_.size());
     waits_.resize(queue_index_.size());
+    hours_.resize(queue_index_.size());
     default_queue_ = p.config.default_queue;
   }
 
@@ -78,6 +79,13 @@ class Collector {
     const MilliUs used = static_cast<MilliUs>(static_cast<__int128>(hj.held_milli) * t.used_permille_us / 1000);
     const MilliUs cap = share * t.active_level_known;
     r_.used += std::min(used, cap);
+    QueueHours& q = hours_[QueueIndex(hj)];
+    q.held += share * len;
+    q.busy += share * t.active;
+    q.idle += share * t.idle;
+    q.unknown += share * t.unknown;
+    q.busy_level_known += share * t.active_level_known;
+    q.used += std::min(used, cap);
     if (used > cap && (seen_[origin] & kSlower) == 0) {
       seen_[origin] |= kSlower;
       ++r_.slower;
@@ -136,6 +144,8 @@ class Collector {
         q.p50 = Percentile(w, 50);
       }
       r_.waits.push_back(std::move(q));
+      hours_[index].queue = name;
+      r_.hours.push_back(hours_[index]);
     }
     for (std::uint8_t f : seen_) {
       if ((f & kHeld) && !(f & kMeasured)) ++r_.unmeasured_jobs;
@@ -184,10 +194,10 @@ class Collector {
     Micros owner_cost;   // restart cost (the follow-up's wait is added at the end)
   };
 
-  std::vector<Micros>& Waits(const HistoryJob& hj) {
-    const std::string& q = hj.job.queue.empty() ? default_queue_ : hj.job.queue;
-    return waits_[queue_index_.at(q)];
+  std::size_t QueueIndex(const HistoryJob& hj) const {
+    return queue_index_.at(hj.job.queue.empty() ? default_queue_ : hj.job.queue);
   }
+  std::vector<Micros>& Waits(const HistoryJob& hj) { return waits_[QueueIndex(hj)]; }
   bool Resubmits(const std::string& queue) const {
     const std::string& q = queue.empty() ? default_queue_ : queue;
     return s_.max_duration && s_.max_duration->resubmit &&
@@ -201,6 +211,7 @@ class Collector {
   std::map<std::string, std::size_t> queue_index_;
   std::string default_queue_;
   std::vector<std::vector<Micros>> waits_;
+  std::vector<QueueHours> hours_;
   std::vector<std::uint8_t> seen_;  // per history job: kHeld | kMeasured | kSlower
   std::vector<Follow> follows_;
   std::vector<Cut> cuts_;
@@ -276,6 +287,8 @@ Result<std::vector<ScenarioResult>> RunScenarios(const History& h, const WhatifS
   for (ScenarioResult& r : results) r.given_back = results.front().held - r.held;
   return results;
 }
+
+std::string FormatWait(Micros us) { return us == 0 ? "0s" : FormatDuration(us); }
 
 bool MeetsTargets(const ScenarioResult& r, const VerdictSpec& v) {
   for (const QueueWaits& q : r.waits) {

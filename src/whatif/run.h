@@ -43,6 +43,17 @@ struct QueueWaits {
   friend bool operator==(const QueueWaits&, const QueueWaits&) = default;
 };
 
+// Where one queue's GPU time went (the same split as the scenario's totals).
+struct QueueHours {
+  std::string queue;
+  MilliUs held = 0;
+  MilliUs busy = 0;
+  MilliUs idle = 0;
+  MilliUs unknown = 0;
+  MilliUs used = 0;
+  MilliUs busy_level_known = 0;
+};
+
 // A session the scenario cut (listed by most GPU time given back, at most kMaxCutListed).
 struct CutSession {
   std::string id;
@@ -84,6 +95,7 @@ struct ScenarioResult {
   std::int64_t follow_ups = 0;
   Micros owner_cost = 0;             // restart costs + follow-ups' waits
   std::vector<QueueWaits> waits;     // by queue name
+  std::vector<QueueHours> hours;     // by queue name
   std::vector<CutSession> cut_list;
   std::vector<std::string> notes;
   double seconds = 0;
@@ -104,6 +116,9 @@ Result<ScenarioResult> RunScenario(const History& h, const Scenario& s, const As
 
 // Every scenario of the spec, in its order; given_back filled against the first ("as-recorded").
 Result<std::vector<ScenarioResult>> RunScenarios(const History& h, const WhatifSpec& spec, const RunOptions& o);
+
+// A wait or a cost in words: "0s", "4m30s", "2h" (core's FormatDuration, with 0 as "0s").
+std::string FormatWait(Micros us);
 
 // Whether every queue's p95 delay (never-started jobs counted with their wait so far) meets
 // its target.

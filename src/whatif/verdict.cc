@@ -13,7 +13,7 @@ std::string Waits(const std::vector<QueueWaits>& waits, const VerdictSpec& v) {
   std::vector<std::string> parts;
   for (const QueueWaits& q : waits) {
     if (q.jobs == 0) continue;
-    parts.push_back(fmt::format("{} {} (target {})", q.queue, FormatDuration(q.p95), FormatDuration(v.Target(q.queue))));
+    parts.push_back(fmt::format("{} {} (target {})", q.queue, FormatWait(q.p95), FormatDuration(v.Target(q.queue))));
   }
   return parts.empty() ? "no waits" : fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -104,7 +104,7 @@ Result<Verdict> Decide(const History& h, const WhatifSpec& spec, const std::vect
                             "cutting {} session{} ({} with work left, costing owners {}).",
                             best->name, best->description, Hours(best->given_back),
                             100.0 * static_cast<double>(best->given_back) / static_cast<double>(base.held), best->cut,
-                            best->cut == 1 ? "" : "s", best->cut_with_work_left, FormatDuration(best->owner_cost));
+                            best->cut == 1 ? "" : "s", best->cut_with_work_left, FormatWait(best->owner_cost));
   }
 
   const std::string recorded = fmt::format("As recorded on {} GPUs, p95 waits: {} — {}.", v.gpus_now,
