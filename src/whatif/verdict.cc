@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -107,6 +108,10 @@ Result<Verdict> Decide(const History& h, const WhatifSpec& spec, const std::vect
                             best->cut == 1 ? "" : "s", best->cut_with_work_left, FormatWait(best->owner_cost));
   }
 
+  // "1 fewer GPU", "2 more GPUs".
+  auto gpus = [](int n, std::string_view what = "") {
+    return fmt::format("{}{}{} GPU{}", n, what.empty() ? "" : " ", what, n == 1 ? "" : "s");
+  };
   const std::string recorded = fmt::format("As recorded on {} GPUs, p95 waits: {} — {}.", v.gpus_now,
                                            Waits(base.waits, spec.verdict),
                                            v.recorded_meets ? "within target" : "over target");
@@ -114,25 +119,25 @@ Result<Verdict> Decide(const History& h, const WhatifSpec& spec, const std::vect
   if (meet < 0) {
     v.code = "more_than";
     v.gpus_needed = miss;
-    answer = fmt::format("Even with every cure ({}), waits need more than {} more GPUs: {} GPUs still miss the targets.",
-                         v.cures, miss - v.gpus_now, miss);
+    answer = fmt::format("Even with every cure ({}), waits need more than {}: {} still miss the targets.",
+                         v.cures, gpus(miss - v.gpus_now, "more"), gpus(miss));
   } else {
     v.gpus_needed = meet;
     v.resolution = meet - miss - 1;
     const Probe& p = probes[meet];
-    const std::string within = v.resolution > 0 ? fmt::format(" (to within {} GPUs)", v.resolution) : "";
+    const std::string within = v.resolution > 0 ? fmt::format(" (to within {})", gpus(v.resolution)) : "";
     if (meet < v.gpus_now) {
       v.code = "fewer_gpus";
-      answer = fmt::format("With every cure ({}), the same work fits on {} fewer GPUs{} — {} of {} — with p95 waits {}.",
-                           v.cures, v.gpus_now - meet, within, meet, v.gpus_now, Waits(p.waits, spec.verdict));
+      answer = fmt::format("With every cure ({}), the same work fits on {}{} — {} of {} — with p95 waits {}.",
+                           v.cures, gpus(v.gpus_now - meet, "fewer"), within, meet, v.gpus_now, Waits(p.waits, spec.verdict));
     } else if (meet == v.gpus_now) {
       v.code = "enough";
       answer = fmt::format("With every cure ({}), today's {} GPUs are what the work needs for p95 waits {}; "
                            "one fewer misses.", v.cures, v.gpus_now, Waits(p.waits, spec.verdict));
     } else {
       v.code = "more_gpus";
-      answer = fmt::format("Even with every cure ({}), waits need {} more GPUs{} — {} in all — for p95 waits {}.",
-                           v.cures, meet - v.gpus_now, within, meet, Waits(p.waits, spec.verdict));
+      answer = fmt::format("Even with every cure ({}), waits need {}{} — {} in all — for p95 waits {}.",
+                           v.cures, gpus(meet - v.gpus_now, "more"), within, meet, Waits(p.waits, spec.verdict));
     }
   }
   std::string basis = fmt::format(" This rests on {:.0f}% of the held GPU-hours being measured", v.measured_percent);

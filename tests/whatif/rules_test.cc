@@ -335,6 +335,12 @@ TEST(Verdict, FindsTheFewestGpusThatKeepWaitsWithinTarget) {
   EXPECT_EQ(v->gpus_needed, 6) << v->text;
   EXPECT_EQ(v->resolution, 0) << v->text;
   EXPECT_THAT(v->text, ::testing::HasSubstr("2 fewer GPUs"));
+  // One job more: one GPU fewer, said in the singular.
+  HistoryBuilder b7;
+  for (int i = 0; i < 7; ++i) b7.Job(fmt::format("t{}", i), "training", 0, 1000, "a2h@90");
+  const Decided d7 = DecideAsRecorded(b7.h(), 2);
+  EXPECT_EQ(d7.verdict.gpus_needed, 7) << d7.verdict.text;
+  EXPECT_THAT(d7.verdict.text, ::testing::HasSubstr("fits on 1 fewer GPU —"));
   // Results do not depend on the thread count.
   const Decided one = DecideAsRecorded(b.h(), 1);
   EXPECT_EQ(one.results[0].held, d.results[0].held);
