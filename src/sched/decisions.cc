@@ -90,7 +90,7 @@ std::string_view EventName(const Event& e) {
   static constexpr std::string_view kNames[] = {"device-added", "device-removed", "submit",
                                                 "finish",       "cancel",         "sample",
                                                 "tick",         "reconfigure-done", "activity",
-                                                "requeue"};
+                                                "requeue",      "config-reload"};
   return kNames[e.index()];
 }
 

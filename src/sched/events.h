@@ -10,6 +10,7 @@
 #include "core/catalogue.h"
 #include "core/ids.h"
 #include "core/units.h"
+#include "sched/config.h"
 #include "sched/types.h"
 
 namespace gpuslice::sched {
@@ -131,8 +132,20 @@ struct ActivityReport {
   int connections = -1;        // -1: not given
 };
 
+// The admin reloaded the config (`systemctl reload gpuslice`); `config` must be valid
+// (ValidateConfig). It applies to every decision from now on: a queue in the new config is the
+// new one for its pending jobs (priority, placement, user caps, time limit when they start) and
+// its running ones (idle policy; a running job keeps its deadline); pending jobs keep the
+// shape they were resolved to (kind, share, memory). A queue the new config lacks takes no
+// more jobs, and the jobs it has, pending and running, go on under its last settings until
+// they end. Then pending jobs are tried again.
+struct ConfigReload {
+  Micros now = 0;
+  Config config;
+};
+
 using Event = std::variant<DeviceAdded, DeviceRemoved, Submit, Finish, Cancel, Sample, Tick,
-                           ReconfigureDone, ActivityReport, Requeue>;
+                           ReconfigureDone, ActivityReport, Requeue, ConfigReload>;
 
 Micros EventTime(const Event& e);
 std::string_view EventName(const Event& e);

@@ -47,18 +47,7 @@ std::string_view JobStateName(JobState s) {
 }
 
 Scheduler::Impl::Impl(Config config, std::uint64_t seed) : config_(std::move(config)), rng_(seed) {
-  for (const QueueConfig& q : config_.queues) {
-    auto p = MakePolicy(q.placement);
-    // ValidateConfig guarantees known names; an unknown one here is a caller bug.
-    assert(p.ok());
-    QueuePlacement& qp = placement_.emplace_back();
-    qp.order = FastOrderFor(q.placement);
-    if (p.ok()) {
-      by_state_ = by_state_ || (*p)->ScoresByNodeState();
-      qp.policy = std::move(p).value();
-    }
-    any_reserve_ = any_reserve_ || q.reserve_after > 0;
-  }
+  InstallQueues();
 }
 
 std::vector<Decision> Scheduler::Impl::Handle(const Event& e) {
@@ -76,6 +65,7 @@ std::vector<Decision> Scheduler::Impl::Handle(const Event& e) {
                  [&](const ReconfigureDone& ev) { OnReconfigureDone(ev); },
                  [&](const ActivityReport& ev) { OnActivityReport(ev); },
                  [&](const Requeue& ev) { OnRequeue(ev); },
+                 [&](const ConfigReload& ev) { OnConfigReload(ev); },
              },
              e);
   return std::move(out_);
@@ -100,6 +90,7 @@ const std::map<SliceId, SliceView>& Scheduler::slices() const { return impl_->sl
 const std::map<DeviceRef, DeviceView>& Scheduler::devices() const { return impl_->devices(); }
 std::vector<JobId> Scheduler::Pending(std::string_view queue) const { return impl_->Pending(queue); }
 std::vector<JobId> Scheduler::Pending() const { return impl_->Pending(std::nullopt); }
+const QueueConfig* Scheduler::QueueOf(JobId job) const { return impl_->QueueOf(job); }
 const SchedulerStats& Scheduler::stats() const { return impl_->stats(); }
 Micros Scheduler::now() const { return impl_->now(); }
 Status Scheduler::CheckInvariants() const { return impl_->CheckInvariants(); }

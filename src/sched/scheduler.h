@@ -162,6 +162,10 @@ class Scheduler {
   const std::map<JobId, JobView>& jobs() const;
   const std::map<SliceId, SliceView>& slices() const;    // running slices
   const std::map<DeviceRef, DeviceView>& devices() const;
+  // The queue settings a job is under: for a pending or running job, the version it follows
+  // (a queue removed by a ConfigReload keeps its last settings for its jobs); for any other
+  // job, the config's queue of its name. nullptr: unknown job, or its queue is gone.
+  const QueueConfig* QueueOf(JobId job) const;
   // Pending jobs of one queue in the order they will be considered.
   std::vector<JobId> Pending(std::string_view queue) const;
   // All pending jobs, in consideration order.

@@ -118,6 +118,9 @@ class Scheduler::Impl {
 
   void set_reference_placement(bool on) { reference_placement_ = on; }
 
+  // ---- config reloads (scheduler_config.cc)
+  const QueueConfig* QueueOf(JobId job) const;
+
   // ---- pending reasons (scheduler_reasons.cc)
   std::optional<WaitReason> PendingReason(JobId job) const;
   std::array<std::int64_t, kWaitReasonKinds> PendingReasonCounts() const;
@@ -132,6 +135,14 @@ class Scheduler::Impl {
   bool FitsWith(const Resolved& r, NodeId node, const std::vector<const DeviceView*>& extra) const;
   WaitReason ShapeReason(const Resolved& r, ReasonScan& scan) const;
   std::optional<std::string> NeverFitsWhy(const Resolved& r) const;
+
+  // ---- config reloads (scheduler_config.cc)
+  // Adds a version of every queue of config_ (queue_versions_, placement_, current_queues_).
+  void InstallQueues();
+  const QueueConfig* CurrentQueue(std::string_view name) const;
+  // The shape id of a resolved request (jobs of one shape fit or fail together).
+  int ShapeOf(const Resolved& r);
+  void OnConfigReload(const ConfigReload& e);
 
   // ---- devices and indexes (scheduler_devices.cc)
   const DeviceModel* ModelOf(const DeviceRef& ref) const { return devices_.at(ref).catalogue; }
@@ -354,13 +365,19 @@ class Scheduler::Impl {
   Micros now_ = 0;
   std::vector<Decision> out_;
   SchedulerStats stats_;
-  // Per queue, by its position in config_.queues (Resolved::queue points there): its placement
-  // policy and, for the built-in ones, the indexed order (looked up once, not by name per try).
+  // Every version of every queue a job was resolved against (Resolved::queue points here): the
+  // queues of config_ and, after a ConfigReload, those of earlier configs. Never erased, so an
+  // address never names two versions (shape keys and memo slots hold them); a reload adds one
+  // entry per queue.
+  std::deque<QueueConfig> queue_versions_;
+  std::map<std::string, const QueueConfig*, std::less<>> current_queues_;  // config_'s, by name
+  // Per queue version: its placement policy and, for the built-in ones, the indexed order
+  // (looked up once, not by name per try).
   struct QueuePlacement {
     std::unique_ptr<PlacementPolicy> policy;
     FastOrder order = FastOrder::kNone;
   };
-  std::vector<QueuePlacement> placement_;
+  std::unordered_map<const QueueConfig*, QueuePlacement> placement_;
 
   std::map<JobId, JobView> jobs_;
   std::deque<JobId> ended_;  // oldest first; see Remember()

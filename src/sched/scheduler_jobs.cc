@@ -21,7 +21,7 @@ Result<Resolved> Scheduler::Impl::Resolve(const Submit& e) const {
   r.user = e.user;
   r.submit = now_;
   const std::string& qname = e.queue.empty() ? config_.default_queue : e.queue;
-  r.queue = config_.FindQueue(qname);
+  r.queue = CurrentQueue(qname);
   if (!r.queue) return NotFound(fmt::format("queue '{}' does not exist", qname));
   const QueueConfig& q = *r.queue;
   const JobRequest& req = e.request;
@@ -125,10 +125,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
     return;
   }
   j.kind = r->kind;
-  auto [shape_it, _] = shapes_.try_emplace(
-      std::make_tuple(r->kind, r->gpus, r->milli, r->memory, r->mig_need, r->model, r->queue, r->mps_user),
-      static_cast<int>(shapes_.size()));
-  r->shape = shape_it->second;
+  r->shape = ShapeOf(*r);
   JobView* view = &job_nodes_.InsertAt(jobs_, at, e.job, std::move(j))->second;
   Resolved* rp = &resolved_nodes_.Insert(resolved_, e.job, std::move(r).value()).first->second;
   rp->view = view;

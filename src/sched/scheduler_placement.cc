@@ -528,7 +528,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceMig(const Resolved&
 
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::TryPlace(const Resolved& r) {
   if (r.kind == SliceKind::kMig) return PlaceMig(r);
-  const QueuePlacement& q = placement_[static_cast<std::size_t>(r.queue - config_.queues.data())];
+  const QueuePlacement& q = placement_.at(r.queue);
   const FastOrder order = q.order;
   if (order == FastOrder::kNone) {
     const PlacementPolicy& policy = *q.policy;

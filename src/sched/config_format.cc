@@ -1,0 +1,181 @@
+#include "sched/config_format.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <utility>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+namespace gpuslice::sched {
+namespace {
+
+// The largest unit that divides the value exactly, so the text parses back to it.
+std::string ExactDuration(Micros us) {
+  if (us == 0) return "0";
+  constexpr std::pair<Micros, const char*> kUnits[] = {
+      {24 * kHour, "d"}, {kHour, "h"}, {kMinute, "m"}, {kSecond, "s"}, {kMillisecond, "ms"}};
+  for (const auto& [unit, name] : kUnits) {
+    if (us % unit == 0) return fmt::format("{}{}", us / unit, name);
+  }
+  return fmt::format("{}us", us);
+}
+
+std::string ExactBytes(Bytes b) {
+  if (b == 0) return "0";
+  constexpr std::pair<Bytes, const char*> kUnits[] = {
+      {1024 * kGiB, "TiB"}, {kGiB, "GiB"}, {kMiB, "MiB"}, {kKiB, "KiB"}};
+  for (const auto& [unit, name] : kUnits) {
+    if (b % unit == 0) return fmt::format("{}{}", b / unit, name);
+  }
+  return std::to_string(b);
+}
+
+std::string ExactGpu(MilliGpu m) { return m == 0 ? "0" : fmt::format("{}m", m); }
+
+toml::array Kinds(const QueueConfig& q) {
+  toml::array a;
+  for (SliceKind k : q.allowed_kinds) a.push_back(std::string(SliceKindName(k)));
+  return a;
+}
+
+std::vector<std::string> SignalNames(const IdlePolicy& idle) {
+  std::vector<std::string> s;
+  if (idle.activity.sm_utilisation) s.push_back("sm");
+  if (idle.activity.memory_traffic) s.push_back("memory");
+  if (idle.activity.process_presence) s.push_back("processes");
+  for (const std::string& r : idle.report_sources) s.push_back(r);
+  return s;
+}
+
+toml::table IdleTable(const IdlePolicy& idle) {
+  toml::array signals;
+  for (const std::string& s : SignalNames(idle)) signals.push_back(s);
+  return toml::table{
+      {"enabled", idle.enabled},
+      {"threshold", idle.util_threshold_percent},
+      {"window", ExactDuration(idle.window)},
+      {"grace", ExactDuration(idle.grace)},
+      {"signals", std::move(signals)},
+      {"action", std::string(ReclaimActionName(idle.action))},
+      {"busy_is_active", idle.busy_is_active},
+      {"busy_max", ExactDuration(idle.busy_max)},
+      {"report_stale", ExactDuration(idle.report_stale)},
+      {"reclaim", std::string(IdleReclaimName(idle.reclaim))},
+  };
+}
+
+toml::table QueueTable(const QueueConfig& q) {
+  return toml::table{
+      {"kinds", Kinds(q)},
+      {"default_kind", std::string(SliceKindName(q.default_kind))},
+      {"default_gpu", ExactGpu(q.default_milli)},
+      {"default_memory", ExactBytes(q.default_memory)},
+      {"default_gpus", q.default_gpus},
+      {"priority", q.priority},
+      {"time_limit", ExactDuration(q.time_limit)},
+      {"max_duration", ExactDuration(q.max_duration)},
+      {"warn_before", ExactDuration(q.warn_before)},
+      {"user_max_gpu", ExactGpu(q.user_max_milli)},
+      {"user_max_jobs", q.user_max_jobs},
+      {"placement", q.placement},
+      {"preemptible", q.preemptible},
+      {"reserve_after", ExactDuration(q.reserve_after)},
+      {"idle", IdleTable(q.idle)},
+  };
+}
+
+std::string Shown(Micros d) { return d == 0 ? "none" : FormatDuration(d); }
+
+std::string DescribeIdle(const IdlePolicy& idle) {
+  if (!idle.enabled) return "idle: not watched";
+  std::string what = idle.action == ReclaimAction::kReport
+                         ? fmt::format("report after {}", FormatDuration(idle.window))
+                         : fmt::format("reclaim after {} + {} grace{}", FormatDuration(idle.window),
+                                       Shown(idle.grace),
+                                       idle.reclaim == IdleReclaim::kOnDemand ? ", on demand" : "");
+  return fmt::format("idle: {} (threshold {}%, signals {})", what, idle.util_threshold_percent,
+                     fmt::join(SignalNames(idle), ","));
+}
+
+std::string DescribeQueue(const QueueConfig& q) {
+  std::vector<std::string> kinds;
+  for (SliceKind k : q.allowed_kinds) kinds.emplace_back(SliceKindName(k));
+  std::string def(SliceKindName(q.default_kind));
+  if (q.default_kind == SliceKind::kWhole) {
+    def += fmt::format(" x{}", q.default_gpus);
+  } else if (q.default_kind == SliceKind::kMig) {
+    def += q.default_memory > 0 ? " " + FormatBytes(q.default_memory) : "";
+  } else {
+    def += " " + FormatMilliGpu(q.default_milli);
+    if (q.default_memory > 0) def += " " + FormatBytes(q.default_memory);
+  }
+  std::string limit = q.EffectiveLimit(0) == 0 ? "no time limit"
+                                               : fmt::format("time limit {}", FormatDuration(q.EffectiveLimit(0)));
+  if (q.EffectiveLimit(0) > 0 && q.warn_before > 0)
+    limit += fmt::format(", warned {} before", FormatDuration(q.warn_before));
+  std::string caps = "user caps none";
+  if (q.user_max_milli > 0 || q.user_max_jobs > 0) {
+    caps = fmt::format("user caps {} GPU, {} jobs",
+                       q.user_max_milli > 0 ? FormatMilliGpu(q.user_max_milli) : "any",
+                       q.user_max_jobs > 0 ? std::to_string(q.user_max_jobs) : "any");
+  }
+  std::string extra;
+  if (q.preemptible) extra += "; preemptible";
+  if (q.reserve_after > 0) extra += fmt::format("; devices kept after {} waiting", FormatDuration(q.reserve_after));
+  return fmt::format("{}: kinds {} (default {}); priority {}; {}; {}; placement {}{}; {}", q.name,
+                     fmt::join(kinds, ","), def, q.priority, limit, caps, q.placement, extra,
+                     DescribeIdle(q.idle));
+}
+
+}  // namespace
+
+std::string FormatConfig(const Config& config) {
+  toml::table queues;
+  for (const QueueConfig& q : config.queues) queues.insert(q.name, QueueTable(q));
+  toml::table root{
+      {"default_queue", config.default_queue},
+      {"admin_group", config.admin_group},
+      {"mig", toml::table{{"enabled", config.mig.enabled},
+                          {"drain", std::string(MigDrainPolicyName(config.mig.drain))}}},
+      {"queues", std::move(queues)},
+  };
+  std::ostringstream out;
+  out << root << "\n";
+  return out.str();
+}
+
+std::string ConfigVersion(const Config& config) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : FormatConfig(config)) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return fmt::format("c-{:016x}", h);
+}
+
+std::vector<std::string> DescribeConfig(const Config& config) {
+  std::vector<std::string> lines;
+  for (const QueueConfig& q : config.queues) lines.push_back(DescribeQueue(q));
+  lines.push_back(fmt::format("default queue {}; admin group {}; MIG layouts {}, drain {}",
+                              config.default_queue, config.admin_group,
+                              config.mig.enabled ? "planned from demand" : "not changed",
+                              MigDrainPolicyName(config.mig.drain)));
+  return lines;
+}
+
+QueueChanges CompareQueues(const Config& before, const Config& after) {
+  QueueChanges c;
+  for (const QueueConfig& q : before.queues) {
+    const QueueConfig* n = after.FindQueue(q.name);
+    if (n == nullptr) c.removed.push_back(q.name);
+    else if (!(*n == q)) c.changed.push_back(q.name);
+  }
+  for (const QueueConfig& q : after.queues) {
+    if (before.FindQueue(q.name) == nullptr) c.added.push_back(q.name);
+  }
+  return c;
+}
+
+}  // namespace gpuslice::sched

@@ -1,0 +1,105 @@
+// Config reloads (ConfigReload, events.h): the queues' versions, and moving the jobs to the
+// new config's queues. Part of Scheduler::Impl (scheduler_impl.h); self-contained so that it
+// moves as one piece when the Impl is split into parts.
+#include <cassert>
+#include <set>
+#include <vector>
+
+#include "sched/scheduler_impl.h"
+
+namespace gpuslice::sched {
+
+void Scheduler::Impl::InstallQueues() {
+  current_queues_.clear();
+  for (const QueueConfig& q : config_.queues) {
+    const QueueConfig* version = &queue_versions_.emplace_back(q);
+    current_queues_.emplace(q.name, version);
+    auto p = MakePolicy(q.placement);
+    // ValidateConfig guarantees known names; an unknown one here is a caller bug.
+    assert(p.ok());
+    QueuePlacement& qp = placement_[version];
+    qp.order = FastOrderFor(q.placement);
+    if (p.ok()) {
+      by_state_ = by_state_ || (*p)->ScoresByNodeState();
+      qp.policy = std::move(p).value();
+    }
+    any_reserve_ = any_reserve_ || q.reserve_after > 0;
+  }
+}
+
+const QueueConfig* Scheduler::Impl::CurrentQueue(std::string_view name) const {
+  auto it = current_queues_.find(name);
+  return it == current_queues_.end() ? nullptr : it->second;
+}
+
+const QueueConfig* Scheduler::Impl::QueueOf(JobId job) const {
+  if (auto r = resolved_.find(job); r != resolved_.end()) return r->second.queue;
+  auto j = jobs_.find(job);
+  return j == jobs_.end() ? nullptr : CurrentQueue(j->second.queue);
+}
+
+int Scheduler::Impl::ShapeOf(const Resolved& r) {
+  auto [it, _] = shapes_.try_emplace(
+      std::make_tuple(r.kind, r.gpus, r.milli, r.memory, r.mig_need, r.model, r.queue, r.mps_user),
+      static_cast<int>(shapes_.size()));
+  return it->second;
+}
+
+void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
+  if (!ValidateConfig(e.config).ok()) {
+    assert(false && "ConfigReload with an invalid config");
+    return;
+  }
+  // 1. Pending jobs leave the books keyed by their queue's version (priority, shape, queues of
+  // whole-GPU jobs); kept devices are chosen again under the new reserve_after.
+  ReleaseReservation();
+  std::set<JobId> pending;
+  for (const auto& [k, r] : pending_) pending.insert(k.job);
+  for (JobId id : pending) RemovePending(resolved_.at(id));
+  // 2. The new queues.
+  const bool was_by_state = by_state_;
+  config_ = e.config;
+  InstallQueues();
+  if (by_state_ && !was_by_state) {
+    for (const auto& [node, devices] : nodes_) host_states_.MarkDirty(node, /*devices_changed=*/true);
+  }
+  // 3. Each job follows the new queue of its name, if there is one; else it keeps its queue's
+  // last settings until it ends. In JobId order: shape ids are handed out in that order.
+  for (auto& [id, view] : jobs_) {
+    auto it = resolved_.find(id);
+    if (it == resolved_.end()) continue;  // ended
+    Resolved& r = it->second;
+    const QueueConfig* q = CurrentQueue(r.queue->name);
+    if (q == nullptr) continue;
+    const IdlePolicy old_idle = r.queue->idle;
+    r.queue = q;
+    r.shape = ShapeOf(r);
+    if (view.state == JobState::kPending) {
+      r.limit = q->EffectiveLimit(view.request.time_limit);
+      continue;
+    }
+    // Running: its deadline stays; a changed idle policy starts its idle watch again from the
+    // slice's last activity (an earlier warning was given under the old rule).
+    SliceView& s = r.slice->second;
+    if (!(old_idle == q->idle) && s.idle != IdleState::kActive) {
+      s.idle = IdleState::kActive;
+      s.idle_deadline = 0;
+      reclaimable_.erase(s.slice);
+    }
+    Retime(s);
+  }
+  // 4. Per-user usage, for the queues now capped.
+  usage_.clear();
+  for (const auto& [sid, s] : slices_) {
+    const Resolved& r = resolved_.at(s.job);
+    if (r.queue->user_max_milli == 0 && r.queue->user_max_jobs == 0) continue;
+    Usage& u = usage_[{r.view->queue, r.view->user}];
+    u.milli += SliceUsage(s);
+    u.jobs += 1;
+  }
+  // 5. Back in the pending books, and a pass under the new rules.
+  for (JobId id : pending) AddPending(&resolved_.at(id));
+  Schedule(std::nullopt);
+}
+
+}  // namespace gpuslice::sched
