@@ -16,30 +16,15 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <spdlog/spdlog.h>
+
 #include "store/codec.h"
+#include "store/schema.h"
 #include "store/store.h"
 
 namespace gpuslice::store {
 namespace {
 
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS jobs (
-  id INTEGER PRIMARY KEY, state TEXT NOT NULL, user TEXT NOT NULL, data TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
-CREATE TABLE IF NOT EXISTS slices (
-  id INTEGER PRIMARY KEY, job INTEGER NOT NULL, active INTEGER NOT NULL, data TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS slices_active ON slices(active);
-CREATE TABLE IF NOT EXISTS events (
-  seq INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, job INTEGER NOT NULL,
-  type TEXT NOT NULL, message TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS events_job ON events(job, seq);
-CREATE TABLE IF NOT EXISTS samples (
-  time INTEGER NOT NULL, subject TEXT NOT NULL, util_permille INTEGER NOT NULL,
-  memory_used INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS samples_subject ON samples(subject, time);
-CREATE TABLE IF NOT EXISTS journal (seq INTEGER PRIMARY KEY AUTOINCREMENT, entry TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-)sql";
 
 // RAII prepared statement with typed binds.
 class Stmt {
@@ -122,35 +107,39 @@ class SqliteStore final : public Store {
     return Exec("PRAGMA query_only=ON");
   }
 
-  Status Init() {
+  // Refuses a newer or foreign store before anything is written (journal_mode=WAL writes the
+  // header), then migrates an older one (schema.h), keeping a copy of it as it was.
+  Status Init(const std::string& path) {
+    sqlite3_busy_timeout(db_, 5000);
+    GPUSLICE_RETURN_IF_ERROR(CheckSchema(db_, path));
+    if (Status st = Settings(); !st.ok()) return st.WithContext(path + ": ");
+    return MigrateSchema(db_, path, [&](int from) { return KeepCopy(path, from); });
+  }
+
+  Status Settings() {
     GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
     GPUSLICE_RETURN_IF_ERROR(Exec(sync_ == Sync::kMachine ? "PRAGMA synchronous=FULL"
                                                           : "PRAGMA synchronous=NORMAL"));
     GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON"));
     // Overwritten rows (an ended job's environment) are zeroed, not left in free space.
-    GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA secure_delete=ON"));
-    sqlite3_busy_timeout(db_, 5000);
-    GPUSLICE_RETURN_IF_ERROR(Exec(kSchema));
-    return MigrateSamples();
+    return Exec("PRAGMA secure_delete=ON");
   }
 
-  // Stores made before the history columns get them (their old points have no span, so
-  // reports count them for nothing rather than guess), and the time index retention uses.
-  Status MigrateSamples() {
-    Stmt s(db_, "SELECT COUNT(*) FROM pragma_table_info('samples') WHERE name = 'span'");
-    GPUSLICE_RETURN_IF_ERROR(s.status());
-    GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
-    if (row && s.Int(0) == 0) {
-      for (const char* col : {"span", "known", "idle", "resolution"}) {
-        GPUSLICE_RETURN_IF_ERROR(
-            Exec(fmt::format("ALTER TABLE samples ADD COLUMN {} INTEGER NOT NULL DEFAULT 0", col).c_str()));
-      }
+  // Before a migration: the store as it was, in <path>.pre-v<from> (private), unless an
+  // earlier attempt left one (it is the same store: a failed migration changes nothing).
+  Status KeepCopy(const std::string& path, int from) {
+    const std::string copy = fmt::format("{}.pre-v{}", path, from);
+    std::error_code ec;
+    if (!std::filesystem::exists(copy, ec)) {
+      char* quoted = sqlite3_mprintf("VACUUM INTO %Q", copy.c_str());
+      Status st = Exec(quoted);
+      sqlite3_free(quoted);
+      if (!st.ok()) return st.WithContext(fmt::format("{}: keeping a copy before the migration: ", path));
+      std::filesystem::permissions(copy, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write, ec);
     }
-    // Compaction looks for points finer than a width and older than a time: without this
-    // index every step would scan the year of coarse points before them. Dropping by age and
-    // the reports' range sums use the time index.
-    GPUSLICE_RETURN_IF_ERROR(Exec("CREATE INDEX IF NOT EXISTS samples_resolution ON samples(resolution, time)"));
-    return Exec("CREATE INDEX IF NOT EXISTS samples_time ON samples(time)");
+    spdlog::warn("{}: schema version {} -> {}: migrating in one transaction; the store as it was "
+                 "is kept in {}", path, from, SchemaVersion(), copy);
+    return Status::Ok();
   }
 
   Result<std::vector<SampleSum>> SumSamples(Micros from, Micros to, Micros width) override {
@@ -535,8 +524,8 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir, Syn
     return st;
   }
   auto store = std::make_unique<SqliteStore>(db, sync);
-  Status st = store->Init();
-  if (!st.ok()) return st.WithContext(path + ": ");
+  Status st = store->Init(path);
+  if (!st.ok()) return st;
   return std::unique_ptr<Store>(std::move(store));
 }
 
