@@ -22,11 +22,6 @@
 extern char** environ;
 
 namespace gpuslice::api {
-namespace {
-
-using nlohmann::json;
-
-constexpr const char* kSimBanner = "SIMULATED devices (no NVIDIA driver)";
 
 Result<ApiClient> Connect(const ClientFlags& c) {
   std::string token;
@@ -37,6 +32,12 @@ Result<ApiClient> Connect(const ClientFlags& c) {
   }
   return ApiClient(c.socket.empty() ? DefaultSocket() : c.socket, token);
 }
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kSimBanner = "SIMULATED devices (no NVIDIA driver)";
 
 // Strings in a JSON value that are not valid UTF-8 escaped (\xNN), so that dump() cannot
 // throw. What the daemon sends is already valid (bytes travel as {"b64": ...}); this covers

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "api/client.h"
 #include "core/status.h"
 
 namespace gpuslice::api {
@@ -23,6 +24,9 @@ struct ClientFlags {
   std::string token_file;  // TCP bearer token
   bool json = false;
 };
+
+// A client for the flags' endpoint (reads the token file).
+Result<ApiClient> Connect(const ClientFlags& c);
 
 struct SubmitFlags {
   std::string queue;

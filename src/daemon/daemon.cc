@@ -140,6 +140,10 @@ Result<Json> Daemon::Whatif(const std::map<std::string, std::string>& q) const {
 Result<Json> Daemon::DeviceHistory(const std::map<std::string, std::string>& q) const {
   return impl_->DeviceHistory(q);
 }
+Result<Json> Daemon::Reconfigure(sched::Config config, const std::string& source) {
+  return impl_->Reconfigure(std::move(config), source);
+}
+Json Daemon::ConfigInfo() const { return impl_->ConfigInfo(); }
 Status Daemon::CheckConsistency() const { return impl_->CheckConsistency(); }
 Status Daemon::Failure() const { return impl_->Failure(); }
 

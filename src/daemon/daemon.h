@@ -50,6 +50,8 @@ struct DaemonOptions {
   // user (mode 0755): they cannot live in the 0700 state directory. "" : <state_dir>/mps.
   std::string mps_dir;
   NodeId node = NodeId(1);
+  // Where the config came from, for the log and GET /v1/config ("" : the built-in queues).
+  std::string config_source;
   // Journal compaction (journal.h) once the journal holds this many entries and twice as
   // many as after the last compaction; at start and while running. 0: never.
   std::size_t compact_journal_at = 10000;
@@ -117,6 +119,16 @@ class Daemon {
   // member of the configured admin group.
   Status Authorize(const Caller& caller, JobId id) const;
   bool simulated() const { return options_.simulated; }
+
+  // ---- config reloads (reload.cc; `systemctl reload gpuslice`, serve's SIGHUP)
+  // Puts `config` (valid: ParseConfig made it) in force for every decision from now on, as
+  // sched::ConfigReload says, journaled so a restart replays it; logs what changed and every
+  // queue's settings. Unchanged: nothing is journaled. Answers the new ConfigInfo() plus
+  // "added", "removed" and "changed" queue names.
+  Result<Json> Reconfigure(sched::Config config, const std::string& source);
+  // The config in force: {"version", "loaded_at_us", "source", "queues": [names],
+  // "retired_queues": [removed queues that still have jobs], "text": canonical TOML}.
+  Json ConfigInfo() const;
 
   // Cross-checks the Scheduler, the in-memory records and the store (tests call it):
   // every active slice belongs to a live (not ended) job; the Scheduler's slices are active

@@ -13,6 +13,7 @@
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
 //   views.cc       the API's read models (jobs, slices, queues, devices, events, samples)
 //   metrics.cc     /metrics
+//   reload.cc      config reloads (Reconfigure), the config's base for replays, its log lines
 // MIG actuation on a device is devices/mig_actuator.h.
 //
 // Thread-safety: as Daemon. Public entry points take mu_ (shared for reads); every other
@@ -110,11 +111,26 @@ class Daemon::Impl {
   Result<Json> Whatif(const std::map<std::string, std::string>& query) const;
   // (metrics.cc)
   std::string Metrics() const;
+  // (reload.cc)
+  Result<Json> Reconfigure(sched::Config config, const std::string& source);
+  Json ConfigInfo() const;
 
  private:
   Micros Now() const { return clock_(); }
   // (daemon.cc)
   static std::string Hostname();
+
+  // (reload.cc)
+  // The config the stored journal's replay starts from (meta "journal_config"); a store made
+  // before reloads existed has none, and its journal is replayed with the config given now,
+  // which is then recorded.
+  Status InitBaseConfig();
+  // After the replay at start: the config given now, put in force when the journal left
+  // another one (the file was edited while the daemon was down).
+  void ApplyConfigAtStart(store::WriteBatch& b, Actions& act);
+  void NoteConfig(Micros now, const std::string& source);
+  Json ConfigInfoLocked() const;
+  void LogConfig(std::string_view why) const;
 
   // (recovery.cc)
   Status InitSeed();
@@ -260,7 +276,11 @@ class Daemon::Impl {
     Micros last = 0;
   };
 
-  sched::Config config_;
+  sched::Config config_;       // in force (the scheduler's, but for queues of removed ones' jobs)
+  sched::Config base_config_;  // the journal's replay starts from this (InitBaseConfig)
+  std::string config_version_;
+  std::string config_source_;
+  Micros config_loaded_at_ = 0;
   DaemonOptions opt_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<devices::DeviceBackend> backend_;

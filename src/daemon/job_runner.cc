@@ -275,7 +275,7 @@ void Daemon::Impl::BindSlice(JobId id) {
     if (dir.starts_with(kMount)) dir = dir.substr(kMount.size());
     bd.cgroup = dir;
   }
-  if (const sched::QueueConfig* q = config_.FindQueue(j->second.queue)) bd.idle = q->idle;
+  if (const sched::QueueConfig* q = sched_->QueueOf(id)) bd.idle = q->idle;
   agent_->Bind(bd);
 }
 

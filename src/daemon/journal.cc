@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/overloaded.h"
+#include "sched/config_format.h"
 
 namespace gpuslice::daemon {
 namespace {
@@ -89,6 +90,11 @@ std::string EncodeEvent(const sched::Event& e) {
             return {{"t", "activity"}, {"now", a.now}, {"job", a.job.value()}, {"source", a.source},
                     {"busy", a.busy}, {"last", a.last_activity}, {"kernels", a.kernels},
                     {"connections", a.connections}};
+          },
+          // The whole config in force from now on, as canonical TOML (exact whatever the
+          // built-in defaults of a later version are).
+          [](const sched::ConfigReload& c) -> json {
+            return {{"t", "config"}, {"now", c.now}, {"config", sched::FormatConfig(c.config)}};
           },
           [](const sched::ReconfigureDone& r) -> json {
             return {{"t", "reconfigure_done"}, {"now", r.now},
@@ -184,6 +190,13 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
                                                  LayoutFrom(o.at("layout")),
                                                  o.at("error").get<std::string>()});
     }
+    if (t == "config") {
+      auto config = sched::ParseConfig(o.at("config").get<std::string>(), "journal");
+      if (!config.ok()) {
+        return Status(StatusCode::kDataLoss, fmt::format("journal entry 'config': {}", config.status().message()));
+      }
+      return sched::Event(sched::ConfigReload{now, std::move(config).value()});
+    }
     return Status(StatusCode::kDataLoss, fmt::format("journal entry: unknown type '{}'", t));
   } catch (const json::exception& e) {
     return Status(StatusCode::kDataLoss, fmt::format("journal entry '{}': {}", text, e.what()));
@@ -203,10 +216,7 @@ void JournalCompactor::Observe(const sched::Event& e, const std::vector<sched::D
   times_.push_back(sched::EventTime(e));
   clock_.push_back(after.now());
   const sched::QueueConfig* queue_of_slice = nullptr;
-  auto queue_of = [&](JobId job) -> const sched::QueueConfig* {
-    auto j = after.jobs().find(job);
-    return j == after.jobs().end() ? nullptr : after.config().FindQueue(j->second.queue);
-  };
+  auto queue_of = [&](JobId job) { return after.QueueOf(job); };
   if (const auto* s = std::get_if<sched::Sample>(&e)) {
     kinds_.push_back(Kind::kSample);
     for (const auto& x : s->slices) {
@@ -233,6 +243,13 @@ void JournalCompactor::Observe(const sched::Event& e, const std::vector<sched::D
     auto r = running_.find(job);
     if (r != running_.end() && !after.slices().contains(r->second)) end(job, r->second);
   };
+  // A reload may change a running slice's idle window: its life is then treated as having the
+  // smallest one (every Sample a Tick could read is kept), which is exact under any window.
+  if (std::holds_alternative<sched::ConfigReload>(e)) {
+    for (auto& [slice, life] : lives_) {
+      if (life.ended == static_cast<std::size_t>(-1)) life.window = 1;
+    }
+  }
   if (const auto* q = std::get_if<sched::Requeue>(&e)) requeued(q->job);
   if (const auto* d = std::get_if<sched::DeviceRemoved>(&e)) {
     for (JobId job : d->requeue) requeued(job);

@@ -22,7 +22,8 @@ Status Daemon::Impl::Start() {
   Micros now = Now();
   GPUSLICE_RETURN_IF_ERROR(InitSeed());
   AdoptDriverMigTables();
-  sched_ = std::make_unique<sched::Scheduler>(config_, seed_);
+  GPUSLICE_RETURN_IF_ERROR(InitBaseConfig());
+  sched_ = std::make_unique<sched::Scheduler>(base_config_, seed_);
   // Job logs are private (0700 directory, 0600 files); the API's logs endpoint, which checks
   // the caller, is the way to read them.
   fs::create_directories(fs::path(opt_.state_dir) / "logs");
@@ -50,6 +51,8 @@ Status Daemon::Impl::Start() {
 
   store::WriteBatch batch;
   Actions act;
+  // The config given now, if the journal left another one in force.
+  ApplyConfigAtStart(batch, act);
   // 2. Devices: the backend's list is the truth. Those the scheduler knows that are gone (or
   // replaced by another device at their index) are removed first, so nothing is placed on
   // them; then the new ones are added.
@@ -159,7 +162,7 @@ bool Daemon::Impl::CompactionDue() const {
 void Daemon::Impl::CompactJournal(const std::vector<std::string>& journal, const JournalCompactor& c,
                     const sched::Scheduler& full) {
   compacted_size_ = journal_entries_ = journal.size();
-  auto kept = c.Compact(journal, config_, seed_, full);
+  auto kept = c.Compact(journal, base_config_, seed_, full);
   if (!kept.ok()) {
     spdlog::error("{}", kept.status().ToString());
     return;
@@ -183,7 +186,7 @@ void Daemon::Impl::CompactWhileRunning() {
     compacted_size_ = journal_entries_;
     return;
   }
-  sched::Scheduler fresh(config_, seed_);
+  sched::Scheduler fresh(base_config_, seed_);
   JournalCompactor compactor;
   for (const std::string& entry : *journal) {
     auto e = DecodeEvent(entry);

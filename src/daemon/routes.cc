@@ -174,6 +174,7 @@ api::Handler MakeApiHandler(Daemon& d) {
       if (res == "whatif") return FromResult(d.Whatif(req.query), sim);  // anyone may read
       if (res == "health") return JsonResponse(200, Json{{"ok", true}, {"simulated", sim}});
       if (res == "whoami") return JsonResponse(200, d.Whoami(caller));
+      if (res == "config") return JsonResponse(200, d.ConfigInfo());  // reload.cc
       if (res == "events") {
         auto after = IntQuery(req, "after", 0);
         auto limit = IntQuery(req, "limit", 1000);

@@ -64,8 +64,7 @@ void Daemon::Impl::SampleDevices(Micros now, store::WriteBatch& b, Actions& act)
 }
 
 const sched::QueueConfig* Daemon::Impl::QueueOf(JobId job) const {
-  auto j = sched_->jobs().find(job);
-  return j == sched_->jobs().end() ? nullptr : sched_->config().FindQueue(j->second.queue);
+  return sched_->QueueOf(job);  // a removed queue's job: its last settings
 }
 
 Micros Daemon::Impl::ActivityQuantum(const sched::IdlePolicy& idle) const {

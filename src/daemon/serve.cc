@@ -16,6 +16,7 @@
 #include "api/tokens.h"
 #include "daemon/daemon.h"
 #include "daemon/routes.h"
+#include "daemon/service.h"
 #include "daemon/state_dir.h"
 #include "devices/clock.h"
 #include "devices/fake.h"
@@ -62,10 +63,33 @@ void CreatePublicDirs(const fs::path& dir) {
   }
 }
 
+// SIGHUP (`systemctl reload gpuslice`): reads the config file again and puts it in force. A
+// file that does not parse changes nothing; the error names the file, the key and the value.
+// systemd hears RELOADING=1 first and READY=1 after, whatever the outcome.
+void Reload(Daemon& daemon, const ServeOptions& o) {
+  (void)NotifyService("RELOADING=1\nSTATUS=reloading the config");
+  std::string status;
+  if (o.config_path.empty()) {
+    spdlog::warn("reload: serve runs with the built-in queues (no --config): nothing to read");
+    status = "serving (built-in queues; no --config to reload)";
+  } else if (auto config = sched::LoadConfigFile(o.config_path); !config.ok()) {
+    spdlog::error("reload refused, the config in force is unchanged: {}", config.status().message());
+    status = fmt::format("serving config {} (last reload refused: {})",
+                         daemon.ConfigInfo()["version"].get<std::string>(), config.status().message());
+  } else if (auto r = daemon.Reconfigure(std::move(config).value(), o.config_path); !r.ok()) {
+    spdlog::error("reload failed, the config in force is unchanged: {}", r.status().ToString());
+    status = "serving (last reload failed)";
+  } else {
+    status = fmt::format("serving config {}", (*r)["version"].get<std::string>());
+  }
+  (void)NotifyService("READY=1\nSTATUS=" + status);
+}
+
 }  // namespace
 
 int RunServe(const ServeOptions& o) {
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  AdoptNotifySocket();
+  ConfigureServeLogging();
   // Everything the daemon itself creates (store, WAL, logs, lock) is private unless made
   // public on purpose (the socket, its directory, MPS pipes).
   umask(077);
@@ -144,6 +168,7 @@ int RunServe(const ServeOptions& o) {
   dopt.cgroup_parent = DetectCgroupParent();
   dopt.max_log_size = o.max_log_size;
   dopt.store_retention = true;
+  dopt.config_source = o.config_path;
   if (auto reader = store::OpenSqliteReader(o.state_dir); reader.ok()) {
     dopt.report_store = std::move(reader).value();
   } else {
@@ -187,6 +212,11 @@ int RunServe(const ServeOptions& o) {
                o.tcp.empty() ? "" : fmt::format(" and tcp:{}", o.tcp), o.state_dir);
   spdlog::info("submit with: gpuslice submit --socket {} -- CMD...", o.socket_path);
   std::fflush(nullptr);
+  if (Status n = NotifyService(fmt::format("READY=1\nSTATUS=serving config {}",
+                                           daemon.ConfigInfo()["version"].get<std::string>()));
+      !n.ok()) {
+    spdlog::warn("systemd notification: {}", n.ToString());
+  }
 
   timespec tick{static_cast<time_t>(o.tick / kSecond),
                 static_cast<long>((o.tick % kSecond) * 1000)};
@@ -194,7 +224,12 @@ int RunServe(const ServeOptions& o) {
     int sig = sigtimedwait(&sigs, nullptr, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
       spdlog::info("signal {}: stopping (jobs keep running and are re-adopted on restart)", sig);
+      (void)NotifyService("STOPPING=1\nSTATUS=stopping; jobs keep running");
       break;
+    }
+    if (sig == SIGHUP) {
+      Reload(daemon, o);
+      std::fflush(nullptr);
     }
     daemon.Step();
     if (Status f = daemon.Failure(); !f.ok()) {

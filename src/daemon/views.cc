@@ -433,7 +433,7 @@ Json Daemon::Impl::JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>
     o.activity_basis = u->second.verdict.basis;
   }
   // The latest activity report and the idle state machine (activity.h).
-  const sched::QueueConfig* queue = config_.FindQueue(j.queue);
+  const sched::QueueConfig* queue = sched_->QueueOf(j.id);  // a removed queue's: its last
   if (queue != nullptr) o.idle_reclaim_mode = IdleReclaimMode(queue->idle);
   if (auto v = sched_->slices().find(j.slice);
       queue != nullptr && !ended && v != sched_->slices().end() && v->second.job == j.id) {
