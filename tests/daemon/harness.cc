@@ -20,11 +20,49 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "testing/run_program.h"
+
 namespace gpuslice::testing_e2e {
 
 namespace fs = std::filesystem;
 
-std::string Binary() { return std::string(GPUSLICE_BUILD_DIR) + "/apps/gpuslice/gpuslice"; }
+namespace {
+
+// Whether `uid` may execute `path` (every directory above it searchable): asked as that user.
+bool RunnableBy(const std::string& path, uid_t uid) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (setgroups(0, nullptr) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(2);
+    _exit(access(path.c_str(), X_OK) == 0 ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
+// Tests run the CLI as nobody, and the daemon runs jobs as other users, whose processes load
+// the exec stub's and interposer's files. In a clone those users cannot enter (/root/...),
+// the build tree is out of their reach: the copy installed for tests is run instead (the
+// install_for_tests fixture, tests/install/CMakeLists.txt). It must be this build's.
+std::string Binary() {
+  static const std::string chosen = [] {
+    const std::string built = std::string(GPUSLICE_BUILD_DIR) + "/apps/gpuslice/gpuslice";
+    if (geteuid() != 0 || RunnableBy(built, 65534)) return built;
+    const std::string installed = std::string(GPUSLICE_TEST_PREFIX) + "/bin/gpuslice";
+    std::error_code ec;
+    const auto b = fs::last_write_time(built, ec);
+    const auto i = fs::last_write_time(installed, ec);
+    if (ec || i < b) {
+      ADD_FAILURE() << built << " is out of other users' reach and " << installed
+                    << " is missing or older than it: run the tests through ctest, whose "
+                       "install_for_tests fixture installs this build there";
+    }
+    return installed;
+  }();
+  return chosen;
+}
 
 bool IsTerminal(const std::string& s) {
   return s != "pending" && s != "starting" && s != "running" && s != "stopping";
@@ -152,39 +190,13 @@ void DaemonHarness::WriteScript(const json& script) const {
 }
 
 int DaemonHarness::Cli(const std::vector<std::string>& args, std::string* out, int as_uid) const {
-  std::string outfile = dir_ + "/cli." + std::to_string(rand()) + ".out";
-  pid_t pid = fork();
-  if (pid == 0) {
-    int fd = open(outfile.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    if (as_uid >= 0) {
-      if (setgroups(0, nullptr) != 0 || setgid(static_cast<gid_t>(as_uid)) != 0 ||
-          setuid(static_cast<uid_t>(as_uid)) != 0) {
-        _exit(99);
-      }
-    }
-    if (chdir(dir_.c_str()) != 0) _exit(98);
-    std::vector<std::string> full = {Binary()};
-    full.insert(full.end(), args.begin(), args.end());
-    if (std::find(args.begin(), args.end(), "--socket") == args.end()) {
-      // Before a "--" (which ends submit's options), else at the end.
-      full.insert(std::find(full.begin(), full.end(), "--"), {"--socket", socket_});
-    }
-    std::vector<char*> argv;
-    for (auto& a : full) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
+  std::vector<std::string> full = {Binary()};
+  full.insert(full.end(), args.begin(), args.end());
+  if (std::find(args.begin(), args.end(), "--socket") == args.end()) {
+    // Before a "--" (which ends submit's options), else at the end.
+    full.insert(std::find(full.begin(), full.end(), "--"), {"--socket", socket_});
   }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::ifstream in(outfile);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (out) *out = ss.str();
-  fs::remove(outfile);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return testing::RunProgram(full, out, as_uid, dir_);
 }
 
 std::uint64_t DaemonHarness::Submit(const std::vector<std::string>& argv, json extra) {

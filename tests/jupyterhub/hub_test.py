@@ -27,9 +27,10 @@ import requests
 D = os.environ["GS_TEST_DIR"]
 BIN = os.environ["GS_BIN"]
 SRC = os.environ["GS_SRC"]
+PY = os.environ.get("GS_PY", os.path.join(SRC, "python"))  # the users import gpuslice from here
 ART = os.environ["GS_ART"]
 U1, U2 = os.environ["GS_USERS"].split()
-sys.path.insert(0, os.path.join(SRC, "python"))
+sys.path.insert(0, PY)
 from gpuslice_jupyter import client  # noqa: E402
 
 SOCK = os.path.join(D, "gs.sock")
@@ -240,7 +241,7 @@ c.JupyterHub.load_roles = [{{'name': 'gpuslice-test', 'services': ['gpuslice-tes
         with open(path, "w") as f:
             f.write(self.config())
         env = dict(os.environ, NODE_PATH="/usr/share/nodejs:/usr/lib/nodejs",
-                   PYTHONPATH=os.path.join(SRC, "python"))
+                   PYTHONPATH=PY)
         logf = open(os.path.join(D, "hub.log"), "a")
         self.proc = subprocess.Popen(["jupyterhub", "-f", path], cwd=D, env=env,
                                      stdout=logf, stderr=logf)
@@ -815,7 +816,7 @@ def t10_plain_submit(user):
     the environment only (docs/notebooks.md): /gpuslice/status answers, and the server reports
     its own activity to the daemon, as the user."""
     port, tok = free_port(), secrets.token_hex(16)
-    py = os.path.join(SRC, "python")
+    py = PY
     pw = pwd.getpwnam(user)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": pw.pw_dir, "LANG": "C.UTF-8",
            "JUPYTER_TOKEN": tok, "PYTHONPATH": py,
