@@ -2,6 +2,7 @@
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
 BUILD_FUZZ ?= build-fuzz
+BUILD_DEB  ?= build-deb
 FUZZ_SECONDS ?= 60
 FUZZ_CI_SECONDS ?= 15
 FUZZ_TARGETS ?=
@@ -14,7 +15,7 @@ ifneq ($(CCACHE),)
 CMAKE_FLAGS += -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
 endif
 
-.PHONY: all deps build build-asan build-fuzz run sim test test-asan fuzz fuzz-ci bench clean
+.PHONY: all deps build build-asan build-fuzz run sim test test-asan fuzz fuzz-ci bench deb clean
 
 all: build
 
@@ -71,5 +72,19 @@ fuzz-ci: build-fuzz
 bench: build
 	scripts/bench
 
+# The Debian package (packaging/CMakeLists.txt), from its own build: Debian's hardening flags,
+# no tests or benchmarks; then lintian, which must be clean. Writes
+# $(BUILD_DEB)/deb/gpuslice_<version>_<arch>.deb.
+$(BUILD_DEB)/build.ninja:
+	cmake -S . -B $(BUILD_DEB) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUSLICE_HARDENING=ON \
+	  -DGPUSLICE_BUILD_TESTS=OFF -DGPUSLICE_BUILD_BENCH=OFF $(CMAKE_FLAGS)
+
+deb: deps $(BUILD_DEB)/build.ninja
+	cmake --build $(BUILD_DEB) -j $(JOBS)
+	rm -f $(BUILD_DEB)/deb/*.deb
+	cd $(BUILD_DEB) && cpack -G DEB --config CPackConfig.cmake
+	lintian --fail-on error,warning,info --tag-display-limit 0 $(BUILD_DEB)/deb/*.deb
+	@ls -l $(BUILD_DEB)/deb/*.deb
+
 clean:
-	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ)
+	rm -rf $(BUILD) $(BUILD_ASAN) $(BUILD_FUZZ) $(BUILD_DEB)

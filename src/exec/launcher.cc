@@ -368,7 +368,12 @@ std::string FindExecStub() {
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     const std::filesystem::path dir = exe.parent_path();
-    for (const auto& candidate : {dir / "gpuslice-exec", dir / ".." / "libexec" / "gpuslice" / "gpuslice-exec"}) {
+#ifndef GPUSLICE_INSTALL_LIBEXECDIR
+#define GPUSLICE_INSTALL_LIBEXECDIR "libexec"
+#endif
+    // The install layout: <prefix>/bin/gpuslice and <prefix>/<libexecdir>/gpuslice/.
+    for (const auto& candidate : {dir / "gpuslice-exec",
+                                  dir / ".." / GPUSLICE_INSTALL_LIBEXECDIR / "gpuslice" / "gpuslice-exec"}) {
       if (IsExecutable(candidate)) return std::filesystem::weakly_canonical(candidate, ec).string();
     }
   }

@@ -27,7 +27,11 @@ std::string LibraryPath() {
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     std::filesystem::path dir = exe.parent_path();
-    for (const auto& candidate : {dir / ".." / "lib" / "gpuslice" / "libgpuslice-cuda.so",
+#ifndef GPUSLICE_INSTALL_LIBDIR
+#define GPUSLICE_INSTALL_LIBDIR "lib"
+#endif
+    // The install layout: <prefix>/bin/gpuslice and <prefix>/<libdir>/gpuslice/.
+    for (const auto& candidate : {dir / ".." / GPUSLICE_INSTALL_LIBDIR / "gpuslice" / "libgpuslice-cuda.so",
                                   dir / ".." / ".." / "lib" / "libgpuslice-cuda.so"}) {
       if (IsFile(candidate)) return std::filesystem::weakly_canonical(candidate, ec).string();
     }

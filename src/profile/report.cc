@@ -600,7 +600,9 @@ std::string FindPythonHelperDir() {
   if (const char* env = std::getenv("GPUSLICE_PYTHON_DIR")) candidates.emplace_back(env);
   std::error_code ec;
   auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(exe.parent_path().parent_path() / "share" / "gpuslice" / "python");
+#ifdef GPUSLICE_INSTALL_PYTHONDIR
+  if (!ec) candidates.push_back(exe.parent_path().parent_path() / GPUSLICE_INSTALL_PYTHONDIR);
+#endif
 #ifdef GPUSLICE_PYTHON_SOURCE_DIR
   candidates.emplace_back(GPUSLICE_PYTHON_SOURCE_DIR);
 #endif

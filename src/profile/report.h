@@ -59,7 +59,7 @@ Result<Recording> RecordingFromJobSamples(const nlohmann::json& body);
 std::string JobReportText(const nlohmann::json& body, const Recording& rec, const Evidence& e,
                           const std::vector<Finding>& findings);
 
-// Where gpuslice_steps.py lives: $GPUSLICE_PYTHON_DIR, else <exe dir>/../share/gpuslice/python
+// Where gpuslice_steps.py lives: $GPUSLICE_PYTHON_DIR, else <exe dir>/../lib/python3/dist-packages
 // (installed), else the source tree's python/ (build tree). Empty when none has it.
 std::string FindPythonHelperDir();
 
