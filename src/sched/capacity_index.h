@@ -56,8 +56,11 @@ class CapacityIndex {
   void ShareMemo(const CapacityIndex& o) { placeable_memo_ = o.placeable_memo_; }
 
  private:
-  // Devices no new slice may take: changing MIG layout, or reserved for a waiting job.
-  static bool Excluded(const DeviceView& d) { return d.draining || d.reconfiguring || d.reserved_for.valid(); }
+  // Devices no new slice may take: changing MIG layout, reserved for a waiting job, or drained
+  // by an admin.
+  static bool Excluded(const DeviceView& d) {
+    return d.draining || d.reconfiguring || d.reserved_for.valid() || d.admin_drained;
+  }
   // Calls on_instance((model, profile, dev, start)) for each free MIG instance of `d` and
   // on_relayout((model, profile, dev)) for each profile that fits beside its instances in use
   // after a re-layout and has no free instance there (no allocation once warm).

@@ -90,7 +90,8 @@ std::string_view EventName(const Event& e) {
   static constexpr std::string_view kNames[] = {"device-added", "device-removed", "submit",
                                                 "finish",       "cancel",         "sample",
                                                 "tick",         "reconfigure-done", "activity",
-                                                "requeue",      "config-reload"};
+                                                "requeue",      "config-reload",  "admin-drain",
+                                                "admin-mig",    "admin-hold",     "admin-requeue"};
   return kNames[e.index()];
 }
 

@@ -102,6 +102,7 @@ struct ReconfigureMig {
   std::string uuid;
   MigLayout old_layout;
   MigLayout layout;
+  bool mig_mode = true;  // false: leave MIG mode (an admin's order; `layout` is empty)
 };
 
 // The job can never run as asked (pending jobs are not rejected: they wait).

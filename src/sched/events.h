@@ -2,6 +2,7 @@
 // Events fed to the Scheduler. Every event carries `now` (microseconds on the caller's clock,
 // non-decreasing); the scheduler never reads a clock. Plain values; thread-compatible.
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -144,8 +145,46 @@ struct ConfigReload {
   Config config;
 };
 
+// ---- an admin's orders (gpuslice drain / undrain / mig / hold / release / requeue). Journaled
+// like every event, so they hold across restarts. The caller checks that the target exists
+// and is in a state the order applies to; the scheduler ignores one that does not.
+
+// Drained: the device takes no new slice (its running ones finish); undrained: it takes them
+// again. `reason` is shown with the device.
+struct AdminDrain {
+  Micros now = 0;
+  DeviceRef device;
+  bool drained = true;
+  std::string reason;
+};
+
+// MIG mode for a MIG-capable device: on or off through a drain (no new slice; once it is
+// empty, a ReconfigureMig to the wanted mode), and kept so (the planner never changes the
+// device's mode again); nullopt gives the device back to the planner, which changes layouts
+// from demand when mig.enabled.
+struct AdminMigMode {
+  Micros now = 0;
+  DeviceRef device;
+  std::optional<bool> enabled;
+};
+
+// Held: a pending job is not considered for placement until released.
+struct AdminHold {
+  Micros now = 0;
+  JobId job;
+  bool held = true;
+};
+
+// A running job is stopped and pending again in its old place (a Preempt with requeue).
+struct AdminRequeue {
+  Micros now = 0;
+  JobId job;
+  std::string reason;
+};
+
 using Event = std::variant<DeviceAdded, DeviceRemoved, Submit, Finish, Cancel, Sample, Tick,
-                           ReconfigureDone, ActivityReport, Requeue, ConfigReload>;
+                           ReconfigureDone, ActivityReport, Requeue, ConfigReload, AdminDrain,
+                           AdminMigMode, AdminHold, AdminRequeue>;
 
 Micros EventTime(const Event& e);
 std::string_view EventName(const Event& e);

@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::array<std::string_view, kWaitReasonKinds> kNames = {
     "no-device-fits", "user-cap", "reserved-for-other", "waiting-for-reservation", "draining-for-mig",
-    "never-fits", "mps-other-user"};
+    "never-fits", "mps-other-user", "held"};
 
 std::string Devices(NodeId node, const std::vector<DeviceIndex>& devices) {
   std::vector<std::uint32_t> idx;
@@ -75,6 +75,7 @@ std::string FormatWaitReason(const WaitReason& reason) {
                                "a time): waiting for {}'s MPS jobs there to end",
                                r.device.index.value(), r.device.node.value(), r.user, r.user);
           },
+          [](const Held&) { return std::string("held by an admin (gpuslice release JOB lets it run)"); },
       },
       reason);
 }

@@ -73,12 +73,15 @@ struct MpsServesOtherUser {
   std::string user;  // whose MPS server the device runs
 };
 
+// An admin holds it (AdminHold): it is not considered until released.
+struct Held {};
+
 using WaitReason = std::variant<NoDeviceFits, UserCap, ReservedForOther, WaitingForReservation,
-                                DrainingForMig, NeverFits, MpsServesOtherUser>;
+                                DrainingForMig, NeverFits, MpsServesOtherUser, Held>;
 
 // Stable machine names, in the order of the variant: "no-device-fits", "user-cap",
 // "reserved-for-other", "waiting-for-reservation", "draining-for-mig", "never-fits",
-// "mps-other-user".
+// "mps-other-user", "held".
 inline constexpr std::size_t kWaitReasonKinds = std::variant_size_v<WaitReason>;
 std::string_view WaitReasonKindName(std::size_t kind_index);
 std::string_view WaitReasonKind(const WaitReason& r);

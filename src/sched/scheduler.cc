@@ -66,6 +66,10 @@ std::vector<Decision> Scheduler::Impl::Handle(const Event& e) {
                  [&](const ActivityReport& ev) { OnActivityReport(ev); },
                  [&](const Requeue& ev) { OnRequeue(ev); },
                  [&](const ConfigReload& ev) { OnConfigReload(ev); },
+                 [&](const AdminDrain& ev) { OnAdminDrain(ev); },
+                 [&](const AdminMigMode& ev) { OnAdminMigMode(ev); },
+                 [&](const AdminHold& ev) { OnAdminHold(ev); },
+                 [&](const AdminRequeue& ev) { OnAdminRequeue(ev); },
              },
              e);
   return std::move(out_);

@@ -56,6 +56,7 @@ struct JobView {
   Micros end_time = 0;
   SliceId slice;             // while running
   std::string end_reason;    // "finished", "cancelled", "time-limit", "idle", ...
+  bool held = false;         // pending, held by an admin (AdminHold): not considered
 };
 
 struct SliceView {
@@ -79,6 +80,11 @@ struct SliceView {
   std::optional<SliceReport> report;  // the latest activity report; nullopt: none
 };
 
+// Who decides a MIG-capable device's mode: the planner (from demand), or an admin who put it
+// in MIG mode (kOn) or out of it (kOff) (AdminMigMode).
+enum class MigAdmin { kAuto, kOn, kOff };
+std::string_view MigAdminName(MigAdmin m);  // "auto", "on", "off"
+
 struct DeviceView {
   DeviceRef ref;
   std::string uuid;
@@ -93,6 +99,10 @@ struct DeviceView {
   bool draining = false;         // no new slices (waiting to become empty)
   bool reconfiguring = false;    // a ReconfigureMig is outstanding
   JobId reserved_for;            // kept empty for this waiting whole-GPU job (reserve_after)
+  bool admin_drained = false;    // an admin drained it: no new slices (AdminDrain)
+  std::string drain_reason;
+  MigAdmin mig_admin = MigAdmin::kAuto;
+  bool leaving_mig = false;      // the outstanding ReconfigureMig takes it out of MIG mode
   MigLayout target_layout;       // while draining / reconfiguring
   MilliGpu used_milli = 0;       // shared / mps / whole
   Bytes used_memory = 0;

@@ -144,6 +144,16 @@ class Scheduler::Impl {
   int ShapeOf(const Resolved& r);
   void OnConfigReload(const ConfigReload& e);
 
+  // ---- an admin's orders (scheduler_admin.cc)
+  void OnAdminDrain(const AdminDrain& e);
+  void OnAdminMigMode(const AdminMigMode& e);
+  // Drains `d` towards the MIG mode an admin ordered (then MaybeFinishDrain changes it), unless
+  // it is in that mode, on its way, out of the admin's hands (kAuto) or refuses layouts.
+  void StartAdminMigChange(DeviceView& d);
+  void OnAdminHold(const AdminHold& e);
+  void OnAdminRequeue(const AdminRequeue& e);
+  std::size_t held_ = 0;  // pending jobs an admin holds (JobView::held), out of the pending books
+
   // ---- devices and indexes (scheduler_devices.cc)
   const DeviceModel* ModelOf(const DeviceRef& ref) const { return devices_.at(ref).catalogue; }
 
@@ -152,7 +162,7 @@ class Scheduler::Impl {
   }
 
   static bool Schedulable(const DeviceView& d) {
-    return !d.draining && !d.reconfiguring && !d.reserved_for.valid();
+    return !d.draining && !d.reconfiguring && !d.reserved_for.valid() && !d.admin_drained;
   }
 
   // No placement view ever shows the device as usable (ViewOf()): in MIG or whole-GPU mode, or
@@ -333,9 +343,11 @@ class Scheduler::Impl {
   std::vector<Bytes> NeedsFor(const std::vector<const Resolved*>& jobs, const DeviceView& d) const;
   // One GPU at a time. A GPU that needs no drain (a MIG device's free room, an empty GPU) is
   // taken before one is drained, also when it frees while a drain is under way (the drain is
-  // called off). `allow_drain`: may start a drain.
+  // called off, unless an admin ordered it). `allow_drain`: may start a drain.
   void PlanMig(const std::vector<const Resolved*>& unmet, bool allow_drain);
-  void Reconfigure(const DeviceRef& ref, const MigLayout& layout);
+  // `mig_mode` false: out of MIG mode (`layout` empty); true: in MIG mode with `layout`, which
+  // is empty when an admin put the GPU in MIG mode before any MIG work came.
+  void Reconfigure(const DeviceRef& ref, const MigLayout& layout, bool mig_mode = true);
   void MaybeFinishDrain(DeviceView& d);
   void OnReconfigureDone(const ReconfigureDone& e);
   // A GPU in MIG mode with no instance in use for kMigReleaseAfter, no pending MIG request it

@@ -142,6 +142,18 @@ Status Scheduler::Impl::CheckInvariants() const {
     }
   }
   if (mig != pending_mig_.size()) return Internal("MIG queue holds jobs that are not pending");
+  // Every pending job is in the books but those an admin holds, which are not.
+  std::size_t pending = 0, held = 0;
+  for (const auto& [id, r] : resolved_) {
+    if (r.view->state != JobState::kPending) continue;
+    ++pending;
+    held += r.view->held;
+    PendingKey k{-r.queue->priority, r.submit, r.job};
+    if (pending_.contains(k) == r.view->held)
+      return Internal(fmt::format("pending job {} is {} the books", id.value(), r.view->held ? "held but in" : "not in"));
+  }
+  if (held != held_ || pending - held != pending_.size())
+    return Internal(fmt::format("{} pending, {} held (counted {}), {} in the books", pending, held, held_, pending_.size()));
   for (std::size_t i = 0; i < per_shape.size(); ++i) {
     std::size_t queued = i < shape_queue_.size() ? shape_queue_[i].size() : 0;
     if (queued != static_cast<std::size_t>(per_shape[i]))

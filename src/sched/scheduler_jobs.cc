@@ -117,6 +117,11 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   j.submit_time = now_;
   auto r = Resolve(e);
   Status st = r.ok() ? Feasible(*r) : r.status();
+  // A job the host as configured can never run is refused now rather than left waiting
+  // forever (the same rule the pending reason "never-fits" states).
+  if (st.ok()) {
+    if (auto why = NeverFitsWhy(*r)) st = ResourceExhausted(*why);
+  }
   if (!st.ok()) {
     JobView& rec = job_nodes_.InsertAt(jobs_, at, e.job, std::move(j))->second;
     EndJob(rec, "rejected");
@@ -187,12 +192,17 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
   if (it == jobs_.end() || it->second.state == JobState::kEnded) return;
   if (it->second.state == JobState::kPending) {
     const Resolved& r = resolved_.at(e.job);
-    const bool held = reservation_ && reservation_->job == e.job;
+    const bool kept = reservation_ && reservation_->job == e.job;
     ReleaseReservationOf(e.job);
-    RemovePending(r);
+    if (it->second.held) {
+      --held_;  // out of the pending books already
+      it->second.held = false;
+    } else {
+      RemovePending(r);
+    }
     resolved_nodes_.Erase(resolved_, e.job);
     EndJob(it->second, "cancelled");
-    if (held) Schedule(std::nullopt);  // the kept devices are free for others again
+    if (kept) Schedule(std::nullopt);  // the kept devices are free for others again
     return;
   }
   out_.push_back(Stop{e.job, it->second.slice, StopReason::kCancelled});

@@ -33,7 +33,8 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
   if (mig_in_flight_ > 0) {
     for (auto& [ref, d] : devices_) {
       if (d.reconfiguring) return;  // a layout change is being applied: wait for it
-      if (d.draining) draining = &d;
+      // A drain an admin ordered (AdminMigMode) is never called off by the planner.
+      if (d.draining && d.mig_admin == MigAdmin::kAuto) draining = &d;
     }
     allow_drain = false;  // one drain at a time
   }
@@ -72,6 +73,8 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
     if (mig_broken_.contains(ref)) continue;
     const DeviceView& d = devices_.at(ref);
     if (d.draining) continue;  // the drain under way is what a better candidate replaces
+    // An admin decides this device's mode, or drained it.
+    if (d.mig_admin == MigAdmin::kOff || d.admin_drained) continue;
     std::vector<Bytes> needs = NeedsFor(unmet, d);
     if (needs.empty()) continue;
     int rank = d.mode == DeviceMode::kMig ? 0 : d.mode == DeviceMode::kFree && d.slices.empty() ? 1 : 2;
@@ -114,20 +117,25 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
   MaybeFinishDrain(devices_.at(best->ref));
 }
 
-void Scheduler::Impl::Reconfigure(const DeviceRef& ref, const MigLayout& layout) {
+void Scheduler::Impl::Reconfigure(const DeviceRef& ref, const MigLayout& layout, bool mig_mode) {
   const DeviceView& d = devices_.at(ref);
   MigLayout old = d.mode == DeviceMode::kMig ? d.layout : MigLayout{};
   Mutate(ref, [&](DeviceView& dv) {
     dv.reconfiguring = true;
     dv.draining = false;
     dv.target_layout = layout;
+    dv.leaving_mig = !mig_mode;
   });
-  out_.push_back(ReconfigureMig{ref, d.uuid, std::move(old), layout});
+  out_.push_back(ReconfigureMig{ref, d.uuid, std::move(old), layout, mig_mode});
   ++stats_.reconfigurations;
 }
 
 void Scheduler::Impl::MaybeFinishDrain(DeviceView& d) {
   if (!d.draining || !d.slices.empty()) return;
+  if (d.mig_admin == MigAdmin::kOff) {  // an admin takes it out of MIG mode
+    Reconfigure(d.ref, {}, /*mig_mode=*/false);
+    return;
+  }
   // Re-plan now: demand may have changed while draining.
   std::vector<const Resolved*> mig_pending;
   for (const auto& [k, r] : pending_mig_) {
@@ -149,12 +157,15 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
   for (const MigPlacement& used : InUse(it->second))
     legal = legal && std::find(e.layout.begin(), e.layout.end(), used) != e.layout.end();
   bool ok = e.ok && legal;
+  const bool leaving = it->second.leaving_mig;
+  if (leaving) ok = e.ok && e.layout.empty();  // out of MIG mode: no instance may be left
   Mutate(e.device, [&](DeviceView& d) {
     d.reconfiguring = false;
     d.draining = false;
+    d.leaving_mig = false;
     d.target_layout.clear();
-    if (ok && e.layout.empty()) {
-      // The empty layout is MIG mode off (MaybeLeaveMig): whole, shared and MPS work again.
+    if (ok && leaving) {
+      // Out of MIG mode (MaybeLeaveMig, or an admin's order): whole, shared and MPS work again.
       d.layout.clear();
       SetMode(d, d.slices.empty() ? DeviceMode::kFree : DeviceMode::kMig);
     } else if (ok) {
@@ -166,6 +177,7 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
   });
   if (!ok) mig_broken_.insert(e.device);  // don't loop on a device that refuses
   NoteMigUse(it->second);
+  StartAdminMigChange(it->second);  // an admin's order that came while this change was applied
   Schedule(std::nullopt);
 }
 
@@ -185,6 +197,7 @@ void Scheduler::Impl::MaybeLeaveMig() {
     if (now_ - since < kMigReleaseAfter || mig_broken_.contains(ref)) continue;
     const DeviceView& d = devices_.at(ref);
     if (d.mode != DeviceMode::kMig || !InUse(d).empty() || d.draining || d.reconfiguring) continue;
+    if (d.mig_admin != MigAdmin::kAuto || d.admin_drained) continue;  // an admin's to decide
     bool mig_demand = false, other_waits = false;
     for (const auto& [k, r] : pending_) {
       if (!ModelOk(*r, d) || CapBlocks(*r)) continue;
@@ -196,7 +209,7 @@ void Scheduler::Impl::MaybeLeaveMig() {
       if (mig_demand) break;
     }
     if (mig_demand || !other_waits) continue;
-    Reconfigure(ref, MigLayout{});
+    Reconfigure(ref, MigLayout{}, /*mig_mode=*/false);
     return;
   }
 }

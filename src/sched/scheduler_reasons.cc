@@ -30,6 +30,7 @@ struct Scheduler::Impl::ReasonScan {
 std::optional<WaitReason> Scheduler::Impl::PendingReason(JobId job) const {
   auto it = resolved_.find(job);
   if (it == resolved_.end() || it->second.view->state != JobState::kPending) return std::nullopt;
+  if (it->second.view->held) return Held{};
   ReasonScan scan;
   return ReasonFor(it->second, scan);
 }
@@ -38,6 +39,7 @@ std::optional<WaitReason> Scheduler::Impl::PendingReason(JobId job) const {
 // + pending jobs of capped queues), not O(pending), since the simulator asks at every instant.
 std::array<std::int64_t, kWaitReasonKinds> Scheduler::Impl::PendingReasonCounts() const {
   std::array<std::int64_t, kWaitReasonKinds> n{};
+  n[WaitReason(Held{}).index()] = static_cast<std::int64_t>(held_);  // out of the pending books
   ReasonScan scan;
   for (int shape : live_shapes_) {
     const auto& jobs = shape_queue_[shape];
@@ -168,7 +170,8 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
       if (!d.catalogue || !ModelOk(r, d)) continue;
       const MigProfile* p = d.catalogue->SmallestProfileFor(r.mig_need);
       if (!p) continue;
-      if (config_.mig.enabled && d.mig_capable && !mig_broken_.contains(ref)) return std::nullopt;
+      if (config_.mig.enabled && d.mig_capable && !mig_broken_.contains(ref) && d.mig_admin != MigAdmin::kOff)
+        return std::nullopt;
       const MigLayout& l = d.reconfiguring ? d.target_layout : d.layout;
       if ((d.mode == DeviceMode::kMig || d.reconfiguring) &&
           std::any_of(l.begin(), l.end(), [&](const MigPlacement& m) { return m.profile_id == p->id; }))

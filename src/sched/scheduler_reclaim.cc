@@ -76,7 +76,8 @@ struct Scheduler::Impl::Freed {
 
 bool Scheduler::Impl::FitsFreed(const Resolved& r, const DeviceView& d, const Freed& f) const {
   // Devices kept for this very job (reserve_after) count: they are what it waits for.
-  if (d.draining || d.reconfiguring || (d.reserved_for.valid() && d.reserved_for != r.job)) return false;
+  if (d.draining || d.reconfiguring || d.admin_drained || (d.reserved_for.valid() && d.reserved_for != r.job))
+    return false;
   if (!ModelOk(r, d)) return false;
   const int clients = d.clients - f.clients;
   const DeviceMode mode = clients == 0 && d.mode != DeviceMode::kMig ? DeviceMode::kFree : d.mode;

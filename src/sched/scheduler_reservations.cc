@@ -71,7 +71,8 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::ReservationFor(const Res
     std::vector<std::pair<Cost, DeviceIndex>> usable;
     for (DeviceIndex di : indices) {
       const DeviceView& d = devices_.at({nid, di});
-      if (d.mode == DeviceMode::kMig || d.draining || d.reconfiguring || !ModelOk(r, d)) continue;
+      if (d.mode == DeviceMode::kMig || d.draining || d.reconfiguring || d.admin_drained || !ModelOk(r, d))
+        continue;
       usable.emplace_back(cost_of(d), di);
     }
     if (static_cast<int>(usable.size()) < r.gpus) continue;

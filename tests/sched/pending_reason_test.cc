@@ -180,10 +180,17 @@ INSTANTIATE_TEST_SUITE_P(
                      h.Feed(ReconfigureDone{0, rc[0].device, true, rc[0].layout, ""});
                    },
                    "running"},
+        // A job that could never fit when submitted is refused then (admin_test.cc); these
+        // become "never fits" after it: the GPU that could run them went away.
         ReasonCase{"NeverFitsWithoutMigChanges", WithoutMigChanges,
                    [](SchedHarness& h) {
                      h.AddHost("1xA100-40GB");  // MIG-capable, but not in MIG mode
-                     h.Submit("inference mem=4GiB");
+                     const MigProfile* p = (*FindModel("A100-40GB"))->SmallestProfileFor(4 * kGiB);
+                     h.Feed(DeviceAdded{0, {NodeId(2), DeviceIndex(0)}, "GPU-m", "A100-40GB", true, true,
+                                        MigLayout{{p->id, p->placement_starts.back()}}});
+                     h.Submit("inference mem=4GiB");  // on GPU-m's instance
+                     h.Submit("inference mem=4GiB");  // waits: layouts are not changed
+                     h.Feed(DeviceRemoved{0, {NodeId(2), DeviceIndex(0)}, {}});
                      return h.last_job();
                    },
                    "never-fits", "could never fit on this host: MIG layouts are not changed (mig.enabled = false)",
@@ -198,7 +205,10 @@ INSTANTIATE_TEST_SUITE_P(
         ReasonCase{"NeverFitsWholeOnAMigGpu", WithoutMigChanges,
                    [](SchedHarness& h) {
                      h.AddHost("1xA100-40GB mig");
-                     h.Submit("training gpus=1");
+                     h.Feed(DeviceAdded{0, {NodeId(1), DeviceIndex(1)}, "GPU-h", "H100-80GB", true, false, {}});
+                     h.Submit("training gpus=1");  // on the H100
+                     h.Submit("training gpus=1");  // waits for it
+                     h.Feed(DeviceRemoved{0, {NodeId(1), DeviceIndex(1)}, {}});
                      return h.last_job();
                    },
                    "never-fits", "at most 0 are outside MIG mode",

@@ -1,0 +1,92 @@
+// An admin's orders (AdminDrain, AdminMigMode, AdminHold, AdminRequeue; events.h). Part of
+// Scheduler::Impl (scheduler_impl.h); self-contained so that it moves as one piece when the
+// Impl is split into parts. Each order only sets a flag the rest already honours: a drained
+// device is not Schedulable(), a device out of the planner's hands is skipped by PlanMig, a
+// held job is out of the pending books, a requeue is a preemption.
+#include <fmt/format.h>
+
+#include "sched/scheduler_impl.h"
+
+namespace gpuslice::sched {
+
+std::string_view MigAdminName(MigAdmin m) {
+  switch (m) {
+    case MigAdmin::kAuto: return "auto";
+    case MigAdmin::kOn: return "on";
+    case MigAdmin::kOff: return "off";
+  }
+  return "?";
+}
+
+void Scheduler::Impl::OnAdminDrain(const AdminDrain& e) {
+  auto it = devices_.find(e.device);
+  if (it == devices_.end()) return;
+  if (e.drained && it->second.reserved_for.valid()) ReleaseReservation();  // kept elsewhere
+  Mutate(it->second, [&](DeviceView& d) {
+    d.admin_drained = e.drained;
+    d.drain_reason = e.drained ? e.reason : "";
+  });
+  if (e.drained) {
+    out_.push_back(Drain{e.device, e.reason.empty() ? "drained by an admin" : e.reason});
+  } else {
+    Schedule(std::nullopt);  // its room is usable again
+  }
+}
+
+void Scheduler::Impl::OnAdminMigMode(const AdminMigMode& e) {
+  auto it = devices_.find(e.device);
+  if (it == devices_.end() || !it->second.mig_capable) return;
+  DeviceView& d = it->second;
+  d.mig_admin = !e.enabled ? MigAdmin::kAuto : *e.enabled ? MigAdmin::kOn : MigAdmin::kOff;
+  if (!e.enabled) {
+    Schedule(std::nullopt);  // the planner may use it again
+    return;
+  }
+  StartAdminMigChange(d);
+}
+
+void Scheduler::Impl::StartAdminMigChange(DeviceView& d) {
+  if (d.mig_admin == MigAdmin::kAuto || mig_broken_.contains(d.ref)) return;
+  const bool want = d.mig_admin == MigAdmin::kOn;
+  // Already so, or on its way: a drain in flight ends as MaybeFinishDrain decides (it reads
+  // mig_admin); a layout change in flight calls this again when done (OnReconfigureDone).
+  if (want == (d.mode == DeviceMode::kMig) || d.draining || d.reconfiguring) return;
+  Mutate(d, [](DeviceView& dv) {
+    dv.draining = true;
+    dv.target_layout.clear();
+  });
+  out_.push_back(Drain{d.ref, fmt::format("MIG mode {} (an admin's order): no new slices until it is empty",
+                                          want ? "on" : "off")});
+  MaybeFinishDrain(d);
+}
+
+void Scheduler::Impl::OnAdminHold(const AdminHold& e) {
+  auto it = resolved_.find(e.job);
+  if (it == resolved_.end() || it->second.view->state != JobState::kPending) return;
+  Resolved& r = it->second;
+  if (r.view->held == e.held) return;
+  r.view->held = e.held;
+  if (e.held) {
+    ++held_;
+    const bool kept = reservation_ && reservation_->job == e.job;
+    ReleaseReservationOf(e.job);
+    RemovePending(r);
+    if (kept) Schedule(std::nullopt);  // the kept devices are free for others again
+    return;
+  }
+  --held_;
+  AddPending(&r);  // in its old place: its key (priority, submit time, id) is unchanged
+  Schedule(std::nullopt);
+}
+
+void Scheduler::Impl::OnAdminRequeue(const AdminRequeue& e) {
+  auto it = resolved_.find(e.job);
+  if (it == resolved_.end() || it->second.view->state != JobState::kRunning) return;
+  out_.push_back(Preempt{e.job, it->second.view->slice,
+                         e.reason.empty() ? "requeued by an admin" : e.reason, /*requeue=*/true});
+  ++stats_.preempted;
+  EndRunning(e.job, "requeued", /*requeue=*/true);
+  Schedule(std::nullopt);
+}
+
+}  // namespace gpuslice::sched
