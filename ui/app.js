@@ -67,6 +67,12 @@ function renderDevices(devs, history) {
     c.appendChild(el('h3', null, `GPU ${d.index} · ${d.model}`));
     const row = (a, b) => { const r = el('div', 'row'); r.append(el('span', null, a), el('span', null, b)); return r; };
     const mode = d.draining ? `${d.mode} (draining)` : d.mode;
+    const drained = typeof d.drained === 'string';
+    const admin = row(drained ? `drained${d.drained ? `: ${d.drained}` : ''}` : 'takes new slices', '');
+    admin.lastChild.appendChild(drained
+      ? orderButton('Undrain', `/v1/devices/${d.index}/undrain`, `GPU ${d.index}: undrain`, false)
+      : orderButton('Drain', `/v1/devices/${d.index}/drain`, `GPU ${d.index}: drain`, true));
+    c.appendChild(admin);
     const sl = d.slices || [];
     c.appendChild(row(`mode ${mode}`, sl.length ? `${sl.length} slice${sl.length > 1 ? 's' : ''} (${sl.map((x) => `#${x}`).join(', ')})` : 'no slice'));
     // What its slices hold, whatever the mode (a MIG device: its used instances).
@@ -155,6 +161,23 @@ async function onCancel(id) {
   refresh();
 }
 
+// An admin's order (drain, MIG mode, hold, requeue): shown to admins only (GET /v1/whoami),
+// and the daemon refuses anyone else anyway; a refusal is shown as it gives it.
+function orderButton(label, path, what, confirmFirst) {
+  const b = el('button', 'order', label);
+  b.type = 'button';
+  b.addEventListener('click', async () => {
+    if (confirmFirst && !window.confirm(`${what}?`)) return;
+    const r = await api('POST', path);
+    if (r.error) showMessage(`${what}: refused: ${r.error}`);
+    else showMessage(`${what}: done`, true);
+    refresh();
+  });
+  return b;
+}
+
+function isAdmin() { return Boolean(state.me && state.me.admin); }
+
 function asked(j) {
   const parts = [];
   if (j.kind) parts.push(j.kind);
@@ -187,6 +210,9 @@ function renderPending(jobs) {
     }
     const act = td();
     act.appendChild(cancelButton(j));
+    const held = j.pending_reason && j.pending_reason.kind === 'held';
+    act.appendChild(held ? orderButton('Release', `/v1/jobs/${j.id}/release`, `job ${j.id}: release`, false)
+                         : orderButton('Hold', `/v1/jobs/${j.id}/hold`, `job ${j.id}: hold`, false));
     tr.append(td(j.id), td(j.user), td(j.queue), td(argvText(j.argv), 'cmd'), td(asked(j)),
               td(duration(now - j.submit_time_us)), why, td(place, 'place'), act);
     return tr;
@@ -252,6 +278,9 @@ function renderRunning(jobs, slices) {
     const limit = limitCell(j);
     const act = td();
     act.appendChild(cancelButton(j));
+    if (j.state === 'running' && isAdmin()) {
+      act.appendChild(orderButton('Requeue', `/v1/jobs/${j.id}/requeue`, `job ${j.id}: requeue`, true));
+    }
     tr.append(td(j.id), td(j.user), td(j.queue), td(argvText(j.argv), 'cmd'), td(slice), td(held), td(used, 'used'),
               td(idle.text, `idle ${idle.cls || ''}`), td(limit.text, `limit ${limit.cls || ''}`), act);
     return tr;

@@ -16,18 +16,7 @@ using gpuslice::StatusCode;
 namespace api = gpuslice::api;
 namespace cli = gpuslice::cli;
 
-int ExitFor(const Status& st) {
-  if (st.ok()) return cli::kExitOk;
-  // The message may echo a value the user or the daemon gave: made safe for the terminal.
-  std::fprintf(stderr, "error: %s\n", api::ErrorForTerminal(st).c_str());
-  switch (st.code()) {
-    case StatusCode::kInvalidArgument: return cli::kExitUsage;
-    case StatusCode::kNotFound: return cli::kExitNotFound;
-    case StatusCode::kPermissionDenied: return cli::kExitDenied;
-    case StatusCode::kUnavailable: return cli::kExitUnavailable;
-    default: return cli::kExitFailure;
-  }
-}
+int ExitFor(const Status& st) { return cli::ExitForStatus(st); }
 
 // --socket / --token-file / --json on every client subcommand.
 std::shared_ptr<api::ClientFlags> AddClientFlags(CLI::App* sub) {
@@ -55,6 +44,19 @@ std::shared_ptr<SlurmRoute> AddSlurmFlags(CLI::App* sub) {
 }
 
 }  // namespace
+
+int gpuslice::cli::ExitForStatus(const Status& st) {
+  if (st.ok()) return kExitOk;
+  // The message may echo a value the user or the daemon gave: made safe for the terminal.
+  std::fprintf(stderr, "error: %s\n", api::ErrorForTerminal(st).c_str());
+  switch (st.code()) {
+    case StatusCode::kInvalidArgument: return kExitUsage;
+    case StatusCode::kNotFound: return kExitNotFound;
+    case StatusCode::kPermissionDenied: return kExitDenied;
+    case StatusCode::kUnavailable: return kExitUnavailable;
+    default: return kExitFailure;
+  }
+}
 
 GPUSLICE_COMMAND(submit) {
   auto* sub = app.add_subcommand("submit", "Submit a job to the gpuslice daemon");

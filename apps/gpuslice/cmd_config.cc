@@ -40,11 +40,7 @@ int Check(const std::string& path, bool quiet) {
 int Show(const gpuslice::api::ClientFlags& flags, bool text) {
   auto client = gpuslice::api::Connect(flags);
   auto info = client.ok() ? client->Get("/v1/config") : gpuslice::Result<nlohmann::json>(client.status());
-  if (!info.ok()) {
-    std::fprintf(stderr, "error: %s\n", gpuslice::api::ErrorForTerminal(info.status()).c_str());
-    return info.status().code() == gpuslice::StatusCode::kUnavailable ? cli::kExitUnavailable
-                                                                       : cli::kExitFailure;
-  }
+  if (!info.ok()) return cli::ExitForStatus(info.status());
   if (flags.json) {
     std::cout << info->dump(2) << "\n";
     return cli::kExitOk;

@@ -33,6 +33,10 @@ inline int ExitCodeFor(const Status& st) {
   }
 }
 
+// Prints a failed Status on stderr (safe for a terminal) and gives its exit code from the list
+// above; OK gives 0. The daemon's client commands share it (defined in cmd_client.cc).
+int ExitForStatus(const Status& st);
+
 using CommandSetup = std::function<void(CLI::App& root, int* exit_code)>;
 bool RegisterCommand(const char* name, CommandSetup setup);
 

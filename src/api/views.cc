@@ -418,6 +418,8 @@ json DeviceView::ToJson() const {
   if (cap_shared) o["cap_shared"] = *cap_shared;
   if (cap_mps) o["cap_mps"] = *cap_mps;
   o["mps_user"] = OrNull(mps_user);
+  o["drained"] = OrNull(drained);
+  o["mig_admin"] = mig_admin;
   return o;
 }
 
@@ -461,6 +463,8 @@ Result<DeviceView> DeviceView::FromJson(const json& j) {
   r.Opt("cap_shared", &v.cap_shared);
   r.Opt("cap_mps", &v.cap_mps);
   r.Opt("mps_user", &v.mps_user);
+  r.Opt("drained", &v.drained);
+  if (j.contains("mig_admin")) r.Req("mig_admin", &v.mig_admin);  // older daemons have none
   GPUSLICE_RETURN_IF_ERROR(r.status());
   return v;
 }

@@ -180,6 +180,10 @@ struct DeviceView {
   std::optional<std::string> cap_mps;
   // The user whose MPS server the device runs (mode mps): one user per GPU at a time.
   std::optional<std::string> mps_user;
+  // An admin's orders (gpuslice drain / mig): drained with this reason (nullopt: not drained),
+  // and who decides its MIG mode ("auto": the planner, "on", "off": an admin).
+  std::optional<std::string> drained;
+  std::string mig_admin = "auto";
 
   nlohmann::json ToJson() const;
   static Result<DeviceView> FromJson(const nlohmann::json& j);

@@ -172,6 +172,9 @@ void Daemon::Impl::ApplyMig(const sched::ReconfigureMig& r, store::WriteBatch& b
     model = it->second.model;
   }
   Status st = devices::ApplyMigLayout(*backend_, idx, r.layout, model);
+  // The mode itself where the layout does not set it: out of MIG mode (an admin's order, the
+  // instances destroyed above), or into it with no instance yet.
+  if (st.ok() && (!r.mig_mode || r.layout.empty())) st = backend_->SetMigMode(idx, r.mig_mode);
   sched::ReconfigureDone done;
   done.now = Now();
   done.device = r.device;

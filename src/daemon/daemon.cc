@@ -144,6 +144,13 @@ Result<Json> Daemon::Reconfigure(sched::Config config, const std::string& source
   return impl_->Reconfigure(std::move(config), source);
 }
 Json Daemon::ConfigInfo() const { return impl_->ConfigInfo(); }
+Result<Json> Daemon::AdminDevice(const Caller& c, std::uint32_t index, std::string_view action,
+                                 const Json& body) {
+  return impl_->AdminDevice(c, index, action, body);
+}
+Result<Json> Daemon::AdminJob(const Caller& c, JobId id, std::string_view action, const Json& body) {
+  return impl_->AdminJob(c, id, action, body);
+}
 Status Daemon::CheckConsistency() const { return impl_->CheckConsistency(); }
 Status Daemon::Failure() const { return impl_->Failure(); }
 

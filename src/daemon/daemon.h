@@ -130,6 +130,16 @@ class Daemon {
   // "retired_queues": [removed queues that still have jobs], "text": canonical TOML}.
   Json ConfigInfo() const;
 
+  // ---- an admin's orders (admin.cc): root or the admin group only (else PermissionDenied);
+  // each is journaled (it holds across restarts) with an "admin" event naming who.
+  // `action` on device `index`: "drain" and "undrain" (body {"reason"}: optional), "mig" (body
+  // {"mode": "on" | "off" | "auto"}); answers {"device": ...}.
+  Result<Json> AdminDevice(const Caller& caller, std::uint32_t index, std::string_view action,
+                           const Json& body);
+  // `action` on job `id`: "hold" and "release" (pending jobs), "requeue" (a running job is
+  // stopped and pending again in its old place); body {"reason"}: optional. Answers {"job"}.
+  Result<Json> AdminJob(const Caller& caller, JobId id, std::string_view action, const Json& body);
+
   // Cross-checks the Scheduler, the in-memory records and the store (tests call it):
   // every active slice belongs to a live (not ended) job; the Scheduler's slices are active
   // in the store; no ended job has processes.

@@ -14,6 +14,7 @@
 //   views.cc       the API's read models (jobs, slices, queues, devices, events, samples)
 //   metrics.cc     /metrics
 //   reload.cc      config reloads (Reconfigure), the config's base for replays, its log lines
+//   admin.cc       an admin's orders: drain, MIG mode, hold, requeue
 // MIG actuation on a device is devices/mig_actuator.h.
 //
 // Thread-safety: as Daemon. Public entry points take mu_ (shared for reads); every other
@@ -114,11 +115,18 @@ class Daemon::Impl {
   // (reload.cc)
   Result<Json> Reconfigure(sched::Config config, const std::string& source);
   Json ConfigInfo() const;
+  // (admin.cc)
+  Result<Json> AdminDevice(const Caller& c, std::uint32_t index, std::string_view action, const Json& body);
+  Result<Json> AdminJob(const Caller& c, JobId id, std::string_view action, const Json& body);
 
  private:
   Micros Now() const { return clock_(); }
   // (daemon.cc)
   static std::string Hostname();
+
+  // (admin.cc)
+  Status RequireAdmin(const Caller& c, std::string_view what) const;
+  Status Order(const Caller& c, JobId job, const std::string& what, const sched::Event& e);
 
   // (reload.cc)
   // The config the stored journal's replay starts from (meta "journal_config"); a store made
@@ -240,6 +248,8 @@ class Daemon::Impl {
 
   // (views.cc)
   Status AuthorizeLocked(const Caller& c, const JobRecord& j) const;
+  bool IsAdmin(const Caller& c) const;  // root or the config's admin group
+  Json DevicesLocked() const;
   // `places`: every pending job's place (waiting.h), when the caller has them; else computed.
   Json JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places = nullptr) const;
   void IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,

@@ -96,6 +96,21 @@ std::string EncodeEvent(const sched::Event& e) {
           [](const sched::ConfigReload& c) -> json {
             return {{"t", "config"}, {"now", c.now}, {"config", sched::FormatConfig(c.config)}};
           },
+          [](const sched::AdminDrain& a) -> json {
+            return {{"t", "admin_drain"}, {"now", a.now}, {"node", a.device.node.value()},
+                    {"index", a.device.index.value()}, {"drained", a.drained}, {"reason", a.reason}};
+          },
+          [](const sched::AdminMigMode& a) -> json {
+            return {{"t", "admin_mig"}, {"now", a.now}, {"node", a.device.node.value()},
+                    {"index", a.device.index.value()},
+                    {"enabled", a.enabled ? json(*a.enabled) : json(nullptr)}};
+          },
+          [](const sched::AdminHold& a) -> json {
+            return {{"t", "admin_hold"}, {"now", a.now}, {"job", a.job.value()}, {"held", a.held}};
+          },
+          [](const sched::AdminRequeue& a) -> json {
+            return {{"t", "admin_requeue"}, {"now", a.now}, {"job", a.job.value()}, {"reason", a.reason}};
+          },
           [](const sched::ReconfigureDone& r) -> json {
             return {{"t", "reconfigure_done"}, {"now", r.now},
                     {"node", r.device.node.value()}, {"index", r.device.index.value()},
@@ -189,6 +204,22 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
       return sched::Event(sched::ReconfigureDone{now, ref(), o.at("ok").get<bool>(),
                                                  LayoutFrom(o.at("layout")),
                                                  o.at("error").get<std::string>()});
+    }
+    if (t == "admin_drain") {
+      return sched::Event(sched::AdminDrain{now, ref(), o.at("drained").get<bool>(),
+                                            o.at("reason").get<std::string>()});
+    }
+    if (t == "admin_mig") {
+      sched::AdminMigMode m{now, ref(), std::nullopt};
+      if (!o.at("enabled").is_null()) m.enabled = o.at("enabled").get<bool>();
+      return sched::Event(std::move(m));
+    }
+    if (t == "admin_hold") {
+      return sched::Event(sched::AdminHold{now, JobId(o.at("job").get<std::uint64_t>()), o.at("held").get<bool>()});
+    }
+    if (t == "admin_requeue") {
+      return sched::Event(sched::AdminRequeue{now, JobId(o.at("job").get<std::uint64_t>()),
+                                              o.at("reason").get<std::string>()});
     }
     if (t == "config") {
       auto config = sched::ParseConfig(o.at("config").get<std::string>(), "journal");

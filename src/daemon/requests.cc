@@ -77,8 +77,8 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
   GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
   const JobRecord& out = jobs_.at(j.id);
   if (out.state == JobState::kRejected) {
-    return Status(StatusCode::kResourceExhausted,
-                  fmt::format("job {} rejected: {}", out.id.value(), out.reason));
+    // It can never run as asked on this host as configured: a bad request (CLI exit 2).
+    return InvalidArgument(fmt::format("job {} rejected: {}", out.id.value(), out.reason));
   }
   return Json{{"job", JobJson(out)}, {"simulated", opt_.simulated}};
 }

@@ -54,6 +54,23 @@ Result<JobId> ParseJobId(const std::string& text) {
   return JobId(v);
 }
 
+Result<std::uint32_t> ParseDeviceIndex(const std::string& text) {
+  std::uint32_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || p != text.data() + text.size() || v > 1023) {
+    return InvalidArgument(fmt::format("device '{}': expected a device index (0-1023)", text));
+  }
+  return v;
+}
+
+// An order's body: empty, or a JSON object.
+Result<Json> OrderBody(const api::HttpRequest& req) {
+  if (req.body.empty()) return Json::object();
+  Json body = Json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return InvalidArgument("body: expected a JSON object");
+  return body;
+}
+
 Result<std::int64_t> IntQuery(const api::HttpRequest& req, const char* name, std::int64_t dflt) {
   auto it = req.query.find(name);
   if (it == req.query.end() || it->second.empty()) return dflt;
@@ -189,6 +206,23 @@ api::Handler MakeApiHandler(Daemon& d) {
     } else if (res == "devices" && parts.size() == 3 && parts[2] == "history") {
       if (req.method != "GET") return method_not_allowed();
       return FromResult(d.DeviceHistory(req.query), sim);
+    } else if (res == "devices" && parts.size() == 4 &&
+               (parts[3] == "drain" || parts[3] == "undrain" || parts[3] == "mig")) {
+      // An admin's orders (admin.cc).
+      if (req.method != "POST") return method_not_allowed();
+      auto index = ParseDeviceIndex(parts[2]);
+      if (!index.ok()) return Error(index.status(), sim);
+      auto body = OrderBody(req);
+      if (!body.ok()) return Error(body.status(), sim);
+      return FromResult(d.AdminDevice(caller, *index, parts[3], *body), sim);
+    } else if (res == "jobs" && parts.size() == 4 &&
+               (parts[3] == "hold" || parts[3] == "release" || parts[3] == "requeue")) {
+      if (req.method != "POST") return method_not_allowed();
+      auto id = ParseJobId(parts[2]);
+      if (!id.ok()) return Error(id.status(), sim);
+      auto body = OrderBody(req);
+      if (!body.ok()) return Error(body.status(), sim);
+      return FromResult(d.AdminJob(caller, *id, parts[3], *body), sim);
     } else if (res == "jobs" && parts.size() <= 4) {
       auto id = ParseJobId(parts[2]);
       if (!id.ok()) return Error(id.status(), sim);

@@ -116,6 +116,10 @@ void Daemon::Impl::Mechanisms(api::SliceView& v) const {
 
 Json Daemon::Impl::Devices() const {
   std::shared_lock lock(mu_);
+  return DevicesLocked();
+}
+
+Json Daemon::Impl::DevicesLocked() const {
   Json arr = Json::array();
   for (const auto& [ref, d] : sched_->devices()) {
     api::DeviceView o;
@@ -156,6 +160,8 @@ Json Daemon::Impl::Devices() const {
       }
       o.mig_layout.push_back(part);
     }
+    if (d.admin_drained) o.drained = d.drain_reason;
+    o.mig_admin = std::string(sched::MigAdminName(d.mig_admin));
     if (auto s = latest_.find(static_cast<int>(ref.index.value())); s != latest_.end()) {
       if (s->second.gpu_util.ok()) o.util_percent = s->second.gpu_util.value() / 10.0;
       if (s->second.memory_used.ok()) o.memory_used = s->second.memory_used.value();
@@ -225,8 +231,7 @@ Json Daemon::Impl::Queues() const {
 }
 
 Json Daemon::Impl::Whoami(const Caller& c) const {
-  const bool admin = c.uid == 0 || InGroup(c.uid, c.gid, config_.admin_group);
-  return Json{{"user", EscapeInvalidUtf8(UserName(c.uid))}, {"uid", c.uid}, {"admin", admin},
+  return Json{{"user", EscapeInvalidUtf8(UserName(c.uid))}, {"uid", c.uid}, {"admin", IsAdmin(c)},
               {"admin_group", config_.admin_group}, {"simulated", opt_.simulated}};
 }
 
@@ -358,10 +363,12 @@ Status Daemon::Impl::Authorize(const Caller& c, JobId id) const {
   return AuthorizeLocked(c, it->second);
 }
 
+bool Daemon::Impl::IsAdmin(const Caller& c) const {
+  return c.uid == 0 || InGroup(c.uid, c.gid, config_.admin_group);
+}
+
 Status Daemon::Impl::AuthorizeLocked(const Caller& c, const JobRecord& j) const {
-  if (c.uid == j.uid || c.uid == 0 || InGroup(c.uid, c.gid, config_.admin_group)) {
-    return Status::Ok();
-  }
+  if (c.uid == j.uid || IsAdmin(c)) return Status::Ok();
   return PermissionDenied(fmt::format(
       "job {} belongs to {}; only its owner, root or a member of group '{}' may act on it",
       j.id.value(), j.user, config_.admin_group));
@@ -539,6 +546,7 @@ Json Daemon::Impl::WaitReasonJson(const sched::WaitReason& w, const std::string&
                    o["device"] = Json{{"node", r.device.node.value()}, {"index", r.device.index.value()}};
                    o["mps_user"] = EscapeInvalidUtf8(r.user);
                  },
+                 [&](const sched::Held&) {},
              },
              w);
   return o;
