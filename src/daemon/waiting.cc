@@ -166,6 +166,7 @@ std::optional<Micros> WaitEndsBy(const sched::Scheduler& s, const sched::WaitRea
           [](const sched::DrainingForMig&) { return kNever; },
           [](const sched::NeverFits&) { return kNever; },
           [](const sched::MpsServesOtherUser&) { return kNever; },  // another user's jobs: not told
+          [](const sched::Held&) { return kNever; },  // until an admin releases it
       },
       reason);
   return Bound(t, s.now());

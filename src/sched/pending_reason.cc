@@ -149,6 +149,9 @@ std::string FormatWaitReasonPlain(const WaitReason& reason) {
                                "starts when {}'s MPS jobs there end",
                                r.user, r.user);
           },
+          [](const Held&) {
+            return std::string("an administrator has put it on hold; it starts after they release it");
+          },
       },
       reason);
 }
