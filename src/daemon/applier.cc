@@ -171,10 +171,7 @@ void Daemon::Impl::ApplyMig(const sched::ReconfigureMig& r, store::WriteBatch& b
   if (auto it = device_info_.find(static_cast<int>(idx.value())); it != device_info_.end()) {
     model = it->second.model;
   }
-  Status st = devices::ApplyMigLayout(*backend_, idx, r.layout, model);
-  // The mode itself where the layout does not set it: out of MIG mode (an admin's order, the
-  // instances destroyed above), or into it with no instance yet.
-  if (st.ok() && (!r.mig_mode || r.layout.empty())) st = backend_->SetMigMode(idx, r.mig_mode);
+  Status st = devices::ApplyMigLayout(*backend_, idx, r.mig_mode, r.layout, model);
   sched::ReconfigureDone done;
   done.now = Now();
   done.device = r.device;

@@ -19,10 +19,13 @@ int FullCiProfile(int compute_slices) {
   }
 }
 
-Status ApplyMigLayout(DeviceBackend& backend, DeviceIndex idx, const MigLayout& layout,
+Status ApplyMigLayout(DeviceBackend& backend, DeviceIndex idx, bool mig_mode, const MigLayout& layout,
                       const DeviceModel* model) {
+  if (!mig_mode && !layout.empty()) {
+    return InvalidArgument(fmt::format("device {}: a MIG layout with MIG mode off", idx.value()));
+  }
   Status st;
-  if (!layout.empty()) st = backend.SetMigMode(idx, true);
+  if (mig_mode) st = backend.SetMigMode(idx, true);
   auto cur = backend.ListDevices();
   if (st.ok() && !cur.ok()) st = cur.status();
   if (st.ok()) {
@@ -36,9 +39,9 @@ Status ApplyMigLayout(DeviceBackend& backend, DeviceIndex idx, const MigLayout& 
       }
     }
   }
-  // An empty layout is the way out of MIG mode (the scheduler releases a MIG device no MIG
-  // work holds while other work waits): its instances gone, MIG mode off.
-  if (layout.empty() && st.ok()) st = backend.SetMigMode(idx, false);
+  // The way out of MIG mode (the scheduler releases a MIG device no MIG work holds while other
+  // work waits, or an admin's order): its instances gone, MIG mode off.
+  if (!mig_mode && st.ok()) st = backend.SetMigMode(idx, false);
   for (const auto& p : layout) {
     if (!st.ok()) break;
     auto gi = backend.CreateGpuInstance(idx, p.profile_id, p.start);

@@ -16,12 +16,14 @@ namespace gpuslice::devices {
 // NVML compute-instance profile that uses all `compute_slices` of its GPU instance.
 int FullCiProfile(int compute_slices);
 
-// MIG mode on (for a non-empty layout; an empty one turns it off once its instances are
-// gone); the GPU instances of `index` that are not in `layout` destroyed; the missing ones created, each with one compute instance spanning it (an instance
-// that already has one is kept as it is: kept, or made before a crash). `model` (may be null)
-// gives each profile's compute slices. Stops at the first error and returns it; what was done
-// stays done, so the caller reads the device back to learn the layout it has.
-Status ApplyMigLayout(DeviceBackend& backend, DeviceIndex index, const MigLayout& layout,
+// `mig_mode` on: MIG mode on, the GPU instances of `index` that are not in `layout` destroyed,
+// the missing ones created, each with one compute instance spanning it (an instance that
+// already has one is kept as it is: kept, or made before a crash); `layout` may be empty (an
+// admin put the GPU in MIG mode before any MIG work came). Off: every instance destroyed, then
+// MIG mode off (`layout` must be empty). `model` (may be null) gives each profile's compute
+// slices. Stops at the first error and returns it; what was done stays done, so the caller
+// reads the device back to learn the layout it has.
+Status ApplyMigLayout(DeviceBackend& backend, DeviceIndex index, bool mig_mode, const MigLayout& layout,
                       const DeviceModel* model);
 
 // The MIG device UUID of the GPU instance placed at (`profile`, `start`) on `index`, creating

@@ -93,6 +93,7 @@ TEST(MigPlanner, AGpuLeavesMigModeWhenOnlyOtherWorkWaitsAfterTheHoldTime) {
   auto off = Only<ReconfigureMig>(h.Advance(6 * kMinute));
   ASSERT_THAT(off, SizeIs(1));
   EXPECT_TRUE(off[0].layout.empty());
+  EXPECT_FALSE(off[0].mig_mode);
   auto started = Only<StartSlice>(h.Feed(ReconfigureDone{0, off[0].device, true, {}, ""}));
   ASSERT_THAT(started, SizeIs(1));
   EXPECT_EQ(started[0].job, train);
