@@ -486,10 +486,13 @@ Status Devices(const ClientFlags& c) {
     std::string mem = d.memory_used ? FormatBytes(*d.memory_used) : "n/a";
     // What holds a slice's memory here: the mode's own mechanism (MIG, MPS) or shared slices'.
     std::string cap = d.mode == "mig" ? "mig" : d.mode == "mps" ? d.cap_mps.value_or("?") : d.cap_shared.value_or("?");
-    rows.push_back({std::to_string(d.index), d.model,
-                    d.mode + (d.mps_user ? " (server for " + *d.mps_user + ")" : "") +
-                        (d.draining ? " (draining)" : "") +
-                        (d.reserved_for ? fmt::format(" (kept for job {})", *d.reserved_for) : ""),
+    // An admin's orders (gpuslice drain / mig) next to the mode they act on.
+    std::string mode = d.mode + (d.mps_user ? " (server for " + *d.mps_user + ")" : "") +
+                       (d.draining ? " (draining)" : "") +
+                       (d.reserved_for ? fmt::format(" (kept for job {})", *d.reserved_for) : "");
+    if (d.drained) mode += d.drained->empty() ? " (drained)" : fmt::format(" (drained: {})", *d.drained);
+    if (d.mig_admin != "auto") mode += fmt::format(" (MIG {} by an admin)", d.mig_admin);
+    rows.push_back({std::to_string(d.index), d.model, ForTerminal(mode),
                     FormatMilliGpu(d.used_milli) + "/1", std::to_string(d.clients), util,
                     mem + "/" + FormatBytes(d.memory), cap, d.uuid});
   }

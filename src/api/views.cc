@@ -420,6 +420,7 @@ json DeviceView::ToJson() const {
   o["mps_user"] = OrNull(mps_user);
   o["drained"] = OrNull(drained);
   o["mig_admin"] = mig_admin;
+  o["mig_capable"] = mig_capable;
   return o;
 }
 
@@ -465,6 +466,7 @@ Result<DeviceView> DeviceView::FromJson(const json& j) {
   r.Opt("mps_user", &v.mps_user);
   r.Opt("drained", &v.drained);
   if (j.contains("mig_admin")) r.Req("mig_admin", &v.mig_admin);  // older daemons have none
+  if (j.contains("mig_capable")) r.Req("mig_capable", &v.mig_capable);
   GPUSLICE_RETURN_IF_ERROR(r.status());
   return v;
 }

@@ -184,6 +184,7 @@ struct DeviceView {
   // and who decides its MIG mode ("auto": the planner, "on", "off": an admin).
   std::optional<std::string> drained;
   std::string mig_admin = "auto";
+  bool mig_capable = false;  // its model has MIG (gpuslice mig applies)
 
   nlohmann::json ToJson() const;
   static Result<DeviceView> FromJson(const nlohmann::json& j);

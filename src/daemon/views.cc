@@ -162,6 +162,7 @@ Json Daemon::Impl::DevicesLocked() const {
     }
     if (d.admin_drained) o.drained = d.drain_reason;
     o.mig_admin = std::string(sched::MigAdminName(d.mig_admin));
+    o.mig_capable = d.mig_capable;
     if (auto s = latest_.find(static_cast<int>(ref.index.value())); s != latest_.end()) {
       if (s->second.gpu_util.ok()) o.util_percent = s->second.gpu_util.value() / 10.0;
       if (s->second.memory_used.ok()) o.memory_used = s->second.memory_used.value();
