@@ -105,6 +105,67 @@ TEST_F(AdminTest, AGpuEntersMigModeThroughADrain) {
   EXPECT_EQ(h.violation(), "");
 }
 
+// An admin's MIG mode beats the planner: a GPU put in MIG mode with no instance is not given
+// back when MIG work is absent and other work waits (the planner would, after its hold time).
+TEST_F(AdminTest, AnAdminsMigModeIsNotUndoneByThePlanner) {
+  h_.AddHost("2xA100-40GB");
+  ASSERT_THAT(Only<StartSlice>(h_.Submit("training gpus=1")), SizeIs(1));  // job 1
+  auto gpu = [&](JobId j) { return h_.scheduler().slices().at(h_.scheduler().jobs().at(j).slice).devices[0]; };
+  const DeviceRef busy{NodeId(1), gpu(JobId(1))};
+  const DeviceRef other{NodeId(1), DeviceIndex(1 - busy.index.value())};
+  // The free GPU into MIG mode: empty, so at once, with no instance.
+  auto on = Only<ReconfigureMig>(h_.Feed(AdminMigMode{0, other, true}));
+  ASSERT_THAT(on, SizeIs(1));
+  EXPECT_TRUE(on[0].mig_mode);
+  EXPECT_TRUE(on[0].layout.empty());
+  h_.Feed(ReconfigureDone{0, other, true, {}, ""});
+  EXPECT_EQ(Device(other).mode, DeviceMode::kMig);
+  // Whole-GPU work waits; an hour on, the admin's GPU is still in MIG mode.
+  h_.Submit("training gpus=1");  // job 2
+  for (int i = 0; i < 6; ++i) EXPECT_THAT(Only<ReconfigureMig>(h_.Advance(10 * kMinute)), SizeIs(0));
+  EXPECT_EQ(Device(other).mode, DeviceMode::kMig);
+  // Given back to the planner: its hold time has passed, so it leaves MIG mode for job 2.
+  auto off = Only<ReconfigureMig>(h_.Feed(AdminMigMode{h_.now(), other, std::nullopt}));
+  ASSERT_THAT(off, SizeIs(1));
+  EXPECT_FALSE(off[0].mig_mode);
+}
+
+// A drain an admin ordered is not called off by the planner when another GPU frees for the
+// MIG work that waits (it calls off its own drains then).
+TEST_F(AdminTest, AnAdminsDrainIsNotCalledOff) {
+  h_.AddHost("2xA100-40GB");
+  ASSERT_THAT(Only<StartSlice>(h_.Submit("interactive gpu=250m")), SizeIs(1));  // job 1
+  ASSERT_THAT(Only<StartSlice>(h_.Submit("training gpus=1")), SizeIs(1));       // job 2
+  auto gpu = [&](JobId j) { return h_.scheduler().slices().at(h_.scheduler().jobs().at(j).slice).devices[0]; };
+  const DeviceRef shared{NodeId(1), gpu(JobId(1))};
+  const DeviceRef whole{NodeId(1), gpu(JobId(2))};
+  ASSERT_THAT(Only<Drain>(h_.Feed(AdminMigMode{0, shared, true})), SizeIs(1));
+  EXPECT_TRUE(Device(shared).draining);
+  h_.Submit("inference mem=10GiB");  // job 3: waits, no GPU to lay out without a drain
+  auto relayout = Only<ReconfigureMig>(h_.Finish(JobId(2)));
+  ASSERT_THAT(relayout, SizeIs(1));
+  EXPECT_EQ(relayout[0].device, whole);  // the freed GPU
+  EXPECT_TRUE(Device(shared).draining) << "the admin's drain goes on";
+  EXPECT_EQ(Device(shared).mig_admin, MigAdmin::kOn);
+}
+
+// Out of MIG mode, ordered while the planner's layout change is being applied: once it is
+// done, the admin's drain starts and takes the GPU out.
+TEST_F(AdminTest, AnOrderDuringALayoutChangeIsCarriedOutAfterIt) {
+  h_.AddHost("1xA100-40GB");
+  auto layout = Only<ReconfigureMig>(h_.Submit("inference mem=10GiB"));
+  ASSERT_THAT(layout, SizeIs(1));
+  EXPECT_THAT(Only<Drain>(h_.Feed(AdminMigMode{0, kGpu0, false})), SizeIs(0));  // in flight
+  auto done = h_.Feed(ReconfigureDone{0, kGpu0, true, layout[0].layout, ""});
+  EXPECT_THAT(Only<StartSlice>(done), SizeIs(0)) << "the GPU is draining for the admin";
+  EXPECT_THAT(Only<Drain>(done), SizeIs(1));
+  auto off = Only<ReconfigureMig>(done);
+  ASSERT_THAT(off, SizeIs(1));  // nothing runs there: out at once
+  EXPECT_FALSE(off[0].mig_mode);
+  h_.Feed(ReconfigureDone{0, kGpu0, true, {}, ""});
+  EXPECT_EQ(Device(kGpu0).mode, DeviceMode::kFree);
+}
+
 // A held job keeps its place: released, it runs before jobs submitted after it.
 TEST_F(AdminTest, AHeldJobWaitsAndKeepsItsPlace) {
   h_.AddHost("1xH100-80GB");
