@@ -39,6 +39,14 @@ void Scheduler::Impl::OnAdminMigMode(const AdminMigMode& e) {
   DeviceView& d = it->second;
   d.mig_admin = !e.enabled ? MigAdmin::kAuto : *e.enabled ? MigAdmin::kOn : MigAdmin::kOff;
   if (!e.enabled) {
+    // Given back to the planner: a drain the admin's order started (not yet a layout change)
+    // is called off, so that the planner still changes one GPU at a time.
+    if (d.draining && !d.reconfiguring) {
+      Mutate(d, [](DeviceView& dv) {
+        dv.draining = false;
+        dv.target_layout.clear();
+      });
+    }
     Schedule(std::nullopt);  // the planner may use it again
     return;
   }

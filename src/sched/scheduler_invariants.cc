@@ -19,7 +19,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   };
   CapacityIndex fresh;
   fresh.ShareMemo(index_);
-  int in_flight = 0;
+  int in_flight = 0, planner_in_flight = 0;
   for (const auto& [ref, d] : devices_) {
     MilliGpu milli = 0;
     Bytes mem = 0;
@@ -69,7 +69,10 @@ Status Scheduler::Impl::CheckInvariants() const {
         if (!st.ok()) return Internal(fmt::format("{}: illegal layout: {}", where(d), st.message()));
       }
     }
-    if (d.draining || d.reconfiguring) ++in_flight;
+    if (d.draining || d.reconfiguring) {
+      ++in_flight;
+      planner_in_flight += d.mig_admin == MigAdmin::kAuto;
+    }
     if (InUse(d) != InUseFromSlices(d))
       return Internal(fmt::format("{}: MIG in-use record disagrees with its slices", where(d)));
     fresh.Add(d, Facts(d));
@@ -77,7 +80,9 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (!(fresh == index_)) return Internal("placement indexes disagree with the device records");
   if (in_flight != mig_in_flight_)
     return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_in_flight_));
-  if (in_flight > 1) return Internal(fmt::format("{} devices changing MIG layout at once", in_flight));
+  // The planner changes one GPU at a time; an admin's orders (AdminMigMode) go beside it.
+  if (planner_in_flight > 1)
+    return Internal(fmt::format("{} devices changing MIG layout at once", planner_in_flight));
   const auto mig_mode = std::count_if(devices_.begin(), devices_.end(),
                                       [](const auto& kv) { return kv.second.mode == DeviceMode::kMig; });
   if (mig_mode != mig_mode_devices_)

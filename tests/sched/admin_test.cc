@@ -149,6 +149,23 @@ TEST_F(AdminTest, AnAdminsDrainIsNotCalledOff) {
   EXPECT_EQ(Device(shared).mig_admin, MigAdmin::kOn);
 }
 
+// Given back to the planner mid-drain: the admin's drain is called off, the GPU takes new
+// slices again and stays in its mode.
+TEST_F(AdminTest, GivenBackMidDrainTheDrainIsCalledOff) {
+  Config c = DefaultConfig();
+  c.mig.enabled = false;  // only the admin changes modes here
+  SchedHarness h(c);
+  h.AddHost("1xA100-40GB");
+  ASSERT_THAT(Only<StartSlice>(h.Submit("interactive gpu=250m")), SizeIs(1));
+  ASSERT_THAT(Only<Drain>(h.Feed(AdminMigMode{0, kGpu0, true})), SizeIs(1));
+  EXPECT_TRUE(h.scheduler().devices().at(kGpu0).draining);
+  h.Feed(AdminMigMode{0, kGpu0, std::nullopt});
+  EXPECT_FALSE(h.scheduler().devices().at(kGpu0).draining);
+  EXPECT_THAT(Only<StartSlice>(h.Submit("interactive gpu=250m")), SizeIs(1));
+  EXPECT_THAT(Only<ReconfigureMig>(h.Finish(JobId(1))), SizeIs(0)) << "no MIG change once given back";
+  EXPECT_EQ(h.violation(), "");
+}
+
 // Out of MIG mode, ordered while the planner's layout change is being applied: once it is
 // done, the admin's drain starts and takes the GPU out.
 TEST_F(AdminTest, AnOrderDuringALayoutChangeIsCarriedOutAfterIt) {
