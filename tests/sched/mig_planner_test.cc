@@ -18,6 +18,7 @@ namespace {
 
 using ::gpuslice::testing::Only;
 using ::gpuslice::testing::SchedHarness;
+using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 const DeviceModel& Model(std::string_view name) { return **FindModel(name); }
@@ -128,14 +129,15 @@ TEST(MigPlanner, CouldNeverFitOnlyWhereMigModeCannotBeUndone) {
   c.mig.enabled = false;
   SchedHarness stuck(c);
   stuck.AddHost("1xA100-40GB mig");
-  stuck.Submit("training gpus=1");
-  auto why = stuck.scheduler().PendingReason(stuck.last_job());
-  ASSERT_TRUE(why.has_value());
-  EXPECT_TRUE(std::holds_alternative<NeverFits>(*why)) << FormatWaitReason(*why);
+  // It could never fit: refused at submit with the reason, instead of waiting forever.
+  auto rejected = Only<Reject>(stuck.Submit("training gpus=1"));
+  ASSERT_THAT(rejected, SizeIs(1));
+  EXPECT_THAT(rejected[0].status.message(), HasSubstr("MIG"));
+  EXPECT_FALSE(stuck.scheduler().PendingReason(stuck.last_job()).has_value());
   SchedHarness free_to_change;
   free_to_change.AddHost("1xA100-40GB mig");
-  free_to_change.Submit("training gpus=1");
-  why = free_to_change.scheduler().PendingReason(free_to_change.last_job());
+  EXPECT_THAT(Only<Reject>(free_to_change.Submit("training gpus=1")), SizeIs(0));
+  auto why = free_to_change.scheduler().PendingReason(free_to_change.last_job());
   ASSERT_TRUE(why.has_value());
   EXPECT_FALSE(std::holds_alternative<NeverFits>(*why)) << FormatWaitReason(*why);
 }
