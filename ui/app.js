@@ -36,12 +36,14 @@ function nowUs() { return Date.now() * 1000 + state.clockOffsetUs; }
 
 // ---- the API ----
 
-async function api(method, path) {
+async function api(method, path, payload) {
   const headers = { Accept: 'application/json' };
   if (state.token) headers.Authorization = `Bearer ${state.token}`;
+  if (payload !== undefined) headers['Content-Type'] = 'application/json';
   let r;
   try {
-    r = await fetch(path, { method, headers, cache: 'no-store', credentials: 'omit' });
+    r = await fetch(path, { method, headers, cache: 'no-store', credentials: 'omit',
+                            body: payload === undefined ? undefined : JSON.stringify(payload) });
   } catch (e) {
     return { status: 0, body: null, error: `the daemon cannot be reached (${e.message})` };
   }
@@ -73,6 +75,18 @@ function renderDevices(devs, history) {
       ? orderButton('Undrain', `/v1/devices/${d.index}/undrain`, `GPU ${d.index}: undrain`, false)
       : orderButton('Drain', `/v1/devices/${d.index}/drain`, `GPU ${d.index}: drain`, true));
     c.appendChild(admin);
+    if (d.mig_capable) {
+      // Who decides its MIG mode: the planner ("auto") or an admin (on / off, through a drain).
+      const who = d.mig_admin === 'auto' ? 'MIG mode: the planner decides' : `MIG mode ${d.mig_admin} by an admin`;
+      const mig = row(who, '');
+      mig.classList.add('mig-admin');
+      for (const m of ['on', 'off', 'auto']) {
+        if (m === d.mig_admin) continue;
+        mig.lastChild.appendChild(orderButton(m === 'auto' ? 'MIG auto' : `MIG ${m}`, `/v1/devices/${d.index}/mig`,
+                                              `GPU ${d.index}: MIG mode ${m}`, m !== 'auto', { mode: m }));
+      }
+      c.appendChild(mig);
+    }
     const sl = d.slices || [];
     c.appendChild(row(`mode ${mode}`, sl.length ? `${sl.length} slice${sl.length > 1 ? 's' : ''} (${sl.map((x) => `#${x}`).join(', ')})` : 'no slice'));
     // What its slices hold, whatever the mode (a MIG device: its used instances).
@@ -163,12 +177,12 @@ async function onCancel(id) {
 
 // An admin's order (drain, MIG mode, hold, requeue): shown to admins only (GET /v1/whoami),
 // and the daemon refuses anyone else anyway; a refusal is shown as it gives it.
-function orderButton(label, path, what, confirmFirst) {
+function orderButton(label, path, what, confirmFirst, body) {
   const b = el('button', 'order', label);
   b.type = 'button';
   b.addEventListener('click', async () => {
     if (confirmFirst && !window.confirm(`${what}?`)) return;
-    const r = await api('POST', path);
+    const r = await api('POST', path, body);
     if (r.error) showMessage(`${what}: refused: ${r.error}`);
     else showMessage(`${what}: done`, true);
     refresh();

@@ -44,6 +44,7 @@ if (!binary || !artifacts) {
 
 const ALICE = 'alice-token-0123456789abcdef';
 const BOB = 'bob-token-0123456789abcdef00';
+const ROOT = 'root-token-0123456789abcdef0';  // an admin (uid 0)
 const HOSTILE = '<img src=x onerror="window.__pwned=1">';
 // Short idle windows so that every idle state shows within the test.
 const WINDOW_S = 5, GRACE_S = 40;
@@ -91,7 +92,7 @@ async function main() {
     fs.renameSync(`${scriptPath}.tmp`, scriptPath);
   };
   fs.writeFileSync(scriptPath, JSON.stringify(script));
-  fs.writeFileSync(path.join(dir, 'tokens'), `alice 1000 ${ALICE}\nbob 1001:1001 ${BOB}\n`, { mode: 0o600 });
+  fs.writeFileSync(path.join(dir, 'tokens'), `alice 1000 ${ALICE}\nbob 1001:1001 ${BOB}\nroot 0 ${ROOT}\n`, { mode: 0o600 });
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   const sock = path.join(dir, 'sock');
@@ -160,8 +161,8 @@ async function main() {
       if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) consoleErrors.push(m.text());
     });
     page.on('pageerror', (e) => consoleErrors.push(String(e)));
-    let dialogs = 0;
-    page.on('dialog', (d) => { dialogs += 1; d.dismiss(); });
+    let dialogs = 0, acceptDialogs = false;
+    page.on('dialog', (d) => { dialogs += 1; if (acceptDialogs) d.accept(); else d.dismiss(); });
 
     await page.goto(`${base}/ui`);
     await waitFor(page, () => /bearer token/.test(document.getElementById('updated').textContent));
@@ -357,6 +358,34 @@ async function main() {
     await useToken(ALICE);
     await waitFor(page, () => /report not available \(HTTP 503/.test(document.getElementById('report-7d').textContent),
                   null, 10000);
+    // An admin's orders from the page: a user is refused with the daemon's reason; an admin
+    // drains a GPU, puts it in MIG mode, gives it back to the planner and undrains it.
+    const card = '#devices .card[data-device="7"]';
+    const device7 = async () => (await call('GET', '/v1/devices', ALICE)).body.devices.find((d) => d.index === 7);
+    acceptDialogs = true;
+    await page.unroute('**/v1/report?*');
+    await page.click(`${card} button.order >> text="Drain"`);
+    await waitFor(page, () => /drain: refused: .*only root or a member of group/.test(document.getElementById('message').textContent),
+                  null, 10000);
+    check(typeof (await device7()).drained !== 'string', `a user's drain is refused: ${await page.textContent('#message')}`);
+    await useToken(ROOT);
+    await waitFor(page, (c) => !!document.querySelector(`${c} .mig-admin`), card, 10000);
+    check(/the planner decides/.test(await page.textContent(`${card} .mig-admin`)), 'a MIG-capable GPU says who decides its MIG mode');
+    await page.click(`${card} button.order >> text="Drain"`);
+    await waitFor(page, (c) => /drained/.test(document.querySelector(c).textContent), card, 10000);
+    check((await device7()).drained === '', 'an admin drains GPU 7 from the page');
+    await page.click(`${card} button.order >> text="MIG on"`);
+    await waitFor(page, (c) => /MIG mode on by an admin/.test(document.querySelector(`${c} .mig-admin`).textContent), card, 10000);
+    check((await device7()).mig_admin === 'on', 'an admin puts GPU 7 in MIG mode from the page');
+    await page.click(`${card} button.order >> text="MIG auto"`);
+    await waitFor(page, (c) => /the planner decides/.test(document.querySelector(`${c} .mig-admin`).textContent), card, 10000);
+    await page.click(`${card} button.order >> text="Undrain"`);
+    await waitFor(page, (c) => /takes new slices/.test(document.querySelector(c).textContent), card, 10000);
+    const d7 = await device7();
+    check(d7.mig_admin === 'auto' && d7.drained === null, `given back to the planner and undrained: ${JSON.stringify(d7).slice(0, 200)}`);
+    const ev = (await call('GET', '/v1/events?limit=1000', ROOT)).body;
+    const orders = JSON.stringify(ev).match(/device 7[^"]*\(by root\)/g) || [];
+    check(orders.length === 4, `each order is journaled with who gave it: ${orders.join(' | ')}`);
     check(consoleErrors.length === 0, `no script errors or CSP violations: ${consoleErrors.join(' | ')}`);
   } finally {
     if (browser) await browser.close();
