@@ -129,6 +129,15 @@ std::string DescribeQueue(const QueueConfig& q) {
                      DescribeIdle(q.idle));
 }
 
+// [memory]'s overrides, only those set (a config without any has no [memory] table, so its
+// text and version are what they were before memory reserves existed).
+toml::table ReserveTable(const MemoryReserve& r) {
+  toml::table t;
+  if (r.driver_reserved) t.insert("driver_reserved", ExactBytes(*r.driver_reserved));
+  if (r.context_reserve) t.insert("context_reserve", ExactBytes(*r.context_reserve));
+  return t;
+}
+
 }  // namespace
 
 std::string FormatConfig(const Config& config) {
@@ -141,6 +150,11 @@ std::string FormatConfig(const Config& config) {
                           {"drain", std::string(MigDrainPolicyName(config.mig.drain))}}},
       {"queues", std::move(queues)},
   };
+  toml::table memory = ReserveTable(config.memory.all);
+  toml::table models;
+  for (const auto& [name, r] : config.memory.models) models.insert(name, ReserveTable(r));
+  if (!models.empty()) memory.insert("models", std::move(models));
+  if (!memory.empty()) root.insert("memory", std::move(memory));
   std::ostringstream out;
   out << root << "\n";
   return out.str();

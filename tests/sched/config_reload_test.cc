@@ -78,6 +78,27 @@ default_memory = "1048577"
   EXPECT_THAT(text, HasSubstr("[queues.'gpu small']"));  // a name TOML must quote
 }
 
+// The memory set aside per GPU ([memory], per model): a reload journals it and the version
+// follows it; a config without overrides writes no [memory] table.
+TEST(ConfigFormatTest, MemoryReservesReadBackEqual) {
+  EXPECT_THAT(FormatConfig(DefaultConfig()), ::testing::Not(HasSubstr("memory]")));
+  const Config c = Parsed(R"toml(
+[memory]
+context_reserve = "300MiB"
+[memory.models.H100-80GB]
+driver_reserved = "1536MiB"
+[memory.models.A100-40GB]
+context_reserve = "0"
+)toml");
+  const std::string text = FormatConfig(c);
+  auto back = ParseConfig(text, "formatted");
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << "\n" << text;
+  EXPECT_EQ(*back, c) << text;
+  EXPECT_EQ(back->memory.models.at("A100-40GB").context_reserve, 0);
+  EXPECT_FALSE(back->memory.all.driver_reserved.has_value()) << text;
+  EXPECT_NE(ConfigVersion(c), ConfigVersion(DefaultConfig()));
+}
+
 TEST(ConfigFormatTest, TheVersionFollowsEveryValue) {
   const Config a = DefaultConfig();
   Config b = a;
