@@ -96,6 +96,12 @@ Result<Json> Daemon::Impl::Reconfigure(sched::Config config, const std::string& 
     store::WriteBatch b;
     Actions act;
     const std::string before = config_version_;
+    // The memory set aside per GPU is fixed (and journaled) when the daemon first finds the GPU
+    // (recovery.cc): it is never moved under slices already cut, not even at a restart.
+    if (!(config.memory == config_.memory)) {
+      spdlog::warn("reload: [memory] in {} changed: it applies to GPUs found from now on; the GPUs "
+                   "already known keep the memory set aside when they were found", Shown(source));
+    }
     config_ = std::move(config);
     NoteConfig(now, source);
     std::string removed;
