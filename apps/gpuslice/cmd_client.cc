@@ -49,13 +49,7 @@ int gpuslice::cli::ExitForStatus(const Status& st) {
   if (st.ok()) return kExitOk;
   // The message may echo a value the user or the daemon gave: made safe for the terminal.
   std::fprintf(stderr, "error: %s\n", api::ErrorForTerminal(st).c_str());
-  switch (st.code()) {
-    case StatusCode::kInvalidArgument: return kExitUsage;
-    case StatusCode::kNotFound: return kExitNotFound;
-    case StatusCode::kPermissionDenied: return kExitDenied;
-    case StatusCode::kUnavailable: return kExitUnavailable;
-    default: return kExitFailure;
-  }
+  return ExitCodeFor(st);
 }
 
 GPUSLICE_COMMAND(submit) {
