@@ -2,9 +2,14 @@
 
 #include <cstdlib>
 
+#include "api/bounded_json.h"
 #include "api/protocol.h"
 
 namespace gpuslice::api {
+namespace {
+// Answers may be large (a year of jobs is tens of MB) but are never deeply nested.
+constexpr JsonLimits kAnswerLimits{.max_bytes = std::size_t{1} << 30, .max_depth = 64};
+}  // namespace
 
 std::string DefaultSocket() {
   const char* env = std::getenv("GPUSLICE_SOCKET");
@@ -14,8 +19,10 @@ std::string DefaultSocket() {
 Result<nlohmann::json> ApiClient::Decode(const Result<ClientResponse>& r) {
   if (!r.ok()) return r.status();
   if (r->status >= 300) return StatusFromResponse(r->status, r->body);
-  nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
-  if (j.is_discarded()) return Internal("daemon answered with invalid JSON");
+  // Whatever listens on the socket wrote this: bounded like any other untrusted JSON (its
+  // size is already bounded by the HTTP client).
+  auto j = ParseBoundedJson(r->body, "answer", kAnswerLimits);
+  if (!j.ok()) return Internal("daemon answered with invalid JSON: " + j.status().message());
   return j;
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "api/bounded_json.h"
 #include "core/text.h"
 
 namespace gpuslice::api {
@@ -87,15 +88,16 @@ nlohmann::json ErrorJson(const Status& st) {
 Status StatusFromResponse(int http_status, const std::string& body) {
   // The body comes from whatever listens on the socket (a newer daemon, a hostile process):
   // every field is checked for its type, since json::value() throws on a mismatch.
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("error")) {
-    return Internal(fmt::format("daemon answered HTTP {}: {}", http_status, body.substr(0, 200)));
+  auto parsed = ParseBoundedJson(body, "error answer", JsonLimits{.max_bytes = body.size(), .max_depth = 64});
+  if (!parsed.ok() || !parsed->is_object() || !parsed->contains("error")) {
+    return Internal(fmt::format("daemon answered HTTP {}: {}", http_status, ShownText(body, 200)));
   }
+  const json& j = *parsed;
   const json& e = j["error"];
   auto malformed = [&](std::string_view field, const json& v) {
     return Internal(fmt::format("daemon answered HTTP {} with a malformed error: field '{}': "
                                 "expected a string, got {}",
-                                http_status, field, DumpJson(v).substr(0, 100)));
+                                http_status, field, ShownJson(v, 100)));
   };
   if (!e.is_object()) return malformed("error", e);
   std::string code = "INTERNAL", message;
@@ -105,7 +107,8 @@ Status StatusFromResponse(int http_status, const std::string& body) {
   }
   if (auto m = e.find("message"); m != e.end()) {
     if (!m->is_string()) return malformed("error.message", *m);
-    message = m->get<std::string>();
+    // Printed by the CLI: bounded whatever sent it.
+    message = ShownText(m->get_ref<const std::string&>(), 4000);
   }
   // From 1: an error answer that says "OK" would make an OK status stand for a failure.
   for (int c = 1; c <= static_cast<int>(StatusCode::kDeadlineExceeded); ++c) {

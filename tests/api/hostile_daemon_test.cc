@@ -97,7 +97,7 @@ TEST(HostileDaemon, MalformedAnswersAreClearErrorsNotExceptions) {
        "field 'error.code': expected a string, got 5"},
       {"error message not a string",
        Answer("404 Not Found", R"({"error":{"code":"NOT_FOUND","message":["a"]}})"),
-       "field 'error.message': expected a string, got [\"a\"]"},
+       "field 'error.message': expected a string, got an array of 1 element"},
       {"error not an object", Answer("500 Oops", R"({"error":"boom"})"),
        "field 'error': expected a string, got \"boom\""},
       // sscanf's %d overflowed; anything that is not three digits is refused.
@@ -117,6 +117,13 @@ TEST(HostileDaemon, MalformedAnswersAreClearErrorsNotExceptions) {
       {"a header line without end", "HTTP/1.1 200 OK\r\nX-Pad: " + std::string(200'000, 'a'),
        "a line longer than 65536 bytes"},
       {"a 2xx body that is not JSON", Answer("200 OK", "not json"), "invalid JSON"},
+      // Nested deep enough to overflow a recursive walk: refused before any tree is built.
+      {"an answer nested 200,000 deep", Answer("200 OK", std::string(200'000, '[') + std::string(200'000, ']')),
+       "nested deeper than 64 levels"},
+      {"an error nested 200,000 deep",
+       Answer("500 Oops", R"({"error":{"code":"INTERNAL","message":)" + std::string(200'000, '[') +
+                              std::string(200'000, ']') + "}}"),
+       "daemon answered HTTP 500"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
