@@ -103,5 +103,6 @@ Result<std::int64_t> Store::CompactSamples(Micros, Micros, int) {
 Result<std::int64_t> Store::DropSamples(Micros, int) {
   return Unsupported("this store keeps no sample history");
 }
+Result<std::int64_t> Store::ReclaimSpace(int) { return 0; }
 
 }  // namespace gpuslice::store

@@ -21,6 +21,13 @@ Result<RetentionStats> ApplyRetention(Store& store, const RetentionPolicy& polic
     st.dropped += n;
     if (n == 0) break;
   }
+  // A page is 4 KiB: 256 pages (1 MiB) a step keeps each step short.
+  while (!(stop && stop())) {
+    GPUSLICE_ASSIGN_OR_RETURN(std::int64_t n, store.ReclaimSpace(256));
+    ++st.steps;
+    st.reclaimed_pages += n;
+    if (n == 0) break;
+  }
   return st;
 }
 
@@ -45,6 +52,14 @@ void RetentionWorker::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void RetentionWorker::Nudge() {
+  {
+    std::lock_guard lock(mu_);
+    nudged_ = true;
+  }
+  cv_.notify_all();
+}
+
 void RetentionWorker::Run() {
   std::unique_lock lock(mu_);
   while (!stop_) {
@@ -58,7 +73,8 @@ void RetentionWorker::Run() {
     if (!r.ok()) spdlog::warn("store retention: {}", r.status().ToString());
     passes_.fetch_add(1);
     lock.lock();
-    cv_.wait_for(lock, every_, [this] { return stop_; });
+    cv_.wait_for(lock, every_, [this] { return stop_ || nudged_; });
+    nudged_ = false;
   }
 }
 

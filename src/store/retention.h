@@ -37,10 +37,13 @@ struct RetentionPolicy {
 struct RetentionStats {
   std::int64_t folded = 0;   // points folded into coarser ones
   std::int64_t dropped = 0;  // points deleted for age
+  std::int64_t reclaimed_pages = 0;  // free pages given back to the file system (Store::ReclaimSpace)
   int steps = 0;             // transactions
 };
 
-// One full pass at `now`: every tier, then the drop. `stop` (optional) is asked between steps.
+// One full pass at `now`: every tier, then the drop, then free pages given back to the file
+// system (so the file shrinks after ended jobs' environments were dropped). `stop` (optional)
+// is asked between steps.
 Result<RetentionStats> ApplyRetention(Store& store, const RetentionPolicy& policy, Micros now,
                                       int chunk = 2000, const std::function<bool()>& stop = {});
 
@@ -57,6 +60,9 @@ class RetentionWorker {
 
   void Start();
   void Stop();
+  // Runs the next pass now rather than at the end of the period (the daemon asks after it
+  // dropped a lot: cancelled jobs' environments).
+  void Nudge();
   int passes() const { return passes_.load(); }
 
  private:
@@ -69,6 +75,7 @@ class RetentionWorker {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool nudged_ = false;
   std::atomic<int> passes_{0};
   std::thread thread_;
 };

@@ -113,7 +113,9 @@ class SqliteStore final : public Store {
     sqlite3_busy_timeout(db_, 5000);
     GPUSLICE_RETURN_IF_ERROR(CheckSchema(db_, path));
     if (Status st = Settings(); !st.ok()) return st.WithContext(path + ": ");
-    return MigrateSchema(db_, path, [&](int from) { return KeepCopy(path, from); });
+    GPUSLICE_RETURN_IF_ERROR(MigrateSchema(db_, path, [&](int from) { return KeepCopy(path, from); }));
+    if (Status st = EnableIncrementalVacuum(); !st.ok()) return st.WithContext(path + ": ");
+    return Status::Ok();
   }
 
   Status Settings() {
@@ -123,6 +125,37 @@ class SqliteStore final : public Store {
     GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON"));
     // Overwritten rows (an ended job's environment) are zeroed, not left in free space.
     return Exec("PRAGMA secure_delete=ON");
+  }
+
+  // Freed pages (an ended job's environment, folded samples) are kept for reuse unless given
+  // back: with auto_vacuum=INCREMENTAL, ReclaimSpace returns them to the file system in small
+  // steps. A store made before this setting is rebuilt once (VACUUM) to take it. The WAL file
+  // is cut back to 64 MiB after checkpoints, so a burst of writes does not keep it large.
+  Status EnableIncrementalVacuum() {
+    GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA journal_size_limit=67108864"));
+    {
+      // Finalized before VACUUM, which refuses to run beside an unfinished statement.
+      Stmt s(db_, "PRAGMA auto_vacuum");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      if (row && s.Int(0) == 2) return Status::Ok();  // 2: incremental
+    }
+    GPUSLICE_RETURN_IF_ERROR(Exec("PRAGMA auto_vacuum=INCREMENTAL"));
+    return Exec("VACUUM");
+  }
+
+  Result<std::int64_t> ReclaimSpace(int max_pages) override {
+    std::lock_guard lock(mu_);
+    std::int64_t free_pages = 0;
+    {
+      Stmt s(db_, "PRAGMA freelist_count");
+      GPUSLICE_RETURN_IF_ERROR(s.status());
+      GPUSLICE_ASSIGN_OR_RETURN(bool row, s.Step());
+      free_pages = row ? s.Int(0) : 0;
+    }
+    if (free_pages == 0 || max_pages <= 0) return 0;
+    GPUSLICE_RETURN_IF_ERROR(Exec(fmt::format("PRAGMA incremental_vacuum({})", max_pages).c_str()));
+    return std::min<std::int64_t>(free_pages, max_pages);
   }
 
   // Before a migration: the store as it was, in <path>.pre-v<from> (private), unless an

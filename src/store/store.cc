@@ -56,7 +56,30 @@ bool IsTerminal(JobState s) {
 
 JobRecord PrivateCopy(const JobRecord& j) {
   JobRecord out = j;
-  if (IsTerminal(j.state)) out.env.clear();
+  if (!IsTerminal(j.state)) return out;
+  out.env.clear();
+  out.env.shrink_to_fit();
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < out.argv.size(); ++i) {
+    if (kept + out.argv[i].size() <= kEndedArgvBytes) {
+      kept += out.argv[i].size();
+      continue;
+    }
+    std::int64_t dropped = 0;
+    for (std::size_t k = i; k < out.argv.size(); ++k) dropped += static_cast<std::int64_t>(out.argv[k].size());
+    // The element that passes the cap keeps its head; the rest go.
+    std::size_t room = kEndedArgvBytes - kept;
+    // Do not cut a UTF-8 sequence in two (the view would have to carry it as bytes).
+    while (room > 0 && room < out.argv[i].size() && (static_cast<unsigned char>(out.argv[i][room]) & 0xC0) == 0x80) {
+      --room;
+    }
+    out.argv[i].resize(room);
+    dropped -= static_cast<std::int64_t>(room);
+    out.argv.resize(room > 0 ? i + 1 : i);
+    out.argv.shrink_to_fit();
+    out.argv_dropped += dropped;
+    break;
+  }
   return out;
 }
 
@@ -114,6 +137,9 @@ nlohmann::json JobToJson(const JobRecord& j) {
       {"pid_start_ticks", j.pid_start_ticks},
       {"log_path", BytesToJson(j.log_path)},
       {"never_started_requeues", j.never_started_requeues},
+      {"idempotency_key", j.idempotency_key},
+      {"umask", j.umask},
+      {"argv_dropped_bytes", j.argv_dropped},
   };
   o["exit_code"] = j.exit_code ? nlohmann::json(*j.exit_code) : nlohmann::json(nullptr);
   o["exit_signal"] = j.exit_signal ? nlohmann::json(*j.exit_signal) : nlohmann::json(nullptr);
@@ -156,6 +182,10 @@ Result<JobRecord> JobFromJson(const nlohmann::json& o) {
     if (!o.at("exit_signal").is_null()) j.exit_signal = o.at("exit_signal").get<int>();
     // Absent in records written before requeues were counted.
     j.never_started_requeues = o.value("never_started_requeues", 0);
+    // Absent in records written before submit keys, umasks and the history cut.
+    j.idempotency_key = o.value("idempotency_key", std::string());
+    j.umask = o.value("umask", -1);
+    j.argv_dropped = o.value("argv_dropped_bytes", std::int64_t{0});
     return j;
   } catch (const nlohmann::json::exception& e) {
     return Status(StatusCode::kDataLoss, fmt::format("job record: {}", e.what()));

@@ -76,9 +76,22 @@ struct JobRecord {
   // the start's commit and the go-ahead; docs/api.md "Durability and recovery"); the
   // daemon fails the job instead after a few.
   int never_started_requeues = 0;
+  // Submit's idempotency key (docs/api.md): a second submit of the same uid with the same key
+  // answers this job instead of making another. "" : none given.
+  std::string idempotency_key;
+  // The submitter's file mode creation mask for the job's processes (0..0777); -1: none given
+  // (the daemon applies 022, never its own 077).
+  int umask = -1;
+  // Bytes of argv not kept once the job ended (PrivateCopy keeps kEndedArgvBytes of it).
+  std::int64_t argv_dropped = 0;
 
   friend bool operator==(const JobRecord&, const JobRecord&) = default;
 };
+
+// What an ended job keeps of its argv, in bytes (whole elements first, then a cut one): the
+// command stays readable in `ps --all` and `show`, while a user submitting and cancelling
+// megabyte commands cannot grow the history (store and daemon memory) by megabytes a job.
+inline constexpr std::size_t kEndedArgvBytes = 4096;
 
 struct SliceRecord {
   SliceId id;
@@ -203,14 +216,19 @@ class Store {
   virtual Result<std::vector<EventRecord>> ListEventsOfType(std::string_view type, Micros before);
   // Deletes up to `max_points` of the oldest points with time < before; returns how many.
   virtual Result<std::int64_t> DropSamples(Micros before, int max_points);
+  // Gives free pages back to the file system, at most `max_pages` per call (SQLite: incremental
+  // vacuum, so the file shrinks after environments of ended jobs were dropped); returns the
+  // pages given back. The default (memory store) has nothing to give back.
+  virtual Result<std::int64_t> ReclaimSpace(int max_pages);
 
   // Small key/value settings (e.g. the scheduler seed), written outside batches.
   virtual Result<std::optional<std::string>> GetMeta(std::string_view key) = 0;
   virtual Status PutMeta(std::string_view key, std::string_view value) = 0;
 };
 
-// What a store keeps of `j`: all of it, less the environment once the job has ended (nothing
-// starts it again; a requeued job is pending, not terminal).
+// What a store (and the daemon's memory) keeps of `j`: all of it, less the environment and all
+// but kEndedArgvBytes of argv once the job has ended (nothing starts it again; a requeued job is
+// pending, not terminal).
 JobRecord PrivateCopy(const JobRecord& j);
 
 // How hard Commit pushes a batch to disk (SQLite WAL either way).
@@ -232,6 +250,10 @@ Result<std::unique_ptr<Store>> OpenSqliteStore(const std::string& state_dir,
 // what was committed when each read began. Every write through it fails (read-only). The
 // database must exist (OpenSqliteStore made it).
 Result<std::unique_ptr<Store>> OpenSqliteReader(const std::string& state_dir);
+// `n` such read-only connections behind one Store: each read borrows a free one (or waits for
+// one), so concurrent readers of history (reports, events, samples) run side by side, beside
+// the writer and not behind each other. Writes fail, as on one reader.
+Result<std::unique_ptr<Store>> OpenSqliteReaders(const std::string& state_dir, int n);
 std::unique_ptr<Store> NewMemoryStore();
 
 }  // namespace gpuslice::store

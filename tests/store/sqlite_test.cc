@@ -4,9 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -167,6 +170,91 @@ TEST(SqliteStore, UncreatableStateDirIsAnError) {
   auto s = OpenSqliteStore("/proc/gpuslice-cannot-exist");
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("/proc/gpuslice-cannot-exist"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuslice::store
+
+namespace gpuslice::store {
+namespace {
+
+std::uintmax_t DbBytes(const std::filesystem::path& dir) {
+  std::uintmax_t n = 0;
+  for (const char* f : {"gpuslice.db", "gpuslice.db-wal"}) {
+    std::error_code ec;
+    const auto s = std::filesystem::file_size(dir / f, ec);
+    if (!ec) n += s;
+  }
+  return n;
+}
+
+// A user queues jobs carrying a large environment, then cancels them: the environment leaves
+// the rows (PrivateCopy) and, once the space is reclaimed, the file itself shrinks.
+TEST(SqliteStore, SpaceOfCancelledJobsIsGivenBackToTheFileSystem) {
+  auto dir = std::filesystem::temp_directory_path() / ("sqlite_shrink_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  auto s = OpenSqliteStore(dir.string(), Sync::kProcess);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<JobRecord> jobs;
+  for (int i = 1; i <= 64; ++i) {
+    JobRecord j;
+    j.id = JobId(static_cast<std::uint64_t>(i));
+    j.argv = {"sleep", "1"};
+    j.env = {{"BULK", std::string(256 * 1024, static_cast<char>('a' + i % 26))}};
+    jobs.push_back(j);
+  }
+  ASSERT_TRUE((*s)->Commit(WriteBatch{.jobs = jobs}).ok());
+  ASSERT_TRUE((*s)->ReplaceJournal({}).ok());  // checkpoints the WAL into the database
+  const auto full = DbBytes(dir);
+  EXPECT_GT(full, 16u << 20);
+  for (auto& j : jobs) j.state = JobState::kCancelled;
+  ASSERT_TRUE((*s)->Commit(WriteBatch{.jobs = jobs}).ok());
+  ASSERT_TRUE((*s)->ReplaceJournal({}).ok());
+  std::int64_t pages = 0;
+  for (int step = 0; step < 1000; ++step) {
+    auto n = (*s)->ReclaimSpace(256);
+    ASSERT_TRUE(n.ok()) << n.status().ToString();
+    pages += *n;
+    if (*n == 0) break;
+  }
+  EXPECT_GT(pages, 3000) << "16 MiB of environments are about 4,000 pages";
+  ASSERT_TRUE((*s)->ReplaceJournal({}).ok());
+  const auto after = DbBytes(dir);
+  EXPECT_LT(after, full / 4) << "from " << full << " to " << after << " bytes";
+  auto back = (*s)->GetJob(JobId(7));
+  ASSERT_TRUE(back.ok() && back->has_value());
+  EXPECT_TRUE((*back)->env.empty());
+  EXPECT_EQ((*back)->argv, (std::vector<std::string>{"sleep", "1"}));
+  std::filesystem::remove_all(dir);
+}
+
+// Several read-only connections behind one Store: concurrent readers each get one, none can
+// write.
+TEST(SqliteStore, ReaderConnectionsServeConcurrentReadsAndRefuseWrites) {
+  auto dir = std::filesystem::temp_directory_path() / ("sqlite_readers_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  auto w = OpenSqliteStore(dir.string(), Sync::kProcess);
+  ASSERT_TRUE(w.ok());
+  WriteBatch b;
+  for (int i = 1; i <= 100; ++i) b.events.push_back(EventRecord{0, i, JobId(1), "e", "x"});
+  ASSERT_TRUE((*w)->Commit(b).ok());
+  auto pool = OpenSqliteReaders(dir.string(), 3);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  std::vector<std::thread> ts;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 8; ++t) {
+    ts.emplace_back([&] {
+      for (int k = 0; k < 20; ++k) {
+        auto e = (*pool)->ListEvents(0, JobId(1), 1000);
+        if (e.ok() && e->size() == 100) ++good;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(good, 160);
+  EXPECT_FALSE((*pool)->Commit(b).ok());
+  EXPECT_FALSE(OpenSqliteReaders(dir.string(), 0).ok());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
