@@ -87,7 +87,9 @@ class KeepHandler(_Base):
         job = _job_id()
         if not job:
             raise web.HTTPError(409, "not running as a gpuslice job (GPUSLICE_JOB_ID unset)")
-        body = {"source": "jupyter", "busy": False, "last_activity_us": client.now_us()}
+        # Busy: only a busy report may postpone a reclaim (within the queue's busy_max); an
+        # idle one, whatever last activity it claims, decides nothing (docs/api.md).
+        body = {"source": "jupyter", "busy": True, "last_activity_us": client.now_us()}
         try:
             ans = await IOLoop.current().run_in_executor(
                 None, lambda: client.request("POST", f"/v1/jobs/{job}/activity", body, 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "api/bounded_json.h"
 #include "core/text.h"
 
 namespace gpuslice::daemon {
@@ -18,7 +19,7 @@ Status CountField(const json& body, const char* name, int& out) {
   if (it == body.end() || it->is_null()) return Status::Ok();
   if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > 1000000) {
     return InvalidArgument(fmt::format("field '{}': value '{}' must be an integer 0..1000000", name,
-                                       EscapeInvalidUtf8(it->dump())));
+                                       api::ShownJson(*it)));
   }
   out = static_cast<int>(it->get<std::int64_t>());
   return Status::Ok();
@@ -34,7 +35,7 @@ Result<sched::ActivityReport> ParseActivityReport(const json& body, JobId job, M
     if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* n) { return k == n; }) ==
         std::end(kKnown)) {
       return InvalidArgument(fmt::format("field '{}': unknown (expected source, busy, last_activity_us, "
-                                         "kernels, connections)", EscapeInvalidUtf8(k)));
+                                         "kernels, connections)", api::ShownText(k)));
     }
   }
   sched::ActivityReport e;
@@ -44,7 +45,7 @@ Result<sched::ActivityReport> ParseActivityReport(const json& body, JobId job, M
   if (src == body.end() || !src->is_string()) {
     return InvalidArgument(fmt::format("field 'source': {} is not a name such as \"jupyter\" (required; "
                                        "[a-z0-9_-], 1 to {} characters)",
-                                       src == body.end() ? "missing" : "value '" + EscapeInvalidUtf8(src->dump()) + "'",
+                                       src == body.end() ? "missing" : "value '" + api::ShownJson(*src) + "'",
                                        kMaxSourceLength));
   }
   e.source = src->get<std::string>();
@@ -54,22 +55,22 @@ Result<sched::ActivityReport> ParseActivityReport(const json& body, JobId job, M
                        });
   if (!name_ok) {
     return InvalidArgument(fmt::format("field 'source': value '{}' must be [a-z0-9_-], 1 to {} characters",
-                                       EscapeInvalidUtf8(e.source), kMaxSourceLength));
+                                       api::ShownText(e.source), kMaxSourceLength));
   }
   auto busy = body.find("busy");
   if (busy == body.end() || !busy->is_boolean()) {
     return InvalidArgument(fmt::format("field 'busy': {} must be true or false (required)",
-                                       busy == body.end() ? "missing" : "value '" + EscapeInvalidUtf8(busy->dump()) + "'"));
+                                       busy == body.end() ? "missing" : "value '" + api::ShownJson(*busy) + "'"));
   }
   e.busy = busy->get<bool>();
   if (auto la = body.find("last_activity_us"); la != body.end() && !la->is_null()) {
     if (!la->is_number_integer()) {
       return InvalidArgument(fmt::format("field 'last_activity_us': value '{}' must be an integer "
-                                         "(microseconds since the Unix epoch)", EscapeInvalidUtf8(la->dump())));
+                                         "(microseconds since the Unix epoch)", api::ShownJson(*la)));
     }
     // Unsigned values above INT64_MAX are refused here too (is_number_integer accepts them).
     if (la->is_number_unsigned() && la->get<std::uint64_t>() > static_cast<std::uint64_t>(std::numeric_limits<Micros>::max())) {
-      return InvalidArgument(fmt::format("field 'last_activity_us': value '{}' is out of range", la->dump()));
+      return InvalidArgument(fmt::format("field 'last_activity_us': value '{}' is out of range", api::ShownJson(*la)));
     }
     const Micros t = la->get<Micros>();
     if (t < kReportEarliest) {
@@ -109,7 +110,7 @@ bool ActivityDesk::Due(const sched::SliceView& v, const sched::IdlePolicy& idle,
     // Would it withdraw the warning? The same test as the scheduler's, on a copy.
     sched::SliceView after = v;
     after.report = sched::SliceReport{e.source, e.busy, e.last_activity, e.kernels, e.connections, e.now,
-                                      e.busy && v.report->busy ? v.report->busy_since : e.now};
+                                      sched::BusyBudgetStart(v, e.busy, e.now)};
     return e.now - sched::EffectiveLastActive(idle, after, e.now) < idle.window;
   }
   return false;

@@ -301,6 +301,9 @@ void JournalCompactor::Observe(const sched::Event& e, const std::vector<sched::D
       idle_warned_[index].push_back(x->slice);
     }
   }
+  if (const auto* a = std::get_if<sched::ActivityReport>(&e)) {
+    if (auto r = running_.find(a->job); r != running_.end()) reported_[index] = r->second;
+  }
   // A job that ends by itself ends its slice without a decision.
   if (const auto* f = std::get_if<sched::Finish>(&e)) {
     auto r = running_.find(f->job);
@@ -360,6 +363,9 @@ Result<std::vector<std::string>> JournalCompactor::Compact(const std::vector<std
           st->second.pending_time = clock_[i];
         }
       }
+    }
+    if (auto r = reported_.find(i); r != reported_.end()) {
+      if (auto st = alive.find(r->second); st != alive.end()) keep_pending(st->second);
     }
     auto e = ended_at.find(i);
     if (kinds_[i] == Kind::kTick) {

@@ -42,8 +42,11 @@ bool CanChangeState(const sched::Event& e);
 // did nothing and go. Everything else is kept: Submits, Finishes, Cancels, Requeues, devices, MIG, Ticks
 // (journaled only when they decided something). A Sample left with no part is dropped when that
 // moves no clock (its time is not after the next kept entry's), else kept empty.
-// So a busy slice keeps about one Sample per idle window while Ticks are journaled, and none
-// otherwise. Compact() replays its result and refuses unless it rebuilds the same scheduler
+// An ActivityReport reads its slice's last_active too (whether the GPU was active since its busy
+// budget began: sched::BusyBudgetStart), so the latest active Sample before each report of the
+// slice is kept, as before a Tick that reads it.
+// So a busy slice keeps about one Sample per idle window while Ticks are journaled (and one per
+// journaled report of it), and none otherwise. Compact() replays its result and refuses unless it rebuilds the same scheduler
 // state (jobs, slices, devices, pending order, clock; only the count of handled events differs).
 // Not thread-safe; one compaction at a time.
 class JournalCompactor {
@@ -80,6 +83,7 @@ class JournalCompactor {
   std::vector<Part> parts_;
   std::map<SliceId, Life> lives_;
   std::map<std::size_t, std::vector<SliceId>> idle_warned_;  // entry -> slices warned idle
+  std::map<std::size_t, SliceId> reported_;                  // entry -> slice an activity report reads
   std::map<JobId, SliceId> running_;                         // job -> its live slice
 };
 

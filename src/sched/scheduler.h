@@ -41,7 +41,7 @@ struct SliceReport {
   int kernels = -1;
   int connections = -1;
   Micros received = 0;        // the event's time
-  Micros busy_since = 0;      // busy: when this busy streak began (consecutive busy reports)
+  Micros busy_since = 0;      // when the busy budget began (BusyBudgetStart); 0: none
 };
 
 struct JobView {
@@ -146,9 +146,13 @@ bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s);
 // signal and it was received less than idle.report_stale before `t`.
 bool ReportCounts(const IdlePolicy& idle, const SliceReport& r, Micros t);
 // When the slice was last active at `t` by every counting signal: the GPU's last_active, or
-// later by a fresh report (its last_activity; `t` itself while it says busy, busy_is_active,
-// within busy_max of its streak's start). Reports only ever move it later.
+// later by a fresh report that says busy (its last_activity; `t` itself with busy_is_active),
+// never past its busy budget's start + busy_max. An idle report never moves it; reports only
+// ever move it later.
 Micros EffectiveLastActive(const IdlePolicy& idle, const SliceView& s, Micros t);
+// The start of the busy budget a new report (busy or not) carries: the first busy report since
+// the GPU was last active, kept across idle reports; 0 when there is none.
+Micros BusyBudgetStart(const SliceView& s, bool busy, Micros now);
 // When, with no further event, the slice's idle window ends (EffectiveLastActive + window,
 // taking the report's going stale into account).
 Micros IdleWindowEnd(const IdlePolicy& idle, const SliceView& s);

@@ -56,10 +56,13 @@ void Scheduler::Impl::OnSample(const Sample& e) {
   }
 }
 
-// A report replaces the slice's earlier one. One that shows activity now (it counts, and the
-// slice's effective last activity is within the window) withdraws an idle warning, as an
-// active sample does; an idle-looking one changes nothing but the record: reports only
-// postpone. A busy streak (busy_max) runs across consecutive busy reports.
+// A report replaces the slice's earlier one. Only a report that says busy can postpone a
+// reclaim, and only for busy_max in total since the GPU was last active: the budget starts at
+// the first busy report after the GPU's last activity and an idle report in between neither
+// ends nor restarts it (interleaving idle reports used to renew it). An idle report is kept
+// for the views and decides nothing, whatever last activity it claims: reporting "idle, last
+// active now" every few seconds used to keep a slice from its reclaim forever. One that shows
+// activity now withdraws an idle warning, as an active sample does.
 void Scheduler::Impl::OnActivityReport(const ActivityReport& e) {
   auto rit = resolved_.find(e.job);
   if (rit == resolved_.end() || rit->second.view->state != JobState::kRunning) return;
@@ -72,7 +75,7 @@ void Scheduler::Impl::OnActivityReport(const ActivityReport& e) {
   n.kernels = e.kernels;
   n.connections = e.connections;
   n.received = now_;
-  if (e.busy) n.busy_since = sv.report && sv.report->busy ? sv.report->busy_since : now_;
+  n.busy_since = BusyBudgetStart(sv, e.busy, now_);
   sv.report = std::move(n);
   if (p.enabled && !sv.unmeasured && sv.idle != IdleState::kActive && ReportCounts(p, *sv.report, now_) &&
       now_ - EffectiveLastActive(p, sv, now_) < p.window) {
@@ -245,19 +248,26 @@ bool SampleShowsActivity(const IdlePolicy& idle, const SliceSample& s) {
   return ClassifySample(idle, s).activity == Activity::kActive;
 }
 
+Micros BusyBudgetStart(const SliceView& s, bool busy, Micros now) {
+  // The budget of the earlier reports goes on unless the GPU has been active since it began
+  // (or there was none): an idle report carries it, a busy one continues it.
+  const bool open = s.report && (s.report->busy || s.report->busy_since > 0) && s.report->busy_since >= s.last_active;
+  if (open) return s.report->busy_since;
+  return busy ? now : 0;
+}
+
 bool ReportCounts(const IdlePolicy& idle, const SliceReport& r, Micros t) {
   return idle.CountsReports(r.source) && t - r.received < idle.report_stale;
 }
 
 Micros EffectiveLastActive(const IdlePolicy& idle, const SliceView& s, Micros t) {
   Micros e = s.last_active;
-  if (!s.report || !ReportCounts(idle, *s.report, t)) return e;
+  if (!s.report || !ReportCounts(idle, *s.report, t) || !s.report->busy) return e;
   const SliceReport& r = *s.report;
-  if (r.last_activity >= 0) e = std::max(e, r.last_activity);
-  if (r.busy && idle.busy_is_active) {
-    const Micros cap = idle.busy_max > 0 ? r.busy_since + idle.busy_max : LLONG_MAX;
-    e = std::max(e, std::min(t, cap));
-  }
+  // A busy report: its last activity, and (busy_is_active) now, within the busy budget.
+  const Micros cap = idle.busy_max > 0 ? r.busy_since + idle.busy_max : LLONG_MAX;
+  if (r.last_activity >= 0) e = std::max(e, std::min(r.last_activity, cap));
+  if (idle.busy_is_active) e = std::max(e, std::min(t, cap));
   return e;
 }
 
@@ -267,14 +277,15 @@ Micros EffectiveLastActive(const IdlePolicy& idle, const SliceView& s, Micros t)
 // EffectiveLastActive: t >= IdleWindowEnd(s) iff t - EffectiveLastActive(s, t) >= window.
 Micros IdleWindowEnd(const IdlePolicy& idle, const SliceView& s) {
   const Micros gpu_end = s.last_active + idle.window;
-  if (!s.report || !idle.CountsReports(s.report->source)) return gpu_end;
+  if (!s.report || !idle.CountsReports(s.report->source) || !s.report->busy) return gpu_end;
   const SliceReport& r = *s.report;
   const Micros stale_at = r.received + idle.report_stale;
+  const Micros cap = idle.busy_max > 0 ? r.busy_since + idle.busy_max : LLONG_MAX;
   Micros e = s.last_active;
-  if (r.last_activity >= 0) e = std::max(e, r.last_activity);
-  if (r.busy && idle.busy_is_active) {
+  if (r.last_activity >= 0) e = std::max(e, std::min(r.last_activity, cap));
+  if (idle.busy_is_active) {
     if (idle.busy_max <= 0) return std::max(stale_at, gpu_end);
-    e = std::max(e, r.busy_since + idle.busy_max);
+    e = std::max(e, cap);
   }
   const Micros end = e + idle.window;
   return end < stale_at ? end : std::max(stale_at, gpu_end);

@@ -254,8 +254,14 @@ TEST(ActivityReport, AReportWithdrawsAnIdleWarning) {
   h.WaitJob(id, Running);
   json w = h.WaitJob(id, [](const json& j) { return !j["warning"].get<std::string>().empty(); });
   EXPECT_EQ(w["job"]["idle_state"], "warned");
-  // "Keep my session": not busy, but used just now.
-  auto r = Report(h, id, {{"source", "jupyter"}, {"busy", false}, {"last_activity_us", NowUs()}});
+  // An idle report withdraws nothing, whatever last activity it claims (reporting "idle, used
+  // just now" every few seconds used to keep a slice from its reclaim forever).
+  auto idle = Report(h, id, {{"source", "jupyter"}, {"busy", false}, {"last_activity_us", NowUs()}});
+  ASSERT_TRUE(idle.ok()) << idle.status().ToString();
+  EXPECT_EQ((*idle)["job"]["idle_state"], "warned") << idle->dump();
+  EXPECT_NE((*idle)["job"]["warning"], "");
+  // "Keep my session" (the notebook banner's button) reports busy: withdrawn.
+  auto r = Report(h, id, {{"source", "jupyter"}, {"busy", true}, {"last_activity_us", NowUs()}});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ((*r)["job"]["warning"], "") << r->dump();
   EXPECT_EQ((*r)["job"]["warn_deadline_us"], 0);

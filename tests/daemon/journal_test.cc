@@ -129,7 +129,9 @@ TEST(Journal, ReplayRebuildsTheSameScheduler) {
 // idle (warned, reclaimed), finishing or cancelled; a Tick every minute.
 class Host {
  public:
-  explicit Host(std::uint64_t seed) : rng_(seed), sched_(sched::DefaultConfig(), 7) {
+  // `reports`: every running slice's session also reports activity every 7 minutes,
+  // alternately busy and idle (a notebook's kernels).
+  explicit Host(std::uint64_t seed, bool reports = false) : rng_(seed), sched_(sched::DefaultConfig(), 7), reports_(reports) {
     for (std::uint32_t i = 0; i < 8; ++i) {
       Feed(sched::DeviceAdded{0, {NodeId(1), DeviceIndex(i)}, "GPU-" + std::to_string(i),
                               "H100-80GB", true, false, {}});
@@ -169,6 +171,12 @@ class Host {
       if (pct(rng_) == 0) cancel.push_back(v.job);
     }
     if (!sample.slices.empty()) out += Feed(sample);
+    if (reports_ && (now_ / kMinute) % 7 == 0) {
+      std::vector<JobId> running;
+      for (const auto& [sid, v] : sched_.slices()) running.push_back(v.job);
+      const bool busy = (now_ / kMinute / 7) % 2 == 0;
+      for (JobId j : running) out += Feed(sched::ActivityReport{now_, j, "jupyter", busy, now_ - kMinute, 1, 1});
+    }
     // Now and then a job's command never ran (the daemon stopped before the go-ahead): it is
     // requeued once, its slice ends and it may start again on another (no random draw, so
     // the rest of the load is as it was).
@@ -203,6 +211,7 @@ class Host {
   std::vector<std::string> journal_;
   std::map<JobId, Plan> plan_;
   std::set<JobId> requeued_;
+  bool reports_ = false;
   std::uint64_t next_job_ = 1;
   Micros now_ = kSecond;
 };
@@ -261,6 +270,24 @@ TEST(JournalCompaction, RoundTripKeepsTheStateAndTheFuture) {
   }
   EXPECT_EQ(SchedulerDigest(*compacted), SchedulerDigest(*full));
   EXPECT_TRUE(compacted->CheckInvariants().ok());
+}
+
+// Activity reports read the GPU's last activity (the busy budget runs from the first busy
+// report since it), so a report keeps the Sample before it: with sessions reporting busy and
+// idle between active Samples, the compacted journal still rebuilds the same scheduler.
+TEST(JournalCompaction, SessionsReportingActivityStillCompactExactly) {
+  Host host(5, true);
+  for (int m = 0; m < 2 * 24 * 60; ++m) host.Minute();
+  const std::vector<std::string> journal = host.journal();
+  EXPECT_GT(std::count_if(journal.begin(), journal.end(),
+                          [](const std::string& e) { return e.find(R"("t":"activity")") != std::string::npos; }),
+            100);
+  JournalCompactor compactor;
+  auto full = Replay(journal, &compactor);
+  auto kept = compactor.Compact(journal, sched::DefaultConfig(), 7, *full);
+  ASSERT_TRUE(kept.ok()) << kept.status().ToString();
+  EXPECT_LT(kept->size() * 2, journal.size()) << kept->size() << " of " << journal.size();
+  EXPECT_EQ(SchedulerDigest(*Replay(*kept)), SchedulerDigest(*full));
 }
 
 // A compactor that is given another journal than it observed refuses, and one whose result

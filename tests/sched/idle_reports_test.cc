@@ -103,24 +103,51 @@ TEST_F(ReportTest, AFreshBusyReportKeepsTheSliceActiveUntilItGoesStale) {
   EXPECT_EQ(MinutesUntil<Reclaim>(h(), job, 60), 10);
 }
 
-TEST_F(ReportTest, LastActivityPostponesByTheWindowAndAnIdleReportCausesNothing) {
+TEST_F(ReportTest, AnIdleReportNeverPostponesWhateverLastActivityItClaims) {
   Use(WithReports());
   JobId job = Start();
   Walk(h(), 20 * kMinute);
-  // Not busy; last used 5 minutes ago: the window ends 25 minutes from now, not 10.
+  // Not busy, "last used 5 minutes ago": the GPU rule alone decides (warned at minute 30).
   h().Feed(Report(job, false, h().now() - 5 * kMinute));
-  EXPECT_EQ(MinutesUntil<Warn>(h(), job, 60), 10) << "stale after 10 minutes: the GPU rule (idle 30m) decides";
-  // A report of a long-idle session does not hasten anything.
+  EXPECT_EQ(MinutesUntil<Warn>(h(), job, 60), 10);
+  // The dodge the probe found: "idle, last active now" every two minutes, forever. It used to
+  // reset the idle clock at each report; now the slice is warned and reclaimed on time.
   Use(WithReports(0, 2 * kHour));
   job = Start();
-  Walk(h(), 5 * kMinute);
-  h().Feed(Report(job, false, 0));  // last active when the job started
-  EXPECT_EQ(MinutesUntil<Warn>(h(), job, 60), 25) << "still 30 minutes after the GPU was last active";
+  auto each = [&](int m) {
+    if (m % 2 == 0) h().Feed(Report(job, false, h().now()));
+  };
+  EXPECT_EQ(MinutesUntil<Warn>(h(), job, 120, each), 30);
+  EXPECT_EQ(MinutesUntil<Reclaim>(h(), job, 60, each), 10);
+  // A busy report's last activity does count (within its budget).
   Use(WithReports(0, 2 * kHour));
   job = Start();
   Walk(h(), 20 * kMinute);
-  h().Feed(Report(job, false, h().now() - 5 * kMinute));
-  EXPECT_EQ(MinutesUntil<Warn>(h(), job, 60), 25) << "fresh: 30 minutes after the reported activity";
+  h().Feed(Report(job, true, h().now() - 5 * kMinute));
+  EXPECT_EQ(MinutesUntil<Warn>(h(), job, 100), -1) << "busy and fresh (stale 2h after it): active";
+}
+
+TEST_F(ReportTest, IdleReportsInterleavedWithBusyOnesDoNotRenewTheBusyBudget) {
+  Use(WithReports(kHour));
+  JobId job = Start();
+  // Every 5 minutes an idle report and at once a busy one, as a client that wants its budget
+  // back would send (the busy streak used to restart after each idle report, so the cap never
+  // came): the budget still runs from the first busy report (minute 4) and ends an hour on.
+  const int warned = MinutesUntil<Warn>(h(), job, 200, [&](int m) {
+    if (m % 5 == 0) {
+      h().Feed(Report(job, false));
+      h().Feed(Report(job, true));
+    }
+  });
+  EXPECT_EQ(warned, 4 + 60 + 30);
+  // GPU activity ends the budget's stretch: a busy report after it starts a new one.
+  SliceSample busy_gpu;
+  busy_gpu.slice = h().scheduler().slices().begin()->first;
+  busy_gpu.sm_percent = 90;
+  h().Feed(Sample{0, {busy_gpu}});
+  EXPECT_EQ(h().scheduler().slices().begin()->second.idle, IdleState::kActive);
+  h().Feed(Report(job, true));
+  EXPECT_EQ(h().scheduler().slices().begin()->second.report->busy_since, h().now());
 }
 
 TEST_F(ReportTest, BusyMaxCapsTheProtectionOfOneBusyStreak) {
@@ -141,10 +168,11 @@ TEST_F(ReportTest, AReportOfActivityWithdrawsAWarningAndRestartsTheWindow) {
   JobId job = Start();
   ASSERT_EQ(MinutesUntil<Warn>(h(), job, 60), 30);
   EXPECT_EQ(h().scheduler().slices().begin()->second.idle, IdleState::kWarned);
-  // Idle since long ago: nothing withdrawn.
+  // Idle reports withdraw nothing, whatever last activity they claim.
   EXPECT_THAT(Only<ClearWarning>(h().Feed(Report(job, false, 0))), SizeIs(0));
-  // Used a minute ago: withdrawn.
-  auto ds = h().Feed(Report(job, false, h().now() - kMinute));
+  EXPECT_THAT(Only<ClearWarning>(h().Feed(Report(job, false, h().now() - kMinute))), SizeIs(0));
+  // Busy: withdrawn.
+  auto ds = h().Feed(Report(job, true, h().now() - kMinute));
   auto clear = Only<ClearWarning>(ds);
   ASSERT_THAT(clear, SizeIs(1));
   EXPECT_THAT(clear[0].message, HasSubstr("jupyter reports activity"));
