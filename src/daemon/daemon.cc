@@ -43,6 +43,11 @@ Daemon::Impl::Impl(sched::Config config, DaemonOptions options, std::unique_ptr<
   agent_ = std::make_unique<agent::Agent>(*backend_, ao, clock_);
 }
 
+Daemon::Impl::~Impl() {
+  retention_.reset();
+  opt_.report_store.reset();
+}
+
 std::string Daemon::Impl::Hostname() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "";
@@ -116,7 +121,11 @@ Status Daemon::Start() { return impl_->Start(); }
 void Daemon::Step() { impl_->Step(); }
 Result<Json> Daemon::Submit(const Caller& c, const Json& body) { return impl_->Submit(c, body); }
 Result<Json> Daemon::ListJobs(const std::map<std::string, std::string>& q) const {
-  return impl_->ListJobs(q);
+  GPUSLICE_ASSIGN_OR_RETURN(std::string text, impl_->ListJobsText(q));
+  return Json::parse(text);  // the daemon's own text: valid, and nested a few levels only
+}
+Result<std::string> Daemon::ListJobsText(const std::map<std::string, std::string>& q) const {
+  return impl_->ListJobsText(q);
 }
 Result<Json> Daemon::GetJob(JobId id) const { return impl_->GetJob(id); }
 Result<Json> Daemon::Cancel(const Caller& c, JobId id) { return impl_->Cancel(c, id); }
@@ -134,8 +143,11 @@ std::string Daemon::Metrics() const { return impl_->Metrics(); }
 Result<std::string> Daemon::LogPath(JobId id) const { return impl_->LogPath(id); }
 bool Daemon::JobEnded(JobId id) const { return impl_->JobEnded(id); }
 Status Daemon::Authorize(const Caller& c, JobId id) const { return impl_->Authorize(c, id); }
+bool Daemon::IsAdmin(const Caller& c) const { return impl_->IsAdmin(c); }
 Result<Json> Daemon::Samples(JobId id) const { return impl_->Samples(id); }
-Result<Json> Daemon::Report(const std::map<std::string, std::string>& q) const { return impl_->Report(q); }
+Result<Json> Daemon::Report(const std::map<std::string, std::string>& q, const Caller& c) const {
+  return impl_->Report(c, q);
+}
 Result<Json> Daemon::Whatif(const std::map<std::string, std::string>& q) const { return impl_->Whatif(q); }
 Result<Json> Daemon::DeviceHistory(const std::map<std::string, std::string>& q) const {
   return impl_->DeviceHistory(q);

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "daemon/quotas.h"
 #include "devices/backend.h"
 #include "exec/launcher.h"
 #include "sched/scheduler.h"
@@ -58,9 +59,16 @@ struct DaemonOptions {
   // Fold and age out stored samples on a thread of the daemon's (store/retention.h); serve
   // turns it on.
   bool store_retention = false;
-  // A second, read-only connection to the store for the usage report (store::OpenSqliteReader),
-  // so a long report never holds up the daemon's commits; null: the report reads the store.
+  // Read-only connections to the store for the history views (the usage report, events, a
+  // job's samples: store::OpenSqliteReaders), so reads never hold up the daemon's commits; null:
+  // they read the store.
   std::shared_ptr<store::Store> report_store;
+  // What one user's unfinished jobs may hold (daemon/quotas.h).
+  UserQuotas quotas;
+  // Usage reports built at once: in total and per user; more are refused (409, try again).
+  // Each runs on a thread of lower CPU priority, so reports never slow others' requests much.
+  int max_reports = 2;
+  int max_reports_per_user = 1;
 };
 
 // An authenticated API caller.
@@ -87,8 +95,13 @@ class Daemon {
   void Step();
 
   // ---- API (bodies as JSON; errors name the field and value) ----
+  // A body with "idempotency_key" that this caller already used answers that job, with
+  // "deduplicated": true, instead of making another (docs/api.md).
   Result<Json> Submit(const Caller& caller, const Json& body);
   Result<Json> ListJobs(const std::map<std::string, std::string>& query) const;
+  // The same listing as JSON text, most of it copied from ended jobs' views rendered once: the
+  // daemon's lock is held only to collect them, never to render a year of history.
+  Result<std::string> ListJobsText(const std::map<std::string, std::string>& query) const;
   Result<Json> GetJob(JobId id) const;
   Result<Json> Cancel(const Caller& caller, JobId id);
   // A session's activity from outside the GPU (docs/api.md): owner, root or admin; the job
@@ -111,13 +124,16 @@ class Daemon {
   Result<Json> Samples(JobId id) const;
   // Every device's recent utilisation in buckets, for the web page (daemon/ui.h).
   Result<Json> DeviceHistory(const std::map<std::string, std::string>& query) const;
-  // The usage report (report/report.h) for query since/from/to/by, from the store.
-  Result<Json> Report(const std::map<std::string, std::string>& query) const;
+  // The usage report (report/report.h) for query since/from/to/by, from the store; at most
+  // max_reports at once (max_reports_per_user for `caller`), else RESOURCE_EXHAUSTED.
+  Result<Json> Report(const std::map<std::string, std::string>& query, const Caller& caller = {}) const;
   // The what-if over the daemon's recent history (whatif/dashboard.h: since/from/to, cached).
   Result<Json> Whatif(const std::map<std::string, std::string>& query) const;
   // OK when `caller` may act on (cancel, read the log of) job `id`: its owner, root, or a
   // member of the configured admin group.
   Status Authorize(const Caller& caller, JobId id) const;
+  // Root or a member of the configured admin group.
+  bool IsAdmin(const Caller& caller) const;
   bool simulated() const { return options_.simulated; }
 
   // ---- config reloads (reload.cc; `systemctl reload gpuslice`, serve's SIGHUP)

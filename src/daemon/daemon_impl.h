@@ -11,6 +11,7 @@
 //   slice_env.cc   a slice's part of the job environment (CUDA, MPS, memcap, MIG UUID)
 //   sampling.cc    the agent round each step, activity to the scheduler, downsampling
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
+//   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
 //   views.cc       the API's read models (jobs, slices, queues, devices, events, samples)
 //   metrics.cc     /metrics
 //   reload.cc      config reloads (Reconfigure), the config's base for replays, its log lines
@@ -44,6 +45,8 @@
 #include "daemon/daemon.h"
 #include "daemon/journal.h"
 #include "daemon/waiting.h"
+#include "daemon/quotas.h"
+#include "daemon/rw_mutex.h"
 #include "store/codec.h"
 #include "store/retention.h"
 #include "store/store.h"
@@ -60,6 +63,10 @@ class Daemon::Impl {
   Impl(sched::Config config, DaemonOptions options, std::unique_ptr<store::Store> store,
        std::unique_ptr<devices::DeviceBackend> backend, std::unique_ptr<exec::Launcher> launcher,
        WallClock clock);
+  // Stops retention and closes the read-only connections first: the writer's connection, closed
+  // last, then folds the WAL into the database and removes it (an ended job's environment may
+  // still sit in old WAL frames until then).
+  ~Impl();
 
   // ---- processes we are responsible for
   struct Proc {
@@ -95,7 +102,7 @@ class Daemon::Impl {
   Result<Json> Cancel(const Caller& c, JobId id);
   Result<Json> ReportActivity(const Caller& c, JobId id, const Json& body);
   // (views.cc)
-  Result<Json> ListJobs(const std::map<std::string, std::string>& q) const;
+  Result<std::string> ListJobsText(const std::map<std::string, std::string>& q) const;
   Result<Json> GetJob(JobId id) const;
   Json Devices() const;
   Json Queues() const;
@@ -104,10 +111,11 @@ class Daemon::Impl {
   Result<Json> Events(std::int64_t after, JobId job, int limit) const;
   Result<std::string> LogPath(JobId id) const;
   Status Authorize(const Caller& c, JobId id) const;
+  bool IsAdmin(const Caller& c) const;
   bool JobEnded(JobId id) const;
   Result<Json> Samples(JobId id) const;
   Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
-  Result<Json> Report(const std::map<std::string, std::string>& query) const;
+  Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;
   // (whatif_view.cc)
   Result<Json> Whatif(const std::map<std::string, std::string>& query) const;
   // (metrics.cc)
@@ -166,6 +174,10 @@ class Daemon::Impl {
   void MergePending(store::WriteBatch& b);
   Status CommitAndAct(store::WriteBatch& batch, Actions& act);
   Status CommitFailed(const Status& st);
+  // A job record just committed: the quota ledger follows it, an ended job's environment and
+  // most of its argv leave memory as they left the store (store::PrivateCopy), and its rendered
+  // view is dropped so the next listing renders it again.
+  void Committed(const JobRecord& j);
 
   // (applier.cc)
   void Apply(const sched::Decision& d, store::WriteBatch& b, Actions& act);
@@ -243,15 +255,21 @@ class Daemon::Impl {
 
   // (requests.cc)
   Status ParseRequest(const Json& body, JobRecord* j) const;
+  // A submit whose idempotency key this uid already used: the earlier job's answer (or an error
+  // when the request differs); nullopt when the key is new.
+  std::optional<Result<Json>> Deduplicate(const JobRecord& j) const;
   static Status ParseCommand(const Json& body, JobRecord* j);
   static sched::JobRequest Request(const JobRecord& j);
 
   // (views.cc)
   Status AuthorizeLocked(const Caller& c, const JobRecord& j) const;
-  bool IsAdmin(const Caller& c) const;  // root or the config's admin group
+  bool IsAdminLocked(const Caller& c) const;  // root or the config's admin group; mu_ held
   Json DevicesLocked() const;
   // `places`: every pending job's place (waiting.h), when the caller has them; else computed.
   Json JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places = nullptr) const;
+  // What the record alone says (no live state, no clock): an ended job's whole view but its
+  // queue's idle_reclaim_mode and its MIG instance text.
+  static api::JobView RecordView(const JobRecord& j);
   void IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,
                  api::SliceView::Figures& o) const;
   std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;
@@ -297,7 +315,7 @@ class Daemon::Impl {
   std::unique_ptr<exec::Launcher> launcher_;
   WallClock clock_;
 
-  mutable std::shared_mutex mu_;
+  mutable WriterFirstMutex mu_;
   std::uint64_t seed_ = 0;
   std::unique_ptr<sched::Scheduler> sched_;
   std::uint64_t next_job_ = 1;
@@ -328,6 +346,18 @@ class Daemon::Impl {
   // or acted on; serve sees Failure() and exits so that a restart recovers.
   Status failure_;
   std::map<JobId, std::string> wait_kind_;  // pending jobs: the reason kind last recorded
+  UserLedger ledger_;  // unfinished jobs per user, for the quotas
+  std::map<std::pair<std::int64_t, std::string>, JobId> submit_keys_;  // (uid, idempotency key)
+  Bytes released_bytes_ = 0;  // of ended jobs' env/argv since the store was last asked to shrink
+  // Ended jobs' views, rendered once (an ended job never changes): under views_mu_, which
+  // readers take while they hold mu_ shared; writers erase an entry when they commit its job.
+  mutable std::mutex views_mu_;
+  mutable std::map<JobId, std::shared_ptr<const std::string>> ended_views_;
+  std::uint64_t views_generation_ = 0;  // bumped at every committed ended job's record (views_mu_)
+  // Reports being built, in total and per uid (Report's gate).
+  mutable std::mutex reports_mu_;
+  mutable int reports_running_ = 0;
+  mutable std::map<std::int64_t, int> reports_by_uid_;
   std::unique_ptr<store::RetentionWorker> retention_;  // last: stops before store_ goes
 };
 

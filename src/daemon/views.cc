@@ -3,13 +3,19 @@
 #include <grp.h>
 #include <pwd.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "api/protocol.h"
 #include "core/catalogue.h"
 #include "core/text.h"
 #include "core/usage.h"
@@ -44,9 +50,12 @@ Micros RoundToSecond(Micros us) { return (us + kSecond / 2) / kSecond * kSecond;
 
 }  // namespace
 
-Result<Json> Daemon::Impl::ListJobs(const std::map<std::string, std::string>& q) const {
-  std::shared_lock lock(mu_);
-  Json arr = Json::array();
+// A listing over a year of history is mostly ended jobs, whose views never change: each is
+// rendered once (ended_views_) and shared; under the daemon's lock a listing only filters and
+// collects, renders the few unfinished jobs, and the text is joined after the lock is released.
+// So a user looping listings holds the lock for microseconds per thousand jobs, and a writer
+// (WriterFirstMutex) waits only for the listings already under way.
+Result<std::string> Daemon::Impl::ListJobsText(const std::map<std::string, std::string>& q) const {
   std::optional<JobState> state;
   bool active_only = false, ended_only = false;
   if (auto it = q.find("state"); it != q.end() && !it->second.empty()) {
@@ -70,26 +79,86 @@ Result<Json> Daemon::Impl::ListJobs(const std::map<std::string, std::string>& q)
     }
     limit = static_cast<std::size_t>(std::stoul(v));
   }
-  std::string user = q.contains("user") ? q.at("user") : "";
-  std::string queue = q.contains("queue") ? q.at("queue") : "";
-  std::vector<const JobRecord*> picked;
-  for (const auto& [id, j] : jobs_) {
-    if (state && j.state != *state) continue;
-    if (active_only && store::IsTerminal(j.state)) continue;
-    if (ended_only && !store::IsTerminal(j.state)) continue;
-    if (!user.empty() && j.user != user) continue;
-    if (!queue.empty() && j.queue != queue) continue;
-    picked.push_back(&j);
+  const std::string user = q.contains("user") ? q.at("user") : "";
+  const std::string queue = q.contains("queue") ? q.at("queue") : "";
+  const std::string key = q.contains("key") ? q.at("key") : "";
+  // parts[i] is filled under the lock (an unfinished job, or an ended one already rendered) or
+  // after it (an ended one rendered for the first time, from a copy of its record).
+  std::vector<std::shared_ptr<const std::string>> parts;
+  struct Unrendered {
+    std::size_t part;
+    JobRecord record;
+    std::optional<std::string> idle_reclaim_mode;
+    std::optional<std::string> mig_instance;
+  };
+  std::vector<Unrendered> unrendered;
+  std::uint64_t generation = 0;
+  {
+    std::shared_lock lock(mu_);
+    std::vector<const JobRecord*> picked;
+    bool any_pending = false;
+    for (const auto& [id, j] : jobs_) {
+      if (state && j.state != *state) continue;
+      if (active_only && store::IsTerminal(j.state)) continue;
+      if (ended_only && !store::IsTerminal(j.state)) continue;
+      if (!user.empty() && j.user != user) continue;
+      if (!queue.empty() && j.queue != queue) continue;
+      if (!key.empty() && j.idempotency_key != key) continue;
+      picked.push_back(&j);
+    }
+    if (limit > 0 && picked.size() > limit) {
+      auto recent = [](const JobRecord* j) { return std::pair(std::max(j->end_time, j->submit_time), j->id); };
+      std::partial_sort(picked.begin(), picked.begin() + static_cast<std::ptrdiff_t>(limit), picked.end(),
+                        [&](const JobRecord* a, const JobRecord* b) { return recent(a) > recent(b); });
+      picked.resize(limit);
+    }
+    for (const JobRecord* j : picked) any_pending = any_pending || j->state == JobState::kPending;
+    // Every pending job's place, once for the listing (not once per job).
+    const auto places = any_pending ? QueuePlaces(*sched_) : std::map<JobId, QueuePlace>{};
+    std::lock_guard views(views_mu_);
+    generation = views_generation_;
+    for (const JobRecord* j : picked) {
+      if (!store::IsTerminal(j->state)) {
+        parts.push_back(std::make_shared<const std::string>(api::DumpJson(JobJson(*j, &places))));
+      } else if (auto c = ended_views_.find(j->id); c != ended_views_.end()) {
+        parts.push_back(c->second);
+      } else {
+        const sched::QueueConfig* q = config_.FindQueue(j->queue);
+        unrendered.push_back({parts.size(), *j,
+                              q ? std::optional<std::string>(IdleReclaimMode(q->idle)) : std::nullopt,
+                              MigInstanceText(*j, q)});
+        parts.emplace_back();
+      }
+    }
   }
-  if (limit > 0 && picked.size() > limit) {
-    auto recent = [](const JobRecord* j) { return std::pair(std::max(j->end_time, j->submit_time), j->id); };
-    std::partial_sort(picked.begin(), picked.begin() + static_cast<std::ptrdiff_t>(limit), picked.end(),
-                      [&](const JobRecord* a, const JobRecord* b) { return recent(a) > recent(b); });
-    picked.resize(limit);
+  // A year of ended jobs seen for the first time is rendered here, without the daemon's lock
+  // (JobJson of an ended job is its record, its queue's reclaim mode and its MIG instance text:
+  // RecordView).
+  for (Unrendered& u : unrendered) {
+    api::JobView v = RecordView(u.record);
+    v.idle_reclaim_mode = std::move(u.idle_reclaim_mode);
+    v.mig_instance = std::move(u.mig_instance);
+    parts[u.part] = std::make_shared<const std::string>(api::DumpJson(v.ToJson()));
   }
-  const auto places = QueuePlaces(*sched_);
-  for (const JobRecord* j : picked) arr.push_back(JobJson(*j, &places));
-  return Json{{"jobs", arr}, {"simulated", opt_.simulated}};
+  if (!unrendered.empty()) {
+    // Kept unless a record was committed meanwhile (an ended job's is trimmed once, in memory,
+    // after its end): then these are rendered again next time rather than cached stale.
+    std::lock_guard views(views_mu_);
+    if (generation == views_generation_) {
+      for (const Unrendered& u : unrendered) ended_views_.emplace(u.record.id, parts[u.part]);
+    }
+  }
+  std::size_t size = 40;
+  for (const auto& p : parts) size += p->size() + 1;
+  std::string out;
+  out.reserve(size);
+  out += R"({"jobs":[)";
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += ',';
+    out += *parts[i];
+  }
+  out += opt_.simulated ? R"(],"simulated":true})" : R"(],"simulated":false})";
+  return out;
 }
 
 Result<Json> Daemon::Impl::GetJob(JobId id) const {
@@ -232,7 +301,8 @@ Json Daemon::Impl::Queues() const {
 }
 
 Json Daemon::Impl::Whoami(const Caller& c) const {
-  return Json{{"user", EscapeInvalidUtf8(UserName(c.uid))}, {"uid", c.uid}, {"admin", IsAdmin(c)},
+  std::shared_lock lock(mu_);
+  return Json{{"user", EscapeInvalidUtf8(UserName(c.uid))}, {"uid", c.uid}, {"admin", IsAdminLocked(c)},
               {"admin_group", config_.admin_group}, {"simulated", opt_.simulated}};
 }
 
@@ -342,7 +412,10 @@ void Daemon::Impl::IdleClock(const sched::SliceView& v, const sched::QueueConfig
 }
 
 Result<Json> Daemon::Impl::Events(std::int64_t after, JobId job, int limit) const {
-  GPUSLICE_ASSIGN_OR_RETURN(auto evs, store_->ListEvents(after, job, limit));
+  // From a read-only connection where serve opened them: reads never wait for, nor hold up,
+  // the daemon's commits.
+  store::Store& from = opt_.report_store ? *opt_.report_store : *store_;
+  GPUSLICE_ASSIGN_OR_RETURN(auto evs, from.ListEvents(after, job, limit));
   Json arr = Json::array();
   for (const auto& e : evs) {
     arr.push_back(api::EventView{e.seq, e.time, e.job.value(), e.type, e.message}.ToJson());
@@ -365,11 +438,16 @@ Status Daemon::Impl::Authorize(const Caller& c, JobId id) const {
 }
 
 bool Daemon::Impl::IsAdmin(const Caller& c) const {
+  std::shared_lock lock(mu_);
+  return IsAdminLocked(c);
+}
+
+bool Daemon::Impl::IsAdminLocked(const Caller& c) const {
   return c.uid == 0 || InGroup(c.uid, c.gid, config_.admin_group);
 }
 
 Status Daemon::Impl::AuthorizeLocked(const Caller& c, const JobRecord& j) const {
-  if (c.uid == j.uid || IsAdmin(c)) return Status::Ok();
+  if (c.uid == j.uid || IsAdminLocked(c)) return Status::Ok();
   return PermissionDenied(fmt::format(
       "job {} belongs to {}; only its owner, root or a member of group '{}' may act on it",
       j.id.value(), j.user, config_.admin_group));
@@ -383,7 +461,9 @@ bool Daemon::Impl::JobEnded(JobId id) const {
 
 // A job as the API shows it to anybody: never its environment (tokens, keys: only the job
 // gets it), and only what holds now: an ended job has no standing warning and no time left.
-Json Daemon::Impl::JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places) const {
+// What the record alone says (no live state, no clock): all of an ended job's view but its
+// queue's idle_reclaim_mode.
+api::JobView Daemon::Impl::RecordView(const JobRecord& j) {
   api::JobView o;
   o.id = j.id.value();
   o.user = j.user;
@@ -413,8 +493,9 @@ Json Daemon::Impl::JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>
   o.log_path = j.log_path;
   o.exit_code = j.exit_code;
   o.exit_signal = j.exit_signal;
-  const bool ended = store::IsTerminal(j.state);
-  if (ended) {
+  if (!j.idempotency_key.empty()) o.idempotency_key = j.idempotency_key;
+  if (j.argv_dropped > 0) o.argv_dropped_bytes = j.argv_dropped;
+  if (store::IsTerminal(j.state)) {
     o.warning = "";
     o.warn_deadline_us = 0;
   }
@@ -422,21 +503,27 @@ Json Daemon::Impl::JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>
     // A time-limit warning's deadline is the job's own (applier.cc keeps it past ClearWarning).
     const bool limit = j.deadline > 0 && j.warn_deadline == j.deadline;
     o.warning_kind = limit ? "time-limit" : "idle";
-    // Said as of now, not as of the warning: "in 59m59s" must not stand for an hour.
-    if (limit && j.deadline > Now()) {
-      const sched::QueueConfig* q = config_.FindQueue(j.queue);
-      const Micros length = q != nullptr ? q->EffectiveLimit(j.time_limit) : 0;
-      o.warning = fmt::format("job {} reaches its time limit{} in {}", j.id.value(),
-                              length > 0 ? " of " + FormatDuration(length) : "",
-                              FormatDuration(RoundToSecond(j.deadline - Now())));
-    }
+  }
+  return o;
+}
+
+Json Daemon::Impl::JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places) const {
+  api::JobView o = RecordView(j);
+  const bool ended = store::IsTerminal(j.state);
+  // Said as of now, not as of the warning: "in 59m59s" must not stand for an hour.
+  if (o.warning_kind == "time-limit" && j.deadline > Now()) {
+    const sched::QueueConfig* q = config_.FindQueue(j.queue);
+    const Micros length = q != nullptr ? q->EffectiveLimit(j.time_limit) : 0;
+    o.warning = fmt::format("job {} reaches its time limit{} in {}", j.id.value(),
+                            length > 0 ? " of " + FormatDuration(length) : "",
+                            FormatDuration(RoundToSecond(j.deadline - Now())));
   }
   // time_left_us stays unknown: no limit, not started, or ended
   if (!ended && j.deadline > 0 && j.start_time > 0 && j.state != JobState::kPending) {
     o.time_left_us = std::max<Micros>(0, j.deadline - Now());
   }
   // The running slice's last verdict (active / idle / unmeasured) and the signals behind it.
-  if (auto u = slice_util_.find(j.slice); u != slice_util_.end() && !store::IsTerminal(j.state)) {
+  if (auto u = slice_util_.find(j.slice); u != slice_util_.end() && !ended) {
     o.activity = agent::ActivityLabel(u->second.verdict.activity);
     o.activity_basis = u->second.verdict.basis;
   }
@@ -553,16 +640,59 @@ Json Daemon::Impl::WaitReasonJson(const sched::WaitReason& w, const std::string&
   return o;
 }
 
-Result<Json> Daemon::Impl::Report(const std::map<std::string, std::string>& query) const {
+namespace {
+// Runs `fn` on a thread of its own at a lower CPU priority (nice 10) and waits for it: a report
+// reads a year of history (about a second of CPU), and on a busy host other users' requests
+// should not queue behind it for the CPU. A thread of its own, because an unprivileged
+// process may lower a thread's priority but not raise it back.
+template <class F>
+auto AtLowPriority(F fn) -> decltype(fn()) {
+  std::optional<decltype(fn())> out;
+  std::thread t([&] {
+    (void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 10);
+    out.emplace(fn());
+  });
+  t.join();
+  return *std::move(out);
+}
+}  // namespace
+
+Result<Json> Daemon::Impl::Report(const Caller& c, const std::map<std::string, std::string>& query) const {
   GPUSLICE_ASSIGN_OR_RETURN(report::ReportOptions o, report::OptionsFromQuery(query, Now()));
   {
     std::shared_lock lock(mu_);
     o.devices = static_cast<int>(device_info_.size());
   }
   o.simulated = opt_.simulated;
+  // A report costs about a second of CPU and a scan of the history: a few at a time in total and
+  // one per user, so a user looping reports cannot take the daemon's workers or CPU (the rest
+  // are refused at once, holding nothing, and may try again).
+  {
+    std::lock_guard lock(reports_mu_);
+    int& mine = reports_by_uid_[c.uid];
+    if (reports_running_ >= opt_.max_reports || mine >= opt_.max_reports_per_user) {
+      const bool total = reports_running_ >= opt_.max_reports;
+      if (mine == 0) reports_by_uid_.erase(c.uid);
+      return ResourceExhausted(
+          total ? fmt::format("{} usage reports are being built, the most at once; try again in a few seconds",
+                              reports_running_)
+                : fmt::format("uid {} already has {} usage report(s) being built, the most per user; try "
+                              "again when it is done", c.uid, mine));
+    }
+    ++mine;
+    ++reports_running_;
+  }
   // Outside the daemon's lock: the store is thread-safe, and the report reads only it; on its
   // own connection where serve opened one, so the daemon's commits do not wait for it.
-  return report::BuildReport(opt_.report_store ? *opt_.report_store : *store_, o);
+  auto r = AtLowPriority([&] { return report::BuildReport(opt_.report_store ? *opt_.report_store : *store_, o); });
+  {
+    std::lock_guard lock(reports_mu_);
+    --reports_running_;
+    if (auto it = reports_by_uid_.find(c.uid); it != reports_by_uid_.end() && --it->second <= 0) {
+      reports_by_uid_.erase(it);
+    }
+  }
+  return r;
 }
 
 Result<Json> Daemon::Impl::DeviceHistory(const std::map<std::string, std::string>& q) const {
@@ -575,13 +705,25 @@ Result<Json> Daemon::Impl::DeviceHistory(const std::map<std::string, std::string
 }
 
 Result<Json> Daemon::Impl::Samples(JobId id) const {
-  std::shared_lock lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
-  const JobRecord& j = it->second;
+  // What the answer needs from memory is copied under the lock; the store is read after it,
+  // on a read-only connection where serve opened one (reads of history never hold the lock).
+  JobRecord j;
+  Json job_json;
+  std::map<int, devices::DeviceInfo> device_info;
+  std::optional<std::deque<Point>> recent;
+  {
+    std::shared_lock lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
+    j = it->second;
+    job_json = JobJson(j);
+    device_info = device_info_;
+    if (auto r = recent_.find(id); r != recent_.end()) recent = r->second;
+  }
+  store::Store& from = opt_.report_store ? *opt_.report_store : *store_;
   // Every slice the job has held (a preempted job may have had several); the store has
   // ended ones too.
-  GPUSLICE_ASSIGN_OR_RETURN(auto all, store_->ListSlices(false));
+  GPUSLICE_ASSIGN_OR_RETURN(auto all, from.ListSlices(false));
   std::vector<SliceRecord> mine;
   for (const auto& s : all) {
     if (s.job == id) mine.push_back(s);
@@ -593,26 +735,23 @@ Result<Json> Daemon::Impl::Samples(JobId id) const {
     Bytes cap = s.memory_cap;
     if (cap <= 0) {
       for (int d : s.devices) {
-        auto di = device_info_.find(d);
-        if (di != device_info_.end()) cap += di->second.memory_total.value_or(0);
+        auto di = device_info.find(d);
+        if (di != device_info.end()) cap += di->second.memory_total.value_or(0);
       }
     }
     total = cap;  // the latest slice's
     for (int d : s.devices) {
-      auto di = device_info_.find(d);
-      if (di != device_info_.end() && model.empty()) model = di->second.name;
+      auto di = device_info.find(d);
+      if (di != device_info.end() && model.empty()) model = di->second.name;
     }
     slices.push_back({{"id", s.id.value()}, {"kind", s.kind}, {"devices", s.devices},
                       {"memory_total", cap}});
   }
-  auto rec = recent_.find(id);
-  Micros first_raw = rec != recent_.end() && !rec->second.empty()
-                         ? rec->second.front().t
-                         : std::numeric_limits<Micros>::max();
+  Micros first_raw = recent && !recent->empty() ? recent->front().t : std::numeric_limits<Micros>::max();
   std::vector<std::tuple<Micros, std::optional<int>, std::optional<Bytes>, bool>> pts;
   for (const auto& s : mine) {
     GPUSLICE_ASSIGN_OR_RETURN(auto stored,
-                              store_->ListSamples(fmt::format("slice/{}", s.id.value()),
+                              from.ListSamples(fmt::format("slice/{}", s.id.value()),
                                                   j.submit_time));
     for (const auto& p : stored) {
       if (p.time >= first_raw) continue;
@@ -620,8 +759,8 @@ Result<Json> Daemon::Impl::Samples(JobId id) const {
                        p.memory_used < 0 ? std::nullopt : std::optional(p.memory_used), false);
     }
   }
-  if (rec != recent_.end()) {
-    for (const auto& p : rec->second) pts.emplace_back(p.t, p.util_permille, p.used, true);
+  if (recent) {
+    for (const auto& p : *recent) pts.emplace_back(p.t, p.util_permille, p.used, true);
   }
   std::sort(pts.begin(), pts.end());
   Json samples = Json::array();
@@ -629,7 +768,7 @@ Result<Json> Daemon::Impl::Samples(JobId id) const {
     samples.push_back({{"t", t}, {"util_permille", u ? Json(*u) : Json(nullptr)}, {"memory_used", used ? Json(*used) : Json(nullptr)},
                        {"downsampled", !raw}});
   }
-  return Json{{"job", JobJson(j)},
+  return Json{{"job", std::move(job_json)},
               {"simulated", opt_.simulated},
               {"device_model", model},
               {"memory_total", total},
