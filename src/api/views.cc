@@ -212,6 +212,8 @@ json JobView::ToJson() const {
   o["warning_kind"] = OrNull(warning_kind);
   o["idle_since_us"] = OrNull(idle_since_us);
   o["mig_instance"] = OrNull(mig_instance);
+  if (idempotency_key) o["idempotency_key"] = *idempotency_key;
+  if (argv_dropped_bytes) o["argv_dropped_bytes"] = *argv_dropped_bytes;
   return o;
 }
 
@@ -256,6 +258,8 @@ Result<JobView> JobView::FromJson(const json& j) {
   r.Opt("warning_kind", &v.warning_kind);
   r.Opt("idle_since_us", &v.idle_since_us);
   r.Opt("mig_instance", &v.mig_instance);
+  r.Opt("idempotency_key", &v.idempotency_key);
+  r.Opt("argv_dropped_bytes", &v.argv_dropped_bytes);
   GPUSLICE_RETURN_IF_ERROR(r.status());
   if (v.requeues < 0) {
     return InvalidArgument(fmt::format("job {}: field 'requeues' = {}: expected a non-negative integer", v.id, v.requeues));

@@ -67,6 +67,10 @@ struct JobView {
   // A MIG job: which instance its memory gets and why, e.g. "1g.20gb (19.62GiB) on
   // H100-80GB: the smallest instance that holds 10GiB (1g.10gb holds 9.75GiB)".
   std::optional<std::string> mig_instance;
+  // Present only when set: the submit's idempotency key, and the bytes of argv not kept once the
+  // job ended (store::kEndedArgvBytes are).
+  std::optional<std::string> idempotency_key;
+  std::optional<std::int64_t> argv_dropped_bytes;
 
   nlohmann::json ToJson() const;
   static Result<JobView> FromJson(const nlohmann::json& j);

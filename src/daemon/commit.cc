@@ -1,6 +1,7 @@
 // The commit of a batch and its actions: every event fed to the scheduler is journaled in the
 // same store transaction as its effects, and side effects (signals, log lines, MIG changes)
 // happen only once that transaction is durable.
+#include <malloc.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -77,6 +78,7 @@ Status Daemon::Impl::CommitAndAct(store::WriteBatch& batch, Actions& act) {
     Status st = store_->Commit(batch);
     if (!st.ok()) return CommitFailed(st);
     for (const std::string& line : lifecycle) spdlog::info("{}", EscapeInvalidUtf8(line));
+    for (const JobRecord& j : batch.jobs) Committed(j);
     batch = store::WriteBatch{};
     for (JobId id : act.terminate) {
       auto p = procs_.find(id);
@@ -93,6 +95,28 @@ Status Daemon::Impl::CommitAndAct(store::WriteBatch& batch, Actions& act) {
     act = Actions{};
     for (const auto& r : reconf) ApplyMig(r, batch, act);
     if (batch.empty()) return Status::Ok();
+  }
+}
+
+void Daemon::Impl::Committed(const JobRecord& j) {
+  ledger_.Record(j);
+  {
+    std::lock_guard lock(views_mu_);
+    ended_views_.erase(j.id);
+    if (store::IsTerminal(j.state)) ++views_generation_;  // only ended jobs' views are cached
+  }
+  if (!store::IsTerminal(j.state)) return;
+  auto it = jobs_.find(j.id);
+  if (it == jobs_.end()) return;
+  const Bytes before = UserLedger::SubmittedBytes(it->second);
+  it->second = store::PrivateCopy(it->second);
+  released_bytes_ += before - UserLedger::SubmittedBytes(it->second);
+  // A lot was dropped from the store (cancelled jobs' environments): give its pages back to the
+  // file system now rather than at the next retention pass, and the heap's to the system.
+  if (released_bytes_ >= 8 * kMiB) {
+    released_bytes_ = 0;
+    if (retention_) retention_->Nudge();
+    malloc_trim(0);
   }
 }
 

@@ -76,6 +76,9 @@ void Daemon::Impl::Launch(JobRecord& j, const SliceRecord& s) {
     spec.log_path = j.log_path;
     spec.status_path = StatusPath(j.id);
     spec.cgroup_parent = opt_.cgroup_parent;
+    // The submitter's umask (docs/api.md), never the daemon's own 077: files the job makes are
+    // as its user would make them in a shell. A client that sent none gets the usual 022.
+    spec.umask = j.umask >= 0 ? j.umask : 022;
     std::error_code ec;
     fs::remove(spec.status_path, ec);  // an earlier run's (preempted, requeued)
     AppendToLog(j.id, j.log_path,

@@ -42,7 +42,9 @@ Status Daemon::Impl::Start() {
   GPUSLICE_ASSIGN_OR_RETURN(auto jobs, store_->ListJobs());
   for (auto& j : jobs) {
     next_job_ = std::max(next_job_, j.id.value() + 1);
-    jobs_[j.id] = std::move(j);
+    ledger_.Record(j);
+    if (!j.idempotency_key.empty()) submit_keys_[{j.uid, j.idempotency_key}] = j.id;
+    jobs_[j.id] = store::PrivateCopy(j);  // as stored already, unless an older version kept more
   }
   GPUSLICE_ASSIGN_OR_RETURN(auto slices, store_->ListSlices(true));
   for (auto& s : slices) slices_[s.id] = std::move(s);

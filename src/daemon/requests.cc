@@ -2,11 +2,13 @@
 // value, and change nothing) and Cancel.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
 #include <fmt/format.h>
 
+#include "api/bounded_json.h"
 #include "core/text.h"
 #include "daemon/daemon_impl.h"
 #include "exec/proc.h"
@@ -26,14 +28,33 @@ constexpr std::size_t kMaxArgBytes = 128 * 1024;        // one argv element or N
 constexpr std::size_t kMaxCommandBytes = 1024 * 1024;   // argv + env, every string with its NUL
 constexpr std::size_t kMaxPathBytes = 4095;             // PATH_MAX less the NUL
 
-// Reads one field of a JSON body as text: strings as given, numbers formatted.
-std::optional<std::string> TextField(const Json& body, const char* name) {
+constexpr std::size_t kMaxTextField = 256;            // queue, kind, fraction, mem, time, model
+constexpr std::size_t kMaxIdempotencyKey = 128;
+
+// Reads one field of a JSON body as text: strings as given, numbers formatted. An array, an
+// object or a string longer than kMaxTextField is refused here, naming the field and never
+// echoing the value (errors downstream quote it).
+Result<std::optional<std::string>> TextField(const Json& body, const char* name) {
   auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_number_integer()) return std::to_string(it->get<std::int64_t>());
-  if (it->is_number()) return fmt::format("{}", it->get<double>());
-  return it->dump();
+  if (it == body.end() || it->is_null()) return std::optional<std::string>();
+  if (it->is_string()) {
+    const std::string& v = it->get_ref<const std::string&>();
+    if (v.size() > kMaxTextField) {
+      return InvalidArgument(fmt::format("field '{}': {} bytes, at most {} are accepted", name, v.size(),
+                                         kMaxTextField));
+    }
+    return std::optional<std::string>(v);
+  }
+  if (it->is_number_integer()) return std::optional<std::string>(it->dump());
+  if (it->is_number()) return std::optional<std::string>(fmt::format("{}", it->get<double>()));
+  return InvalidArgument(fmt::format("field '{}': {} is not a text value", name, api::ShownJson(*it)));
+}
+
+// A text field that may appear under either of two names (the API's aliases).
+Result<std::optional<std::string>> TextField(const Json& body, const char* name, const char* alias) {
+  GPUSLICE_ASSIGN_OR_RETURN(auto v, TextField(body, name));
+  if (v) return v;
+  return TextField(body, alias);
 }
 
 }  // namespace
@@ -55,6 +76,9 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
 
   std::unique_lock lock(mu_);
   if (!failure_.ok()) return failure_;
+  if (auto earlier = Deduplicate(j)) return *std::move(earlier);
+  // Quotas before anything is decided or stored: the error names the limit.
+  GPUSLICE_RETURN_IF_ERROR(ledger_.Admit(j, opt_.quotas));
   Micros now = Now();
   j.id = JobId(next_job_++);
   j.submit_time = now;
@@ -75,6 +99,7 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
   LaunchReady();
   pending_ = nullptr;
   GPUSLICE_RETURN_IF_ERROR(CommitAndAct(batch, act));
+  if (!j.idempotency_key.empty()) submit_keys_[{j.uid, j.idempotency_key}] = j.id;
   const JobRecord& out = jobs_.at(j.id);
   if (out.state == JobState::kRejected) {
     // It can never run as asked on this host as configured: a bad request (CLI exit 2).
@@ -158,18 +183,66 @@ Result<Json> Daemon::Impl::ReportActivity(const Caller& c, JobId id, const Json&
   return Json{{"job", std::move(job)}, {"activity_report", std::move(report)}, {"simulated", opt_.simulated}};
 }
 
+std::optional<Result<Json>> Daemon::Impl::Deduplicate(const JobRecord& j) const {
+  if (j.idempotency_key.empty()) return std::nullopt;
+  auto k = submit_keys_.find({j.uid, j.idempotency_key});
+  if (k == submit_keys_.end()) return std::nullopt;
+  auto it = jobs_.find(k->second);
+  if (it == jobs_.end()) return std::nullopt;
+  const JobRecord& prev = it->second;
+  // The same request again (a retry after a lost answer): what was asked must match; argv is
+  // compared only while the earlier job keeps all of it (an ended job keeps its head).
+  const bool same = prev.queue == j.queue && prev.kind == j.kind && prev.gpus == j.gpus && prev.milli == j.milli &&
+                    prev.memory == j.memory && prev.time_limit == j.time_limit && prev.model == j.model &&
+                    prev.cwd == j.cwd && (prev.argv_dropped > 0 || prev.argv == j.argv);
+  if (!same) {
+    return Result<Json>(FailedPrecondition(fmt::format(
+        "field 'idempotency_key': '{}' was already used for job {} with a different request; a retry must "
+        "send the same request, a new job a new key", j.idempotency_key, prev.id.value())));
+  }
+  return Result<Json>(Json{{"job", JobJson(prev)}, {"deduplicated", true}, {"simulated", opt_.simulated}});
+}
+
 // Parses the submit body into `j`; changes nothing else.
 Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
   static const std::set<std::string> kKnown = {"queue", "kind", "gpus", "fraction", "gpu",
                                                "mem", "memory", "time", "time_limit", "model",
-                                               "argv", "cwd", "env"};
+                                               "argv", "cwd", "env", "idempotency_key", "umask"};
   for (const auto& [k, v] : body.items()) {
     if (!kKnown.contains(k)) {
       return InvalidArgument(fmt::format("field '{}': unknown (expected one of queue, kind, "
-                                         "gpus, fraction, mem, time, model, argv, cwd, env)", k));
+                                         "gpus, fraction, mem, time, model, argv, cwd, env, "
+                                         "idempotency_key, umask)", api::ShownText(k)));
     }
   }
-  auto q = TextField(body, "queue");
+  if (auto k = body.find("idempotency_key"); k != body.end() && !k->is_null()) {
+    const bool ok = k->is_string() && !k->get_ref<const std::string&>().empty() &&
+                    k->get_ref<const std::string&>().size() <= kMaxIdempotencyKey &&
+                    std::all_of(k->get_ref<const std::string&>().begin(), k->get_ref<const std::string&>().end(),
+                                [](char c) {
+                                  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                                         c == '-' || c == '_' || c == '.' || c == ':';
+                                });
+    if (!ok) {
+      return InvalidArgument(fmt::format("field 'idempotency_key': value '{}' must be 1 to {} characters of "
+                                         "[A-Za-z0-9._:-]", api::ShownJson(*k), kMaxIdempotencyKey));
+    }
+    j->idempotency_key = k->get<std::string>();
+  }
+  if (auto m = body.find("umask"); m != body.end() && !m->is_null()) {
+    // Octal text, as the shell's umask prints it: "0022", "027", "77".
+    const bool ok = m->is_string() && !m->get_ref<const std::string&>().empty() &&
+                    m->get_ref<const std::string&>().size() <= 4 &&
+                    std::all_of(m->get_ref<const std::string&>().begin(), m->get_ref<const std::string&>().end(),
+                                [](char c) { return c >= '0' && c <= '7'; });
+    const int mask = ok ? std::stoi(m->get<std::string>(), nullptr, 8) : -1;
+    if (!ok || mask > 0777) {
+      return InvalidArgument(fmt::format("field 'umask': value '{}' must be octal text 0000..0777, as the "
+                                         "shell's umask prints it", api::ShownJson(*m)));
+    }
+    j->umask = mask;
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(auto q, TextField(body, "queue"));
   j->queue = q ? *q : config_.default_queue;
   const sched::QueueConfig* queue = config_.FindQueue(j->queue);
   if (queue == nullptr) {
@@ -178,7 +251,8 @@ Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
     return InvalidArgument(fmt::format("field 'queue': value '{}' is not a queue (have: {})",
                                        j->queue, names));
   }
-  if (auto k = TextField(body, "kind")) {
+  GPUSLICE_ASSIGN_OR_RETURN(auto kind_text, TextField(body, "kind"));
+  if (auto& k = kind_text) {
     auto kind = sched::ParseSliceKind(*k);
     if (!kind.ok()) return InvalidArgument(fmt::format("field 'kind': value '{}': {}", *k, kind.status().message()));
     if (!queue->Allows(*kind)) {
@@ -191,12 +265,11 @@ Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
     if (!body["gpus"].is_number_integer() || body["gpus"].get<std::int64_t>() < 1 ||
         body["gpus"].get<std::int64_t>() > 1024) {
       return InvalidArgument(fmt::format("field 'gpus': value '{}' must be an integer 1..1024",
-                                         body["gpus"].dump()));
+                                         api::ShownJson(body["gpus"])));
     }
     j->gpus = body["gpus"].get<int>();
   }
-  auto frac = TextField(body, "fraction");
-  if (!frac) frac = TextField(body, "gpu");
+  GPUSLICE_ASSIGN_OR_RETURN(auto frac, TextField(body, "fraction", "gpu"));
   if (frac) {
     auto m = ParseGpuAmount(*frac);
     if (!m.ok()) return InvalidArgument(fmt::format("field 'fraction': value '{}': {}", *frac, m.status().message()));
@@ -210,15 +283,13 @@ Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
     }
     j->milli = *m;
   }
-  auto mem = TextField(body, "mem");
-  if (!mem) mem = TextField(body, "memory");
+  GPUSLICE_ASSIGN_OR_RETURN(auto mem, TextField(body, "mem", "memory"));
   if (mem) {
     auto b = ParseJobMemory(*mem);
     if (!b.ok()) return InvalidArgument(fmt::format("field 'mem': {}", b.status().message()));
     j->memory = *b;
   }
-  auto t = TextField(body, "time");
-  if (!t) t = TextField(body, "time_limit");
+  GPUSLICE_ASSIGN_OR_RETURN(auto t, TextField(body, "time", "time_limit"));
   if (t) {
     auto d = ParseTimeLimit(*t);
     if (!d.ok()) return InvalidArgument(fmt::format("field 'time': {}", d.status().message()));
@@ -229,7 +300,8 @@ Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
     }
     j->time_limit = *d;
   }
-  if (auto m = TextField(body, "model")) {
+  GPUSLICE_ASSIGN_OR_RETURN(auto model_text, TextField(body, "model"));
+  if (auto& m = model_text) {
     auto model = FindModel(*m);
     if (!model.ok()) return InvalidArgument(fmt::format("field 'model': value '{}': {}", *m, model.status().message()));
     j->model = (*model)->name;
@@ -256,7 +328,7 @@ Status Daemon::Impl::ParseCommand(const Json& body, JobRecord* j) {
     if (!a.ok()) return a.status();
     if (a->find('\0') != std::string::npos) {
       return InvalidArgument(fmt::format("field 'argv': element {} ('{}') holds a NUL byte", i,
-                                         EscapeInvalidUtf8(*a)));
+                                         api::ShownText(*a)));
     }
     if (a->size() > kMaxArgBytes) {
       return InvalidArgument(fmt::format("field 'argv': element {} is {} bytes, at most {} are allowed", i,
@@ -272,7 +344,7 @@ Status Daemon::Impl::ParseCommand(const Json& body, JobRecord* j) {
     if (cwd->empty() || (*cwd)[0] != '/' || cwd->find('\0') != std::string::npos ||
         cwd->size() > kMaxPathBytes) {
       return InvalidArgument(fmt::format("field 'cwd': value '{}' must be an absolute path without NUL "
-                                         "bytes, at most {} bytes", EscapeInvalidUtf8(*cwd), kMaxPathBytes));
+                                         "bytes, at most {} bytes", api::ShownText(*cwd), kMaxPathBytes));
     }
     j->cwd = *std::move(cwd);
   }
@@ -288,7 +360,7 @@ Status Daemon::Impl::ParseCommand(const Json& body, JobRecord* j) {
     std::vector<std::pair<std::string, std::string>> env;
     if (e->is_object()) {
       for (const auto& [k, v] : e->items()) {
-        auto value = store::BytesFromJson(v, fmt::format("field 'env': entry '{}'", k));
+        auto value = store::BytesFromJson(v, fmt::format("field 'env': entry '{}'", api::ShownText(k)));
         if (!value.ok()) return value.status();
         env.emplace_back(k, *std::move(value));
       }
@@ -309,11 +381,11 @@ Status Daemon::Impl::ParseCommand(const Json& body, JobRecord* j) {
       if (k.empty() || k.find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
           v.find('\0') != std::string::npos) {
         return InvalidArgument(fmt::format("field 'env': entry '{}' is not NAME: \"value\" (a name without "
-                                           "'=' and NUL, a value without NUL)", EscapeInvalidUtf8(k)));
+                                           "'=' and NUL, a value without NUL)", api::ShownText(k)));
       }
       if (k.size() + 1 + v.size() > kMaxArgBytes) {
         return InvalidArgument(fmt::format("field 'env': entry '{}' is {} bytes, at most {} are allowed",
-                                           EscapeInvalidUtf8(k), k.size() + 1 + v.size(), kMaxArgBytes));
+                                           api::ShownText(k), k.size() + 1 + v.size(), kMaxArgBytes));
       }
       total += k.size() + v.size() + 2;
       j->env.emplace_back(std::move(k), std::move(v));

@@ -94,6 +94,8 @@ Result<Prepared> Prepare(const LaunchSpec& spec) {
   for (const auto& a : spec.argv) Field(m, a);
   Field(m, std::to_string(spec.env.size()));
   for (const auto& [k, v] : spec.env) Field(m, k + "=" + v);
+  // Optional last field: the job's umask (the stub keeps its own, the daemon's 077, without it).
+  if (spec.umask >= 0) Field(m, std::to_string(spec.umask & 0777));
   return p;
 }
 

@@ -48,6 +48,7 @@ struct LaunchSpec {
   // daemon's user may write (state/status/<job>.exit). Required.
   std::string status_path;
   std::string cgroup_parent;       // cgroup v2 directory to create job-<id> under; "" : none
+  int umask = -1;                  // the job's file mode creation mask (0..0777); -1: the daemon's
 };
 
 // Identifies a job's processes across daemon restarts: the group leader's pid (= pgid) and

@@ -28,7 +28,7 @@
 // Statically linked, with an empty environment of its own: nothing the submitter controls
 // (LD_PRELOAD for the memory cap, GLIBC_TUNABLES, ...) applies to this root-owned step.
 // Wire format on fd 3: NUL-terminated strings
-//   "GSX2" status-path uid gid ngroups group... cwd argc arg... envc env...   then 'G', then EOF.
+//   "GSX2" status-path uid gid ngroups group... cwd argc arg... envc env... [umask]   then 'G', then EOF.
 // uid/gid are "-" to keep the daemon's own credentials. Status file: "pid <stub pid>\n" then
 // "exit <code>\n" or "signal <number>\n". Plain C and syscalls only: this must not pull in
 // more than libc.
@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -279,6 +280,9 @@ int main(int argc, char** argv_of_stub) {
   char* cwd = m.Next();
   char** argv = m.List();
   char** envp = m.List();
+  // Optional: the submitter's umask (decimal, 0..511); without it the job keeps this one's.
+  long mask = -1;
+  if (m.pos != m.size && (!m.Number(&mask) || mask > 0777)) NotRun(status_path, "malformed job (umask)");
   if (cwd == nullptr || argv == nullptr || argv[0] == nullptr || envp == nullptr || m.pos != m.size) {
     NotRun(status_path, "malformed job");
   }
@@ -302,6 +306,7 @@ int main(int argc, char** argv_of_stub) {
       if (setgid(static_cast<gid_t>(gid)) != 0) Fail("setgid", "");
       if (setuid(static_cast<uid_t>(uid)) != 0) Fail("setuid", "");
     }
+    if (mask >= 0) umask(static_cast<mode_t>(mask));
     if (chdir(cwd) != 0) Fail("chdir ", cwd);
     static char lib[4096];
     if (const char* missing = UnreadableCapLibrary(envp, lib, sizeof(lib))) {
