@@ -49,8 +49,27 @@ GPUSLICE_COMMAND(serve) {
                   "Open API connections in total; more get 503")
       ->capture_default_str()->group(kLimits);
   sub->add_option("--max-connections-per-user", lim->max_connections_per_user,
-                  "Open API connections per uid (Unix socket) or source address (TCP)")
+                  "Open API connections per identity (uid; on TCP the token's uid)")
       ->capture_default_str()->group(kLimits);
+  sub->add_option("--max-unauthenticated", lim->max_unauthenticated,
+                  "TCP connections without a valid token yet, all together (the oldest idle one makes room)")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--max-workers-per-user", lim->max_workers_per_user,
+                  "Requests of one identity answered at once; its others wait their turn")
+      ->capture_default_str()->group(kLimits);
+  sub->add_option("--allowed-host", o->allowed_hosts,
+                  "A name TCP requests may give as Host besides the listen address, the hostname and "
+                  "localhost (repeatable)")
+      ->group(kLimits);
+  static std::string env_per_job_text("256KiB"), submitted_text("64MiB");
+  const char* kQuotas = "Per-user quotas";
+  sub->add_option("--max-pending-per-user", o->quotas.max_pending_jobs, "Pending jobs one user may have")
+      ->capture_default_str()->group(kQuotas);
+  sub->add_option("--max-env-per-job", env_per_job_text, "Environment one job may carry")
+      ->capture_default_str()->group(kQuotas);
+  sub->add_option("--max-submitted-per-user", submitted_text,
+                  "argv + environment of one user's unfinished jobs together")
+      ->capture_default_str()->group(kQuotas);
   sub->add_option("--header-timeout", header_timeout_text,
                   "A request's head must arrive within this (else 408)")
       ->capture_default_str()->group(kLimits);
@@ -72,7 +91,7 @@ GPUSLICE_COMMAND(serve) {
                   "Concurrent streaming answers (logs --follow) in total")
       ->capture_default_str()->group(kLimits);
   sub->add_option("--max-streams-per-user", lim->max_streams_per_user,
-                  "Concurrent streaming answers per uid / source address")
+                  "Concurrent streaming answers per identity")
       ->capture_default_str()->group(kLimits);
   static std::string log_size_text("64MiB");
   auto* log_size = &log_size_text;
@@ -103,6 +122,17 @@ GPUSLICE_COMMAND(serve) {
         return;
       }
       *out = *d;
+    }
+    for (auto [text, out, name] :
+         {std::tuple{&env_per_job_text, &o->quotas.max_env_bytes_per_job, "--max-env-per-job"},
+          std::tuple{&submitted_text, &o->quotas.max_submitted_bytes_per_user, "--max-submitted-per-user"}}) {
+      auto b = gpuslice::ParseBytes(*text);
+      if (!b.ok()) {
+        std::fprintf(stderr, "error: %s '%s': %s\n", name, text->c_str(), b.status().message().c_str());
+        *exit_code = gpuslice::cli::kExitUsage;
+        return;
+      }
+      *out = *b;
     }
     for (auto [text, out, name] :
          {std::tuple{&max_header_text, &lim->max_header_bytes, "--max-header-bytes"},

@@ -213,6 +213,8 @@ Status HttpLimits::Validate() const {
                                  std::to_string(max_connections)));
   GPUSLICE_RETURN_IF_ERROR(range("--max-connections-per-user", max_connections_per_user, 1,
                                  max_connections, std::to_string(max_connections_per_user)));
+  GPUSLICE_RETURN_IF_ERROR(range("--max-unauthenticated", max_unauthenticated, 1, max_connections,
+                                 std::to_string(max_unauthenticated)));
   for (auto [name, v] : {std::pair{"--header-timeout", header_timeout},
                          std::pair{"--body-timeout", body_timeout},
                          std::pair{"--idle-timeout", idle_timeout},
@@ -225,6 +227,8 @@ Status HttpLimits::Validate() const {
   GPUSLICE_RETURN_IF_ERROR(range("--max-body-bytes", static_cast<std::int64_t>(max_body_bytes),
                                  1024, 1LL << 30, std::to_string(max_body_bytes)));
   GPUSLICE_RETURN_IF_ERROR(range("--http-workers", workers, 1, 256, std::to_string(workers)));
+  GPUSLICE_RETURN_IF_ERROR(range("--max-workers-per-user", max_workers_per_user, 1, workers,
+                                 std::to_string(max_workers_per_user)));
   GPUSLICE_RETURN_IF_ERROR(range("--max-streams", max_streams, 1, 100'000,
                                  std::to_string(max_streams)));
   GPUSLICE_RETURN_IF_ERROR(range("--max-streams-per-user", max_streams_per_user, 1, max_streams,

@@ -7,9 +7,11 @@
 //
 // HttpServer: every client is untrusted. One event-loop thread reads all connections
 // (epoll, non-blocking) and hands only complete requests to a fixed pool of worker threads,
-// fairly (round robin over users); streaming responses get their own threads, capped. So a
-// connection costs a buffer, not a thread, and every resource a client can hold is bounded by
-// HttpLimits: connections (in total and per user/source), header and body read time, idle
+// fairly (round robin over users, at most max_workers_per_user at once for one user, so one
+// user's slow reads never take every worker); streaming responses get their own threads,
+// capped. So a connection costs a buffer, not a thread, and every resource a client can hold is
+// bounded by HttpLimits: connections (in total, per identity, a small shared bucket for TCP
+// connections without a valid token, which are closed after their answer), header and body read time, idle
 // keep-alive time, header and body size, write time. A handler that throws answers 500 and
 // is logged; nothing a request does terminates the process. The handler must be thread-safe.
 // HttpClient: one connection, reused; not thread-safe (one per thread).
@@ -31,6 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/http_budget.h"
 #include "core/status.h"
 #include "core/units.h"
 
@@ -59,11 +62,16 @@ struct TcpIdentity {
   std::string token;
 };
 
-// What one client may hold. "User" is the uid on the Unix socket and the source address on
-// TCP. Defaults are documented in docs/api.md ("Limits").
+// What one client may hold. "User" is the caller's identity: the uid on the Unix socket; on
+// TCP the uid its bearer token acts as ("token NAME" for a read-only token), and before its
+// first request has shown a valid token, one bucket shared by every unauthenticated TCP
+// connection. Of the connection and stream totals, a quarter is kept from TCP (for the Unix
+// socket) and a sixteenth from callers other than root and admins (api/http_budget.h).
+// Defaults are documented in docs/security.md ("Limits and their defaults").
 struct HttpLimits {
   int max_connections = 1024;          // open connections in total; more: 503 and closed
-  int max_connections_per_user = 64;   // per uid (Unix) / per source address (TCP)
+  int max_connections_per_user = 64;   // per identity
+  int max_unauthenticated = 16;        // TCP connections without a valid token yet, together
   Micros header_timeout = 10 * kSecond;  // from a request's first byte to the end of its head
   Micros body_timeout = 30 * kSecond;    // from the end of the head to the end of the body
   Micros idle_timeout = 60 * kSecond;    // keep-alive: between requests
@@ -71,7 +79,8 @@ struct HttpLimits {
   std::size_t max_header_bytes = 64 * 1024;        // request line + headers; more: 431
   std::size_t max_body_bytes = 4 * 1024 * 1024;    // decoded body; more: 413
   int workers = 8;                  // threads running handlers
-  int max_streams = 64;             // concurrent streaming responses (logs --follow)
+  int max_workers_per_user = 2;     // handlers running for one identity at once; more wait
+  int max_streams = 64;             // concurrent streaming answers (logs --follow)
   int max_streams_per_user = 16;
   // Checks ranges; the message names the limit and the value.
   Status Validate() const;
@@ -163,6 +172,11 @@ class HttpServer {
   // <token>" with one of `identities`' tokens and act as that identity.
   Status ListenTcp(const std::string& host_port, std::vector<TcpIdentity> identities);
   int tcp_port() const { return tcp_port_; }
+  // Whether a Unix-socket caller is root or an admin, who may use the share of connections and
+  // streams kept for them; asked only when the ordinary share is full. Set before Start().
+  void SetPrivileged(std::function<bool(const Peer&)> is_privileged) {
+    is_privileged_ = std::move(is_privileged);
+  }
 
   // Starts the event loop and the workers. Raises RLIMIT_NOFILE's soft limit toward the hard
   // limit when max_connections needs more descriptors than it allows.
@@ -197,17 +211,25 @@ class HttpServer {
   // Runs the handler for c's request; the answer's bytes go to *out (the event loop writes
   // them, so a client that does not read holds no worker).
   After Handle(Conn* c, std::string* out);
-  void Stream(Conn* c, HttpResponse resp, bool close_after);
+  void Stream(Conn* c, HttpResponse resp, bool close_after, const Hold& hold);
   // From a worker or stream thread to the loop, with the answer still to write (if any).
   void GiveBack(Conn* c, bool keep, std::string out = "");
   void Wake();
   void Authenticate(HttpRequest* req) const;
+  // TCP: binds the connection to the identity of its first authenticated request; false when
+  // it was refused (answered and closing).
+  bool Identify(Conn* c, const Peer& peer);
+  // Closes the oldest unauthenticated TCP connection not being answered; false: none.
+  bool EvictUnauthenticated();
+  bool Privileged(const Peer& p) const { return is_privileged_ && is_privileged_(p); }
 
   Handler handler_;
   HttpLimits limits_;
   std::vector<Listener> listeners_;
   std::string unix_path_;
   std::vector<TcpIdentity> identities_;
+  std::function<bool(const Peer&)> is_privileged_;
+  RefusalLog refusals_;
   int tcp_port_ = 0;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
@@ -219,7 +241,8 @@ class HttpServer {
 
   // Event loop only.
   std::unordered_map<int, std::unique_ptr<Conn>> conns_;
-  std::map<std::string, int> conns_per_user_;
+  HoldBudget conn_budget_;
+  std::set<std::pair<std::int64_t, int>> unauthenticated_;  // (accepted µs, fd), TCP
   std::set<std::pair<std::int64_t, int>> deadlines_;  // (monotonic µs, fd)
 
   // Shared, under mu_.
@@ -235,8 +258,8 @@ class HttpServer {
   };
   std::vector<Returned> returned_;                    // back to the loop
   std::set<int> busy_fds_;                            // fds out with a worker or stream
-  std::map<std::string, int> streams_per_user_;
-  int streams_ = 0;
+  std::map<std::string, int> running_;                // handlers running, per user
+  HoldBudget stream_budget_;
 };
 
 struct ClientResponse {
@@ -253,7 +276,7 @@ class HttpClient {
   HttpClient& operator=(const HttpClient&) = delete;
   HttpClient(HttpClient&& o) noexcept
       : endpoint_(std::move(o.endpoint_)), token_(std::move(o.token_)), fd_(o.fd_),
-        buf_(std::move(o.buf_)) {
+        buf_(std::move(o.buf_)), sent_(o.sent_) {
     o.fd_ = -1;
   }
   HttpClient& operator=(HttpClient&&) = delete;
@@ -261,6 +284,9 @@ class HttpClient {
   // Unavailable when the daemon cannot be reached.
   Result<ClientResponse> Request(std::string_view method, std::string_view target,
                                  std::string_view body = "");
+  // Whether the last Request got as far as sending (a failure after that may come after the
+  // daemon acted on it); false when it could not even connect.
+  bool sent() const { return sent_; }
   // GET whose answer may be chunked: calls on_chunk per chunk of a 2xx body until the stream
   // ends or on_chunk returns false; an error answer's body goes to *error_body instead.
   Result<int> Stream(std::string_view target,
@@ -285,6 +311,7 @@ class HttpClient {
   std::string token_;
   int fd_ = -1;
   std::string buf_;
+  bool sent_ = false;
 };
 
 // Percent-decoding for query strings; '+' is a space.

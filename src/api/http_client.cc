@@ -102,8 +102,11 @@ Status HttpClient::Connect() {
 }
 
 Status HttpClient::Send(std::string_view method, std::string_view target, std::string_view body) {
-  std::string req = fmt::format("{} {} HTTP/1.1\r\nHost: gpuslice\r\nContent-Length: {}\r\n",
-                                method, target, body.size());
+  // The daemon checks Host against the listener's own names (daemon/ui.h CheckHost): a Unix
+  // socket answers to "localhost", TCP to the host:port it was reached at.
+  const std::string host = endpoint_.rfind("tcp://", 0) == 0 ? endpoint_.substr(6) : "localhost";
+  std::string req = fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
+                                method, target, host, body.size());
   if (!body.empty()) req += "Content-Type: application/json\r\n";
   if (!token_.empty()) req += "Authorization: Bearer " + token_ + "\r\n";
   req += "\r\n";
@@ -200,9 +203,11 @@ Result<ClientResponse> HttpClient::Request(std::string_view method, std::string_
                                            std::string_view body) {
   // A kept-alive connection the server closed shows up on first use: retry once on a new one
   // (only for reads; a write might have been applied).
+  sent_ = false;
   for (int attempt = 0; attempt < 2; ++attempt) {
     bool reused = fd_ >= 0;
     GPUSLICE_RETURN_IF_ERROR(Connect());
+    sent_ = true;  // from here the daemon may have received (and acted on) the request
     Status st = Send(method, target, body);
     std::map<std::string, std::string> headers;
     Result<int> status = st.ok() ? ReadHead(&headers) : Result<int>(st);

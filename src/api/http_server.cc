@@ -47,11 +47,19 @@ using http_detail::kReadSize;
 
 // ---- server ---------------------------------------------------------------------------------
 
+namespace {
+// The key every TCP connection is counted under until a request shows a valid token.
+constexpr const char* kUnauthenticated = "tcp unauthenticated";
+}  // namespace
+
 struct HttpServer::Conn {
   int fd = -1;
   bool unix_socket = false;
-  Peer peer;
-  std::string user;  // the key of the per-user limits
+  Peer peer;         // as accepted (TCP: the address only)
+  Hold hold;         // what it counts against; hold.key is the user of the per-user limits
+  bool identified = false;   // TCP: bound to the identity of its first authenticated request
+  bool close_after = false;  // TCP without a valid token: closed after this answer
+  std::int64_t accepted_us = 0;
   std::string buf;
   RequestParser parser;
   bool busy = false;      // out with a worker or a stream thread
@@ -67,7 +75,12 @@ struct HttpServer::Conn {
 };
 
 HttpServer::HttpServer(Handler handler, HttpLimits limits)
-    : handler_(std::move(handler)), limits_(limits) {}
+    : handler_(std::move(handler)),
+      limits_(limits),
+      conn_budget_("connections", "--max-connections", "--max-connections-per-user",
+                   limits.max_connections, limits.max_connections_per_user),
+      stream_budget_("streaming answers", "--max-streams", "--max-streams-per-user", limits.max_streams,
+                     limits.max_streams_per_user) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -181,7 +194,7 @@ void HttpServer::Stop() {
     work_cv_.notify_all();
     for (auto& t : workers_) t.join();
     std::unique_lock lock(mu_);
-    done_cv_.wait(lock, [this] { return streams_ == 0; });
+    done_cv_.wait(lock, [this] { return stream_budget_.held() == 0; });
   }
   for (auto& [fd, c] : conns_) close(fd);
   conns_.clear();
@@ -278,7 +291,7 @@ void HttpServer::Accept(const Listener& l) {
     }
     Peer peer;
     peer.unix_socket = l.unix_socket;
-    std::string user;
+    std::string key = kUnauthenticated;
     if (l.unix_socket) {
       ucred cred{};
       socklen_t len = sizeof(cred);
@@ -287,9 +300,9 @@ void HttpServer::Accept(const Listener& l) {
         peer.uid = cred.uid;
         peer.gid = cred.gid;
         peer.pid = cred.pid;
-        user = fmt::format("uid {}", cred.uid);
+        key = fmt::format("uid {}", cred.uid);
       } else {
-        user = "uid unknown";
+        key = "uid unknown";
       }
     } else {
       int one = 1;
@@ -301,27 +314,29 @@ void HttpServer::Accept(const Listener& l) {
         inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip));
       }
       peer.address = ip;
-      user = fmt::format("address {}", ip);
     }
-    int& mine = conns_per_user_[user];
-    if (static_cast<int>(conns_.size()) >= limits_.max_connections) {
-      if (mine == 0) conns_per_user_.erase(user);
-      Refuse(fd, fmt::format("too many connections: the daemon holds its limit of {} "
-                             "(--max-connections); try again later", limits_.max_connections));
+    // TCP: every connection starts in the one small unauthenticated bucket (the token is known
+    // only once a request arrives); its oldest idle member makes room for a new one, so
+    // connections held open without a request cannot keep token holders out for long.
+    const int limit = l.unix_socket ? 0 : limits_.max_unauthenticated;
+    auto privileged = [&] { return Privileged(peer); };
+    auto hold = conn_budget_.Take(key, !l.unix_socket, privileged, limit);
+    if (!hold.ok() && !l.unix_socket && conn_budget_.held_by(key) >= limit && EvictUnauthenticated()) {
+      hold = conn_budget_.Take(key, true, privileged, limit);
+    }
+    if (!hold.ok()) {
+      const std::string who = l.unix_socket ? key : fmt::format("{} (address {})", key, peer.address);
+      refusals_.Note("connection " + who, fmt::format("connection from {}: {}", who, hold.status().message()));
+      Refuse(fd, hold.status().message());
       continue;
     }
-    if (mine >= limits_.max_connections_per_user) {
-      Refuse(fd, fmt::format("too many connections from {}: {} open, the limit is {} "
-                             "(--max-connections-per-user)", user, mine,
-                             limits_.max_connections_per_user));
-      continue;
-    }
-    ++mine;
     auto c = std::make_unique<Conn>(limits_.max_header_bytes, limits_.max_body_bytes);
     c->fd = fd;
     c->unix_socket = l.unix_socket;
     c->peer = peer;
-    c->user = user;
+    c->hold = *std::move(hold);
+    c->accepted_us = NowUs();
+    if (!l.unix_socket) unauthenticated_.insert({c->accepted_us, fd});
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
@@ -342,8 +357,8 @@ void HttpServer::SetDeadline(Conn* c, std::int64_t deadline_us) {
 void HttpServer::CloseConn(Conn* c) {
   SetDeadline(c, 0);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-  auto it = conns_per_user_.find(c->user);
-  if (it != conns_per_user_.end() && --it->second <= 0) conns_per_user_.erase(it);
+  conn_budget_.Release(c->hold);
+  unauthenticated_.erase({c->accepted_us, c->fd});
   int fd = c->fd;
   close(fd);
   conns_.erase(fd);  // frees c
@@ -397,15 +412,65 @@ void HttpServer::Advance(Conn* c) {
   Dispatch(c);
 }
 
+bool HttpServer::EvictUnauthenticated() {
+  for (const auto& [accepted, fd] : unauthenticated_) {
+    auto it = conns_.find(fd);
+    if (it == conns_.end() || it->second->busy || it->second->writing) continue;
+    refusals_.Note("evicted unauthenticated", fmt::format(
+        "closed an unauthenticated TCP connection from {} held {} ms without a request, to make room "
+        "(--max-unauthenticated {})", it->second->peer.address, (NowUs() - accepted) / 1000,
+        limits_.max_unauthenticated));
+    Refuse(fd, "closed to make room for another connection: send a request with a valid token right after "
+               "connecting");
+    // Refuse closed the descriptor; forget it without a second close().
+    Conn* c = it->second.get();
+    SetDeadline(c, 0);
+    conn_budget_.Release(c->hold);
+    unauthenticated_.erase({c->accepted_us, fd});
+    conns_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+bool HttpServer::Identify(Conn* c, const Peer& peer) {
+  if (c->unix_socket) return true;
+  if (!peer.authenticated) {
+    c->close_after = true;  // answered (401 by the handler), then closed: no idle unauthenticated holds
+    return true;
+  }
+  const std::string key = peer.uid >= 0 ? fmt::format("uid {}", peer.uid) : "token " + peer.name;
+  if (c->identified) {
+    if (key == c->hold.key) return true;
+    FailConn(c, 400, "this connection already acts for another token's identity: open a new connection for "
+                     "another token");
+    return false;
+  }
+  if (Status st = conn_budget_.Rekey(c->hold, key); !st.ok()) {
+    refusals_.Note("connection " + key, fmt::format("TCP connection from {}: {}", peer.address, st.message()));
+    FailConn(c, 503, st.message());
+    return false;
+  }
+  c->identified = true;
+  unauthenticated_.erase({c->accepted_us, c->fd});
+  return true;
+}
+
 void HttpServer::Dispatch(Conn* c) {
+  // Who is asking is settled here, on the loop thread, so that a TCP connection counts
+  // against its token's identity (not its address) from its first request on.
+  HttpRequest& req = c->parser.request();
+  req.peer = c->peer;
+  Authenticate(&req);
+  if (!Identify(c, req.peer)) return;
   SetDeadline(c, 0);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   c->busy = true;
   {
     std::lock_guard lock(mu_);
     busy_fds_.insert(c->fd);
-    auto& q = pending_[c->user];
-    if (q.empty()) pending_order_.push_back(c->user);
+    auto& q = pending_[c->hold.key];
+    if (q.empty()) pending_order_.push_back(c->hold.key);
     q.push_back(c);
   }
   work_cv_.notify_one();
@@ -535,13 +600,24 @@ void HttpServer::ExpireDeadlines() {
 void HttpServer::Worker() {
   while (true) {
     Conn* c = nullptr;
+    std::string user;
     {
       std::unique_lock lock(mu_);
-      work_cv_.wait(lock, [this] { return stopping_ || !pending_order_.empty(); });
+      // Round robin over users with work, skipping those already running their share of the
+      // workers: one user's burst of slow reads waits behind everyone else's next request and
+      // never holds every worker.
+      auto next = pending_order_.end();
+      work_cv_.wait(lock, [&] {
+        if (stopping_) return true;
+        next = std::find_if(pending_order_.begin(), pending_order_.end(), [this](const std::string& u) {
+          auto r = running_.find(u);
+          return r == running_.end() || r->second < limits_.max_workers_per_user;
+        });
+        return next != pending_order_.end();
+      });
       if (stopping_) return;
-      // Round robin over users: one user's burst waits behind everyone else's next request.
-      std::string user = std::move(pending_order_.front());
-      pending_order_.pop_front();
+      user = std::move(*next);
+      pending_order_.erase(next);
       auto it = pending_.find(user);
       c = it->second.front();
       it->second.pop_front();
@@ -550,16 +626,23 @@ void HttpServer::Worker() {
       } else {
         pending_order_.push_back(user);
       }
+      ++running_[user];
     }
     After after = After::kClose;
     std::string out;
     try {
       after = Handle(c, &out);
     } catch (const std::exception& e) {
-      spdlog::error("http: answering {}: {}", c->user, ForTerminal(e.what()));
+      spdlog::error("http: answering {}: {}", user, ForTerminal(e.what()));
     } catch (...) {
-      spdlog::error("http: answering {}: unknown exception", c->user);
+      spdlog::error("http: answering {}: unknown exception", user);
     }
+    {
+      std::lock_guard lock(mu_);
+      if (auto r = running_.find(user); r != running_.end() && --r->second <= 0) running_.erase(r);
+    }
+    // This user may have been skipped while at its share: another worker may take it now.
+    work_cv_.notify_one();
     if (after != After::kTaken) GiveBack(c, after == After::kKeep, std::move(out));
   }
 }
@@ -584,16 +667,14 @@ void HttpServer::Authenticate(HttpRequest* req) const {
 }
 
 HttpServer::After HttpServer::Handle(Conn* c, std::string* out) {
-  HttpRequest& req = c->parser.request();
-  req.peer = c->peer;
-  Authenticate(&req);
-  const bool close_after = !c->parser.keep_alive();
+  HttpRequest& req = c->parser.request();  // req.peer was settled by Dispatch
+  const bool close_after = !c->parser.keep_alive() || c->close_after;
   HttpResponse resp;
   try {
     resp = handler_(req);
   } catch (const std::exception& e) {
     spdlog::error("http: {} {} from {}: the handler threw: {}; answered 500",
-                  ForTerminal(req.method), ForTerminal(req.path), c->user, ForTerminal(e.what()));
+                  ForTerminal(req.method), ForTerminal(req.path), c->hold.key, ForTerminal(e.what()));
     resp = HttpResponse();
     resp.status = 500;
     resp.body = DumpJson(ErrorJson(Internal(
@@ -601,7 +682,7 @@ HttpServer::After HttpServer::Handle(Conn* c, std::string* out) {
                 "\n";
   } catch (...) {
     spdlog::error("http: {} {} from {}: the handler threw; answered 500",
-                  ForTerminal(req.method), ForTerminal(req.path), c->user);
+                  ForTerminal(req.method), ForTerminal(req.path), c->hold.key);
     resp = HttpResponse();
     resp.status = 500;
     resp.body = DumpJson(ErrorJson(Internal(
@@ -611,25 +692,22 @@ HttpServer::After HttpServer::Handle(Conn* c, std::string* out) {
   std::string conn = close_after ? "Connection: close\r\n" : "";
   conn += ExtraHeaders(resp);
   if (resp.stream) {
+    // Root and admins may use the share of streams kept for them (asked before the lock: it may
+    // look up groups).
+    const bool privileged = c->unix_socket && Privileged(req.peer);
+    Result<Hold> hold = Internal("unset");
     {
       std::lock_guard lock(mu_);
-      int& mine = streams_per_user_[c->user];
-      if (streams_ >= limits_.max_streams || mine >= limits_.max_streams_per_user) {
-        std::string why =
-            streams_ >= limits_.max_streams
-                ? fmt::format("too many streaming answers: the daemon holds its limit of {} "
-                              "(--max-streams); try again later", limits_.max_streams)
-                : fmt::format("too many streaming answers for {}: the limit is {} "
-                              "(--max-streams-per-user)", c->user, limits_.max_streams_per_user);
-        if (mine == 0) streams_per_user_.erase(c->user);
-        *out = ErrorAnswer(503, why);
-        return After::kClose;
-      }
-      ++mine;
-      ++streams_;
+      hold = stream_budget_.Take(c->hold.key, !c->unix_socket, [privileged] { return privileged; });
     }
-    std::thread([this, c, r = std::move(resp), close_after]() mutable {
-      Stream(c, std::move(r), close_after);
+    if (!hold.ok()) {
+      refusals_.Note("stream " + c->hold.key, fmt::format("logs stream for {}: {}", c->hold.key,
+                                                          hold.status().message()));
+      *out = ErrorAnswer(503, hold.status().message());
+      return After::kClose;
+    }
+    std::thread([this, c, r = std::move(resp), close_after, h = *std::move(hold)]() mutable {
+      Stream(c, std::move(r), close_after, h);
     }).detach();
     return After::kTaken;
   }
@@ -639,7 +717,7 @@ HttpServer::After HttpServer::Handle(Conn* c, std::string* out) {
   return close_after ? After::kClose : After::kKeep;
 }
 
-void HttpServer::Stream(Conn* c, HttpResponse resp, bool close_after) {
+void HttpServer::Stream(Conn* c, HttpResponse resp, bool close_after, const Hold& hold) {
   bool ok = false;
   try {
     std::string conn = close_after ? "Connection: close\r\n" : "";
@@ -663,19 +741,15 @@ void HttpServer::Stream(Conn* c, HttpResponse resp, bool close_after) {
       ok = alive && SendAll(c->fd, "0\r\n\r\n", limits_.write_timeout);
     }
   } catch (const std::exception& e) {
-    spdlog::error("http: stream to {}: {}", c->user, ForTerminal(e.what()));
+    spdlog::error("http: stream to {}: {}", hold.key, ForTerminal(e.what()));
     ok = false;
   } catch (...) {
-    spdlog::error("http: stream to {}: unknown exception", c->user);
+    spdlog::error("http: stream to {}: unknown exception", hold.key);
     ok = false;
   }
-  std::string user = c->user;
   GiveBack(c, ok && !close_after);
   std::lock_guard lock(mu_);
-  if (auto it = streams_per_user_.find(user); it != streams_per_user_.end() && --it->second <= 0) {
-    streams_per_user_.erase(it);
-  }
-  --streams_;
+  stream_budget_.Release(hold);
   done_cv_.notify_all();
 }
 

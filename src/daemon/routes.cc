@@ -2,11 +2,13 @@
 
 #include <charconv>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "api/bounded_json.h"
 #include "api/protocol.h"
 #include "daemon/ui.h"
 
@@ -90,6 +92,15 @@ api::HttpResponse Logs(Daemon& d, const api::HttpRequest& req, JobId id, const C
   if (!path.ok()) return Error(path.status(), d.simulated());
   auto offset = IntQuery(req, "offset", 0);
   if (!offset.ok()) return Error(offset.status(), d.simulated());
+  // Past the end is a client's mistake, not "from the start" (seekg past the end used to fail
+  // silently and the whole log came back).
+  std::error_code size_ec;
+  const auto size = std::filesystem::file_size(*path, size_ec);
+  const std::int64_t have = size_ec ? 0 : static_cast<std::int64_t>(size);
+  if (*offset > have) {
+    return Error(InvalidArgument(fmt::format("query 'offset': value '{}' is past the end of the log ({} bytes)",
+                                             *offset, have)), d.simulated());
+  }
   bool follow = req.query.contains("follow") && req.query.at("follow") != "0" &&
                 req.query.at("follow") != "false";
   api::HttpResponse r;
@@ -130,12 +141,10 @@ api::HttpResponse Logs(Daemon& d, const api::HttpRequest& req, JobId id, const C
 
 }  // namespace
 
-api::Handler MakeApiHandler(Daemon& d) {
-  return [&d](const api::HttpRequest& req) -> api::HttpResponse {
+api::Handler MakeApiHandler(Daemon& d, std::vector<std::string> tcp_names) {
+  return [&d, tcp_names = std::move(tcp_names)](const api::HttpRequest& req) -> api::HttpResponse {
     const bool sim = d.simulated();
-    if (req.peer.unix_socket) {
-      if (Status st = CheckLoopbackHost(req); !st.ok()) return Error(st, sim);
-    }
+    if (Status st = CheckHost(req, tcp_names); !st.ok()) return Error(st, sim);
     if (IsUiPath(req.path)) return ServeUi(req);  // the page itself holds no data (daemon/ui.h)
     if (req.method != "GET") {
       if (Status st = CheckSameOrigin(req); !st.ok()) return Error(st, sim);
@@ -176,18 +185,26 @@ api::Handler MakeApiHandler(Daemon& d) {
     const std::string& res = parts[1];
     if (parts.size() == 2) {
       if (res == "jobs" && req.method == "POST") {
-        Json body = Json::parse(req.body, nullptr, false);
-        if (body.is_discarded()) {
-          return Error(InvalidArgument("body: not valid JSON"), sim);
-        }
-        return FromResult(d.Submit(caller, body), sim, 201);
+        auto body = api::ParseBoundedJson(req.body, "body");
+        if (!body.ok()) return Error(body.status(), sim);
+        auto r = d.Submit(caller, *body);
+        // A retry answered with the job its key already made: 200, not 201 (nothing created).
+        const bool again = r.ok() && r->value("deduplicated", false);
+        return FromResult(r, sim, again ? 200 : 201);
       }
       if (req.method != "GET") return method_not_allowed();
-      if (res == "jobs") return FromResult(d.ListJobs(req.query), sim);
+      if (res == "jobs") {
+        auto text = d.ListJobsText(req.query);
+        if (!text.ok()) return Error(text.status(), sim);
+        api::HttpResponse r;
+        r.body = *std::move(text);
+        r.body += "\n";
+        return r;
+      }
       if (res == "devices") return JsonResponse(200, d.Devices());
       if (res == "queues") return JsonResponse(200, d.Queues());
       if (res == "slices") return JsonResponse(200, d.Slices());
-      if (res == "report") return FromResult(d.Report(req.query), sim);  // anyone may read
+      if (res == "report") return FromResult(d.Report(req.query, caller), sim);  // anyone may read
       if (res == "whatif") return FromResult(d.Whatif(req.query), sim);  // anyone may read
       if (res == "health") return JsonResponse(200, Json{{"ok", true}, {"simulated", sim}});
       if (res == "whoami") return JsonResponse(200, d.Whoami(caller));
@@ -236,9 +253,9 @@ api::Handler MakeApiHandler(Daemon& d) {
       }
       if (parts[3] == "activity") {
         if (req.method != "POST") return method_not_allowed();
-        Json body = Json::parse(req.body, nullptr, false);
-        if (body.is_discarded()) return Error(InvalidArgument("body: not valid JSON"), sim);
-        return FromResult(d.ReportActivity(caller, *id, body), sim);
+        auto body = api::ParseBoundedJson(req.body, "body");
+        if (!body.ok()) return Error(body.status(), sim);
+        return FromResult(d.ReportActivity(caller, *id, *body), sim);
       }
       if (parts[3] == "samples") {
         // Anyone may read, as with /metrics, which already shows every slice's utilisation.

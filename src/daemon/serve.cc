@@ -1,5 +1,6 @@
 #include "daemon/serve.h"
 
+#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "api/exit_code.h"
 #include "api/http.h"
 #include "api/tokens.h"
 #include "daemon/daemon.h"
@@ -30,11 +32,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitUnavailable = 5;
 constexpr int kExitSoftware = 70;  // EX_SOFTWARE: the daemon cannot go on; a restart recovers
 
+// Logs why serve cannot go on; the exit code is the one every command uses for that status
+// (api::ExitCodeFor: bad input 2, not found 3, denied 4, unavailable 5, else 1).
+int Fail(const Status& st) {
+  spdlog::error("{}", st.ToString());
+  return api::ExitCodeFor(st);
+}
 int Fail(int code, const Status& st) {
   spdlog::error("{}", st.ToString());
   return code;
@@ -63,6 +68,30 @@ void CreatePublicDirs(const fs::path& dir) {
   }
 }
 
+// The names a TCP request's Host may give besides the loopback ones (daemon/ui.h CheckHost):
+// the address the listener is bound to, this machine's name, and --allowed-host.
+std::vector<std::string> TcpNames(const ServeOptions& o) {
+  std::vector<std::string> names = o.allowed_hosts;
+  if (o.tcp.empty()) return names;
+  names.push_back(o.tcp.substr(0, o.tcp.rfind(':')));
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0 && host[0] != 0) names.emplace_back(host);
+  return names;
+}
+
+// A group the config names must exist (a typo would silently leave nobody but root an admin);
+// the built-in default may be missing, and the log says what that means.
+Status CheckAdminGroup(const sched::Config& c, const std::string& path) {
+  if (getgrnam(c.admin_group.c_str()) != nullptr) return Status::Ok();
+  if (c.admin_group_from_file) {
+    return InvalidArgument(fmt::format("{}: admin_group = '{}': no such group on this host (getent group {})",
+                                       path, c.admin_group, c.admin_group));
+  }
+  spdlog::warn("admin group '{}' (the default) does not exist: only root may act on other users' jobs",
+               c.admin_group);
+  return Status::Ok();
+}
+
 // SIGHUP (`systemctl reload gpuslice`): reads the config file again and puts it in force. A
 // file that does not parse changes nothing; the error names the file, the key and the value.
 // systemd hears RELOADING=1 first and READY=1 after, whatever the outcome.
@@ -76,6 +105,10 @@ void Reload(Daemon& daemon, const ServeOptions& o) {
     spdlog::error("reload refused, the config in force is unchanged: {}", config.status().message());
     status = fmt::format("serving config {} (last reload refused: {})",
                          daemon.ConfigInfo()["version"].get<std::string>(), config.status().message());
+  } else if (Status g = CheckAdminGroup(*config, o.config_path); !g.ok()) {
+    spdlog::error("reload refused, the config in force is unchanged: {}", g.message());
+    status = fmt::format("serving config {} (last reload refused: {})",
+                         daemon.ConfigInfo()["version"].get<std::string>(), g.message());
   } else if (auto r = daemon.Reconfigure(std::move(config).value(), o.config_path); !r.ok()) {
     spdlog::error("reload failed, the config in force is unchanged: {}", r.status().ToString());
     status = "serving (last reload failed)";
@@ -97,16 +130,18 @@ int RunServe(const ServeOptions& o) {
   Result<sched::Config> config =
       o.config_path.empty() ? Result<sched::Config>(sched::DefaultConfig())
                             : sched::LoadConfigFile(o.config_path);
-  if (!config.ok()) return Fail(kExitUsage, config.status());
+  if (!config.ok()) return Fail(config.status());
+  if (Status g = CheckAdminGroup(*config, o.config_path); !g.ok()) return Fail(g);
+  if (Status q = o.quotas.Validate(); !q.ok()) return Fail(q);
   // API limits and TCP identities: checked before anything starts.
-  if (Status lim = o.http_limits.Validate(); !lim.ok()) return Fail(kExitUsage, lim);
+  if (Status lim = o.http_limits.Validate(); !lim.ok()) return Fail(lim);
   std::vector<api::TcpIdentity> tcp_ids;
   if (!o.tcp.empty()) {
     if (o.token_file.empty()) {
-      return Fail(kExitUsage, InvalidArgument("--tcp needs --token-file (bearer tokens)"));
+      return Fail(InvalidArgument("--tcp needs --token-file (bearer tokens)"));
     }
     auto ids = api::LoadTokenFile(o.token_file);
-    if (!ids.ok()) return Fail(kExitUsage, ids.status());
+    if (!ids.ok()) return Fail(ids.status());
     tcp_ids = std::move(ids).value();
   }
 
@@ -125,40 +160,40 @@ int RunServe(const ServeOptions& o) {
                    nvml.status().message(), o.fallback_simulate);
       simulate = o.fallback_simulate;
     } else {
-      return Fail(kExitUnavailable,
+      return Fail(
                   Unavailable(fmt::format("devices: {} (pass --simulate 8xH100-80GB to run on "
                                           "simulated devices)", nvml.status().message())));
     }
   }
   if (!simulate.empty()) {
     auto fake = devices::FakeBackend::Create(simulate, devices::SystemClock());
-    if (!fake.ok()) return Fail(kExitUsage, fake.status().WithContext("--simulate: "));
+    if (!fake.ok()) return Fail(fake.status().WithContext("--simulate: "));
     backend = std::move(fake).value();
     simulated = true;
   }
   if (!o.simulate_script.empty() && !simulated) {
-    return Fail(kExitUsage, InvalidArgument("--simulate-script: only with simulated devices"));
+    return Fail(InvalidArgument("--simulate-script: only with simulated devices"));
   }
   if (!o.simulate_script.empty()) {
     // Scripted activity is a wrapper at the interface: the daemon sees a DeviceBackend.
     auto scripted = std::make_unique<devices::ScriptedBackend>(std::move(backend), o.simulate_script);
-    if (Status st = scripted->Load(); !st.ok()) return Fail(kExitUsage, st);
+    if (Status st = scripted->Load(); !st.ok()) return Fail(st);
     backend = std::move(scripted);
   }
 
   // State directory: private, and ours alone for as long as we run. Checked before anything
   // is opened or started, so a refused second daemon changes nothing.
-  if (Status ps = PrepareStateDir(o.state_dir); !ps.ok()) return Fail(kExitFailure, ps);
+  if (Status ps = PrepareStateDir(o.state_dir); !ps.ok()) return Fail(ps);
   auto lock = StateDirLock::Acquire(o.state_dir);
-  if (!lock.ok()) return Fail(kExitUnavailable, lock.status());
+  if (!lock.ok()) return Fail(lock.status());
   const fs::path socket_dir = fs::path(o.socket_path).parent_path();
   CreatePublicDirs(socket_dir);
-  if (Status ss = PrepareSocketPath(o.socket_path); !ss.ok()) return Fail(kExitUnavailable, ss);
+  if (Status ss = PrepareSocketPath(o.socket_path); !ss.ok()) return Fail(ss);
 
   // Store.
   auto store = store::OpenSqliteStore(
       o.state_dir, o.sync_machine ? store::Sync::kMachine : store::Sync::kProcess);
-  if (!store.ok()) return Fail(kExitFailure, store.status());
+  if (!store.ok()) return Fail(store.status());
 
   DaemonOptions dopt;
   dopt.state_dir = o.state_dir;
@@ -169,14 +204,19 @@ int RunServe(const ServeOptions& o) {
   dopt.max_log_size = o.max_log_size;
   dopt.store_retention = true;
   dopt.config_source = o.config_path;
-  if (auto reader = store::OpenSqliteReader(o.state_dir); reader.ok()) {
-    dopt.report_store = std::move(reader).value();
+  dopt.quotas = o.quotas;
+  // Read-only connections for the history views (reports, events, samples), one per two HTTP
+  // workers: they never wait for the daemon's commits, nor hold them up.
+  if (auto readers = store::OpenSqliteReaders(o.state_dir, std::max(2, o.http_limits.workers / 2)); readers.ok()) {
+    dopt.report_store = std::move(readers).value();
   } else {
-    spdlog::warn("reports will share the store's connection: {}", reader.status().ToString());
+    spdlog::warn("history views will share the store's connection: {}", readers.status().ToString());
   }
   // MPS clients of every user reach the pipes; the state directory is 0700.
   dopt.mps_dir = (fs::absolute(socket_dir.empty() ? fs::path(".") : socket_dir) / "mps").string();
-  Daemon daemon(*config, dopt, std::move(store).value(), std::move(backend),
+  // Moved: the daemon holds the only references to the read-only connections, and closes them
+  // before its writer, whose close then folds the WAL into the database and removes it.
+  Daemon daemon(*config, std::move(dopt), std::move(store).value(), std::move(backend),
                 exec::NewProcessLauncher(), devices::SystemClock());
 
   // Signals: handled synchronously by the control loop; every thread inherits the mask
@@ -190,17 +230,19 @@ int RunServe(const ServeOptions& o) {
   signal(SIGPIPE, SIG_IGN);
 
   Status st = daemon.Start();
-  if (!st.ok()) return Fail(kExitFailure, st);
+  if (!st.ok()) return Fail(st);
 
-  api::HttpServer server(MakeApiHandler(daemon), o.http_limits);
+  api::HttpServer server(MakeApiHandler(daemon, TcpNames(o)), o.http_limits);
+  // Root and admins may use the share of connections and streams kept for them.
+  server.SetPrivileged([&daemon](const api::Peer& p) { return p.uid == 0 || daemon.IsAdmin(Caller{p.uid, p.gid}); });
   st = server.ListenUnix(o.socket_path);
-  if (!st.ok()) return Fail(kExitUnavailable, st);
+  if (!st.ok()) return Fail(st);
   if (!o.tcp.empty()) {
     for (const auto& id : tcp_ids) {
       if (id.uid == 0) spdlog::warn("TCP token '{}' acts as root (uid 0)", id.name);
     }
     st = server.ListenTcp(o.tcp, std::move(tcp_ids));
-    if (!st.ok()) return Fail(kExitUnavailable, st);
+    if (!st.ok()) return Fail(st);
   }
   server.Start();
 

@@ -3,8 +3,10 @@
 // runs the control loop until SIGINT/SIGTERM. Not thread-safe; call once from main.
 
 #include <string>
+#include <vector>
 
 #include "api/http.h"
+#include "daemon/quotas.h"
 #include "core/units.h"
 
 namespace gpuslice::daemon {
@@ -22,7 +24,9 @@ struct ServeOptions {
   Micros grace = 10 * kSecond;
   Micros tick = 100 * kMillisecond;
   Micros sample_interval = kSecond;
-  api::HttpLimits http_limits;    // what one API client may hold (docs/api.md "Limits")
+  api::HttpLimits http_limits;    // what one API client may hold (docs/security.md "Limits")
+  std::vector<std::string> allowed_hosts;  // more names TCP requests may give as Host
+  UserQuotas quotas;              // what one user's unfinished jobs may hold
   Bytes max_log_size = 64 * kMiB;  // per job log (see DaemonOptions::max_log_size)
 };
 

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "api/bounded_json.h"
 #include "api/protocol.h"
 #include "core/text.h"
 
@@ -122,24 +123,22 @@ bool IsLoopbackIpv4(std::string_view h) {
 }
 }  // namespace
 
-Status CheckLoopbackHost(const api::HttpRequest& req) {
-  // Only what a browser sent: it always adds Sec-Fetch-* (or Origin on a write, or Referer),
-  // and a page's script cannot remove them. curl, the CLI and scripts may name any host.
-  bool browser = false;
-  for (const char* h : {"sec-fetch-site", "sec-fetch-mode", "origin", "referer"}) {
-    browser = browser || req.headers.contains(h);
-  }
+Status CheckHost(const api::HttpRequest& req, const std::vector<std::string>& tcp_names) {
   auto it = req.headers.find("host");
-  if (!browser || it == req.headers.end()) return Status::Ok();
+  if (it == req.headers.end()) return Status::Ok();
   const std::string h = HostName(it->second);
   const bool local_suffix = h.size() > 10 && h.ends_with(".localhost");
-  if (h == "localhost" || local_suffix || h == "[::1]" || IsLoopbackIpv4(h)) {
-    return Status::Ok();
+  if (h == "localhost" || local_suffix || h == "[::1]" || IsLoopbackIpv4(h)) return Status::Ok();
+  if (!req.peer.unix_socket) {
+    for (const std::string& name : tcp_names) {
+      if (!name.empty() && h == HostName(name)) return Status::Ok();
+    }
   }
   return PermissionDenied(fmt::format(
-      "host '{}' is not a loopback name: on the Unix socket (an ssh tunnel) open the page as "
-      "http://localhost:PORT or http://127.0.0.1:PORT; {} {} for another site's name is refused",
-      EscapeInvalidUtf8(it->second), EscapeInvalidUtf8(req.method), EscapeInvalidUtf8(req.path)));
+      "host '{}' is not a name of this listener: {} {} for another name is refused (a page of another site "
+      "must not reach the API through a tunnel or a forwarded port); use http://localhost:PORT{}",
+      api::ShownText(it->second), api::ShownText(req.method), api::ShownText(req.path),
+      req.peer.unix_socket ? "" : ", the address the daemon listens on, or a name given with serve --allowed-host"));
 }
 
 Result<Json> DeviceHistoryJson(const std::map<std::string, std::string>& query,

@@ -32,14 +32,16 @@ api::HttpResponse ServeUi(const api::HttpRequest& req);
 // allowed.
 Status CheckSameOrigin(const api::HttpRequest& req);
 
-// A request a browser sent on the Unix socket (it carries Sec-Fetch-Site/-Mode, Origin or
-// Referer) whose Host is not a loopback name (localhost, *.localhost, 127.0.0.0/8, [::1], any
-// port): refused. Through an ssh tunnel to the socket, a page of another site
-// that re-points its own name at 127.0.0.1 (DNS rebinding) is same-origin with itself, so
-// CheckSameOrigin passes it; its Host still names the other site. Non-browser clients (curl,
-// the CLI, scripts; no such header) may name any host. TCP needs a bearer token, which such a
-// page does not have, so it is not checked there.
-Status CheckLoopbackHost(const api::HttpRequest& req);
+// Every request, of every method and from any client: its Host (port ignored, any case) must be
+// one of the listener's own names, else 403. On the Unix socket (reached directly or through
+// an ssh tunnel's local port) those are the loopback names: localhost, *.localhost,
+// 127.0.0.0/8, [::1]; on TCP also `tcp_names` (the address it is bound to, this machine's
+// hostname, `serve --allowed-host`). A page of another site that re-points its own name at the
+// tunnel's or the listener's address (DNS rebinding) is same-origin with itself, so
+// CheckSameOrigin passes it, and a same-origin GET carries neither Origin nor (over plain HTTP)
+// Sec-Fetch-*: its Host, which still names that site, is what gives it away. A request without
+// Host (HTTP/1.0 tools) cannot come from a browser and is allowed.
+Status CheckHost(const api::HttpRequest& req, const std::vector<std::string>& tcp_names);
 
 // GET /v1/devices/history?minutes=M&step=S: for each device in `indices`, the mean SM and
 // memory-traffic utilisation (percent) and the mean memory used (bytes) per bucket of S

@@ -65,7 +65,7 @@ TEST(HostileApi, ARequestEchoingANonUtf8ByteAnswersAnErrorAndTheDaemonLives) {
   DaemonHarness h("ff", kConfig);
   h.Start();
   // `curl --unix-socket S 'http://x/v1/%ff'`: the 404 message names the path, byte 0xff.
-  for (std::string_view req : {"GET /v1/%ff HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+  for (std::string_view req : {"GET /v1/%ff HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
                                "GET /v1/jobs/%ff%fe HTTP/1.1\r\nConnection: close\r\n\r\n",
                                "GET /v1/jobs?state=%c3 HTTP/1.1\r\nConnection: close\r\n\r\n",
                                "GET /v1/events?after=%ff HTTP/1.1\r\nConnection: close\r\n\r\n"}) {

@@ -220,7 +220,7 @@ TEST_F(UiTest, ARebindingPageThroughAnSshTunnelIsRefusedByItsHostName) {
   auto [code, body] = UnixRequest(h_.socket(), "POST " + cancel + " HTTP/1.1\r\nHost: evil.example:8080\r\n"
                                                  "Origin: http://evil.example:8080\r\n" + browser);
   EXPECT_EQ(code, 403) << body;
-  EXPECT_NE(body.find("host 'evil.example:8080' is not a loopback name"), std::string::npos) << body;
+  EXPECT_NE(body.find("host 'evil.example:8080' is not a name of this listener"), std::string::npos) << body;
   EXPECT_EQ(h_.Job(id)["job"]["state"], "running") << "nothing changed";
   auto [read_code, read_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: EVIL.example\r\n" + browser);
   EXPECT_EQ(read_code, 403) << "reads too: the page would see every job's command";
@@ -238,11 +238,16 @@ TEST_F(UiTest, ARebindingPageThroughAnSshTunnelIsRefusedByItsHostName) {
   // A Referer alone marks a browser too.
   auto [ref, ref_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: evil.example\r\nReferer: http://evil.example/\r\n");
   EXPECT_EQ(ref, 403) << ref_body;
-  // Not a browser (curl --unix-socket S http://x/..., scripts): any host, or none.
+  // Every request is checked, not only those with browser headers: a same-origin GET over
+  // plain HTTP carries none of them (issue #32). Without Host (HTTP/1.0 tools) it is no browser.
   auto [c10, b10] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.0\r\n");
   EXPECT_EQ(c10, 200) << b10;
   auto [curl, curl_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: x\r\nUser-Agent: curl/7.88.1\r\n");
-  EXPECT_EQ(curl, 200) << curl_body;
+  EXPECT_EQ(curl, 403) << curl_body;
+  auto [bare, bare_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: evil.example\r\n");
+  EXPECT_EQ(bare, 403) << "no browser header at all: " << bare_body;
+  auto [local, local_body] = UnixRequest(h_.socket(), "GET /v1/jobs HTTP/1.1\r\nHost: localhost\r\n");
+  EXPECT_EQ(local, 200) << local_body;
   // The page's own same-origin cancel through the tunnel works.
   auto [ok, ok_body] = UnixRequest(h_.socket(), "POST " + cancel + " HTTP/1.1\r\nHost: localhost:8080\r\n"
                                                   "Origin: http://localhost:8080\r\n" + browser);
