@@ -27,7 +27,7 @@ function showMessage(text, info) {
   const m = document.getElementById('message');
   clearTimeout(messageTimer);
   if (info && text) messageTimer = setTimeout(() => { m.hidden = true; }, 8000);  // errors stay
-  m.textContent = text;
+  m.textContent = visible(text || '');
   m.className = info ? 'info' : '';
   m.hidden = !text;
 }

@@ -8,10 +8,21 @@ const SVG = 'http://www.w3.org/2000/svg';
 
 // ---- DOM (text only) ----
 
+// Invisible and direction-formatting characters (a right-to-left override reorders what follows
+// it, zero-width ones hide text) shown as escapes, as the CLI does (core/text.h ForTerminal), so a
+// submitted command cannot disguise itself in others' views.
+const INVISIBLE = /[\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb]|\udb40[\udc01\udc20-\udc7f]/g;
+function visible(text) {
+  return String(text).replace(INVISIBLE, (c) => {
+    const cp = c.codePointAt(0);
+    return cp > 0xffff ? `\\U${cp.toString(16).padStart(8, '0')}` : `\\u${cp.toString(16).padStart(4, '0')}`;
+  });
+}
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
-  if (text !== undefined && text !== null) e.textContent = String(text);
+  if (text !== undefined && text !== null) e.textContent = visible(text);
   return e;
 }
 

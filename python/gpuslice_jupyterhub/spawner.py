@@ -277,9 +277,18 @@ class GpusliceSpawner(Spawner):
             None, lambda: client.request(method, path, body, socket_path=self.socket_path,
                                          timeout=timeout))
 
+    def _account(self):
+        """The hub user's Unix account. Never uid 0: a hub user named 'root' (or any name that
+        maps to uid 0) would otherwise get a server running as root."""
+        pw = pwd.getpwnam(self.user.name)
+        if pw.pw_uid == 0:
+            raise RuntimeError(f"hub user {self.user.name[:64]!r} is uid 0 (root): the gpuslice "
+                               f"spawner never starts a server as root; use an ordinary account")
+        return pw
+
     async def _call_as_user(self, method, path, body):
         """An API call made by a child process running as the user (see _as_user.py)."""
-        pw = pwd.getpwnam(self.user.name)
+        pw = self._account()
         req = json.dumps({"method": method, "path": path, "body": body,
                           "socket": self.socket_path}).encode()
         kwargs = {}

@@ -64,12 +64,34 @@ std::string EscapeInvalidUtf8(std::string_view s) {
   return out;
 }
 
+bool IsInvisibleFormat(char32_t cp) {
+  return cp == 0x00AD || cp == 0x061C || cp == 0x180E || (cp >= 0x200B && cp <= 0x200F) ||
+         (cp >= 0x2028 && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x206F) ||
+         cp == 0xFEFF || (cp >= 0xFFF9 && cp <= 0xFFFB) || cp == 0xE0001 || (cp >= 0xE0020 && cp <= 0xE007F);
+}
+
 std::string ForTerminal(std::string_view s) {
   const std::string valid = EscapeInvalidUtf8(s);
   std::string out;
   out.reserve(valid.size());
   for (std::size_t i = 0; i < valid.size(); ++i) {
     const auto c = static_cast<std::uint8_t>(valid[i]);
+    if (c >= 0xC2) {
+      // A multi-byte sequence (valid: EscapeInvalidUtf8 made it so): invisible and direction
+      // formatting characters are shown as escapes, so a command cannot be disguised (a
+      // right-to-left override reorders what follows it) or hide text.
+      const std::size_t n = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+      char32_t cp = n == 4 ? (c & 0x07) : n == 3 ? (c & 0x0F) : (c & 0x1F);
+      for (std::size_t k = 1; k < n && i + k < valid.size(); ++k) {
+        cp = (cp << 6) | (static_cast<std::uint8_t>(valid[i + k]) & 0x3F);
+      }
+      if (IsInvisibleFormat(cp)) {
+        out += cp > 0xFFFF ? fmt::format("\\U{:08x}", static_cast<std::uint32_t>(cp))
+                           : fmt::format("\\u{:04x}", static_cast<std::uint32_t>(cp));
+        i += n - 1;
+        continue;
+      }
+    }
     if (c == 0xC2 && i + 1 < valid.size() &&
         static_cast<std::uint8_t>(valid[i + 1]) >= 0x80 &&
         static_cast<std::uint8_t>(valid[i + 1]) <= 0x9F) {

@@ -33,9 +33,13 @@ std::string Lower(std::string_view s) {
 
 // Reads a file in 1 MiB chunks through zlib; gzread transparently copies non-gzip input, so
 // one path serves .json and .json.gz. Not thread-safe; one parse at a time.
+// Reading stops after `max_bytes` of decompressed input (ParseTraceFile's limit): a torch.profiler
+// trace of the few steps `profile` needs is far smaller.
 class ChunkReader {
  public:
-  explicit ChunkReader(gzFile f) : f_(f), buf_(1 << 20) {}
+  ChunkReader(gzFile f, std::size_t max_bytes) : f_(f), buf_(1 << 20), max_bytes_(max_bytes) {}
+  // Set when the input passed max_bytes; reading stops there.
+  bool too_large() const { return too_large_; }
   ~ChunkReader() { gzclose(f_); }
   ChunkReader(const ChunkReader&) = delete;
   ChunkReader& operator=(const ChunkReader&) = delete;
@@ -56,6 +60,13 @@ class ChunkReader {
     int n = gzread(f_, buf_.data(), static_cast<unsigned>(buf_.size()));
     pos_ = 0;
     len_ = n > 0 ? static_cast<std::size_t>(n) : 0;
+    total_ += len_;
+    if (total_ > max_bytes_) {
+      too_large_ = true;
+      eof_ = true;
+      len_ = 0;  // the parser sees the input end early and stops
+      return;
+    }
     if (n <= 0) {
       eof_ = true;
       int errnum = 0;
@@ -68,7 +79,10 @@ class ChunkReader {
   std::vector<char> buf_;
   std::size_t pos_ = 0;
   std::size_t len_ = 0;
+  std::size_t max_bytes_;
+  std::size_t total_ = 0;
   bool eof_ = false;
+  bool too_large_ = false;
   std::string error_;
 };
 
@@ -441,13 +455,13 @@ const Launch* ParsedTrace::FindLaunch(std::int64_t correlation) const {
   return it != launches.end() && it->correlation == correlation ? &*it : nullptr;
 }
 
-Result<ParsedTrace> ParseTraceFile(const std::string& path) {
+Result<ParsedTrace> ParseTraceFile(const std::string& path, std::size_t max_json_bytes) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
     return InvalidArgument(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   }
   gzbuffer(f, 1 << 18);
-  ChunkReader reader(f);
+  ChunkReader reader(f, max_json_bytes);
   ParsedTrace t;
   t.path = path;
   KinetoSax sax(&t);
@@ -456,6 +470,11 @@ Result<ParsedTrace> ParseTraceFile(const std::string& path) {
     ok = Json::sax_parse(ChunkIterator(&reader), ChunkIterator(), &sax);
   } catch (const std::exception& e) {  // parsing edge: nlohmann may still throw on odd input
     return InvalidArgument(fmt::format("{}: {}", path, e.what()));
+  }
+  if (reader.too_large()) {
+    return InvalidArgument(fmt::format("{}: more than {} of trace JSON once decompressed, the most `gpuslice "
+                                       "profile` reads (record fewer steps: torch.profiler's schedule(active=...))",
+                                       path, FormatBytes(static_cast<Bytes>(max_json_bytes))));
   }
   if (!reader.error().empty()) {
     return InvalidArgument(fmt::format("{}: compressed data is damaged or truncated ({}){}{}", path,

@@ -88,7 +88,11 @@ struct ParsedTrace {
 
 // Reads one trace file. Errors (InvalidArgument) name the file and, for malformed or
 // truncated JSON, the byte offset in the (decompressed) JSON text and what was expected.
-Result<ParsedTrace> ParseTraceFile(const std::string& path);
+// A file that decompresses to more than `max_json_bytes` of JSON is refused once that much was
+// read, naming the limit: a small .gz can hold gigabytes (a 1.9 MB file made `profile` take
+// 4 GB), and parsed events cost about twice their JSON.
+inline constexpr std::size_t kMaxTraceJsonBytes = std::size_t{512} << 20;
+Result<ParsedTrace> ParseTraceFile(const std::string& path, std::size_t max_json_bytes = kMaxTraceJsonBytes);
 // Same, from JSON text in memory (tests, and the benchmark baseline).
 Result<ParsedTrace> ParseTraceText(std::string_view json, std::string name);
 

@@ -401,6 +401,11 @@ Status ValidateConfig(const Config& config) {
                            {"user_max_gpu", q.user_max_milli}, {"reserve_after", q.reserve_after}}) {
       if (v < 0) return InvalidArgument(fmt::format("{}.{} = {}: must not be negative", key, name, v));
     }
+    // A warning due before the job could even start would be given at once, every time.
+    if (const Micros limit = q.EffectiveLimit(0); q.warn_before > 0 && limit > 0 && q.warn_before >= limit)
+      return InvalidArgument(fmt::format("{}.warn_before = '{}': not shorter than the queue's time limit ({}); the "
+                                         "warning would come as the job starts", key, FormatDuration(q.warn_before),
+                                         FormatDuration(limit)));
     if (q.user_max_jobs < 0)
       return InvalidArgument(fmt::format("{}.user_max_jobs = {}: must not be negative", key, q.user_max_jobs));
     if (q.idle.util_threshold_percent < 0 || q.idle.util_threshold_percent > 100)
@@ -479,7 +484,13 @@ Result<Config> ParseConfig(std::string_view toml_text, std::string_view file_nam
   Config config = DefaultConfig();
   TableReader r(root, file, "");
   GPUSLICE_RETURN_IF_ERROR(r.String("default_queue", config.default_queue));
+  config.admin_group_from_file = root.contains("admin_group");
   GPUSLICE_RETURN_IF_ERROR(r.String("admin_group", config.admin_group));
+  if (config.admin_group_from_file && config.admin_group.empty()) {
+    // An empty name matched no group, silently: say so (without the key: 'gpuslice-admin').
+    return r.ErrorAt("admin_group", "'' is empty: name the Unix group whose members may act on every job "
+                                    "(or remove the key for the default, 'gpuslice-admin')");
+  }
   Status st;
   if (const toml::table* mig = r.SubTable("mig", st)) {
     TableReader mr(*mig, file, "mig");

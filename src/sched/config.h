@@ -131,6 +131,9 @@ struct Config {
   std::vector<QueueConfig> queues;       // sorted by name
   std::string default_queue = "interactive";
   std::string admin_group = "gpuslice-admin";
+  // The file named admin_group (serve then requires the group to exist; the built-in default
+  // may be missing, with a warning).
+  bool admin_group_from_file = false;
   MigConfig mig;
   MemoryConfig memory;
   friend bool operator==(const Config&, const Config&) = default;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -59,7 +60,22 @@ std::vector<std::string> SplitFields(std::string_view line) {
 }
 }  // namespace
 
+Status CsvTable::CheckFile(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) return NotFound(fmt::format("{}: cannot open trace file", path));
+  if (!std::filesystem::is_regular_file(st)) {
+    return InvalidArgument(fmt::format("{}: not a regular file (a trace is a CSV file)", path));
+  }
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size > kMaxTraceBytes) {
+    return InvalidArgument(fmt::format("{}: larger than {} GiB or unreadable", path, kMaxTraceBytes >> 30));
+  }
+  return Status::Ok();
+}
+
 Result<CsvTable> CsvTable::Open(const std::string& path, const std::vector<std::string>& required) {
+  GPUSLICE_RETURN_IF_ERROR(CheckFile(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound(fmt::format("{}: cannot open trace file", path));
   std::stringstream ss;

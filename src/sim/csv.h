@@ -39,6 +39,10 @@ class CsvTable {
   // Reads the whole file. Fails on a missing file, an empty file or a header without
   // `required` columns.
   static Result<CsvTable> Open(const std::string& path, const std::vector<std::string>& required);
+  // A trace must be a regular file of at most kMaxTraceBytes: a device (/dev/zero), a FIFO or a
+  // directory is an error naming the path, never an endless read.
+  static constexpr std::uintmax_t kMaxTraceBytes = std::uintmax_t{4} << 30;
+  static Status CheckFile(const std::string& path);
 
   // Iterates records; returns false at the end. Blank lines and lines starting with '#' are
   // skipped. A record whose field count differs from the header's is reported by Field().

@@ -155,6 +155,7 @@ Result<JobList> JobsFromOpenbPods(const PodList& pods, const ReadOptions& option
 }
 
 Result<JobList> ReadJobTrace(const std::string& path, const ReadOptions& options) {
+  GPUSLICE_RETURN_IF_ERROR(CsvTable::CheckFile(path));
   std::ifstream in(path);
   if (!in) return NotFound(fmt::format("{}: cannot open trace file", path));
   std::string header;

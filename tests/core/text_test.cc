@@ -43,6 +43,24 @@ TEST(ForTerminal, NeutralisesEveryControlCharacter) {
   }
 }
 
+TEST(ForTerminal, ShowsInvisibleAndDirectionFormattingCharactersAsEscapes) {
+  // A right-to-left override makes "#\u202egpj.tac" read as "#cat.jpg"; zero-width and isolate
+  // characters hide or reorder text in others' views.
+  EXPECT_EQ(ForTerminal("rm -rf ~ #\xe2\x80\xae" "gpj.tac"), "rm -rf ~ #\\u202egpj.tac");
+  EXPECT_EQ(ForTerminal("a\xe2\x80\x8b" "b\xe2\x81\xa6" "c\xe2\x81\xa9"), "a\\u200bb\\u2066c\\u2069");
+  EXPECT_EQ(ForTerminal("\xef\xbb\xbf" "x\xc2\xad" "y"), "\\ufeffx\\u00ady");
+  EXPECT_EQ(ForTerminal("tag\xf3\xa0\x80\x81"), "tag\\U000e0001");
+  EXPECT_EQ(ForTerminal("line\xe2\x80\xa8sep"), "line\\u2028sep");
+  // Ordinary text, accents, CJK, emoji stay as they are.
+  EXPECT_EQ(ForTerminal("caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80");
+  for (char32_t cp : {0x202Au, 0x202Bu, 0x202Cu, 0x202Du, 0x202Eu, 0x2066u, 0x2067u, 0x2068u, 0x2069u, 0x200Eu, 0x200Fu,
+                      0x061Cu}) {
+    EXPECT_TRUE(IsInvisibleFormat(cp)) << std::hex << static_cast<unsigned>(cp);
+  }
+  EXPECT_FALSE(IsInvisibleFormat(U'a'));
+  EXPECT_FALSE(IsInvisibleFormat(0x00E9));
+}
+
 TEST(Base64, RoundTripsEveryLengthAndAllByteValues) {
   std::string all;
   for (int c = 0; c < 256; ++c) all += static_cast<char>(c);

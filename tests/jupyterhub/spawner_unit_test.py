@@ -88,6 +88,24 @@ class DaemonGrammar(unittest.TestCase):
         self.assertLess(len(str(e.exception)), 200)
 
 
+class Accounts(unittest.TestCase):
+    def test_a_hub_user_that_is_root_is_refused_before_anything_is_submitted(self):
+        import asyncio
+        s = GpusliceSpawner(user=types.SimpleNamespace(name="root", url="/user/root/"))
+        with self.assertRaises(RuntimeError) as e:
+            asyncio.run(s._call_as_user("POST", "/v1/jobs", {"argv": ["true"]}))
+        self.assertIn("uid 0", str(e.exception))
+        self.assertIn("never starts a server as root", str(e.exception))
+
+    def test_an_ordinary_account_passes(self):
+        import pwd
+        ordinary = next((p for p in pwd.getpwall() if p.pw_uid != 0), None)
+        if ordinary is None:
+            self.skipTest("no account other than root here")
+        s = GpusliceSpawner(user=types.SimpleNamespace(name=ordinary.pw_name, url="/user/x/"))
+        self.assertEqual(s._account().pw_uid, ordinary.pw_uid)
+
+
 class Options(unittest.TestCase):
     def test_free_fields_within_bounds(self):
         s = spawner(max_fraction="0.5", max_memory="40GiB")

@@ -403,3 +403,35 @@ TEST(TraceErrors, OutOfRangeNumbersAreNamedNotUndefined) {
 
 }  // namespace
 }  // namespace gpuslice::profile
+
+namespace gpuslice::profile {
+namespace {
+
+// A small .gz that inflates to more JSON than `profile` reads (a 1.9 MB file used to make it
+// take 4 GB): refused with an error naming the limit once the limit is read, not held whole.
+TEST(TraceFile, ACompressedTraceThatInflatesPastTheLimitIsRefused) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("gs_bomb_" + std::to_string(getpid()) + ".json.gz")).string();
+  gzFile f = gzopen(path.c_str(), "wb1");
+  ASSERT_NE(f, nullptr);
+  gzputs(f, "{\"traceEvents\": [");
+  const std::string spaces(1 << 20, ' ');  // whitespace: valid JSON for as long as it lasts
+  for (int i = 0; i < 40; ++i) ASSERT_EQ(gzwrite(f, spaces.data(), static_cast<unsigned>(spaces.size())), 1 << 20);
+  gzputs(f, "]}");
+  gzclose(f);
+  EXPECT_LT(std::filesystem::file_size(path), 1u << 20) << "a small file";
+  // The same rule as the default limit (kMaxTraceJsonBytes, 512 MiB), at a size a test can afford.
+  auto r = ParseTraceFile(path, std::size_t{32} << 20);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr("more than 32MiB of trace JSON once decompressed"));
+  EXPECT_THAT(r.status().message(), ::testing::HasSubstr(path));
+  // Under the limit the same file is only what it is: a trace with no events.
+  auto whole = ParseTraceFile(path, std::size_t{64} << 20);
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->events_read, 0);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace gpuslice::profile

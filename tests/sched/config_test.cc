@@ -39,6 +39,16 @@ TEST(ConfigTest, DefaultsMatchTheDesign) {
   EXPECT_EQ(c.default_queue, "interactive");
 }
 
+TEST(ConfigTest, AnAdminGroupNamedInTheFileIsMarkedSoServeChecksIt) {
+  auto named = ParseConfig("admin_group = \"ops\"\n", "gpuslice.toml");
+  ASSERT_TRUE(named.ok());
+  EXPECT_TRUE(named->admin_group_from_file);
+  auto dflt = ParseConfig("", "gpuslice.toml");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_FALSE(dflt->admin_group_from_file);
+  EXPECT_EQ(dflt->admin_group, "gpuslice-admin");
+}
+
 TEST(ConfigTest, EmptyFileGivesDefaults) {
   auto c = ParseConfig("", "gpuslice.toml");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -90,6 +100,9 @@ TEST(ConfigTest, ExampleFileEqualsTheBuiltInDefaults) {
   const std::string path = GPUSLICE_SOURCE_DIR "/examples/gpuslice.toml";
   auto c = LoadConfigFile(path);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // The example names admin_group (so serve would require the group); the values are the defaults.
+  EXPECT_TRUE(c->admin_group_from_file);
+  c->admin_group_from_file = false;
   EXPECT_EQ(*c, DefaultConfig());
 
   std::ifstream in(path);
@@ -158,6 +171,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"fraction over one", "[queues.interactive]\ndefault_gpu = \"2\"\n",
                   "queues.interactive.default_gpu = '2'"},
         BadConfig{"unknown top-level key", "colour = \"blue\"\n", "colour = 'blue': unknown key"},
+        BadConfig{"empty admin group", "admin_group = \"\"\n", "admin_group: '' is empty"},
+        BadConfig{"warning as long as the limit", "[queues.interactive]\ntime_limit = \"1h\"\nwarn_before = \"1h\"\n",
+                  "queues.interactive.warn_before = '1h': not shorter than the queue's time limit (1h)"},
+        BadConfig{"warning longer than max_duration", "[queues.training]\nmax_duration = \"2h\"\nwarn_before = \"3h\"\n",
+                  "queues.training.warn_before = '3h'"},
         BadConfig{"unknown queue key", "[queues.interactive]\ntimelimit = \"8h\"\n",
                   "queues.interactive.timelimit = '8h': unknown key"},
         BadConfig{"unknown idle key", "[queues.interactive.idle]\nwindo = \"8h\"\n",
