@@ -1,22 +1,36 @@
 // Client subcommands: submit, ps, show, cancel, activity, logs, devices, queues, top. Thin shells over
-// src/api/cli.h; this file only declares flags and maps Status codes to exit codes.
+// src/api/cli.h; this file only declares flags and ends each command with cli::Finish.
 #include <cstdio>
+#include <initializer_list>
+#include <iostream>
 #include <memory>
 
-#include <iostream>
+#include <fmt/format.h>
 
 #include "api/cli.h"
+#include "finish.h"
 #include "registry.h"
 #include "slurm/cli.h"
 
 namespace {
 
 using gpuslice::Status;
-using gpuslice::StatusCode;
 namespace api = gpuslice::api;
 namespace cli = gpuslice::cli;
 
 int ExitFor(const Status& st) { return cli::ExitForStatus(st); }
+
+// A text flag given with an empty value (`--queue ''`) is a mistake, not "the default": said,
+// naming the flag, before anything is sent.
+Status NoEmptyValues(std::initializer_list<const CLI::Option*> options) {
+  for (const CLI::Option* o : options) {
+    if (o->count() > 0 && !o->results().empty() && o->results().back().empty()) {
+      return gpuslice::InvalidArgument(fmt::format("{} '': an empty value (leave the flag out for the default)",
+                                                   o->get_name()));
+    }
+  }
+  return Status::Ok();
+}
 
 // --socket / --token-file / --json on every client subcommand.
 std::shared_ptr<api::ClientFlags> AddClientFlags(CLI::App* sub) {
@@ -57,14 +71,17 @@ GPUSLICE_COMMAND(submit) {
   auto c = AddClientFlags(sub);
   auto s = std::make_shared<api::SubmitFlags>();
   auto gpus = std::make_shared<int>(0);
-  sub->add_option("--queue,-q", s->queue, "interactive | training | inference (or a configured queue)");
+  auto* queue_opt = sub->add_option("--queue,-q", s->queue, "interactive | training | inference (or a configured queue)");
   auto* g = sub->add_option("--gpus", *gpus, "Whole devices (training)");
   auto* f = sub->add_option("--fraction", s->fraction, "Share of one GPU: 0.25 or 250m (shared/mps)");
   g->excludes(f);
-  sub->add_option("--mem", s->mem, "Memory per device: 10GiB (cap for shared/mps, size for mig)");
-  sub->add_option("--time", s->time, "Time limit: 4h, 30m (at most the queue's)");
-  sub->add_option("--kind", s->kind, "Slice kind: whole | mig | mps | shared (queue default)");
-  sub->add_option("--model", s->model, "Device model, e.g. H100-80GB");
+  auto* mem_opt = sub->add_option("--mem", s->mem, "Memory per device: 10GiB (cap for shared/mps, size for mig)");
+  auto* time_opt = sub->add_option("--time", s->time, "Time limit: 4h, 30m (at most the queue's)");
+  auto* kind_opt = sub->add_option("--kind", s->kind, "Slice kind: whole | mig | mps | shared (queue default)");
+  auto* model_opt = sub->add_option("--model", s->model, "Device model, e.g. H100-80GB");
+  sub->add_option("--idempotency-key", s->idempotency_key,
+                  "Key that makes a retried submit never run twice (default: a new random one, retried "
+                  "with after a lost connection)");
   sub->add_option("command", s->command, "The command, after --")->required();
   auto route = AddSlurmFlags(sub);
   sub->footer(
@@ -76,8 +93,12 @@ GPUSLICE_COMMAND(submit) {
       "  gpuslice submit --slurm --queue training --gpus 2 -- python train.py  # via sbatch");
   sub->callback([=] {
     if (g->count() > 0) s->gpus = *gpus;
+    if (auto st = NoEmptyValues({queue_opt, f, mem_opt, time_opt, kind_opt, model_opt}); !st.ok()) {
+      *exit_code = cli::Finish(st, c->json);
+      return;
+    }
     if (auto st = api::CheckSubmitFlags(*s); !st.ok()) {
-      *exit_code = ExitFor(st);
+      *exit_code = cli::Finish(st, c->json);
       return;
     }
     if (route->enabled) {
@@ -90,10 +111,10 @@ GPUSLICE_COMMAND(submit) {
       sf.memory = s->mem;
       sf.time = s->time;
       sf.command = s->command;
-      *exit_code = ExitFor(gpuslice::slurm::RunSlurmSubmit(sf, std::cout));
+      *exit_code = cli::Finish(gpuslice::slurm::RunSlurmSubmit(sf, std::cout), c->json);
       return;
     }
-    *exit_code = ExitFor(api::Submit(*c, *s));
+    *exit_code = cli::Finish(api::Submit(*c, *s), c->json);
   });
 }
 
@@ -106,6 +127,8 @@ GPUSLICE_COMMAND(ps) {
   sub->add_flag("--all,-a", *all, "Include ended jobs");
   sub->add_option("--user,-u", *user, "Only this user's jobs");
   sub->add_option("--state", *state, "Only jobs in this state (pending, running, ...)");
+  auto key = std::make_shared<std::string>();
+  sub->add_option("--key", *key, "Only the job submitted with this idempotency key (any state)");
   auto route = AddSlurmFlags(sub);
   auto metrics = std::make_shared<std::vector<std::string>>();
   sub->add_option("--metrics", *metrics, "With --slurm: an agent's /metrics URL (repeatable)");
@@ -117,10 +140,10 @@ GPUSLICE_COMMAND(ps) {
       pf.all = *all;
       pf.metrics_urls = *metrics;
       pf.slurm.slurm_conf = route->slurm_conf;
-      *exit_code = ExitFor(gpuslice::slurm::RunSlurmPs(pf, std::cout));
+      *exit_code = cli::Finish(gpuslice::slurm::RunSlurmPs(pf, std::cout), c->json);
       return;
     }
-    *exit_code = ExitFor(api::Ps(*c, *all, *user, *state));
+    *exit_code = cli::Finish(api::Ps(*c, *all || !key->empty(), *user, *state, *key), c->json);
   });
 }
 
@@ -130,7 +153,7 @@ GPUSLICE_COMMAND(show) {
   auto id = std::make_shared<std::uint64_t>(0);
   sub->add_option("id", *id, "Job ID")->required();
   sub->footer("Examples:\n  gpuslice show 12\n  gpuslice show 12 --json");
-  sub->callback([=] { *exit_code = ExitFor(api::Show(*c, *id)); });
+  sub->callback([=] { *exit_code = cli::Finish(api::Show(*c, *id), c->json); });
 }
 
 GPUSLICE_COMMAND(cancel) {
@@ -139,7 +162,11 @@ GPUSLICE_COMMAND(cancel) {
   auto ids = std::make_shared<std::vector<std::uint64_t>>();
   sub->add_option("ids", *ids, "Job IDs")->required();
   sub->footer("Examples:\n  gpuslice cancel 12\n  gpuslice cancel 12 13 14");
-  sub->callback([=] { *exit_code = ExitFor(api::CancelJobs(*c, *ids)); });
+  // With --json the answer (successes and errors) is already one document on stdout.
+  sub->callback([=] {
+    const Status st = api::CancelJobs(*c, *ids);
+    *exit_code = c->json ? gpuslice::api::ExitCodeFor(st) : cli::Finish(st);
+  });
 }
 
 GPUSLICE_COMMAND(activity) {
@@ -159,7 +186,7 @@ GPUSLICE_COMMAND(activity) {
               "  gpuslice activity 12 --idle --last-activity-us 1764590000000000");
   sub->callback([=] {
     if (*idle) a->busy = false;  // (--idle excludes --busy; the pointer keeps the flag's target alive)
-    *exit_code = ExitFor(api::ReportActivity(*c, *id, *a));
+    *exit_code = cli::Finish(api::ReportActivity(*c, *id, *a), c->json);
   });
 }
 
@@ -171,21 +198,21 @@ GPUSLICE_COMMAND(logs) {
   sub->add_option("id", *id, "Job ID")->required();
   sub->add_flag("--follow,-f", *follow, "Keep printing until the job ends");
   sub->footer("Examples:\n  gpuslice logs 12\n  gpuslice logs 12 -f");
-  sub->callback([=] { *exit_code = ExitFor(api::Logs(*c, *id, *follow)); });
+  sub->callback([=] { *exit_code = cli::Finish(api::Logs(*c, *id, *follow), c->json); });
 }
 
 GPUSLICE_COMMAND(devices) {
   auto* sub = app.add_subcommand("devices", "List the daemon's GPUs, their mode and use");
   auto c = AddClientFlags(sub);
   sub->footer("Examples:\n  gpuslice devices\n  gpuslice devices --json");
-  sub->callback([=] { *exit_code = ExitFor(api::Devices(*c)); });
+  sub->callback([=] { *exit_code = cli::Finish(api::Devices(*c), c->json); });
 }
 
 GPUSLICE_COMMAND(queues) {
   auto* sub = app.add_subcommand("queues", "List queues, their limits and load");
   auto c = AddClientFlags(sub);
   sub->footer("Examples:\n  gpuslice queues\n  gpuslice queues --json");
-  sub->callback([=] { *exit_code = ExitFor(api::Queues(*c)); });
+  sub->callback([=] { *exit_code = cli::Finish(api::Queues(*c), c->json); });
 }
 
 GPUSLICE_COMMAND(top) {
@@ -197,5 +224,5 @@ GPUSLICE_COMMAND(top) {
   sub->add_option("--interval", *interval, "Refresh period: seconds or a duration (100ms .. 1h)")
       ->capture_default_str();
   sub->footer("Examples:\n  gpuslice top\n  gpuslice top --once --json");
-  sub->callback([=] { *exit_code = ExitFor(api::Top(*c, *once, *interval)); });
+  sub->callback([=] { *exit_code = cli::Finish(api::Top(*c, *once, *interval), c->json); });
 }

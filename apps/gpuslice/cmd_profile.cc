@@ -3,6 +3,7 @@
 
 #include "core/units.h"
 #include "profile/report.h"
+#include "finish.h"
 #include "registry.h"
 
 GPUSLICE_COMMAND(profile) {
@@ -66,15 +67,7 @@ GPUSLICE_COMMAND(profile) {
       }
       opts->simulate_util_permille = static_cast<int>(v * 10 + 0.5);
     }
-    gpuslice::Status st = gpuslice::profile::RunProfile(*opts, std::cout);
-    if (st.ok()) return;
-    std::cerr << "gpuslice profile: " << st.ToString() << "\n";
-    switch (st.code()) {
-      case gpuslice::StatusCode::kInvalidArgument: *exit_code = gpuslice::cli::kExitUsage; break;
-      case gpuslice::StatusCode::kNotFound: *exit_code = gpuslice::cli::kExitNotFound; break;
-      case gpuslice::StatusCode::kUnavailable:
-      case gpuslice::StatusCode::kUnsupported: *exit_code = gpuslice::cli::kExitUnavailable; break;
-      default: *exit_code = gpuslice::cli::kExitFailure;
-    }
+    *exit_code = gpuslice::cli::Finish(gpuslice::profile::RunProfile(*opts, std::cout), opts->json_to_stdout,
+                                       "gpuslice profile");
   });
 }

@@ -3,6 +3,7 @@
 
 #include "devices/backend.h"
 #include "devices/recording.h"
+#include "finish.h"
 #include "registry.h"
 
 GPUSLICE_COMMAND(record) {
@@ -50,13 +51,7 @@ GPUSLICE_COMMAND(record) {
     std::string summary;
     Status s = devices::RecordToFile(o, *duration, *interval, args->out, &summary);
     if (!s.ok()) {
-      std::cerr << "gpuslice record: " << s.ToString() << "\n";
-      switch (s.code()) {
-        case StatusCode::kInvalidArgument: *exit_code = cli::kExitUsage; break;
-        case StatusCode::kNotFound: *exit_code = cli::kExitNotFound; break;
-        case StatusCode::kUnavailable: *exit_code = cli::kExitUnavailable; break;
-        default: *exit_code = cli::kExitFailure;
-      }
+      *exit_code = cli::Finish(s, false, "gpuslice record");
       return;
     }
     std::cout << summary << "\n";

@@ -1,7 +1,7 @@
 // `gpuslice report`: flags only; the work is in src/report/cli.h.
-#include <cstdio>
 #include <memory>
 
+#include "finish.h"
 #include "registry.h"
 #include "report/cli.h"
 
@@ -26,18 +26,6 @@ GPUSLICE_COMMAND(report) {
               "  gpuslice report --since 30d --out /tmp/report      # SVG plots\n"
               "See docs/report.md for every figure and the verdict.");
   sub->callback([c, f, exit_code] {
-    const gpuslice::Status st = gpuslice::report::RunReport(*c, *f);
-    if (st.ok()) {
-      *exit_code = cli::kExitOk;
-      return;
-    }
-    std::fprintf(stderr, "error: %s\n", gpuslice::api::ErrorForTerminal(st).c_str());
-    switch (st.code()) {
-      case gpuslice::StatusCode::kInvalidArgument: *exit_code = cli::kExitUsage; break;
-      case gpuslice::StatusCode::kNotFound: *exit_code = cli::kExitNotFound; break;
-      case gpuslice::StatusCode::kPermissionDenied: *exit_code = cli::kExitDenied; break;
-      case gpuslice::StatusCode::kUnavailable: *exit_code = cli::kExitUnavailable; break;
-      default: *exit_code = cli::kExitFailure;
-    }
+    *exit_code = cli::Finish(gpuslice::report::RunReport(*c, *f), c->json);
   });
 }

@@ -1,4 +1,8 @@
 // `gpuslice sim`: trace-driven simulation (src/sim). Thin shell over the sim library.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -7,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "finish.h"
 #include "registry.h"
 #include "sim/fgd_command.h"
 #include "sim/output.h"
@@ -17,12 +22,28 @@ const std::string kDataDir = GPUSLICE_DATA_DIR;
 const std::string kDefaultTrace = kDataDir + "/alibaba-gpu-v2023/openb_pod_list_default.csv";
 const std::string kDefaultExpected = kDataDir + "/fgd-kss-expected-results/analysis_allo_discrete.csv";
 
-int ExitFor(const gpuslice::Status& s) {
-  switch (s.code()) {
-    case gpuslice::StatusCode::kNotFound: return gpuslice::cli::kExitNotFound;
-    case gpuslice::StatusCode::kInvalidArgument: return gpuslice::cli::kExitUsage;
-    default: return gpuslice::cli::kExitFailure;
+int ExitFor(const gpuslice::Status& s) { return gpuslice::cli::Finish(s); }
+
+// --policy must name at least one policy ("" or "," names none: an empty table that exited 0).
+gpuslice::Status CheckPolicies(const std::vector<std::string>& policies, const std::string& text) {
+  if (!policies.empty()) return gpuslice::Status::Ok();
+  return gpuslice::InvalidArgument(fmt::format("--policy '{}': names no placement policy (e.g. fgd,gpuslice)", text));
+}
+
+// --out is checked before a run that may take minutes: a directory this user can write, made if
+// it does not exist.
+gpuslice::Status CheckOutDir(const std::string& dir) {
+  if (dir.empty()) return gpuslice::Status::Ok();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec)) {
+    return gpuslice::InvalidArgument(fmt::format("--out '{}': cannot be made a directory: {}", dir,
+                                                 ec ? ec.message() : "not a directory"));
   }
+  if (access(dir.c_str(), W_OK | X_OK) != 0) {
+    return gpuslice::PermissionDenied(fmt::format("--out '{}': not writable: {}", dir, std::strerror(errno)));
+  }
+  return gpuslice::Status::Ok();
 }
 // "a,b,,c" -> {"a", "b", "c"}.
 std::vector<std::string> SplitList(std::string_view text) {
@@ -78,10 +99,15 @@ GPUSLICE_COMMAND(sim) {
     o.trace = f->trace;
     o.nodes = f->nodes;
     o.policies = SplitList(f->policies);
+    for (const auto& st : {CheckPolicies(o.policies, f->policies), CheckOutDir(f->out)}) {
+      if (!st.ok()) {
+        *exit_code = ExitFor(st);
+        return;
+      }
+    }
     auto seeds = gpuslice::sim::ParseSeeds(f->seeds);
     if (!seeds.ok()) {
-      std::cerr << "error: " << seeds.status().message() << "\n";
-      *exit_code = gpuslice::cli::kExitUsage;
+      *exit_code = ExitFor(seeds.status());
       return;
     }
     o.seeds = *seeds;
@@ -97,7 +123,6 @@ GPUSLICE_COMMAND(sim) {
     o.progress = gpuslice::sim::StderrIsTerminal();
     auto r = gpuslice::sim::RunFgdCommand(o, std::cout, std::cerr);
     if (!r.ok()) {
-      std::cerr << "error: " << r.status().message() << "\n";
       *exit_code = ExitFor(r.status());
       return;
     }
@@ -143,7 +168,17 @@ GPUSLICE_COMMAND(sim) {
     o.nodes = r->nodes;
     o.cluster = r->cluster;
     // With a config, the queues keep their own placement unless --policy is given.
-    if (r->config.empty() || policy_opt->count() > 0) o.policies = SplitList(r->policies);
+    if (r->config.empty() || policy_opt->count() > 0) {
+      o.policies = SplitList(r->policies);
+      if (auto st = CheckPolicies(o.policies, r->policies); !st.ok()) {
+        *exit_code = ExitFor(st);
+        return;
+      }
+    }
+    if (auto st = CheckOutDir(r->out); !st.ok()) {
+      *exit_code = ExitFor(st);
+      return;
+    }
     o.config = r->config;
     o.seed = r->seed;
     o.out_dir = r->out;
@@ -151,7 +186,6 @@ GPUSLICE_COMMAND(sim) {
     o.progress = gpuslice::sim::StderrIsTerminal();
     auto res = gpuslice::sim::RunReplayCommand(o, std::cout, std::cerr);
     if (!res.ok()) {
-      std::cerr << "error: " << res.status().message() << "\n";
       *exit_code = ExitFor(res.status());
       return;
     }

@@ -3,25 +3,13 @@
 #include <iostream>
 #include <memory>
 
+#include "finish.h"
 #include "registry.h"
 #include "slurm/cli.h"
 
 namespace {
 
-int ExitFor(const gpuslice::Status& s) {
-  using gpuslice::StatusCode;
-  namespace cli = gpuslice::cli;
-  if (!s.ok()) std::cerr << "gpuslice slurm: " << s.ToString() << "\n";
-  switch (s.code()) {
-    case StatusCode::kOk: return cli::kExitOk;
-    case StatusCode::kInvalidArgument: return cli::kExitUsage;
-    case StatusCode::kNotFound: return cli::kExitNotFound;
-    case StatusCode::kPermissionDenied: return cli::kExitDenied;
-    case StatusCode::kUnavailable:
-    case StatusCode::kDeadlineExceeded: return cli::kExitUnavailable;
-    default: return cli::kExitFailure;
-  }
-}
+int ExitFor(const gpuslice::Status& s) { return gpuslice::cli::Finish(s, false, "gpuslice slurm"); }
 
 // Adds --slurm-conf and --slurm-timeout to `sub`; its callback fills flags->slurm from them and
 // runs `run`.

@@ -9,29 +9,22 @@
 
 #include <CLI/CLI.hpp>
 
+#include "api/exit_code.h"
 #include "core/status.h"
 
 namespace gpuslice::cli {
 
-// Exit codes scripts can rely on (documented in README).
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;     // the operation failed
-inline constexpr int kExitUsage = 2;       // bad command line or bad input file
-inline constexpr int kExitNotFound = 3;    // the named job/device/queue does not exist
-inline constexpr int kExitDenied = 4;      // permission denied
-inline constexpr int kExitUnavailable = 5; // daemon, driver or Slurm not reachable
+// Exit codes scripts can rely on (documented in README); a Status maps to them in one place,
+// api::ExitCodeFor (finish.h ends every command with it).
+inline constexpr int kExitOk = api::kExitOk;
+inline constexpr int kExitFailure = api::kExitFailure;          // the operation failed
+inline constexpr int kExitUsage = api::kExitUsage;              // bad command line or bad input file
+inline constexpr int kExitNotFound = api::kExitNotFound;        // the named job/device/queue does not exist
+inline constexpr int kExitDenied = api::kExitDenied;            // permission denied
+inline constexpr int kExitUnavailable = api::kExitUnavailable;  // daemon, driver or Slurm not reachable
 
-// The exit code for a failed Status (the codes above).
-inline int ExitCodeFor(const Status& st) {
-  switch (st.code()) {
-    case StatusCode::kOk: return kExitOk;
-    case StatusCode::kInvalidArgument: return kExitUsage;
-    case StatusCode::kNotFound: return kExitNotFound;
-    case StatusCode::kPermissionDenied: return kExitDenied;
-    case StatusCode::kUnavailable: return kExitUnavailable;
-    default: return kExitFailure;
-  }
-}
+// The exit code for a failed Status (the codes above): the one map, api::ExitCodeFor.
+inline int ExitCodeFor(const Status& st) { return api::ExitCodeFor(st); }
 
 // Prints a failed Status on stderr (safe for a terminal) and gives its exit code from the list
 // above; OK gives 0. The daemon's client commands share it (defined in cmd_client.cc).

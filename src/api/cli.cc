@@ -13,7 +13,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "api/cli_detail.h"
 #include "api/client.h"
+#include "api/protocol.h"
 #include "api/views.h"
 #include "core/text.h"
 #include "core/units.h"
@@ -33,7 +35,7 @@ Result<ApiClient> Connect(const ClientFlags& c) {
   return ApiClient(c.socket.empty() ? DefaultSocket() : c.socket, token);
 }
 
-namespace {
+namespace cli_detail {
 
 using nlohmann::json;
 
@@ -87,6 +89,27 @@ void Banner(const json& j) {
   if (it != j.end() && it->is_boolean() && it->get<bool>()) std::cout << "*** " << kSimBanner << " ***\n";
 }
 
+std::string Resources(const json& job) {
+  std::string kind = job.value("kind", "");
+  if (job.value("gpus", 0) > 0) return fmt::format("{} GPU{}", job["gpus"].get<int>(), job["gpus"].get<int>() > 1 ? "s" : "");
+  if (job.value("milli", 0) > 0) return FormatMilliGpu(job["milli"].get<std::int64_t>()) + " GPU";
+  return "default";
+}
+
+}  // namespace cli_detail
+
+namespace {
+
+using nlohmann::json;
+using cli_detail::Banner;
+using cli_detail::Connect;
+using cli_detail::Joined;
+using cli_detail::Line;
+using cli_detail::PrintJson;
+using cli_detail::Resources;
+using cli_detail::Str;
+using cli_detail::ValidJson;
+
 std::string JoinedText(const std::vector<std::string>& list, std::string_view sep) {
   std::string out;
   for (const auto& a : list) out += (out.empty() ? "" : std::string(sep)) + a;
@@ -129,12 +152,6 @@ std::int64_t NowUs() {
              std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string Resources(const json& job) {
-  std::string kind = job.value("kind", "");
-  if (job.value("gpus", 0) > 0) return fmt::format("{} GPU{}", job["gpus"].get<int>(), job["gpus"].get<int>() > 1 ? "s" : "");
-  if (job.value("milli", 0) > 0) return FormatMilliGpu(job["milli"].get<std::int64_t>()) + " GPU";
-  return "default";
-}
 
 // Shortened to 40 characters as shown (after ForTerminal, so an escape is never cut in two).
 std::string Command(const json& job) {
@@ -145,27 +162,6 @@ std::string Command(const json& job) {
     while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
     out = out.substr(0, cut) + "...";
   }
-  return out;
-}
-
-// A flag's value must be UTF-8 text (it travels as a JSON string).
-Status CheckText(std::string_view flag, const std::string& v) {
-  if (IsValidUtf8(v)) return Status::Ok();
-  return InvalidArgument(fmt::format("{} '{}': not valid UTF-8", flag, EscapeInvalidUtf8(v)));
-}
-
-template <typename T>
-Status CheckParsed(std::string_view flag, const Result<T>& r) {
-  if (r.ok()) return Status::Ok();
-  return InvalidArgument(fmt::format("{}: {}", flag, r.status().message()));
-}
-
-// The submitter's working directory, any length, any bytes.
-std::string CurrentDir() {
-  char* p = getcwd(nullptr, 0);
-  if (p == nullptr) return "";
-  std::string out(p);
-  std::free(p);
   return out;
 }
 
@@ -181,81 +177,7 @@ Result<T> FromDaemon(Result<T> r) {
 
 }  // namespace
 
-Status CheckSubmitFlags(const SubmitFlags& s) {
-  if (s.command.empty()) return InvalidArgument("command: give the program after --, e.g. -- python train.py");
-  for (auto [flag, v] : {std::pair{"--queue", &s.queue}, {"--fraction", &s.fraction}, {"--mem", &s.mem},
-                         {"--time", &s.time}, {"--kind", &s.kind}, {"--model", &s.model}}) {
-    GPUSLICE_RETURN_IF_ERROR(CheckText(flag, *v));
-  }
-  if (s.gpus && (*s.gpus < 1 || *s.gpus > 1024)) {
-    return InvalidArgument(fmt::format("--gpus {}: must be a whole number of devices 1..1024", *s.gpus));
-  }
-  if (!s.fraction.empty()) {
-    auto m = ParseGpuAmount(s.fraction);
-    GPUSLICE_RETURN_IF_ERROR(CheckParsed("--fraction", m));
-    if (*m > kOneGpu) {
-      return InvalidArgument(fmt::format("--fraction '{}': more than one GPU (use --gpus N for whole devices)",
-                                         s.fraction));
-    }
-  }
-  if (!s.mem.empty()) GPUSLICE_RETURN_IF_ERROR(CheckParsed("--mem", ParseJobMemory(s.mem)));
-  if (!s.time.empty()) GPUSLICE_RETURN_IF_ERROR(CheckParsed("--time", ParseTimeLimit(s.time)));
-  return Status::Ok();
-}
-
 std::string ErrorForTerminal(const Status& st) { return ForTerminal(st.ToString()); }
-
-Status Submit(const ClientFlags& c, const SubmitFlags& s) {
-  GPUSLICE_RETURN_IF_ERROR(CheckSubmitFlags(s));
-  // argv, cwd and env are bytes: sent as JSON strings, or {"b64": ...} where not UTF-8.
-  json argv = json::array();
-  for (const std::string& a : s.command) argv.push_back(store::BytesToJson(a));
-  json body = {{"argv", argv}};
-  if (!s.queue.empty()) body["queue"] = s.queue;
-  if (s.gpus) body["gpus"] = *s.gpus;
-  if (!s.fraction.empty()) body["fraction"] = s.fraction;
-  if (!s.mem.empty()) body["mem"] = s.mem;
-  if (!s.time.empty()) body["time"] = s.time;
-  if (!s.kind.empty()) body["kind"] = s.kind;
-  if (!s.model.empty()) body["model"] = s.model;
-  if (std::string cwd = CurrentDir(); !cwd.empty()) body["cwd"] = store::BytesToJson(cwd);
-  std::vector<std::pair<std::string, std::string>> vars;
-  bool names_utf8 = true;
-  for (char** e = environ; *e; ++e) {
-    std::string kv(*e);
-    size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0) continue;
-    std::string k = kv.substr(0, eq);
-    // The daemon sets these for the slice; the submitter's own values would be misleading.
-    if (k == "CUDA_VISIBLE_DEVICES" || k.rfind("GPUSLICE_", 0) == 0) continue;
-    names_utf8 = names_utf8 && IsValidUtf8(k);
-    vars.emplace_back(std::move(k), kv.substr(eq + 1));
-  }
-  // An object {NAME: value} when every name is UTF-8 (JSON keys must be); else [[name, value]].
-  json env = names_utf8 ? json::object() : json::array();
-  for (auto& [k, v] : vars) {
-    if (names_utf8) {
-      env[k] = store::BytesToJson(v);
-    } else {
-      env.push_back(json::array({store::BytesToJson(k), store::BytesToJson(v)}));
-    }
-  }
-  body["env"] = env;
-  GPUSLICE_ASSIGN_OR_RETURN(auto client, Connect(c));
-  GPUSLICE_ASSIGN_OR_RETURN(json r, client.Post("/v1/jobs", body));
-  if (c.json) {
-    PrintJson(r);
-    return Status::Ok();
-  }
-  const json& j = r["job"];
-  Banner(r);
-  Line(fmt::format("job {} submitted to queue '{}' ({}): {}", j["id"].get<std::uint64_t>(), Str(j, "queue"),
-                   Resources(j), Str(j, "state")));
-  if (j.value("mig_instance", json()).is_string()) Line("  MIG instance: " + Str(j, "mig_instance"));
-  std::cout << fmt::format("  logs: gpuslice logs {} -f    status: gpuslice show {}\n",
-                           j["id"].get<std::uint64_t>(), j["id"].get<std::uint64_t>());
-  return Status::Ok();
-}
 
 // "pending in QUEUE: why" for a pending job whose reason the daemon gave; "" otherwise.
 static std::string PendingText(const json& j) {
@@ -264,10 +186,12 @@ static std::string PendingText(const json& j) {
   return (*it)["text"].get<std::string>();  // printed through Line(), which makes it safe
 }
 
-Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::string& state) {
+Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::string& state,
+          const std::string& key) {
   GPUSLICE_ASSIGN_OR_RETURN(auto client, Connect(c));
   std::string target = "/v1/jobs?state=" + UrlEncode(state.empty() ? (all ? "" : "active") : state);
   if (!user.empty()) target += "&user=" + UrlEncode(user);
+  if (!key.empty()) target += "&key=" + UrlEncode(key);
   GPUSLICE_ASSIGN_OR_RETURN(json r, client.Get(target));
   if (c.json) {
     PrintJson(r);
@@ -351,7 +275,10 @@ Status Show(const ClientFlags& c, std::uint64_t id) {
   kv("asked", Resources(j) + (job.memory > 0 ? ", mem " + FormatBytes(job.memory) : "") +
                   (job.time_limit_us > 0 ? ", time " + FormatDuration(job.time_limit_us) : ""));
   if (job.mig_instance) kv("mig instance", *job.mig_instance);
-  kv("command", Joined(j.value("argv", json::array()), " "));
+  kv("command", Joined(j.value("argv", json::array()), " ") +
+                    (job.argv_dropped_bytes ? fmt::format(" ... ({} more bytes not kept after the job ended)",
+                                                          *job.argv_dropped_bytes)
+                                            : ""));
   kv("cwd", Str(j, "cwd"));
   if (job.pid > 0) kv("pid", std::to_string(job.pid));
   if (job.exit_code) kv("exit code", std::to_string(*job.exit_code));
@@ -422,10 +349,16 @@ Status CancelJobs(const ClientFlags& c, const std::vector<std::uint64_t>& ids) {
   GPUSLICE_ASSIGN_OR_RETURN(auto client, Connect(c));
   Status first;
   json all = json::array();
+  json errors = json::array();
   for (auto id : ids) {
     auto r = client.Post(fmt::format("/v1/jobs/{}/cancel", id), json::object());
     if (!r.ok()) {
-      std::cerr << fmt::format("job {}: {}\n", id, ErrorForTerminal(r.status()));
+      // --json: one document on stdout holds the errors too (cmd_client prints nothing more).
+      if (c.json) {
+        errors.push_back({{"id", id}, {"error", ErrorJson(r.status())["error"]}});
+      } else {
+        std::cerr << fmt::format("job {}: {}\n", id, ErrorForTerminal(r.status()));
+      }
       if (first.ok()) first = r.status();
       continue;
     }
@@ -434,7 +367,7 @@ Status CancelJobs(const ClientFlags& c, const std::vector<std::uint64_t>& ids) {
       Line(fmt::format("job {}: {}", id, Str((*r)["job"], "state")));
     }
   }
-  if (c.json) PrintJson(json{{"jobs", all}});
+  if (c.json) PrintJson(errors.empty() ? json{{"jobs", all}} : json{{"jobs", all}, {"errors", errors}});
   return first;
 }
 

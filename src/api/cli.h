@@ -36,12 +36,21 @@ struct SubmitFlags {
   std::string time;
   std::string kind;
   std::string model;
+  // "" : a new random key. Sent with the request; a retry after a lost answer reuses it, so the
+  // daemon never makes the job twice (docs/api.md).
+  std::string idempotency_key;
   std::vector<std::string> command;
 };
 
+// After a lost connection the submit is retried with its key (about 9 s in all); if no answer
+// comes, Unavailable saying the job may exist and how to check (`ps --key`).
 Status Submit(const ClientFlags& c, const SubmitFlags& s);
-Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::string& state);
+// `key`: only the job submitted with that idempotency key.
+Status Ps(const ClientFlags& c, bool all, const std::string& user, const std::string& state,
+          const std::string& key = "");
 Status Show(const ClientFlags& c, std::uint64_t id);
+// Cancels each; the first error decides the status. With --json one document on stdout holds
+// both: {"jobs": [...], "errors": [{"id": N, "error": {"code", "message"}}]}.
 Status CancelJobs(const ClientFlags& c, const std::vector<std::uint64_t>& ids);
 Status Logs(const ClientFlags& c, std::uint64_t id, bool follow);
 // `gpuslice activity JOB`: reports the job's session activity (POST /v1/jobs/ID/activity).

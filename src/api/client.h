@@ -27,6 +27,8 @@ class ApiClient {
   Result<std::string> GetText(std::string_view target);
   // Streams a text resource (logs?follow=1) to `on_chunk` until it ends.
   Status Follow(std::string_view target, const std::function<bool(std::string_view)>& on_chunk);
+  // Whether the last Get/Post reached the daemon's socket (see HttpClient::sent).
+  bool request_sent() const { return http_.sent(); }
 
  private:
   Result<nlohmann::json> Decode(const Result<ClientResponse>& r);

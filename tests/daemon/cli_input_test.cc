@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -279,6 +280,80 @@ TEST(CliInput, ADirectoryAsServeConfigIsAnErrorNamingThePath) {
   EXPECT_NE(r.rc, 0) << r.out;
   EXPECT_NE(r.rc, -2) << "serve started with the built-in queues:\n" << r.out;
   EXPECT_NE(r.out.find("'" + dir + "': is a directory"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpuslice::testing_e2e
+
+namespace gpuslice::testing_e2e {
+namespace {
+
+TEST(CliInput, InvisibleAndDirectionFormattingCharactersAreShownNotObeyed) {
+  DaemonHarness h("cli_bidi", QueuesConfig());
+  h.Start();
+  // "rm -rf ~ #\u202egpj.tac" reads as "cat.jpg" to the eye once reordered; U+200B hides text.
+  const std::uint64_t id = h.Submit({"sh", "-c", "sleep 30", "#\xe2\x80\xae" "gpj.tac", "a\xe2\x80\x8b" "b", "\xe2\x81\xa6x"});
+  ASSERT_GT(id, 0u);
+  for (const auto& args : std::vector<std::vector<std::string>>{{"ps"}, {"show", std::to_string(id)}}) {
+    CliRun r = RunGpuslice(args, BaseEnv(h), h.dir());
+    ASSERT_EQ(r.rc, 0) << r.out;
+    for (const char* raw : {"\xe2\x80\xae", "\xe2\x80\x8b", "\xe2\x81\xa6"}) {
+      EXPECT_EQ(r.out.find(raw), std::string::npos) << args[0] << " prints a format character raw:\n" << r.out;
+    }
+    if (args[0] == "show") {
+      EXPECT_NE(r.out.find("#\\u202egpj.tac a\\u200bb \\u2066x"), std::string::npos) << r.out;
+    }
+  }
+}
+
+TEST(CliInput, EmptyFlagValuesAreErrorsAndJsonErrorsAreJson) {
+  DaemonHarness h("cli_empty", QueuesConfig());
+  h.Start();
+  for (const char* flag : {"--fraction", "--queue", "--mem", "--time", "--kind", "--model"}) {
+    CliRun r = RunGpuslice({"submit", flag, "", "--", "true"}, BaseEnv(h), h.dir());
+    EXPECT_EQ(r.rc, 2) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find(std::string(flag) + " '': an empty value"), std::string::npos) << r.out;
+  }
+  auto jobs = h.Client().Get("/v1/jobs");
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_EQ((*jobs)["jobs"].size(), 0u) << "nothing was submitted";
+  for (const auto& [args, code, rc] : std::vector<std::tuple<std::vector<std::string>, std::string, int>>{
+           {{"show", "999", "--json"}, "NOT_FOUND", 3},
+           {{"submit", "--json", "--fraction", "2", "--", "true"}, "INVALID_ARGUMENT", 2},
+           {{"ps", "--json", "--socket", h.dir() + "/none.sock"}, "UNAVAILABLE", 5}}) {
+    CliRun r = RunGpuslice(args, BaseEnv(h), h.dir());
+    EXPECT_EQ(r.rc, rc) << args[0] << ": " << r.out;
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << args[0] << " --json printed a plain error:\n" << r.out;
+    EXPECT_EQ(j["error"]["code"], code) << r.out;
+  }
+  CliRun cancel = RunGpuslice({"cancel", "999", "--json"}, BaseEnv(h), h.dir());
+  EXPECT_EQ(cancel.rc, 3) << cancel.out;
+  json j = json::parse(cancel.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << cancel.out;
+  EXPECT_EQ(j["errors"][0]["id"], 999);
+  EXPECT_EQ(j["errors"][0]["error"]["code"], "NOT_FOUND");
+}
+
+TEST(CliInput, SimChecksItsPoliciesOutputAndTraceBeforeRunning) {
+  const std::string dir = fs::temp_directory_path() / ("gs_sim_input_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir + "/t.csv") << "submit,duration,gpus\n0,60,1\n";
+  const std::vector<std::string> env = {"PATH=/usr/bin:/bin"};
+  // Each would otherwise run (the fgd protocol takes minutes) before failing, or print an
+  // empty table and exit 0; a device would be read forever.
+  for (const auto& [args, expect] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"sim", "fgd", "--policy", ""}, "--policy '': names no placement policy"},
+           {{"sim", "fgd", "--policy", ","}, "names no placement policy"},
+           {{"sim", "fgd", "--policy", "fgd", "--out", "/proc/gs-no-such-dir"}, "--out '/proc/gs-no-such-dir'"},
+           {{"sim", "replay", "--trace", dir + "/t.csv", "--policy", ""}, "names no placement policy"},
+           {{"sim", "replay", "--trace", "/dev/zero"}, "/dev/zero: not a regular file"},
+           {{"sim", "replay", "--trace", dir}, "not a regular file"}}) {
+    CliRun r = RunGpuslice(args, env, dir, std::chrono::seconds(30));
+    EXPECT_EQ(r.rc, 2) << args[1] << " " << args.back() << ": " << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << r.out;
+  }
   fs::remove_all(dir);
 }
 
