@@ -9,6 +9,7 @@
 
 #include "api/cli.h"
 #include "core/text.h"
+#include "finish.h"
 #include "registry.h"
 
 namespace {
@@ -22,7 +23,7 @@ struct OrderFlags {
   std::string reason;
 };
 
-int ExitFor(const gpuslice::Status& st) { return cli::ExitForStatus(st); }
+int ExitFor(const gpuslice::Status& st) { return cli::Finish(st); }
 
 // POSTs the order; prints one line about its target (or the JSON answer).
 int Send(const OrderFlags& f, const std::string& path, nlohmann::json body) {

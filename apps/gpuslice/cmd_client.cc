@@ -18,8 +18,6 @@ using gpuslice::Status;
 namespace api = gpuslice::api;
 namespace cli = gpuslice::cli;
 
-int ExitFor(const Status& st) { return cli::ExitForStatus(st); }
-
 // A text flag given with an empty value (`--queue ''`) is a mistake, not "the default": said,
 // naming the flag, before anything is sent.
 Status NoEmptyValues(std::initializer_list<const CLI::Option*> options) {
@@ -58,13 +56,6 @@ std::shared_ptr<SlurmRoute> AddSlurmFlags(CLI::App* sub) {
 }
 
 }  // namespace
-
-int gpuslice::cli::ExitForStatus(const Status& st) {
-  if (st.ok()) return kExitOk;
-  // The message may echo a value the user or the daemon gave: made safe for the terminal.
-  std::fprintf(stderr, "error: %s\n", api::ErrorForTerminal(st).c_str());
-  return ExitCodeFor(st);
-}
 
 GPUSLICE_COMMAND(submit) {
   auto* sub = app.add_subcommand("submit", "Submit a job to the gpuslice daemon");

@@ -7,6 +7,7 @@
 
 #include "api/cli.h"
 #include "core/text.h"
+#include "finish.h"
 #include "registry.h"
 #include "sched/config.h"
 #include "sched/config_format.h"
@@ -40,7 +41,7 @@ int Check(const std::string& path, bool quiet) {
 int Show(const gpuslice::api::ClientFlags& flags, bool text) {
   auto client = gpuslice::api::Connect(flags);
   auto info = client.ok() ? client->Get("/v1/config") : gpuslice::Result<nlohmann::json>(client.status());
-  if (!info.ok()) return cli::ExitForStatus(info.status());
+  if (!info.ok()) return cli::Finish(info.status());
   if (flags.json) {
     std::cout << info->dump(2) << "\n";
     return cli::kExitOk;

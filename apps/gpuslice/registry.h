@@ -26,10 +26,6 @@ inline constexpr int kExitUnavailable = api::kExitUnavailable;  // daemon, drive
 // The exit code for a failed Status (the codes above): the one map, api::ExitCodeFor.
 inline int ExitCodeFor(const Status& st) { return api::ExitCodeFor(st); }
 
-// Prints a failed Status on stderr (safe for a terminal) and gives its exit code from the list
-// above; OK gives 0. The daemon's client commands share it (defined in cmd_client.cc).
-int ExitForStatus(const Status& st);
-
 using CommandSetup = std::function<void(CLI::App& root, int* exit_code)>;
 bool RegisterCommand(const char* name, CommandSetup setup);
 
