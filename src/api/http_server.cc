@@ -440,12 +440,8 @@ bool HttpServer::Identify(Conn* c, const Peer& peer) {
     return true;
   }
   const std::string key = peer.uid >= 0 ? fmt::format("uid {}", peer.uid) : "token " + peer.name;
-  if (c->identified) {
-    if (key == c->hold.key) return true;
-    FailConn(c, 400, "this connection already acts for another token's identity: open a new connection for "
-                     "another token");
-    return false;
-  }
+  // A kept-alive connection may carry another token's request next (a client's connection
+  // pool): it then counts against that identity, if it has room.
   if (Status st = conn_budget_.Rekey(c->hold, key); !st.ok()) {
     refusals_.Note("connection " + key, fmt::format("TCP connection from {}: {}", peer.address, st.message()));
     FailConn(c, 503, st.message());

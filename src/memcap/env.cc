@@ -30,8 +30,10 @@ std::string LibraryPath() {
 #ifndef GPUSLICE_INSTALL_LIBDIR
 #define GPUSLICE_INSTALL_LIBDIR "lib"
 #endif
-    // The install layout: <prefix>/bin/gpuslice and <prefix>/<libdir>/gpuslice/.
+    // The install layout: <prefix>/bin/gpuslice and <prefix>/<libdir>/gpuslice/ (libdir is
+    // lib/<multiarch> on Debian); a staged GPU check's DIR/bin and DIR/lib/gpuslice; the build tree.
     for (const auto& candidate : {dir / ".." / GPUSLICE_INSTALL_LIBDIR / "gpuslice" / "libgpuslice-cuda.so",
+                                  dir / ".." / "lib" / "gpuslice" / "libgpuslice-cuda.so",
                                   dir / ".." / ".." / "lib" / "libgpuslice-cuda.so"}) {
       if (IsFile(candidate)) return std::filesystem::weakly_canonical(candidate, ec).string();
     }

@@ -32,8 +32,9 @@ inline constexpr char kEnvContextBytes[] = "GPUSLICE_MEMCAP_CONTEXT_BYTES";
 // Absolute path of libgpuslice-cuda.so, looked up in this order:
 //   1. $GPUSLICE_CUDA_LIB when set and non-empty (returned as given, not checked);
 //   2. next to the running binary: <exe dir>/../<libdir>/gpuslice/libgpuslice-cuda.so (install
-//      layout, prefix/bin/gpuslice; libdir is lib/<multiarch> on Debian) and <exe dir>/../../lib/libgpuslice-cuda.so (build tree,
-//      build/apps/gpuslice/gpuslice);
+//      layout, prefix/bin/gpuslice; libdir is lib/<multiarch> on Debian),
+//      <exe dir>/../lib/gpuslice/libgpuslice-cuda.so (a staged GPU check, tests/gpu/stage.sh)
+//      and <exe dir>/../../lib/libgpuslice-cuda.so (build tree, build/apps/gpuslice/gpuslice);
 //   3. the path where this build tree put it (compiled in).
 // The first existing file wins. Returns "" when none exists: the caller must then report the
 // slice as "memory cap NOT enforced" rather than start the job silently without a cap.
