@@ -121,6 +121,17 @@ void Reload(Daemon& daemon, const ServeOptions& o) {
 }  // namespace
 
 int RunServe(const ServeOptions& o) {
+  // Signals: handled synchronously by the control loop. Blocked before any thread exists (the
+  // launcher's stub refill thread starts with the daemon): a thread that did not block them
+  // would take a SIGHUP or SIGTERM and die of it, killing the daemon. Every thread inherits
+  // the mask; the launcher clears it in job processes.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
   AdoptNotifySocket();
   ConfigureServeLogging();
   // Everything the daemon itself creates (store, WAL, logs, lock) is private unless made
@@ -219,15 +230,6 @@ int RunServe(const ServeOptions& o) {
   Daemon daemon(*config, std::move(dopt), std::move(store).value(), std::move(backend),
                 exec::NewProcessLauncher(), devices::SystemClock());
 
-  // Signals: handled synchronously by the control loop; every thread inherits the mask
-  // (the launcher clears it in job processes).
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  sigaddset(&sigs, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
-  signal(SIGPIPE, SIG_IGN);
 
   Status st = daemon.Start();
   if (!st.ok()) return Fail(st);

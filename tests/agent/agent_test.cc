@@ -49,8 +49,11 @@ class ProcessTree {
     ::close(fds[1]);
     EXPECT_EQ(::read(fds[0], &child_, sizeof(child_)), static_cast<ssize_t>(sizeof(child_)));
     ::close(fds[0]);
-    // Wait until the parent has exec'd, so its /proc entry is the sleeping process.
-    for (int i = 0; i < 200 && ReadComm(parent_) != "sleep"; ++i) ::usleep(5000);
+    // Wait until both have exec'd, so their /proc entries are the sleeping processes (the
+    // environment /proc shows is the one given at exec, not a forked copy's setenv).
+    for (int i = 0; i < 400 && (ReadComm(parent_) != "sleep" || ReadComm(child_) != "sleep"); ++i) {
+      ::usleep(5000);
+    }
   }
   ~ProcessTree() {
     ::kill(child_, SIGKILL);
