@@ -729,23 +729,30 @@ Result<Json> Daemon::Impl::Samples(JobId id) const {
     if (s.job == id) mine.push_back(s);
   }
   Json slices = Json::array();
-  Bytes total = 0;
+  Json total = nullptr;  // the latest slice's memory; null when a device's size is unknown
   std::string model;
   for (const auto& s : mine) {
-    Bytes cap = s.memory_cap;
-    if (cap <= 0) {
+    // A capped slice's memory is its cap; an uncapped one's the sum of its devices', unknown
+    // (null) when any of them is (a partial sum would pass for a measurement).
+    std::optional<Bytes> cap = s.memory_cap;
+    if (*cap <= 0) {
       for (int d : s.devices) {
         auto di = device_info.find(d);
-        if (di != device_info.end()) cap += di->second.memory_total.value_or(0);
+        if (di == device_info.end() || !di->second.memory_total.ok()) {
+          cap.reset();
+          break;
+        }
+        *cap += di->second.memory_total.value();
       }
     }
-    total = cap;  // the latest slice's
+    const Json cap_json = cap && *cap > 0 ? Json(*cap) : Json(nullptr);
+    total = cap_json;
     for (int d : s.devices) {
       auto di = device_info.find(d);
       if (di != device_info.end() && model.empty()) model = di->second.name;
     }
     slices.push_back({{"id", s.id.value()}, {"kind", s.kind}, {"devices", s.devices},
-                      {"memory_total", cap}});
+                      {"memory_total", cap_json}});
   }
   Micros first_raw = recent && !recent->empty() ? recent->front().t : std::numeric_limits<Micros>::max();
   std::vector<std::tuple<Micros, std::optional<int>, std::optional<Bytes>, bool>> pts;

@@ -532,7 +532,10 @@ Result<Recording> RecordingFromJobSamples(const Json& body) {
                                       where.empty() ? "(never placed)" : "on " + where,
                                       model.empty() ? "" : ", " + model,
                                       body.value("simulated", false) ? " -- SIMULATED devices" : "");
-    Bytes total = body.value("memory_total", Bytes{0});
+    // null or absent: the slice's memory is unknown (no percentage is made up from it).
+    const Bytes total = body.contains("memory_total") && body["memory_total"].is_number_integer()
+                            ? body["memory_total"].get<Bytes>()
+                            : 0;
     for (const Json& p : body.at("samples")) {
       Sample smp;
       smp.t = p.at("t").get<Micros>();
