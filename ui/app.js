@@ -326,10 +326,21 @@ function renderMe() {
   for (const b of document.querySelectorAll('button[data-show]')) b.classList.toggle('on', (b.dataset.show === 'mine') === state.mine);
 }
 
+// A report, asked again once after a short pause when the daemon is busy with another of ours
+// (another tab, say) rather than showing "not available" until the next refresh.
+async function reportOnce(path) {
+  const r = await api('GET', path);
+  if (r.status !== 409) return r;
+  await new Promise((ok) => setTimeout(ok, 1000));
+  return api('GET', path);
+}
+
 async function refreshReport() {
   state.lastReport = Date.now();
-  const [day, week] = await Promise.all([api('GET', '/v1/report?since=1d&by=queue'),
-                                         api('GET', '/v1/report?since=7d&by=queue')]);
+  // One after the other: the daemon builds one report per user at a time (docs/security.md) and
+  // answers 409 to a second one asked while the first is built.
+  const day = await reportOnce('/v1/report?since=1d&by=queue');
+  const week = await reportOnce('/v1/report?since=7d&by=queue');
   renderReportInto(document.getElementById('report-1d'), 'Last day', day);
   renderReportInto(document.getElementById('report-7d'), 'Last week', week);
 }
