@@ -71,9 +71,11 @@ function renderDevices(devs, history) {
     const mode = d.draining ? `${d.mode} (draining)` : d.mode;
     const drained = typeof d.drained === 'string';
     const admin = row(drained ? `drained${d.drained ? `: ${d.drained}` : ''}` : 'takes new slices', '');
-    admin.lastChild.appendChild(drained
-      ? orderButton('Undrain', `/v1/devices/${d.index}/undrain`, `GPU ${d.index}: undrain`, false)
-      : orderButton('Drain', `/v1/devices/${d.index}/drain`, `GPU ${d.index}: drain`, true));
+    if (isAdmin()) {
+      admin.lastChild.appendChild(drained
+        ? orderButton('Undrain', `/v1/devices/${d.index}/undrain`, `GPU ${d.index}: undrain`, false)
+        : orderButton('Drain', `/v1/devices/${d.index}/drain`, `GPU ${d.index}: drain`, true));
+    }
     c.appendChild(admin);
     if (d.mig_capable) {
       // Who decides its MIG mode: the planner ("auto") or an admin (on / off, through a drain).
@@ -81,7 +83,7 @@ function renderDevices(devs, history) {
       const mig = row(who, '');
       mig.classList.add('mig-admin');
       for (const m of ['on', 'off', 'auto']) {
-        if (m === d.mig_admin) continue;
+        if (m === d.mig_admin || !isAdmin()) continue;
         mig.lastChild.appendChild(orderButton(m === 'auto' ? 'MIG auto' : `MIG ${m}`, `/v1/devices/${d.index}/mig`,
                                               `GPU ${d.index}: MIG mode ${m}`, m !== 'auto', { mode: m }));
       }
@@ -225,8 +227,10 @@ function renderPending(jobs) {
     const act = td();
     act.appendChild(cancelButton(j));
     const held = j.pending_reason && j.pending_reason.kind === 'held';
-    act.appendChild(held ? orderButton('Release', `/v1/jobs/${j.id}/release`, `job ${j.id}: release`, false)
-                         : orderButton('Hold', `/v1/jobs/${j.id}/hold`, `job ${j.id}: hold`, false));
+    if (isAdmin()) {
+      act.appendChild(held ? orderButton('Release', `/v1/jobs/${j.id}/release`, `job ${j.id}: release`, false)
+                           : orderButton('Hold', `/v1/jobs/${j.id}/hold`, `job ${j.id}: hold`, false));
+    }
     tr.append(td(j.id), td(j.user), td(j.queue), td(argvText(j.argv), 'cmd'), td(asked(j)),
               td(duration(now - j.submit_time_us)), why, td(place, 'place'), act);
     return tr;
