@@ -143,7 +143,8 @@ TEST(DoctorTest, NouveauIsAFailure) {
   Options o = Offline();
   o.nvml_library = FAKE_NVML_R535_PATH;
   o.sysroot = root.dir().string();
-  const Finding* f = Find(RunDoctor(o), "nouveau");
+  const Report r = RunDoctor(o);  // kept: Find points into it
+  const Finding* f = Find(r, "nouveau");
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->outcome, Outcome::kFail);
   EXPECT_THAT(f->fix, HasSubstr("blacklist"));
