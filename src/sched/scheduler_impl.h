@@ -401,7 +401,13 @@ class Scheduler::Impl {
   std::map<PendingKey, Resolved*> pending_mig_;  // the kMig subset of pending_
   // The MayReserve() subset of pending_, per queue (each in submit order: one priority).
   std::map<const QueueConfig*, std::map<PendingKey, Resolved*>> pending_reserve_;
-  std::vector<std::pair<PendingKey, Resolved*>> scratch_reserve_;
+  // MaybeReserve(): the queues' heads, and the (model, GPUs) no host has room for.
+  struct ReserveHead {
+    PendingKey key;
+    std::map<PendingKey, Resolved*>::const_iterator at, end;
+  };
+  std::vector<ReserveHead> scratch_reserve_;
+  std::vector<std::pair<std::string_view, int>> scratch_no_room_;
   static bool MayReserve(const Resolved& r) { return r.kind == SliceKind::kWhole && r.queue->reserve_after > 0; }
   std::vector<std::map<PendingKey, Resolved*>> shape_queue_;  // pending_ split by shape id
   std::set<int> live_shapes_;                                 // shapes with pending jobs

@@ -3,7 +3,10 @@
 #include "sched/scheduler_impl.h"
 
 #include <algorithm>
+#include <iterator>
+#include <map>
 #include <optional>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -24,18 +27,34 @@ namespace gpuslice::sched {
 void Scheduler::Impl::MaybeReserve() {
   if (reservation_ || !any_reserve_) return;
   // The jobs that have waited long enough, in queue order: per queue, a prefix of its
-  // pending whole-GPU jobs (ordered by submit time), merged.
-  scratch_reserve_.clear();
+  // pending whole-GPU jobs (ordered by submit time), merged lazily (a min-heap of the queues'
+  // heads), since the first job that can have a reservation ends the search: a long queue
+  // costs what is visited, not a sort of every waiting job per event.
+  using Head = ReserveHead;
+  std::vector<Head>& heads = scratch_reserve_;
+  const auto later = [](const Head& a, const Head& b) { return a.key > b.key; };  // keys are distinct
+  heads.clear();
   for (const auto& [queue, jobs] : pending_reserve_) {
-    for (const auto& [k, r] : jobs) {
-      if (now_ - r->submit < queue->reserve_after) break;
-      scratch_reserve_.emplace_back(k, r);
-    }
+    if (!jobs.empty()) heads.push_back(Head{jobs.begin()->first, jobs.begin(), jobs.end()});
   }
-  std::sort(scratch_reserve_.begin(), scratch_reserve_.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [k, r] : scratch_reserve_) {
+  std::make_heap(heads.begin(), heads.end(), later);
+  // No host can give `gpus` devices of `model` (ReservationFor() depends on nothing else of a
+  // job): nor can it give more, until the devices change (not within this search).
+  std::vector<std::pair<std::string_view, int>>& no_room = scratch_no_room_;
+  no_room.clear();
+  while (!heads.empty()) {
+    std::pop_heap(heads.begin(), heads.end(), later);
+    const Head h = heads.back();
+    heads.pop_back();
+    const Resolved* r = h.at->second;
+    if (now_ - r->submit < r->queue->reserve_after) continue;  // this queue's later jobs waited less
+    if (const auto next = std::next(h.at); next != h.end) {
+      heads.push_back(Head{next->first, next, h.end});
+      std::push_heap(heads.begin(), heads.end(), later);
+    }
     if (CapBlocks(*r)) continue;
+    if (std::any_of(no_room.begin(), no_room.end(), [&](const auto& n) { return n.first == r->model && r->gpus >= n.second; }))
+      continue;
     if (auto c = ReservationFor(*r)) {
       reservation_ = Reservation{r->job, c->node, c->devices};
       for (DeviceIndex di : c->devices) {
@@ -52,6 +71,7 @@ void Scheduler::Impl::MaybeReserve() {
       ServeReservation();  // already free: starts at once
       return;
     }
+    no_room.emplace_back(r->model, r->gpus);
   }
 }
 
