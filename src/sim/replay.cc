@@ -273,7 +273,7 @@ class Replay {
   // The pending jobs' reasons hold from the last event to `now` (asked once per instant; the
   // question has no side effect on the Scheduler, so decisions are the same without it).
   void CountWaits(Micros now) {
-    if (now <= reason_time_) return;
+    if (!options_.wait_reasons || now <= reason_time_) return;
     if (reasons_dirty_) {
       reason_counts_ = sched_.PendingReasonCounts();
       reasons_dirty_ = false;

@@ -98,6 +98,9 @@ struct ReplayOptions {
   Micros mig_reconfigure_delay = 2 * kSecond;  // ReconfigureMig -> ReconfigureDone, simulated
   bool check_invariants = false;          // tests: Scheduler::CheckInvariants() after every event
   bool reference_placement = false;       // tests, benchmarks: Scheduler::SetReferencePlacement
+  // Fill ReplayResult::wait_by_reason (asks the Scheduler every pending job's reason at each
+  // instant: O(pending jobs of capped queues) per instant). Asking changes no decision.
+  bool wait_reasons = true;
 };
 
 // What a caller of RunReplay may follow or add while it runs (the what-if, src/whatif). Both
@@ -146,7 +149,7 @@ struct ReplayResult {
   // Job-time spent pending, by the Scheduler's reason (index of sched::WaitReason, see
   // sched::WaitReasonKindName), up to the last event: each interval between events counts for
   // every job pending in it, under the reason it had after the interval's first event.
-  std::array<Micros, sched::kWaitReasonKinds> wait_by_reason{};
+  std::array<Micros, sched::kWaitReasonKinds> wait_by_reason{};  // if ReplayOptions::wait_reasons
   std::uint64_t events = 0;        // events fed to the Scheduler
   std::uint64_t decisions = 0;     // decisions it returned
   double seconds = 0;

@@ -239,6 +239,7 @@ Result<ScenarioResult> RunScenario(const History& h, const Scenario& s, const As
   sim::ReplayOptions o;
   o.seed = seed;
   o.samples = 2;
+  o.wait_reasons = false;  // not reported by the what-if
   sim::ReplayHooks hooks;
   hooks.on_slice_end = [&c](const sim::SliceEnd& e) { c.OnSliceEnd(e); };
   hooks.follow_up = [&c](const sim::ReplayJob& j, Micros started, Micros now, sim::EndKind how) {
