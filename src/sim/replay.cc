@@ -265,6 +265,7 @@ class Replay {
     std::optional<MigPlacement> mig;
     std::uint32_t run = 0;          // recorded activity: the current run
     RunState state = RunState::kActive;  // ... and what the Scheduler was last told of it
+    Micros busy_due = -1;           // busy_due_: when the busy slice is next sampled; -1 none
     bool submitted = false;
     bool started = false;           // at least once
     bool rejected = false;
@@ -398,8 +399,7 @@ class Replay {
       EnterRun(j, now, true);
     } else if (q.idle.enabled) {
       if (CountsAsActive(q.idle, ReportedPercent(jobs_[j]))) {
-        busy_due_.emplace(now + q.idle.window, x.slice);
-        busy_.emplace(x.slice, BusySlice{j, now + q.idle.window, q.idle.window});
+        Track(j, now + q.idle.window);
       } else {
         timer(now + q.idle.window);
         if (q.idle.action == sched::ReclaimAction::kReclaim) timer(now + q.idle.window + q.idle.grace);
@@ -433,7 +433,7 @@ class Replay {
     }
     for (DeviceIndex di : jr.devices) used_[first_gpu_[jr.node] + di.value()] -= jr.milli;
     allocated_ -= held;
-    Untrack(jr.slice);
+    jr.busy_due = -1;  // untracked
     jr.slice = SliceId();
     jr.devices.clear();
     --running_;
@@ -493,14 +493,13 @@ class Replay {
         // them active); each is then due again one window later. A busy slice is so sampled at
         // least once per window, which is all the idle state machine can tell apart.
         sched::Sample sample{now, {}};
-        while (!busy_due_.empty() && busy_due_.begin()->first <= now) {
-          const SliceId slice = busy_due_.begin()->second;
-          busy_due_.erase(busy_due_.begin());
-          BusySlice& b = busy_.at(slice);
-          const int pct = ReportedPercent(jobs_[b.job]);
-          sample.slices.push_back(sched::SliceSample{slice, pct, pct, 1});
-          b.due = now + b.window;
-          busy_due_.emplace(b.due, slice);
+        while (!busy_due_.empty() && busy_due_.top().due <= now) {
+          const BusyDue b = busy_due_.top();
+          busy_due_.pop();
+          JobRun& jr = run_[b.job];
+          if (jr.slice != b.slice || jr.busy_due != b.due) continue;  // untracked or refiled since
+          sample.slices.push_back(sched::SliceSample{b.slice, b.percent, b.percent, 1});
+          Track(b.job, now + queue_of_[b.job]->idle.window);
         }
         if (!sample.slices.empty()) Feed(sample, now);
         Feed(sched::Tick{now}, now);
@@ -527,11 +526,10 @@ class Replay {
     }
     if (!sample.slices.empty()) Feed(sample, now);  // (a sample never ends a slice)
     jr.state = next;
-    Untrack(jr.slice);
+    jr.busy_due = -1;  // untracked
     const Micros end = jr.start + job.duration;
     if (next == RunState::kActive) {
-      busy_due_.emplace(now + q.idle.window, jr.slice);
-      busy_.emplace(jr.slice, BusySlice{j, now + q.idle.window, q.idle.window});
+      Track(j, now + q.idle.window);
     } else if (next == RunState::kIdle) {
       if (now + q.idle.window < end) Push(now + q.idle.window, Kind::kTimer, j, jr.slice);
       const Micros reclaim = now + q.idle.window + q.idle.grace;
@@ -542,11 +540,12 @@ class Replay {
     }
   }
 
-  void Untrack(SliceId slice) {
-    if (auto it = busy_.find(slice); it != busy_.end()) {
-      busy_due_.erase({it->second.due, slice});
-      busy_.erase(it);
-    }
+  // Job j's running slice is busy: sampled (as its ReportedPercent) at the first tick at or
+  // after `due`, so its idle window never ends while it is.
+  void Track(std::uint32_t j, Micros due) {
+    JobRun& jr = run_[j];
+    jr.busy_due = due;
+    busy_due_.push(BusyDue{due, jr.slice, j, static_cast<std::int16_t>(ReportedPercent(jobs_[j]))});
   }
 
   // The caller's view of one slice (or of a job that never got one: start -1).
@@ -633,14 +632,17 @@ class Replay {
   std::uint64_t seq_ = 0;
   std::vector<sched::ReconfigureDone> mig_done_;
   // Running slices in idle-policed queues whose samples count as activity, with when their idle
-  // window would end without a new sample.
-  struct BusySlice {
-    std::uint32_t job;
+  // window would end without a new sample: a min-heap in (due, slice) order, the order they
+  // are sampled in. An entry is current only while its job's slice and busy_due (JobRun) still
+  // match it; untracking leaves it behind, to be skipped (no search per slice end).
+  struct BusyDue {
     Micros due;
-    Micros window;
+    SliceId slice;
+    std::uint32_t job;
+    std::int16_t percent;
+    bool operator>(const BusyDue& o) const { return std::tie(due, slice) > std::tie(o.due, o.slice); }
   };
-  std::map<SliceId, BusySlice> busy_;
-  std::set<std::pair<Micros, SliceId>> busy_due_;
+  std::priority_queue<BusyDue, std::vector<BusyDue>, std::greater<>> busy_due_;
   std::vector<std::size_t> first_gpu_;     // cluster node -> its first GPU in used_
   std::vector<MilliGpu> used_;             // per GPU, allocated share (from the decisions)
   MilliGpu allocated_ = 0;
