@@ -127,6 +127,7 @@ double Since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, also into a file (a long run)
   const int n = argc > 1 ? std::atoi(argv[1]) : 1'000'000;
   const int gpus = argc > 2 ? std::atoi(argv[2]) : 1000;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
