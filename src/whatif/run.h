@@ -30,7 +30,9 @@
 namespace gpuslice::whatif {
 
 // milli-GPU x microseconds: GPU time in integers (a GPU-hour is 3.6e12).
-using MilliUs = std::int64_t;
+// 128 bits: a year of a 1,000-GPU site is 3.2e19 milli-GPU-µs, past int64's 9.2e18 (the totals
+// of the part-5 benchmark came out negative with int64).
+using MilliUs = __int128;
 inline constexpr double kMilliUsPerGpuHour = 1000.0 * static_cast<double>(kHour);
 
 struct QueueWaits {

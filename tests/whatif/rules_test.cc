@@ -360,3 +360,21 @@ TEST(Verdict, SaysMoreGpusWhenEvenTheCuresLeaveWaitsOverTarget) {
 
 }  // namespace
 }  // namespace gpuslice::whatif
+
+namespace gpuslice::whatif {
+namespace {
+
+// GPU-hour totals hold at the scale of a large site: 400 jobs of 8 GPUs for 900 hours each are
+// 2.88 million GPU-hours, past what milli-GPU-µs in 64 bits can count (about 2.56 million).
+TEST(Totals, AYearOfALargeSiteDoesNotOverflow) {
+  HistoryBuilder b("400x8:H100-80GB");
+  for (int i = 0; i < 400; ++i) b.Job(fmt::format("big{}", i), "training", 0, 1000, "a900h@90", -1, 8);
+  const ScenarioResult r = Replay(b.h(), Scenario{});
+  EXPECT_NEAR(GpuHours(r.held), 400.0 * 8 * 900, 1e-6);
+  EXPECT_NEAR(GpuHours(r.busy), 400.0 * 8 * 900, 1e-6);
+  EXPECT_NEAR(GpuHours(r.capacity), 3200.0 * 900, 1e-6);
+  EXPECT_EQ(r.idle, 0);
+}
+
+}  // namespace
+}  // namespace gpuslice::whatif
