@@ -186,8 +186,10 @@ std::string RenderPrometheus(const MetricsInput& in) {
                [](const M& m) { return std::optional(fmt::format("{}", m.processes)); });
   slice_family({"gpuslice_slice_idle", "gauge", "1 when the slice has been idle for its queue's window."},
                [](const M& m) { return std::optional(std::string(m.idle ? "1" : "0")); });
-  slice_family({"gpuslice_slice_idle_seconds", "gauge", "Seconds since the slice's last activity."},
-               [](const M& m) { return std::optional(fmt::format("{}", m.idle_for / kSecond)); });
+  slice_family({"gpuslice_slice_idle_seconds", "gauge", "Seconds since the slice's last activity (absent while unmeasured)."},
+               [](const M& m) {
+                 return m.idle_for ? std::optional(fmt::format("{}", *m.idle_for / kSecond)) : std::nullopt;
+               });
   {
     // Info-style: which verdict the last round gave and the signals that decided it.
     bool begun = false;

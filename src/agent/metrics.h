@@ -8,6 +8,7 @@
 // gpuslice_slice_* labelled with slice, job_id, user, queue, kind, gpu, in base units. A figure the driver cannot give is omitted, never
 // rendered as 0. Pure functions; thread-safe.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ struct SliceMetrics {
   devices::Reading<Bytes> memory_used;
   int processes = 0;
   bool idle = false;
-  Micros idle_for = 0;
+  std::optional<Micros> idle_for;  // since the last activity; nullopt: unknown (unmeasured), omitted
   std::string activity;  // "active", "idle", "unmeasured"; empty: not sampled yet
   std::string basis;     // the signals that decided it, e.g. "sm,mem"
   std::int64_t held_milli = 0;  // GPU share held (1000 = one device); 0: not known, omitted

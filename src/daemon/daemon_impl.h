@@ -270,6 +270,10 @@ class Daemon::Impl {
   // What the record alone says (no live state, no clock): an ended job's whole view but its
   // queue's idle_reclaim_mode and its MIG instance text.
   static api::JobView RecordView(const JobRecord& j);
+  // The daemon's one idle clock of a running slice: since when it is idle by every counting
+  // signal (the GPU as last seen, fresh activity reports); nullopt while unmeasured. `ps`,
+  // `show`, the dashboard and /metrics all read it.
+  std::optional<Micros> IdleSince(const sched::SliceView& v, const sched::QueueConfig* q, Micros now) const;
   void IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,
                  api::SliceView::Figures& o) const;
   std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;

@@ -21,8 +21,20 @@ std::string Daemon::Impl::Metrics() const {
   head("gpuslice_simulated", "gauge", "1 when the devices are simulated (no NVIDIA driver).");
   out += fmt::format("gpuslice_simulated {}\n", opt_.simulated ? 1 : 0);
   // Device and slice families come from the agent's exporter (dcgm-exporter names for
-  // devices, gpuslice_slice_* for slices), the same text the Slurm agent serves.
-  out += agent::RenderPrometheus(agent_->MetricsSnapshot());
+  // devices, gpuslice_slice_* for slices), the same text the Slurm agent serves; but a slice's
+  // idle figures are the daemon's idle clock (IdleSince, as `ps`, `show` and the dashboard
+  // give them), which counts activity reports (a running notebook cell) that the agent's
+  // GPU-only detector cannot see.
+  agent::MetricsInput snapshot = agent_->MetricsSnapshot();
+  for (agent::SliceMetrics& m : snapshot.slices) {
+    auto v = sched_->slices().find(m.slice);
+    if (v == sched_->slices().end()) continue;  // stopping: the agent's last word stands
+    const sched::QueueConfig* q = sched_->QueueOf(v->second.job);
+    const std::optional<Micros> since = IdleSince(v->second, q, now);
+    m.idle_for = since ? std::optional(std::max<Micros>(0, now - *since)) : std::nullopt;
+    m.idle = m.idle_for && q != nullptr && *m.idle_for >= q->idle.window;
+  }
+  out += agent::RenderPrometheus(snapshot);
   // Each family's samples follow its HELP/TYPE lines (the text format wants them grouped).
   struct QueueFigures {
     int pending = 0;

@@ -388,11 +388,19 @@ std::optional<std::string> Daemon::Impl::MigInstanceText(const JobRecord& j, con
 // A running slice's idle clock, as its queue's policy keeps it: since when it is idle by
 // every counting signal (the GPU as the daemon last saw it, fresh activity reports), when the
 // warning comes if nothing is used before, and what other than the GPU keeps it active.
+std::optional<Micros> Daemon::Impl::IdleSince(const sched::SliceView& v, const sched::QueueConfig* q,
+                                              Micros now) const {
+  if (v.unmeasured) return std::nullopt;  // how long it has been idle is not known
+  const Micros gpu = LastActive(v);
+  return q != nullptr ? std::max(gpu, sched::EffectiveLastActive(q->idle, v, now)) : gpu;
+}
+
 void Daemon::Impl::IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,
                              api::SliceView::Figures& o) const {
-  if (v.unmeasured) return;  // how long it has been idle is not known
+  const std::optional<Micros> idle_since = IdleSince(v, q, now);
+  if (!idle_since) return;
   const Micros gpu = LastActive(v);
-  const Micros since = q != nullptr ? std::max(gpu, sched::EffectiveLastActive(q->idle, v, now)) : gpu;
+  const Micros since = *idle_since;
   o.idle_seconds = static_cast<double>(std::max<Micros>(0, now - since)) / kSecond;
   if (q == nullptr || !q->idle.enabled) return;
   o.idle_since_us = since;

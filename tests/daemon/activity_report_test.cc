@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -46,6 +47,15 @@ Result<json> Report(const DaemonHarness& h, std::uint64_t id, json body) {
 }
 
 json Busy() { return {{"source", "jupyter"}, {"busy", true}, {"kernels", 1}, {"connections", 0}}; }
+
+// The value of a slice family's line for one job in /metrics; "" when it has none.
+std::string SliceMetric(const std::string& metrics, const std::string& family, std::uint64_t job) {
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with(family + "{") && line.find(fmt::format("job_id=\"{}\"", job)) != std::string::npos)
+      return line.substr(line.rfind(' ') + 1);
+  return "";
+}
 
 int ActivityEntries(const DaemonHarness& h) {
   auto store = store::OpenSqliteStore(h.dir() + "/state");
@@ -206,6 +216,14 @@ TEST(ActivityReport, ABusyReportKeepsAnIdleGpuSliceFromBeingWarned) {
   EXPECT_EQ(k["warning"], "") << k.dump();
   EXPECT_EQ(k["idle_state"], "active");
   EXPECT_EQ(k["activity_report"]["counted"], true);
+  // /metrics reads the same idle clock: not idle, although its GPU has shown nothing for
+  // longer than the window (the agent's GPU-only detector would say idle for 3 s and more).
+  auto metrics = h.Client().GetText("/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  EXPECT_EQ(SliceMetric(*metrics, "gpuslice_slice_idle", kept), "0") << *metrics;
+  const std::string idle_s = SliceMetric(*metrics, "gpuslice_slice_idle_seconds", kept);
+  ASSERT_FALSE(idle_s.empty()) << *metrics;
+  EXPECT_LT(std::stoll(idle_s), 2) << "a busy notebook is not idle, whatever its GPU says";
 }
 
 TEST(ActivityReport, AReportThatStopsComingGoesStaleAndTheReclaimHappens) {
