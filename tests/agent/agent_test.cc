@@ -443,6 +443,7 @@ TEST(Prometheus, DcgmNamesLabelsAndEscaping) {
       << text;
   EXPECT_NE(text.find("gpuslice_slice_processes{slice=\"5\""), std::string::npos);
   EXPECT_EQ(text.find("gpuslice_slice_memory_used_bytes"), std::string::npos) << "not read: omitted";
+  EXPECT_EQ(text.find("gpuslice_slice_idle_seconds"), std::string::npos) << "unmeasured: omitted, not 0";
 }
 
 
