@@ -75,17 +75,17 @@ void Daemon::Impl::Apply(const sched::Decision& d, store::WriteBatch& b, Actions
             act.log_lines.emplace_back(c.job, "gpuslice: " + c.message);
           },
           [&](const sched::Reclaim& r) {
-            BeginStop(r.job, JobState::kReclaimed, "idle reclaim: " + r.reason, false, b, act);
+            BeginStop(r.job, JobState::kReclaimed, "idle reclaim: " + r.reason, b, act);
           },
           [&](const sched::Stop& s) {
             std::string why = s.reason == sched::StopReason::kTimeLimit ? "time limit reached"
                               : s.reason == sched::StopReason::kCancelled ? "cancelled"
                                                                           : "device lost";
-            BeginStop(s.job, FinalStateFor(s), why, false, b, act);
+            BeginStop(s.job, FinalStateFor(s), why, b, act);
           },
           [&](const sched::Preempt& p) {
             BeginStop(p.job, p.requeue ? JobState::kPending : JobState::kCancelled,
-                      "preempted: " + p.reason, p.requeue, b, act);
+                      "preempted: " + p.reason, b, act);
           },
           [&](const sched::Drain& dr) {
             AddEvent(b, JobId(), "drain", fmt::format("device {}: draining: {}",
@@ -111,8 +111,8 @@ void Daemon::Impl::Apply(const sched::Decision& d, store::WriteBatch& b, Actions
 // Stop/Reclaim/Preempt: the scheduler has freed the slice in its books; the processes get
 // SIGTERM after the commit and SIGKILL after the grace period; the store keeps the slice
 // active until they are gone.
-void Daemon::Impl::BeginStop(JobId id, JobState final, std::string reason, bool requeue,
-               store::WriteBatch& b, Actions& act) {
+void Daemon::Impl::BeginStop(JobId id, JobState final, std::string reason, store::WriteBatch& b,
+                             Actions& act) {
   JobRecord& j = jobs_.at(id);
   auto p = procs_.find(id);
   if (p == procs_.end() && (j.state == JobState::kRunning || j.state == JobState::kStopping)) {
@@ -142,7 +142,6 @@ void Daemon::Impl::BeginStop(JobId id, JobState final, std::string reason, bool 
   p->second.final_reason = reason;
   j.state = JobState::kStopping;
   j.reason = reason;
-  (void)requeue;
   b.jobs.push_back(j);
   AddEvent(b, id, "stop", fmt::format("job {}: stopping ({}): SIGTERM, then SIGKILL after {}",
                                       id.value(), reason, FormatDuration(opt_.grace)));

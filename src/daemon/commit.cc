@@ -83,7 +83,7 @@ Status Daemon::Impl::CommitAndAct(store::WriteBatch& batch, Actions& act) {
     for (JobId id : act.terminate) {
       auto p = procs_.find(id);
       if (p == procs_.end()) continue;
-      (void)launcher_->Signal(p->second.handle, SIGTERM);
+      SignalJob(id, p->second.handle, SIGTERM);
       if (p->second.term_sent == 0) p->second.term_sent = Now();
     }
     for (const auto& [id, line] : act.log_lines) AppendLog(id, line);

@@ -181,8 +181,8 @@ class Daemon::Impl {
 
   // (applier.cc)
   void Apply(const sched::Decision& d, store::WriteBatch& b, Actions& act);
-  void BeginStop(JobId id, JobState final, std::string reason, bool requeue,
-                 store::WriteBatch& b, Actions& act);
+  // `final` kPending: the job is requeued once its processes are gone.
+  void BeginStop(JobId id, JobState final, std::string reason, store::WriteBatch& b, Actions& act);
   void ReleaseSlice(JobRecord& j, store::WriteBatch& b);
   void ReleaseSliceById(SliceId sid, store::WriteBatch& b);
   void ApplyMig(const sched::ReconfigureMig& r, store::WriteBatch& b, Actions& act);
@@ -193,6 +193,9 @@ class Daemon::Impl {
   bool Blocked(JobId id, const SliceRecord& s) const;
   void Launch(JobRecord& j, const SliceRecord& s);
   void Reap(Micros now, store::WriteBatch& b, Actions& act);
+  // Signals a job's process group; a refusal is logged (the stop goes on: SIGKILL follows after
+  // the grace period, and Reap sees the processes gone whichever way they went).
+  void SignalJob(JobId id, const exec::ProcessHandle& h, int sig) const;
   void EndJob(JobId id, Proc p, Micros now, store::WriteBatch& b, Actions& act);
   // A job whose start the daemon recorded but whose go-ahead never came (it stopped in
   // between) is requeued up to this many times; the next such start fails it (EndJob).

@@ -131,6 +131,11 @@ void Daemon::Impl::Launch(JobRecord& j, const SliceRecord& s) {
   (void)CommitAndAct(batch, act);
 }
 
+void Daemon::Impl::SignalJob(JobId id, const exec::ProcessHandle& h, int sig) const {
+  Status st = launcher_->Signal(h, sig);
+  if (!st.ok()) spdlog::warn("job {}: {} not delivered: {}", id.value(), sigabbrev_np(sig), st.ToString());
+}
+
 // Polls every live job; ends those whose processes are all gone; escalates to SIGKILL.
 void Daemon::Impl::Reap(Micros now, store::WriteBatch& b, Actions& act) {
   std::vector<JobId> gone;
@@ -138,7 +143,7 @@ void Daemon::Impl::Reap(Micros now, store::WriteBatch& b, Actions& act) {
     auto e = launcher_->Poll(p.handle);
     if (!e) {
       if (p.term_sent > 0 && !p.killed && now - p.term_sent >= opt_.grace) {
-        (void)launcher_->Signal(p.handle, SIGKILL);
+        SignalJob(id, p.handle, SIGKILL);
         p.killed = true;
         AddEvent(b, id, "kill", fmt::format("job {}: grace period over: SIGKILL", id.value()));
       }
@@ -149,10 +154,10 @@ void Daemon::Impl::Reap(Micros now, store::WriteBatch& b, Actions& act) {
       if (!p.stopping && !p.cleanup) {
         // The main process ended by itself; its leftovers are ended like a stop.
         p.cleanup = true;
-        (void)launcher_->Signal(p.handle, SIGTERM);
+        SignalJob(id, p.handle, SIGTERM);
         p.term_sent = now;
       } else if (p.term_sent > 0 && !p.killed && now - p.term_sent >= opt_.grace) {
-        (void)launcher_->Signal(p.handle, SIGKILL);
+        SignalJob(id, p.handle, SIGKILL);
         p.killed = true;
       }
       continue;
