@@ -101,6 +101,8 @@ GPUSLICE_COMMAND(submit) {
       sf.fraction = s->fraction;
       sf.memory = s->mem;
       sf.time = s->time;
+      sf.kind = s->kind;
+      sf.model = s->model;
       sf.command = s->command;
       *exit_code = cli::Finish(gpuslice::slurm::RunSlurmSubmit(sf, std::cout), c->json);
       return;

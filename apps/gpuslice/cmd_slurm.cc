@@ -123,6 +123,8 @@ GPUSLICE_COMMAND(slurm) {
   submit->add_option("--fraction", sf->fraction, "share of one GPU: 0.25 or 250m (shards)");
   submit->add_option("--memory", sf->memory, "MIG: the smallest instance with this much memory, e.g. 20GiB");
   submit->add_option("--time", sf->time, "time limit, e.g. 2h (at most the queue's)");
+  submit->add_option("--kind", sf->kind, "slice kind: whole | shared | mps | mig (default: from the amount, else the queue's)");
+  submit->add_option("--model", sf->model, "whole GPUs of this model, e.g. H100-80GB (a typed gpu GRES)");
   submit->add_option("--name", sf->name, "job name");
   submit->add_option("--output", sf->output, "output file (Slurm patterns such as %j allowed)");
   submit->add_flag("--dry-run", sf->dry_run, "print the sbatch command and script instead of submitting");

@@ -64,6 +64,12 @@ Status RunSlurmSubmit(const SubmitFlags& f, std::ostream& out) {
     if (!t.ok()) return InvalidArgument(fmt::format("--time: {}", t.status().message()));
     r.time = *t;
   }
+  if (!f.kind.empty()) {
+    auto k = sched::ParseSliceKind(f.kind);
+    if (!k.ok()) return InvalidArgument(fmt::format("--kind: {}", k.status().message()));
+    r.kind = *k;
+  }
+  r.model = f.model;
   r.job_name = f.name;
   r.output = f.output;
   r.command = f.command;

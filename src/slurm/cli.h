@@ -31,6 +31,8 @@ struct SubmitFlags {
   std::string fraction;      // "0.25" or "250m"; empty: not given
   std::string memory;        // "20GiB"; empty: not given
   std::string time;          // "2h"; empty: the queue's limit
+  std::string kind;          // "whole" | "shared" | "mps" | "mig"; empty: from the amount / queue
+  std::string model;         // whole GPUs of this model, e.g. "H100-80GB"; empty: any
   std::string name;
   std::string output;
   bool dry_run = false;

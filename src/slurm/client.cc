@@ -163,6 +163,21 @@ Result<SliceKind> ChooseKind(const SlurmSubmitRequest& r, const sched::QueueConf
   if (r.fraction) kind = q.Allows(SliceKind::kShared) || !q.Allows(SliceKind::kMps) ? SliceKind::kShared
                                                                                       : SliceKind::kMps;
   if (r.memory) kind = SliceKind::kMig;
+  if (r.kind) {
+    // The amount given must suit the kind asked for (Slurm caps no memory of shards or mps
+    // units: only a MIG instance is chosen by memory).
+    const SliceKind k = *r.kind;
+    const bool fits = r.gpus ? k == SliceKind::kWhole
+                      : r.fraction ? k == SliceKind::kShared || k == SliceKind::kMps
+                      : r.memory ? k == SliceKind::kMig
+                                 : true;
+    if (!fits)
+      return InvalidArgument(fmt::format("--kind = {} does not go with {} on Slurm (--gpus: whole; --fraction: "
+                                         "shared or mps; --memory: mig)",
+                                         sched::SliceKindName(k),
+                                         r.gpus ? "--gpus" : r.fraction ? "--fraction" : "--memory"));
+    kind = k;
+  }
   if (!q.Allows(kind))
     return InvalidArgument(fmt::format("queue '{}' does not allow {} slices", q.name, sched::SliceKindName(kind)));
   return kind;
@@ -228,6 +243,10 @@ Result<SlurmSubmission> PlanSlurmSubmission(const SlurmSubmitRequest& r) {
   if (r.command.empty()) return InvalidArgument("no command given (put it after --)");
   GPUSLICE_ASSIGN_OR_RETURN(SliceKind kind, ChooseKind(r, *q));
 
+  if (!r.model.empty() && kind != SliceKind::kWhole)
+    return InvalidArgument(fmt::format("--model = {}: on Slurm only whole-GPU jobs choose the model (a {} "
+                                       "slice's GRES is not typed by model)",
+                                       r.model, sched::SliceKindName(kind)));
   SlurmSubmission s;
   s.partition = q->name;
   GPUSLICE_ASSIGN_OR_RETURN(PartitionGres pg, QueryPartitionGres(s.partition, r.slurm));
@@ -238,6 +257,22 @@ Result<SlurmSubmission> PlanSlurmSubmission(const SlurmSubmitRequest& r) {
       if (n > pg.gpus)
         return InvalidArgument(fmt::format("--gpus = {}: partition '{}' has nodes with {} GPUs", n, s.partition, pg.gpus));
       s.gres = fmt::format("gpu:{}", n);
+      if (!r.model.empty()) {
+        // The typed gpu GRES `gpuslice slurm config --model` writes (the canonical name's type,
+        // so an alias finds it too).
+        Result<const DeviceModel*> m = FindModel(r.model);
+        const std::string type = GresTypeForModel(m.ok() ? (*m)->name : r.model);
+        auto it = std::find_if(pg.typed_gpus.begin(), pg.typed_gpus.end(),
+                               [&](const auto& t) { return t.first == type; });
+        if (it == pg.typed_gpus.end()) {
+          std::vector<std::string> types;
+          for (const auto& t : pg.typed_gpus) types.push_back(t.first);
+          return InvalidArgument(fmt::format("--model = {}: partition '{}' has no gpu GRES of type '{}' (types: {})",
+                                             r.model, s.partition, type,
+                                             types.empty() ? "none" : fmt::format("{}", fmt::join(types, ", "))));
+        }
+        s.gres = fmt::format("gpu:{}:{}", type, n);
+      }
       break;
     }
     case SliceKind::kShared:

@@ -31,6 +31,8 @@ struct SlurmSubmitRequest {
   std::optional<MilliGpu> fraction;     // share of one GPU (interactive-style shard slices)
   std::optional<Bytes> memory;          // MIG: the smallest instance with at least this memory
   std::optional<Micros> time;           // at most the queue's limit; default: the queue's limit
+  std::optional<sched::SliceKind> kind;  // asked for; else from the amount given, else the queue's
+  std::string model;                    // whole GPUs of this model (a typed gpu GRES); "": any
   std::vector<std::string> command;     // argv; run by a /bin/sh batch script with exec
   std::string job_name;                 // default: "gpuslice-<queue>"
   std::string output;                   // default: "<workdir>/gpuslice-%j.out"

@@ -446,6 +446,39 @@ TEST_F(SlurmTest, CliConfigSubmitAndPs) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 3);
   EXPECT_THAT(r->err, HasSubstr("queue 'nosuch' is not in the policy"));
+
+  // --kind and --model are honoured, by `slurm submit` and by `submit --slurm` alike (the
+  // latter once dropped both and submitted the queue's default); what Slurm cannot give is
+  // refused naming the flag and the value, and nothing is submitted.
+  auto gpuslice = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), bin);
+    auto run = RunCommand({.argv = args, .env = cluster().command_env(), .stdin_text = "", .timeout = 20 * kSecond});
+    EXPECT_TRUE(run.ok()) << run.status().ToString();
+    return run.ok() ? *run : CommandResult{};
+  };
+  r = gpuslice({"slurm", "submit", "--policy", policy, "--queue", "debug", "--kind", "whole", "--dry-run", "--", "true"});
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_THAT(r->out, HasSubstr("--gres=gpu:1 ")) << "the queue's default is shared; whole was asked";
+  r = gpuslice({"slurm", "submit", "--policy", policy, "--queue", "training", "--gpus", "2", "--model", "fake",
+                "--dry-run", "--", "true"});
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_THAT(r->out, HasSubstr("--gres=gpu:fake:2 "));
+  r = gpuslice({"submit", "--slurm", "--policy", policy, "--queue", "training", "--gpus", "1", "--model", "H100-80GB",
+                "--", "true"});
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("--model = H100-80GB: partition 'training' has no gpu GRES of type 'h100_80gb' "
+                                "(types: fake"));
+  r = gpuslice({"submit", "--slurm", "--policy", policy, "--queue", "debug", "--kind", "mig", "--", "true"});
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("queue 'debug' does not allow mig slices"));
+  r = gpuslice({"submit", "--slurm", "--policy", policy, "--queue", "debug", "--fraction", "0.5", "--kind", "whole",
+                "--", "true"});
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("--kind = whole does not go with --fraction on Slurm"));
+  r = gpuslice({"slurm", "submit", "--policy", policy, "--queue", "debug", "--fraction", "0.5", "--model", "fake",
+                "--dry-run", "--", "true"});
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("--model = fake: on Slurm only whole-GPU jobs choose the model"));
 }
 
 // Last: the job submitted when the cluster started has been running for over a minute by now.
