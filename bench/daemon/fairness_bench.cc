@@ -91,7 +91,7 @@ std::uint64_t WriteHistory(gs::store::Store& store, gs::Micros now, int days) {
       j.slice = gs::SliceId(jobs);
       j.log_path = "/nonexistent/" + std::to_string(jobs) + ".log";
       b.jobs.push_back(j);
-      b.slices.push_back({j.slice, j.id, "whole", {dev}, {}, 1000, 0, 0, "", false, t, t + len});
+      b.slices.push_back({j.slice, j.id, gs::SliceKind::kWhole, {dev}, {}, 1000, 0, 0, std::nullopt, false, t, t + len});
       for (const char* type : {"submit", "place", "start", "exit"}) {
         b.events.push_back({0, t, j.id, type, "job " + std::to_string(jobs) + " " + type});
       }

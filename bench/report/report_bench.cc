@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
         gs::store::SliceRecord s;
         s.id = j.slice;
         s.job = j.id;
-        s.kind = whole ? "whole" : "shared";
+        s.kind = whole ? gs::SliceKind::kWhole : gs::SliceKind::kShared;
         s.devices = {dev};
         s.milli = j.milli;
         s.active = end >= now;

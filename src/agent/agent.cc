@@ -18,18 +18,6 @@ std::string DeviceList(const std::vector<DeviceIndex>& ds) {
   return out;
 }
 
-// Local copy of the stable kind names: the agent uses sched's headers (plain structs) but
-// does not link the scheduler library.
-std::string KindName(sched::SliceKind k) {
-  switch (k) {
-    case sched::SliceKind::kWhole: return "whole";
-    case sched::SliceKind::kMig: return "mig";
-    case sched::SliceKind::kMps: return "mps";
-    case sched::SliceKind::kShared: return "shared";
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 std::string ActivityLabel(sched::Activity a) {
@@ -377,7 +365,7 @@ MetricsInput Agent::MetricsSnapshot() const {
     m.job = st.binding.job;
     m.user = st.binding.user;
     m.queue = st.binding.queue;
-    m.kind = KindName(st.binding.kind);
+    m.kind = st.binding.kind;
     m.gpu = DeviceList(st.binding.devices);
     m.mig_uuid = st.binding.mig_uuid;
     m.held_milli = st.binding.held_milli;

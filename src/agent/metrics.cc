@@ -140,7 +140,7 @@ std::string RenderPrometheus(const MetricsInput& in) {
     // job_id, not job: Prometheus owns "job" (the scrape job) and would rename ours.
     std::string l = fmt::format("slice=\"{}\",job_id=\"{}\",user=\"{}\",queue=\"{}\",kind=\"{}\",gpu=\"{}\"",
                                 m.slice.value(), m.job.value(), EscapeLabel(m.user), EscapeLabel(m.queue),
-                                EscapeLabel(m.kind), EscapeLabel(m.gpu));
+                                SliceKindName(m.kind), EscapeLabel(m.gpu));
     if (!m.mig_uuid.empty()) l += fmt::format(",mig_uuid=\"{}\"", EscapeLabel(m.mig_uuid));
     return l;
   };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "core/slice_kind.h"
 #include "devices/backend.h"
 
 namespace gpuslice::agent {
@@ -22,7 +23,7 @@ struct SliceMetrics {
   JobId job;
   std::string user;
   std::string queue;
-  std::string kind;        // "whole", "mig", "mps", "shared"
+  SliceKind kind = SliceKind::kShared;
   std::string gpu;         // device index list, e.g. "0" or "0,1"
   std::string mig_uuid;    // kind mig
   devices::Reading<devices::Permille> sm_util;

@@ -4,9 +4,9 @@
 
 namespace gpuslice {
 
-bool UtilisationIsOfDevice(std::string_view kind) { return kind == "shared" || kind == "mps"; }
+bool UtilisationIsOfDevice(SliceKind kind) { return kind == SliceKind::kShared || kind == SliceKind::kMps; }
 
-std::int64_t UsedMilliMicros(std::string_view kind, MilliGpu held_milli, std::int64_t util_permille_us,
+std::int64_t UsedMilliMicros(SliceKind kind, MilliGpu held_milli, std::int64_t util_permille_us,
                              Micros measured_us) {
   if (held_milli <= 0 || util_permille_us <= 0 || measured_us <= 0) return 0;
   const __int128 cap = static_cast<__int128>(held_milli) * measured_us;
@@ -17,7 +17,7 @@ std::int64_t UsedMilliMicros(std::string_view kind, MilliGpu held_milli, std::in
   return static_cast<std::int64_t>(std::min(used, cap));
 }
 
-MilliGpu UsedMilli(std::string_view kind, MilliGpu held_milli, std::int64_t util_permille) {
+MilliGpu UsedMilli(SliceKind kind, MilliGpu held_milli, std::int64_t util_permille) {
   if (held_milli <= 0 || util_permille <= 0) return 0;
   if (UtilisationIsOfDevice(kind)) return std::min<MilliGpu>(held_milli, util_permille);
   // Rounded once, to the nearest milli-GPU.

@@ -12,24 +12,24 @@
 // Free functions; thread-safe.
 
 #include <cstdint>
-#include <string_view>
 
+#include "core/slice_kind.h"
 #include "core/units.h"
 
 namespace gpuslice {
 
 // Whether a slice kind's utilisation figure is a share of the whole device ("shared", "mps")
 // rather than of what the slice holds ("whole", "mig").
-bool UtilisationIsOfDevice(std::string_view kind);
+bool UtilisationIsOfDevice(SliceKind kind);
 
 // Used milli-GPU of a slice of `kind` holding `held_milli` (all its devices together) whose
 // utilisation was `util_permille` (0..1000 of the device for shared/mps, of the slice
 // otherwise). Never more than held_milli.
-MilliGpu UsedMilli(std::string_view kind, MilliGpu held_milli, std::int64_t util_permille);
+MilliGpu UsedMilli(SliceKind kind, MilliGpu held_milli, std::int64_t util_permille);
 
 // The same over time: `util_permille_us` is the utilisation integrated over `measured_us` of
 // measured time (permille x µs); the answer is in milli-GPU x µs, at most held x measured.
-std::int64_t UsedMilliMicros(std::string_view kind, MilliGpu held_milli, std::int64_t util_permille_us,
+std::int64_t UsedMilliMicros(SliceKind kind, MilliGpu held_milli, std::int64_t util_permille_us,
                              Micros measured_us);
 
 }  // namespace gpuslice

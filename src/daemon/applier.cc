@@ -32,13 +32,13 @@ void Daemon::Impl::Apply(const sched::Decision& d, store::WriteBatch& b, Actions
             SliceRecord r;
             r.id = s.slice;
             r.job = s.job;
-            r.kind = std::string(sched::SliceKindName(s.kind));
+            r.kind = s.kind;
             for (auto di : s.devices) r.devices.push_back(static_cast<int>(di.value()));
             r.uuids = s.uuids;
             r.milli = s.milli;
             r.memory_cap = s.memory_cap;
             r.mps_thread_percent = s.mps_thread_percent;
-            if (s.mig) r.mig = fmt::format("profile={} start={}", s.mig->profile_id, s.mig->start);
+            r.mig = s.mig;
             r.created = now;
             slices_[r.id] = r;
             all_slices_share_[s.job] = s.milli * static_cast<MilliGpu>(s.devices.size());

@@ -83,7 +83,7 @@ void Daemon::Impl::Launch(JobRecord& j, const SliceRecord& s) {
     fs::remove(spec.status_path, ec);  // an earlier run's (preempted, requeued)
     AppendToLog(j.id, j.log_path,
                 fmt::format("gpuslice: job {} starting on slice {} ({}; CUDA_VISIBLE_DEVICES={}){}\n{}",
-                            j.id.value(), s.id.value(), s.kind, env["CUDA_VISIBLE_DEVICES"],
+                            j.id.value(), s.id.value(), SliceKindName(s.kind), env["CUDA_VISIBLE_DEVICES"],
                             opt_.simulated ? " -- SIMULATED devices (no NVIDIA driver)" : "",
                             note.empty() ? "" : "gpuslice: " + note + "\n"));
     auto h = launcher_->Start(spec, [&](const exec::ProcessHandle& ph) {
@@ -94,7 +94,7 @@ void Daemon::Impl::Launch(JobRecord& j, const SliceRecord& s) {
       store::WriteBatch b;
       b.jobs.push_back(j);
       AddEvent(b, j.id, "start", fmt::format("job {} started: pid {}, slice {} ({}){}", j.id.value(),
-                                             ph.pid, s.id.value(), s.kind,
+                                             ph.pid, s.id.value(), SliceKindName(s.kind),
                                              note.empty() ? "" : "; " + note));
       MergePending(b);
       Status st = store_->Commit(b);
@@ -269,7 +269,7 @@ void Daemon::Impl::BindSlice(JobId id) {
   bd.job = id;
   bd.user = j->second.user;
   bd.queue = j->second.queue;
-  if (auto k = sched::ParseSliceKind(s->second.kind); k.ok()) bd.kind = *k;
+  bd.kind = s->second.kind;
   bd.held_milli = s->second.milli * static_cast<std::int64_t>(s->second.devices.size());
   for (int d : s->second.devices) bd.devices.push_back(DeviceIndex(static_cast<std::uint32_t>(d)));
   if (bd.kind == sched::SliceKind::kMig) {

@@ -24,12 +24,9 @@ namespace fs = std::filesystem;
 
 // The MIG device UUID for a mig slice (creating the compute instance if it is missing).
 Result<std::string> Daemon::Impl::MigUuid(const SliceRecord& s) {
-  int profile = 0, start = 0;
-  if (std::sscanf(s.mig.c_str(), "profile=%d start=%d", &profile, &start) != 2 || s.devices.empty()) {
-    return Internal(fmt::format("slice {}: no MIG placement", s.id.value()));
-  }
+  if (!s.mig || s.devices.empty()) return Internal(fmt::format("slice {}: no MIG placement", s.id.value()));
   DeviceIndex idx(static_cast<std::uint32_t>(s.devices[0]));
-  return devices::MigDeviceUuid(*backend_, idx, profile, start);
+  return devices::MigDeviceUuid(*backend_, idx, s.mig->profile_id, s.mig->start);
 }
 
 // The slice's part of the job environment.
@@ -38,7 +35,7 @@ Result<std::vector<std::pair<std::string, std::string>>> Daemon::Impl::SliceEnv(
                                                                   std::string* note) {
   std::vector<std::pair<std::string, std::string>> env;
   std::string visible;
-  if (s.kind == "mig") {
+  if (s.kind == SliceKind::kMig) {
     GPUSLICE_ASSIGN_OR_RETURN(visible, MigUuid(s));
   } else {
     for (const auto& u : s.uuids) visible += (visible.empty() ? "" : ",") + u;
@@ -46,11 +43,11 @@ Result<std::vector<std::pair<std::string, std::string>>> Daemon::Impl::SliceEnv(
   env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
   env.emplace_back("GPUSLICE_JOB_ID", std::to_string(j.id.value()));
   env.emplace_back("GPUSLICE_SLICE_ID", std::to_string(s.id.value()));
-  env.emplace_back("GPUSLICE_SLICE_KIND", s.kind);
+  env.emplace_back("GPUSLICE_SLICE_KIND", SliceKindName(s.kind));
   env.emplace_back("GPUSLICE_QUEUE", j.queue);
   env.emplace_back("GPUSLICE_GPU_MILLI", std::to_string(s.milli));
   if (opt_.simulated) env.emplace_back("GPUSLICE_SIMULATED", "1");
-  if (s.kind == "mps" && !s.devices.empty()) {
+  if (s.kind == SliceKind::kMps && !s.devices.empty()) {
     DeviceIndex idx(static_cast<std::uint32_t>(s.devices[0]));
     devices::MpsConfig mc;
     const fs::path mps = opt_.mps_dir.empty() ? fs::path(opt_.state_dir) / "mps" : fs::path(opt_.mps_dir);
@@ -119,7 +116,7 @@ Result<std::vector<std::pair<std::string, std::string>>> Daemon::Impl::SliceEnv(
     *note += fmt::format("MPS server for uid {} (one user per GPU); per-client utilisation is not measurable "
                          "under MPS", *mc.server_uid);
   }
-  if (s.kind == "shared" && s.memory_cap > 0) GPUSLICE_RETURN_IF_ERROR(HoldSharedMemory(j, s, env, note));
+  if (s.kind == SliceKind::kShared && s.memory_cap > 0) GPUSLICE_RETURN_IF_ERROR(HoldSharedMemory(j, s, env, note));
   return env;
 }
 
@@ -183,7 +180,7 @@ std::int64_t Daemon::Impl::SliceUid(const SliceRecord& s) const {
 // Another active mps slice of user `uid` on `device` (other than `except`).
 bool Daemon::Impl::MpsSliceOf(std::int64_t uid, int device, SliceId except) const {
   for (const auto& [id, other] : slices_) {
-    if (id != except && other.active && other.kind == "mps" && !other.devices.empty() && other.devices[0] == device &&
+    if (id != except && other.active && other.kind == SliceKind::kMps && !other.devices.empty() && other.devices[0] == device &&
         SliceUid(other) == uid)
       return true;
   }
@@ -192,11 +189,11 @@ bool Daemon::Impl::MpsSliceOf(std::int64_t uid, int device, SliceId except) cons
 
 void Daemon::Impl::EndSliceMechanisms(const SliceRecord& s) {
   slice_mechanism_.erase(s.id);
-  if (s.kind == "shared") (void)memcap::RemoveSliceSegment(SliceKey(s.id));
+  if (s.kind == SliceKind::kShared) (void)memcap::RemoveSliceSegment(SliceKey(s.id));
   // The server stops with its user's last mps slice on the device. Another user's may already be
   // placed there (when the scheduler freed this one at a stop decision, before its processes
   // ended): that one starts its own server when it launches.
-  if (s.kind != "mps" || s.devices.empty() || MpsSliceOf(SliceUid(s), s.devices[0], s.id)) return;
+  if (s.kind != SliceKind::kMps || s.devices.empty() || MpsSliceOf(SliceUid(s), s.devices[0], s.id)) return;
   const DeviceIndex idx(static_cast<std::uint32_t>(s.devices[0]));
   if (Status st = backend_->StopMps(idx); !st.ok()) {
     spdlog::warn("device {}: stopping its MPS server after the last mps slice: {}", idx.value(), st.ToString());

@@ -582,13 +582,13 @@ api::SliceView Daemon::Impl::SliceViewOf(const SliceRecord& s) {
   api::SliceView o;
   o.id = s.id.value();
   o.job = s.job.value();
-  o.kind = s.kind;
+  o.kind = SliceKindName(s.kind);
   o.devices = s.devices;
   o.uuids = s.uuids;
   o.milli = s.milli;
   o.memory_cap = s.memory_cap;
   o.mps_thread_percent = s.mps_thread_percent;
-  o.mig = s.mig;
+  o.mig = store::MigText(s.mig);
   o.active = s.active;
   o.created_us = s.created;
   o.released_us = s.released;
@@ -759,7 +759,7 @@ Result<Json> Daemon::Impl::Samples(JobId id) const {
       auto di = device_info.find(d);
       if (di != device_info.end() && model.empty()) model = di->second.name;
     }
-    slices.push_back({{"id", s.id.value()}, {"kind", s.kind}, {"devices", s.devices},
+    slices.push_back({{"id", s.id.value()}, {"kind", SliceKindName(s.kind)}, {"devices", s.devices},
                       {"memory_total", cap_json}});
   }
   Micros first_raw = recent && !recent->empty() ? recent->front().t : std::numeric_limits<Micros>::max();

@@ -13,15 +13,16 @@
 #include <vector>
 
 #include "core/catalogue.h"
+#include "core/slice_kind.h"
 #include "core/status.h"
 #include "core/units.h"
 
 namespace gpuslice::sched {
 
-// The four kinds of slice (see DESIGN.md). Stable names: "whole", "mig", "mps", "shared".
-enum class SliceKind { kWhole, kMig, kMps, kShared };
-std::string_view SliceKindName(SliceKind kind);
-Result<SliceKind> ParseSliceKind(std::string_view name);
+// The four kinds of slice: core's type (core/slice_kind.h), under the scheduler's names.
+using ::gpuslice::ParseSliceKind;
+using ::gpuslice::SliceKind;
+using ::gpuslice::SliceKindName;
 
 // What happens when the idle state machine reaches its end.
 enum class ReclaimAction {

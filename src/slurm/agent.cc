@@ -184,7 +184,7 @@ std::vector<ReclaimDecision> SlurmAgent::RunRound(Micros now) {
     for (auto& m : metrics.slices) {
       auto job = job_of_.find(m.slice);
       if (job == job_of_.end()) continue;
-      m.kind = std::string(sched::SliceKindName(options_.policy.FindQueue(running->at(job->second).partition)->default_kind));
+      m.kind = options_.policy.FindQueue(running->at(job->second).partition)->default_kind;
       m.gpu.clear();
       for (const auto& a : round.slices) {
         if (a.slice != m.slice) continue;

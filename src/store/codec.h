@@ -22,6 +22,11 @@ Result<std::string> BytesFromJson(const nlohmann::json& j, std::string_view what
 nlohmann::json JobToJson(const JobRecord& j);
 Result<JobRecord> JobFromJson(const nlohmann::json& j);
 nlohmann::json SliceToJson(const SliceRecord& s);
+// A slice's typed fields as the store writes them, and back (a text it did not write: kDataLoss
+// naming the field and the value).
+std::string MigText(const std::optional<MigPlacement>& mig);
+Result<std::optional<MigPlacement>> MigFromText(std::string_view text);
+Result<SliceKind> SliceKindFromText(std::string_view text);
 Result<SliceRecord> SliceFromJson(const nlohmann::json& j);
 
 }  // namespace gpuslice::store

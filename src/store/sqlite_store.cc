@@ -232,11 +232,11 @@ class SqliteStore final : public Store {
                 "json_extract(data, '$.milli'), active, json_extract(data, '$.created_us'), "
                 "json_extract(data, '$.released_us') FROM slices ORDER BY id");
     GPUSLICE_RETURN_IF_ERROR(s.status());
-    return s.ReadAll<SliceRecord>([](Stmt& row) {
+    return s.ReadAll<SliceRecord>([](Stmt& row) -> Result<SliceRecord> {
       SliceRecord r;
       r.id = SliceId(static_cast<std::uint64_t>(row.Int(0)));
       r.job = JobId(static_cast<std::uint64_t>(row.Int(1)));
-      r.kind = row.Text(2);
+      GPUSLICE_ASSIGN_OR_RETURN(r.kind, SliceKindFromText(row.Text(2)));
       // "[0,3]": small integers only (the store wrote it).
       const std::string devs = row.Text(3);
       int v = -1;

@@ -1,6 +1,7 @@
 #include "store/store.h"
 
 #include <array>
+#include <cstdio>
 #include <utility>
 
 #include <fmt/format.h>
@@ -192,12 +193,33 @@ Result<JobRecord> JobFromJson(const nlohmann::json& o) {
   }
 }
 
+std::string MigText(const std::optional<MigPlacement>& mig) {
+  return mig ? fmt::format("profile={} start={}", mig->profile_id, mig->start) : std::string();
+}
+
+Result<std::optional<MigPlacement>> MigFromText(std::string_view text) {
+  if (text.empty()) return std::optional<MigPlacement>();
+  MigPlacement p;
+  int used = 0;
+  const std::string t(text);
+  if (std::sscanf(t.c_str(), "profile=%d start=%d%n", &p.profile_id, &p.start, &used) != 2 ||
+      used != static_cast<int>(t.size()) || p.profile_id < 0 || p.start < 0)
+    return Status(StatusCode::kDataLoss, fmt::format("slice record: mig = '{}' is not 'profile=<id> start=<n>'", t));
+  return std::optional(p);
+}
+
+Result<SliceKind> SliceKindFromText(std::string_view text) {
+  Result<SliceKind> k = ParseSliceKind(text);
+  if (!k.ok()) return Status(StatusCode::kDataLoss, fmt::format("slice record: kind: {}", k.status().message()));
+  return k;
+}
+
 nlohmann::json SliceToJson(const SliceRecord& s) {
   return {{"id", s.id.value()},          {"job", s.job.value()},
-          {"kind", s.kind},              {"devices", s.devices},
+          {"kind", SliceKindName(s.kind)}, {"devices", s.devices},
           {"uuids", s.uuids},            {"milli", s.milli},
           {"memory_cap", s.memory_cap},  {"mps_thread_percent", s.mps_thread_percent},
-          {"mig", s.mig},                {"active", s.active},
+          {"mig", MigText(s.mig)},       {"active", s.active},
           {"created_us", s.created},     {"released_us", s.released}};
 }
 
@@ -206,13 +228,13 @@ Result<SliceRecord> SliceFromJson(const nlohmann::json& o) {
     SliceRecord s;
     s.id = SliceId(o.at("id").get<std::uint64_t>());
     s.job = JobId(o.at("job").get<std::uint64_t>());
-    s.kind = o.at("kind").get<std::string>();
+    GPUSLICE_ASSIGN_OR_RETURN(s.kind, SliceKindFromText(o.at("kind").get<std::string>()));
     s.devices = o.at("devices").get<std::vector<int>>();
     s.uuids = o.at("uuids").get<std::vector<std::string>>();
     s.milli = o.at("milli").get<MilliGpu>();
     s.memory_cap = o.at("memory_cap").get<Bytes>();
     s.mps_thread_percent = o.at("mps_thread_percent").get<int>();
-    s.mig = o.at("mig").get<std::string>();
+    GPUSLICE_ASSIGN_OR_RETURN(s.mig, MigFromText(o.at("mig").get<std::string>()));
     s.active = o.at("active").get<bool>();
     s.created = o.at("created_us").get<Micros>();
     s.released = o.at("released_us").get<Micros>();

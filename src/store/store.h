@@ -16,7 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/catalogue.h"
 #include "core/ids.h"
+#include "core/slice_kind.h"
 #include "core/status.h"
 #include "core/units.h"
 
@@ -96,13 +98,13 @@ inline constexpr std::size_t kEndedArgvBytes = 4096;
 struct SliceRecord {
   SliceId id;
   JobId job;
-  std::string kind{};                // "whole" | "mig" | "mps" | "shared"
+  SliceKind kind = SliceKind::kShared;  // on disk: its name ("whole", "mig", "mps", "shared")
   std::vector<int> devices{};
   std::vector<std::string> uuids{};
   MilliGpu milli = 0;
   Bytes memory_cap = 0;
   int mps_thread_percent = 0;
-  std::string mig{};                 // "profile=<id> start=<n>" for mig slices
+  std::optional<MigPlacement> mig{};  // mig slices; on disk: "profile=<id> start=<n>", "" for none
   bool active = true;                // false once the processes are gone and it is freed
   Micros created = 0;
   Micros released = 0;

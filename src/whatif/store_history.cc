@@ -104,8 +104,7 @@ Result<History> HistoryFromStore(store::Store& st, const StoreHistoryOptions& o)
       ++unknown_queue;
       continue;
     }
-    auto kind = sched::ParseSliceKind(s.kind);
-    if (!kind.ok()) return Internal(fmt::format("job {}: slice {} has kind '{}'", j->id.value(), s.id.value(), s.kind));
+    const SliceKind kind = s.kind;
     const Micros start = s.created;
     const Micros end = s.released > 0 ? std::min(s.released, o.period.to) : o.period.to;
     if (end <= start) continue;
@@ -117,17 +116,17 @@ Result<History> HistoryFromStore(store::Store& st, const StoreHistoryOptions& o)
     r.duration = end - start;
     r.queue = j->queue;
     r.user = j->user;
-    r.kind = *kind;
+    r.kind = kind;
     const int devices = std::max<int>(1, static_cast<int>(s.devices.size()));
     r.request.num_gpus = devices;
-    r.request.milli_per_gpu = *kind == sched::SliceKind::kWhole ? kOneGpu : s.milli;
+    r.request.milli_per_gpu = kind == SliceKind::kWhole ? kOneGpu : s.milli;
     r.request.gpu_memory_per_gpu = j->memory > 0 ? j->memory : s.memory_cap;
     if (!j->model.empty()) r.request.allowed_models = {j->model};
     hj.held_milli = r.request.milli_per_gpu * devices;
     hj.ended = s.released > 0 && s.released <= o.period.to ? EndOf(j->state) : RecordedEnd::kRunning;
     GPUSLICE_ASSIGN_OR_RETURN(std::vector<store::SampleRecord> points,
                               st.ListSamples(fmt::format("slice/{}", s.id.value()), start));
-    const bool device_share = *kind == sched::SliceKind::kShared || *kind == sched::SliceKind::kMps;
+    const bool device_share = kind == SliceKind::kShared || kind == SliceKind::kMps;
     SliceActivity a = ActivityFromPoints(std::move(points), start, end, device_share ? s.milli : kOneGpu);
     // Offsets from the slice's start.
     r.activity = std::move(a.runs);

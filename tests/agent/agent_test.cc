@@ -424,7 +424,7 @@ TEST(Prometheus, DcgmNamesLabelsAndEscaping) {
   m.job = JobId(42);
   m.user = "bob \"the\" \\builder";
   m.queue = "interactive";
-  m.kind = "shared";
+  m.kind = SliceKind::kShared;
   m.gpu = "0";
   m.sm_util = devices::Reading<devices::Permille>::Of(250);
   m.processes = 2;
@@ -709,7 +709,7 @@ TEST(Prometheus, HeldGpusNextToUtilisationAndOmittedWhenNotKnown) {
   m.job = JobId(42);
   m.user = "alice";
   m.queue = "interactive";
-  m.kind = "shared";
+  m.kind = SliceKind::kShared;
   m.gpu = "0";
   m.held_milli = 250;
   in.slices = {m};

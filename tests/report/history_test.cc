@@ -145,7 +145,7 @@ TEST_P(HistoryTest, ReportIsTheSameBeforeAndAfterCompaction) {
   SliceRecord s;
   s.id = SliceId(1);
   s.job = JobId(1);
-  s.kind = "whole";
+  s.kind = SliceKind::kWhole;
   s.devices = {0, 1};
   s.milli = kOneGpu;
   s.active = false;
@@ -194,7 +194,7 @@ TEST(ReportUnknown, UnmeasuredSliceIsUnknownNotZero) {
   SliceRecord s;
   s.id = SliceId(3);
   s.job = JobId(3);
-  s.kind = "whole";
+  s.kind = SliceKind::kWhole;
   s.devices = {0};
   s.milli = kOneGpu;
   s.active = false;
@@ -266,7 +266,7 @@ TEST(BriefListings, MatchTheFullRecords) {
       SliceRecord s;
       s.id = j.slice;
       s.job = j.id;
-      s.kind = i == 3 ? "whole" : "shared";
+      s.kind = i == 3 ? SliceKind::kWhole : SliceKind::kShared;
       s.devices = i == 3 ? std::vector<int>{2, 13} : std::vector<int>{7};
       s.milli = i == 3 ? 1000 : 250;
       s.active = i != 1;

@@ -104,20 +104,24 @@ TEST_P(StoreContract, JobsAreUpsertedById) {
 }
 
 TEST_P(StoreContract, SlicesFilterByActive) {
-  SliceRecord a{.id = SliceId(1), .job = JobId(1), .kind = "whole", .devices = {0, 1},
+  SliceRecord a{.id = SliceId(1), .job = JobId(1), .kind = SliceKind::kWhole, .devices = {0, 1},
                 .uuids = {"GPU-a", "GPU-b"}, .milli = 1000};
-  SliceRecord b{.id = SliceId(2), .job = JobId(2), .kind = "shared", .devices = {2},
+  SliceRecord b{.id = SliceId(2), .job = JobId(2), .kind = SliceKind::kShared, .devices = {2},
                 .uuids = {"GPU-c"}, .milli = 250, .memory_cap = kGiB};
-  ASSERT_TRUE(store_->Commit(WriteBatch{.slices = {a, b}}).ok());
+  SliceRecord c{.id = SliceId(3), .job = JobId(3), .kind = SliceKind::kMig, .devices = {3},
+                .uuids = {"GPU-d"}, .milli = 1000, .memory_cap = 10 * kGiB,
+                .mig = MigPlacement{.profile_id = 19, .start = 6}};
+  ASSERT_TRUE(store_->Commit(WriteBatch{.slices = {a, b, c}}).ok());
   a.active = false;
   a.released = 5;
   ASSERT_TRUE(store_->Commit(WriteBatch{.slices = {a}}).ok());
   auto active = store_->ListSlices(true);
   ASSERT_TRUE(active.ok());
-  ASSERT_EQ(active->size(), 1u);
+  ASSERT_EQ(active->size(), 2u);
   EXPECT_EQ((*active)[0], b);
+  EXPECT_EQ((*active)[1], c) << "kind and MIG placement come back typed";
   auto all = store_->ListSlices(false);
-  ASSERT_EQ(all->size(), 2u);
+  ASSERT_EQ(all->size(), 3u);
   EXPECT_EQ((*all)[0], a);
 }
 
@@ -205,6 +209,33 @@ TEST(JobCodec, NeverStartedRequeuesRoundTripAndDefaultToZero) {
   r = JobFromJson(j);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->never_started_requeues, 0);
+}
+
+// Kind and MIG placement are typed in memory and names on disk ("mig", "profile=19 start=6"),
+// as before they were typed; a text the store did not write is data loss naming the field and
+// the value, never a slice of another kind or a MIG slice without its place.
+TEST(SliceCodec, KindAndMigPlacementAreNamesOnDiskAndCheckedOnTheWayBack) {
+  SliceRecord s{.id = SliceId(3), .job = JobId(3), .kind = SliceKind::kMig, .devices = {3},
+                .mig = MigPlacement{.profile_id = 19, .start = 6}};
+  nlohmann::json j = SliceToJson(s);
+  EXPECT_EQ(j["kind"], "mig");
+  EXPECT_EQ(j["mig"], "profile=19 start=6");
+  auto back = SliceFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, s);
+  s.kind = SliceKind::kWhole;
+  s.mig.reset();
+  EXPECT_EQ(SliceToJson(s)["mig"], "");
+  for (auto [field, bad] : {std::pair{"kind", "fractional"}, {"mig", "profile=19"}, {"mig", "profile=19 start=6x"},
+                            {"mig", "profile=-1 start=0"}}) {
+    nlohmann::json b = j;
+    b[field] = bad;
+    auto r = SliceFromJson(b);
+    ASSERT_FALSE(r.ok()) << field << " = " << bad;
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status().message();
+  }
 }
 
 }  // namespace
