@@ -443,6 +443,32 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       ASSERT_EQ(bits(all_demand), bits(demand)) << "trial " << trial << " gpu " << i;
       ASSERT_EQ(bits(all_stranded), bits(NodeStrandedFragmentation(v, weighted, resources))) << "trial " << trial;
     }
+    {
+      // `share` from several GPUs at once, of different free shares (unusable ones listed too:
+      // they change nothing), the general path beside the one-free-share ones above and below.
+      std::vector<int> several;
+      std::vector<GpuView> after = n.gpus;
+      for (int i = 0; i < gpus; ++i) {
+        if (n.gpus[i].usable && n.gpus[i].free_milli < share) continue;
+        several.push_back(i);
+        if (n.gpus[i].usable) after[i].free_milli -= share;
+      }
+      NodeView v = n.view;
+      v.gpus = after;
+      v.cpu_milli_free -= cpu;
+      v.memory_free -= memory;
+      double demand = -1, all_demand = -1, all_stranded = -1;
+      ASSERT_EQ(bits(eval.After(cpu, several, share, memory, &demand)), bits(NodeFragmentation(v, weighted, resources)))
+          << "trial " << trial;
+      ASSERT_EQ(bits(demand), bits(NodeDemandFragmentation(v, weighted, resources))) << "trial " << trial;
+      ASSERT_EQ(bits(eval.AfterStranded(cpu, several, share, memory)),
+                bits(NodeStrandedFragmentation(v, weighted, resources)))
+          << "trial " << trial;
+      ASSERT_EQ(bits(eval.AfterAll(cpu, several, share, memory, &all_demand, &all_stranded)),
+                bits(NodeFragmentation(v, weighted, resources)));
+      ASSERT_EQ(bits(all_demand), bits(demand)) << "trial " << trial;
+      ASSERT_EQ(bits(all_stranded), bits(NodeStrandedFragmentation(v, weighted, resources))) << "trial " << trial;
+    }
     std::vector<int> whole;
     std::vector<GpuView> after = n.gpus;
     for (int i = 0; i < gpus; ++i) {

@@ -182,10 +182,20 @@ class FragmentationEval {
   // A copy (a few words): the caller's view may be a temporary. Its GPU span must stay valid.
   const NodeView node_;
   std::span<const WorkloadShape> shapes_;
-  // The usable free milli after `milli` is taken from each of `gpus`.
-  MilliGpu FreeAfter(std::span<const int> gpus, MilliGpu milli) const;
-  // Shape `s`'s counts `c` after `milli` is taken from each of `gpus` (share_pods only with
-  // kSharePods).
+  // The GPUs of a placement, looked at once per call rather than once per shape: where every
+  // usable one has the same free share (a share's one GPU; whole GPUs, all free) each shape's
+  // counts move by `usable` times one GPU's move (the same integers as GPU by GPU).
+  struct Chosen {
+    std::span<const int> gpus;
+    int usable = 0;         // of `gpus`, the usable ones
+    MilliGpu free = 0;      // their free share, when `uniform`
+    bool uniform = true;    // every usable one of `gpus` has free share `free`
+  };
+  Chosen Summarise(std::span<const int> gpus) const;
+  // The usable free milli after `milli` is taken from each of the chosen GPUs.
+  MilliGpu FreeAfter(const Chosen& chosen, MilliGpu milli) const { return free_total_ - chosen.usable * milli; }
+  // Shape `s`'s counts `c` after `milli` is taken from each of the chosen GPUs (share_pods only
+  // with kSharePods).
   // (Only the counts a placement changes, so that the rest of Counts is not copied.)
   struct MovedCounts {
     int enough;
@@ -193,7 +203,7 @@ class FragmentationEval {
     std::int64_t share_pods;
   };
   template <bool kSharePods>
-  MovedCounts Moved(const WorkloadShape& s, const Counts& c, std::span<const int> gpus, MilliGpu milli) const;
+  MovedCounts Moved(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
   // Pods of shape `s` its usable GPUs could take, from its counts (share_pods counted).
   static std::int64_t PodsOnGpus(const WorkloadShape& s, int enough, std::int64_t share_pods);
   template <typename C>
