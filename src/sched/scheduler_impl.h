@@ -427,6 +427,7 @@ class Scheduler::Impl {
   std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
   int mig_in_flight_ = 0;  // devices draining or reconfiguring
   int mig_mode_devices_ = 0;  // devices in MIG mode; see NeverFitsWhy()
+  mutable DeviceRef mig_never_fits_witness_;  // a memo of NeverFitsWhy(): the device that took the last MIG request
   std::map<DeviceRef, Micros> mig_empty_since_;  // MIG devices with no instance in use: since when
   std::string violation_;
   CapacityIndex index_;

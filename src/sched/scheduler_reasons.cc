@@ -166,16 +166,29 @@ WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) con
 std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) const {
   const std::string what = r.model.empty() ? "" : r.model + " ";
   if (r.kind == SliceKind::kMig) {
-    for (const auto& [ref, d] : devices_) {
-      if (!d.catalogue || !ModelOk(r, d)) continue;
+    // Whether device `d` can take the request, now or after a layout change.
+    auto takes = [&](const DeviceRef& ref, const DeviceView& d) {
+      // A device that may not change layout and has none cannot: skipped before the profile
+      // lookup (at submit this loop sees every device of the cluster).
+      const bool may_change =
+          config_.mig.enabled && d.mig_capable && !mig_broken_.contains(ref) && d.mig_admin != MigAdmin::kOff;
+      if (!may_change && d.mode != DeviceMode::kMig && !d.reconfiguring) return false;
+      if (!d.catalogue || !ModelOk(r, d)) return false;
       const MigProfile* p = d.catalogue->SmallestProfileFor(r.mig_need);
-      if (!p) continue;
-      if (config_.mig.enabled && d.mig_capable && !mig_broken_.contains(ref) && d.mig_admin != MigAdmin::kOff)
-        return std::nullopt;
+      if (!p) return false;
+      if (may_change) return true;
       const MigLayout& l = d.reconfiguring ? d.target_layout : d.layout;
-      if ((d.mode == DeviceMode::kMig || d.reconfiguring) &&
-          std::any_of(l.begin(), l.end(), [&](const MigPlacement& m) { return m.profile_id == p->id; }))
-        return std::nullopt;
+      return std::any_of(l.begin(), l.end(), [&](const MigPlacement& m) { return m.profile_id == p->id; });
+    };
+    // The device that took the last MIG request is tried first: it nearly always takes the
+    // next one too, and the scan below visits every device before the MIG-capable ones of a
+    // cluster that lists them last. (Any device that takes it gives the same answer.)
+    if (const auto w = devices_.find(mig_never_fits_witness_); w != devices_.end() && takes(w->first, w->second))
+      return std::nullopt;
+    for (const auto& [ref, d] : devices_) {
+      if (!takes(ref, d)) continue;
+      mig_never_fits_witness_ = ref;
+      return std::nullopt;
     }
     if (!config_.mig.enabled)
       return fmt::format("MIG layouts are not changed (mig.enabled = false) and no {}GPU in MIG mode has an "
@@ -189,6 +202,8 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
     return d.mode == DeviceMode::kMig && (!config_.mig.enabled || mig_broken_.contains(d.ref));
   };
   if (r.kind == SliceKind::kWhole) {
+    // The first host with enough GPUs ends the scan (at submit it sees every host otherwise);
+    // only a request that never fits needs the best count, for the message.
     int best = 0;
     for (const auto& [node, indices] : nodes_) {
       int n = 0;
@@ -196,9 +211,10 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
         const DeviceView& d = devices_.at({node, di});
         n += !stuck(d) && ModelOk(r, d);
       }
+      if (n >= r.gpus) return std::nullopt;
       best = std::max(best, n);
     }
-    if (best >= r.gpus) return std::nullopt;
+    if (best >= r.gpus) return std::nullopt;  // no host at all, and no GPU asked
     return fmt::format("it needs {} {}GPUs on one host and at most {} are outside MIG mode (a GPU in MIG "
                        "mode only takes MIG slices, and these stay so: {})", r.gpus, what, best,
                        config_.mig.enabled ? "they refused a layout change" : "mig.enabled = false");

@@ -248,5 +248,25 @@ TEST_F(AdminTest, AJobThatCanNeverFitIsRefusedAtSubmit) {
   EXPECT_EQ(h.violation(), "");
 }
 
+// The device that took the last MIG job is asked first about the next one; once it cannot
+// take it (it refused the layout change) or is gone, a MIG job that no device left could take
+// is refused as before.
+TEST_F(AdminTest, AMigJobIsRefusedOnceTheDeviceThatTookTheLastOneCannot) {
+  h_.AddHost("1xA100-40GB");
+  const NodeId other = h_.AddHost("1xA100-40GB");
+  h_.Feed(AdminMigMode{0, {other, DeviceIndex(0)}, false});  // never in MIG mode
+  auto first = h_.Submit("inference mem=10GiB");
+  EXPECT_THAT(Only<Reject>(first), SizeIs(0));
+  auto change = Only<ReconfigureMig>(first);
+  ASSERT_THAT(change, SizeIs(1));
+  ASSERT_EQ(change[0].device, kGpu0);
+  h_.Feed(ReconfigureDone{0, kGpu0, false, change[0].layout, "refused"});
+  auto refused = Only<Reject>(h_.Submit("inference mem=10GiB"));
+  ASSERT_THAT(refused, SizeIs(1));
+  EXPECT_THAT(refused[0].status.message(), HasSubstr("refused a MIG reconfiguration or lacks that instance"));
+  h_.Feed(DeviceRemoved{0, kGpu0, {}});
+  EXPECT_THAT(Only<Reject>(h_.Submit("inference mem=10GiB")), SizeIs(1));
+}
+
 }  // namespace
 }  // namespace gpuslice::sched
