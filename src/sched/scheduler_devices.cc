@@ -124,7 +124,7 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   DeviceView& d = it->second;
   index_.Remove(d, Facts(d));
   if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
-  if (d.draining || d.reconfiguring) --mig_in_flight_;
+  mig_in_flight_.erase(d.ref);
   CountCapacity(d, -1);
   mig_mode_devices_ -= d.mode == DeviceMode::kMig;
   mig_in_use_.erase(&d);

@@ -199,7 +199,13 @@ class Scheduler::Impl {
     facts.in_use = InUseFact(d);  // of the facts, only these change with what runs there
     index_.Add(d, facts);
     if (by_state_ && !(was_inert && InertForPlacement(d))) host_states_.MarkDirty(d.ref.node);
-    mig_in_flight_ += (d.draining || d.reconfiguring) - was_changing;
+    if (const bool changing = d.draining || d.reconfiguring; changing != was_changing) {
+      if (changing) {
+        mig_in_flight_.insert(d.ref);
+      } else {
+        mig_in_flight_.erase(d.ref);
+      }
+    }
   }
   void SetMode(DeviceView& d, DeviceMode mode);
   void CountCapacity(const DeviceView& d, int delta);
@@ -425,7 +431,8 @@ class Scheduler::Impl {
   bool became_reclaimable_ = false;  // a Tick made a slice reclaimable: serve pending jobs
   std::unordered_map<SliceId, Micros> timer_of_;   // the key of each slice in timers_
   std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
-  int mig_in_flight_ = 0;  // devices draining or reconfiguring
+  // Devices draining or reconfiguring (a handful at most: looked at without scanning every device).
+  std::set<DeviceRef> mig_in_flight_;
   int mig_mode_devices_ = 0;  // devices in MIG mode; see NeverFitsWhy()
   mutable DeviceRef mig_never_fits_witness_;  // a memo of NeverFitsWhy(): the device that took the last MIG request
   std::map<DeviceRef, Micros> mig_empty_since_;  // MIG devices with no instance in use: since when

@@ -30,8 +30,9 @@ std::vector<Bytes> Scheduler::Impl::NeedsFor(const std::vector<const Resolved*>&
 void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool allow_drain) {
   if (unmet.empty()) return;
   DeviceView* draining = nullptr;
-  if (mig_in_flight_ > 0) {
-    for (auto& [ref, d] : devices_) {
+  if (!mig_in_flight_.empty()) {
+    for (const DeviceRef& ref : mig_in_flight_) {  // in device order, as devices_ lists them
+      DeviceView& d = devices_.at(ref);
       if (d.reconfiguring) return;  // a layout change is being applied: wait for it
       // A drain an admin ordered (AdminMigMode) is never called off by the planner.
       if (d.draining && d.mig_admin == MigAdmin::kAuto) draining = &d;
@@ -192,7 +193,7 @@ void Scheduler::Impl::NoteMigUse(const DeviceView& d) {
 // The way back from MIG mode (kMigReleaseAfter is the hysteresis). One device at a time, and
 // only while nothing else changes layout; called at the end of every scheduling pass.
 void Scheduler::Impl::MaybeLeaveMig() {
-  if (!config_.mig.enabled || mig_in_flight_ > 0 || mig_empty_since_.empty() || pending_.empty()) return;
+  if (!config_.mig.enabled || !mig_in_flight_.empty() || mig_empty_since_.empty() || pending_.empty()) return;
   for (const auto& [ref, since] : mig_empty_since_) {
     if (now_ - since < kMigReleaseAfter || mig_broken_.contains(ref)) continue;
     const DeviceView& d = devices_.at(ref);

@@ -108,9 +108,7 @@ std::optional<UserCap> Scheduler::Impl::CapReason(const Resolved& r) const {
 const DeviceView* Scheduler::Impl::ChangingDevice(ReasonScan& scan) const {
   if (!scan.changing) {
     scan.changing = nullptr;
-    if (mig_in_flight_ > 0)
-      for (const auto& [ref, d] : devices_)
-        if (d.draining || d.reconfiguring) scan.changing = &d;
+    for (const DeviceRef& ref : mig_in_flight_) scan.changing = &devices_.at(ref);
   }
   return *scan.changing;
 }
