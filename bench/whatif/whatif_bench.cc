@@ -8,7 +8,10 @@
 // 30% training (1/2/4/8 whole GPUs, 1-24 h, busy at 40-95%, 10% blind), 20% inference
 // (one GPU, 4-48 h, busy at 5-30%, memory peak 4-60 GiB). Site config: interactive reclaims
 // after 1 h idle + 10 min grace with an 8 h limit; training has a 7-day limit.
-// Usage: whatif_bench [jobs] [gpus] [threads] [baseline-only]
+// Usage: whatif_bench [jobs] [gpus] [threads] [baseline-only | all | SCENARIO] [JSON-FILE]
+//   SCENARIO: run only the built-in scenario of that name after the baseline (no verdict);
+//   JSON-FILE: write the what-if document there (with every "seconds" 0), so that a speed-up
+//   can be checked to leave every figure and decision as it was.
 #include <sys/resource.h>
 #include <sys/time.h>
 
@@ -17,11 +20,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "whatif/document.h"
 #include "whatif/run.h"
 #include "whatif/verdict.h"
 
@@ -131,11 +136,13 @@ int main(int argc, char** argv) {
   const int n = argc > 1 ? std::atoi(argv[1]) : 1'000'000;
   const int gpus = argc > 2 ? std::atoi(argv[2]) : 1000;
   const int threads = argc > 3 ? std::atoi(argv[3]) : 2;
+  const std::string mode = argc > 4 ? argv[4] : "all";
+  const char* json_path = argc > 5 ? argv[5] : nullptr;
   auto t0 = std::chrono::steady_clock::now();
   const whatif::History h = Year(n, gpus, 42);
   fmt::print("history: {} jobs over a year on {} GPUs, generated in {:.1f} s\n", h.jobs.size(), gpus, Since(t0));
 
-  const whatif::WhatifSpec spec = whatif::DefaultSpec();
+  whatif::WhatifSpec spec = whatif::DefaultSpec();
   // The baseline: one scenario alone.
   t0 = std::chrono::steady_clock::now();
   double cpu0 = CpuSeconds();
@@ -146,7 +153,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   fmt::print("baseline: one scenario ({}) alone: {:.1f} s wall, {:.1f} s CPU\n", one->name, base, base_cpu);
-  if (argc > 4 && std::string(argv[4]) == "baseline-only") return 0;
+  if (mode == "baseline-only") return 0;
+  if (mode != "all") {
+    std::erase_if(spec.scenarios, [&](const whatif::Scenario& s) { return s.name != mode; });
+    if (spec.scenarios.empty()) {
+      std::fprintf(stderr, "no built-in scenario '%s'\n", mode.c_str());
+      return 2;
+    }
+  }
 
   whatif::RunOptions o;
   o.threads = threads;
@@ -169,6 +183,7 @@ int main(int argc, char** argv) {
                                 return w.queue == "interactive";
                               })->p95));
   }
+  if (mode != "all") return 0;
   t0 = std::chrono::steady_clock::now();
   cpu0 = CpuSeconds();
   auto v = whatif::Decide(h, spec, *results, o);
@@ -179,6 +194,10 @@ int main(int argc, char** argv) {
   }
   fmt::print("verdict search: {} GPU counts tried in {:.1f} s wall, {:.1f} s CPU\n  {}\n", v->probes.size(), verdict,
              verdict_cpu, v->text);
+  if (json_path != nullptr) {
+    for (whatif::ScenarioResult& r : *results) r.seconds = 0;
+    std::ofstream(json_path) << whatif::ToJson(h, spec, *results, *v).dump(1) << "\n";
+  }
   const long rss = PeakRssKiB();
   fmt::print("peak RSS {:.0f} MiB (target < 4096 MiB: {})\n", rss / 1024.0, rss < 4L * 1024 * 1024 ? "met" : "MISSED");
   return 0;
