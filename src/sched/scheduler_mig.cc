@@ -199,17 +199,20 @@ void Scheduler::Impl::MaybeLeaveMig() {
     const DeviceView& d = devices_.at(ref);
     if (d.mode != DeviceMode::kMig || !InUse(d).empty() || d.draining || d.reconfiguring) continue;
     if (d.mig_admin != MigAdmin::kAuto || d.admin_drained) continue;  // an admin's to decide
-    bool mig_demand = false, other_waits = false;
-    for (const auto& [k, r] : pending_) {
-      if (!ModelOk(*r, d) || CapBlocks(*r)) continue;
-      if (r->kind == SliceKind::kMig) {
-        mig_demand = mig_demand || d.catalogue == nullptr || d.catalogue->SmallestProfileFor(r->mig_need) != nullptr;
-      } else {
-        other_waits = true;
-      }
-      if (mig_demand) break;
-    }
-    if (mig_demand || !other_waits) continue;
+    // Whether some pending MIG request could use it, else some other request waits for it:
+    // each search stops at the first such job (a backlog is not walked once per device).
+    const bool mig_demand = std::any_of(pending_mig_.begin(), pending_mig_.end(), [&](const auto& kr) {
+      const Resolved& r = *kr.second;
+      return ModelOk(r, d) && !CapBlocks(r) &&
+             (d.catalogue == nullptr || d.catalogue->SmallestProfileFor(r.mig_need) != nullptr);
+    });
+    if (mig_demand) continue;
+    const bool other_waits = pending_.size() > pending_mig_.size() &&
+                             std::any_of(pending_.begin(), pending_.end(), [&](const auto& kr) {
+                               const Resolved& r = *kr.second;
+                               return r.kind != SliceKind::kMig && ModelOk(r, d) && !CapBlocks(r);
+                             });
+    if (!other_waits) continue;
     Reconfigure(ref, MigLayout{}, /*mig_mode=*/false);
     return;
   }
