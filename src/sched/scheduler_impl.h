@@ -488,7 +488,9 @@ class Scheduler::Impl {
   std::vector<ViewMemoEntry> view_memo_;        // see LookupViews()
 
   // Scratch (reused to avoid allocation per event).
-  std::vector<char> scratch_failed_;
+  // SchedulePass: per shape, the pass in which it last failed (pass_ counts the passes).
+  std::vector<std::uint64_t> shape_failed_in_;
+  std::uint64_t pass_ = 0;
   // SchedulePass: the head job of each shape (its key, shape and record).
   std::vector<std::tuple<PendingKey, int, const Resolved*>> scratch_heads_;
   std::vector<GpuView> scratch_gpus_;
