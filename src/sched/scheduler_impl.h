@@ -417,8 +417,21 @@ class Scheduler::Impl {
   static bool MayReserve(const Resolved& r) { return r.kind == SliceKind::kWhole && r.queue->reserve_after > 0; }
   std::vector<std::map<PendingKey, Resolved*>> shape_queue_;  // pending_ split by shape id
   std::set<int> live_shapes_;                                 // shapes with pending jobs
-  std::map<std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string>, int>
-      shapes_;
+  // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
+  // right-sized MIG requests make about one shape per job, each looked up at its submit.
+  using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string>;
+  struct ShapeKeyHash {
+    std::size_t operator()(const ShapeKey& k) const {
+      const auto& [kind, gpus, milli, memory, mig_need, model, queue, mps_user] = k;
+      std::size_t h = std::hash<std::string>()(model) ^ std::hash<std::string>()(mps_user) * 31;
+      for (std::size_t v : {static_cast<std::size_t>(kind), static_cast<std::size_t>(gpus), static_cast<std::size_t>(milli),
+                            static_cast<std::size_t>(memory), static_cast<std::size_t>(mig_need),
+                            std::hash<const QueueConfig*>()(queue)})
+        h = (h ^ v) * 0x100000001b3ULL;
+      return h;
+    }
+  };
+  std::unordered_map<ShapeKey, int, ShapeKeyHash> shapes_;
   std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
