@@ -102,13 +102,13 @@ async function main() {
     '--simulate-script', scriptPath, '--tcp', `127.0.0.1:${port}`, '--token-file', path.join(dir, 'tokens'),
     '--grace', '1s', '--tick', '50ms', '--sample-interval', '200ms'], { stdio: ['ignore', log, log] });
   let browser;
+  const call = async (method, p, token, body) => {
+    const r = await fetch(base + p, {
+      method, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+      body: body ? JSON.stringify(body) : undefined });
+    return { status: r.status, headers: r.headers, body: await r.json().catch(() => null) };
+  };
   try {
-    const call = async (method, p, token, body) => {
-      const r = await fetch(base + p, {
-        method, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-        body: body ? JSON.stringify(body) : undefined });
-      return { status: r.status, headers: r.headers, body: await r.json().catch(() => null) };
-    };
     let up = false;
     for (let i = 0; i < 100 && !up; i += 1) {
       try { up = (await call('GET', '/v1/health', ALICE)).status === 200; } catch (e) { await sleep(100); }
@@ -416,6 +416,19 @@ async function main() {
     check(consoleErrors.length === 0, `no script errors or CSP violations: ${consoleErrors.join(' | ')}`);
   } finally {
     if (browser) await browser.close();
+    // The daemon leaves running jobs running when it stops (a restart must not kill work), so
+    // this test ends its own first: no `sleep` of uid 1000 or 1001 outlives it, where another
+    // test counting a uid's processes (the JupyterHub one's throwaway users) would find them.
+    try {
+      for (const j of ((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []) {
+        await call('POST', `/v1/jobs/${j.id}/cancel`, ROOT);
+      }
+      for (const deadline = Date.now() + 15000; Date.now() < deadline; await sleep(200)) {
+        if ((((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []).length === 0) break;
+      }
+    } catch (e) {
+      console.log(`cleanup: ${e}`);
+    }
     serve.kill('SIGTERM');
     await new Promise((r) => { serve.on('exit', r); setTimeout(r, 5000); });
     fs.rmSync(dir, { recursive: true, force: true });
