@@ -374,7 +374,8 @@ MetricsInput Agent::MetricsSnapshot() const {
     m.memory_used = st.latest.memory_used;
     m.processes = static_cast<int>(st.latest.pids.size());
     m.idle = st.idle.state().idle;
-    if (!st.idle.state().unmeasured) m.idle_for = st.idle.state().idle_for;
+    // Unknown (absent) until a sample measured it: before the first one, and while unmeasured.
+    if (st.latest.now != 0 && !st.idle.state().unmeasured) m.idle_for = st.idle.state().idle_for;
     if (st.latest.now != 0) {
       m.activity = ActivityLabel(st.latest.verdict.activity);
       m.basis = st.latest.verdict.basis;

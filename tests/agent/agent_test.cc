@@ -247,6 +247,8 @@ TEST_F(AgentTest, DriverErrorMidSampleMakesTheSliceUnknownForThatRoundOnly) {
   s.processes = {{job.child(), kGiB, 500, 0, "", false}};
   fake_.AddStep(DeviceIndex(0), s);
   agent_.Bind(Binding(1, sched::SliceKind::kShared, {job.parent()}));
+  // Not sampled yet: how long it has been idle is unknown, so /metrics has no idle seconds.
+  EXPECT_FALSE(agent_.MetricsSnapshot().slices.at(0).idle_for.has_value());
   fake_.InjectError(devices::FakeCall::kSample, Unavailable("GPU fell off the bus"));
   clock_.Advance(kSecond);
   Round bad = agent_.SampleOnce();
@@ -269,6 +271,7 @@ TEST_F(AgentTest, DriverErrorMidSampleMakesTheSliceUnknownForThatRoundOnly) {
   EXPECT_EQ(FindEvent(good, 1)->sm_percent, 50);
   EXPECT_EQ(agent_.Series(SliceId(1)).size(), 1u);
   EXPECT_EQ(agent_.MetricsSnapshot().sample_errors, 1);
+  EXPECT_EQ(agent_.MetricsSnapshot().slices.at(0).idle_for, 0) << "measured active just now";
 }
 
 TEST_F(AgentTest, IdleAfterTheWindowAndActivityResetsIt) {
