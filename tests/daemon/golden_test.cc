@@ -22,6 +22,7 @@
 #include "devices/scripted.h"
 #include "exec/fake_launcher.h"
 #include "store/store.h"
+#include "testing/golden.h"
 #include "tests/daemon/shared_store.h"
 
 
@@ -224,27 +225,8 @@ TEST_F(GoldenTest, ScriptedScenarioMatchesTheRecordedRun) {
   (void)idle;
   (void)limited;
 
-  const std::string golden = std::string(GPUSLICE_SOURCE_DIR) + "/tests/daemon/golden/scenario.txt";
-  if (std::getenv("GPUSLICE_UPDATE_GOLDEN") != nullptr) {
-    std::ofstream(golden) << out_.str();
-    GTEST_SKIP() << "re-recorded " << golden;
-  }
-  std::ifstream in(golden);
-  ASSERT_TRUE(in.good()) << golden << ": missing (record it with GPUSLICE_UPDATE_GOLDEN=1)";
-  std::stringstream want;
-  want << in.rdbuf();
-  // Line by line, so a failure names the first line that differs.
-  std::istringstream a(want.str()), b(out_.str());
-  std::string la, lb;
-  int line = 0;
-  while (true) {
-    ++line;
-    const bool ga = static_cast<bool>(std::getline(a, la));
-    const bool gb = static_cast<bool>(std::getline(b, lb));
-    if (!ga && !gb) break;
-    ASSERT_EQ(la, lb) << golden << ":" << line << " differs";
-  }
-  EXPECT_EQ(want.str(), out_.str());
+  ::gpuslice::testing::ExpectMatchesGolden(std::string(GPUSLICE_SOURCE_DIR) + "/tests/daemon/golden/scenario.txt",
+                                           out_.str());
 }
 
 }  // namespace

@@ -9,8 +9,6 @@
 // it decides. The invariants are checked after every event.
 // To re-record after an intended change: GPUSLICE_UPDATE_GOLDEN=1 sched_test
 // --gtest_filter='GoldenDecisions*', and review the diff.
-#include <cstdlib>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -23,6 +21,7 @@
 #include "sched/pending_reason.h"
 #include "sched/scheduler.h"
 #include "testing/builders.h"
+#include "testing/golden.h"
 #include "testing/sched_harness.h"
 
 namespace gpuslice::sched {
@@ -269,24 +268,7 @@ TEST_F(GoldenDecisionsTest, ALongRandomScenarioDecidesAsRecorded) {
   // The scenario reaches what it is meant to cover (else the golden proves little).
   for (const char* what : {"start ", "reject ", "stop ", "warn ", "reclaim ", "reconfigure ", "preempt ", "reserve "})
     EXPECT_NE(log.find(what), std::string::npos) << what << " never decided";
-  const std::string golden = std::string(GPUSLICE_SOURCE_DIR) + "/tests/sched/golden/decisions.txt";
-  if (std::getenv("GPUSLICE_UPDATE_GOLDEN") != nullptr) {
-    std::ofstream(golden) << log;
-    GTEST_SKIP() << "re-recorded " << golden;
-  }
-  std::ifstream in(golden);
-  ASSERT_TRUE(in.good()) << golden << ": missing (record it with GPUSLICE_UPDATE_GOLDEN=1)";
-  std::istringstream now(log);
-  std::string want, got;
-  int line = 0;
-  while (true) {
-    ++line;
-    const bool more_want = static_cast<bool>(std::getline(in, want));
-    const bool more_got = static_cast<bool>(std::getline(now, got));
-    if (!more_want && !more_got) break;
-    ASSERT_EQ(more_want, more_got) << golden << ":" << line << ": one log ends before the other";
-    ASSERT_EQ(want, got) << golden << ":" << line << " differs";
-  }
+  ::gpuslice::testing::ExpectMatchesGolden(std::string(GPUSLICE_SOURCE_DIR) + "/tests/sched/golden/decisions.txt", log);
 }
 
 }  // namespace
