@@ -70,14 +70,18 @@ std::vector<MigProfile> EightSliceProfiles(const EightSliceFigures& f) {
 }
 
 // Driver-reserved memory and one context, per generation (see DeviceModel): Ampere, Hopper,
-// Blackwell. Leads from public reports of nvidia-smi totals against CUDA's, not measurements.
+// Blackwell. Driver reserves are leads from public reports of nvidia-smi totals against CUDA's.
+// Contexts: measured on an H200 (132 SMs, driver 580.159, CUDA 13.0, docs/gpu-check.md) a bare
+// context takes 518 MiB and a PyTorch process about 610 MiB beyond its tensors; Hopper books 768
+// MiB (the PyTorch figure and a quarter), the others are that scaled by SM count and rounded up:
+// estimates until a check runs on one.
 struct Reserves {
   Bytes driver;
   Bytes context;
 };
-constexpr Reserves kAmpere{640 * kMiB, 384 * kMiB};
-constexpr Reserves kHopper{768 * kMiB, 512 * kMiB};
-constexpr Reserves kBlackwell{1024 * kMiB, 640 * kMiB};
+constexpr Reserves kAmpere{640 * kMiB, 640 * kMiB};
+constexpr Reserves kHopper{768 * kMiB, 768 * kMiB};
+constexpr Reserves kBlackwell{1024 * kMiB, 896 * kMiB};
 
 DeviceModel EightSliceModel(std::string name, std::vector<std::string> aliases, Bytes memory,
                             int sms, Reserves reserves, const EightSliceFigures& f) {

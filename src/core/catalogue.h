@@ -40,8 +40,9 @@ struct DeviceModel {
   // Set aside before shares are cut (sched::MemoryReserveFor): memory the driver keeps (the gap
   // between nvidia-smi's total and what CUDA's cuMemGetInfo reports; nvmlMemory_v2.reserved),
   // and what one process's CUDA context and modules take with lazy loading. Estimates, rounded
-  // up, never measured here: the driver's own figure replaces the first where there is a driver,
-  // the config can override both, and tests/gpu/check.sh prints both on a real GPU.
+  // up (the context measured on an H200 only, see catalogue.cc): the driver's own figure replaces
+  // the first where there is a driver, the config can override both, and tests/gpu/check.sh
+  // measures both on a real GPU.
   Bytes driver_reserved = 0;
   Bytes context_reserve = 0;
   int sm_count = 0;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "core/catalogue.h"
 #include "tests/daemon/harness.h"
 
 namespace gpuslice::testing_e2e {
@@ -28,8 +29,11 @@ TEST(DaemonE2E, EachQueuePlacesOnItsSliceKindAndTheJobSeesItsEnvironment) {
   json ja = h.WaitJob(a, Running), jb = h.WaitJob(b, Running), jc = h.WaitJob(c, Running);
   EXPECT_EQ(ja["slice"]["kind"], "shared");
   EXPECT_EQ(ja["slice"]["milli"], 250);
-  // The cap is what was asked plus one CUDA context (the H100 catalogue's 512 MiB reserve).
-  const long long cap = (8LL << 30) + (512LL << 20);
+  // The cap is what was asked plus one CUDA context (the H100 catalogue's reserve).
+  auto h100 = FindModel("H100-80GB");
+  ASSERT_TRUE(h100.ok());
+  ASSERT_GT((*h100)->context_reserve, 0);
+  const long long cap = (8LL << 30) + (*h100)->context_reserve;
   EXPECT_EQ(ja["slice"]["memory_cap"], cap);
   ASSERT_EQ(ja["slice"]["uuids"].size(), 1u);
   EXPECT_EQ(jb["slice"]["kind"], "whole");
