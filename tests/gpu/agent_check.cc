@@ -1,8 +1,8 @@
 // gpu_agent_check: the GPU-machine half of tests/gpu/check.sh, built on the real nvml backend.
 //   gpu_agent_check attribute --pid P --decoy-pid Q --expect-mib M [--seconds 10] [--device 0]
 //       Binds slice 1 (shared, root pid P), slice 2 (shared, root pid Q) and slice 3 (whole)
-//       on the device, samples once a second and checks that P's memory and utilisation land
-//       on slice 1 only, and that /metrics carries both DCGM and gpuslice series.
+//       on the device, samples once a second and checks that the memory and utilisation of P
+//       (or of its descendant on the GPU) land on slice 1 only, and that /metrics carries both DCGM and gpuslice series.
 //   gpu_agent_check two-slices --busy-pid P --idle-pid Q [--seconds 8] [--device 0]
 //       Two shared slices on one GPU: the busy one is never idle; with per-process figures it
 //       is active and above the idle one.
@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -37,6 +38,27 @@ std::map<std::string, std::string> Flags(int argc, char** argv) {
   std::map<std::string, std::string> f;
   for (int i = 2; i + 1 < argc; i += 2) f[argv[i]] = argv[i + 1];
   return f;
+}
+
+// True when process p is root or a descendant of it (the check starts its CUDA programs under
+// `timeout`, so the process on the GPU is a child of the pid the shell knows).
+bool DescendsFrom(int p, int root) {
+  for (int depth = 0; p > 1 && depth < 64; ++depth) {
+    if (p == root) return true;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", p);
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return false;
+    char buf[512];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    const char* close = std::strrchr(buf, ')');  // the command name may hold spaces or ')'
+    int ppid = 0;
+    if (close == nullptr || std::sscanf(close + 1, " %*c %d", &ppid) != 1) return false;
+    p = ppid;
+  }
+  return p == root;
 }
 
 std::string Get(const std::map<std::string, std::string>& f, const std::string& k, const std::string& def = "") {
@@ -89,7 +111,8 @@ int Attribute(const std::map<std::string, std::string>& f) {
                   static_cast<unsigned long long>(a.slice.value()),
                   a.sm_util.ok() ? std::to_string(a.sm_util.value() / 10.0).c_str() : a.sm_util.status().ToString().c_str(),
                   a.memory_used.ok() ? std::to_string(a.memory_used.value() >> 20).c_str() : "-", pids.c_str());
-      const bool has_pid = std::find(a.pids.begin(), a.pids.end(), pid) != a.pids.end();
+      const bool has_pid =
+          std::any_of(a.pids.begin(), a.pids.end(), [&](int p) { return DescendsFrom(p, pid); });
       if (a.slice == gs::SliceId(1) && has_pid) {
         seen = true;
         if (a.memory_used.ok() && a.memory_used.value() >= expect_mib * gs::kMiB * 9 / 10) memory_ok = true;
