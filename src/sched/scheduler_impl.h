@@ -28,6 +28,7 @@
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/scheduler.h"
+#include "sched/slice_timers.h"
 
 namespace gpuslice::sched {
 
@@ -371,11 +372,11 @@ class Scheduler::Impl {
   void OnActivityReport(const ActivityReport& e);
   void OnTick();
   bool TickSlice(SliceId sid, SliceView& s, std::vector<std::pair<JobId, std::string>>& ended);
+  // When the slice's next timer could fire: a time-limit warning or stop, the end of its idle
+  // window (active) or grace (warned); SliceTimers::kNever: none. Before it, TickSlice does nothing.
   static Micros NextTimer(const SliceView& s, const QueueConfig& q);
-  void Retime(const SliceView& s);
-  // Retime() of a slice that has no timer yet (it has just started), in queue `q`.
-  void Time(const SliceView& s, const QueueConfig& q);
-  void Untime(SliceId id);
+  // Re-files a slice in timers_ after its timer fields changed (or it started).
+  void Retime(const SliceView& s) { timers_.Set(s.slice, NextTimer(s, *resolved_.at(s.job).queue)); }
 
   // ---------------------------------------------------------------- state
   Config config_;
@@ -439,10 +440,9 @@ class Scheduler::Impl {
   std::set<DeviceRef> mig_broken_;
   std::optional<Reservation> reservation_;
   bool any_reserve_ = false;  // some queue has reserve_after
-  std::set<std::pair<Micros, SliceId>> timers_;    // (next timer, slice); see NextTimer()
+  SliceTimers timers_;             // each running slice's next timer (NextTimer())
   std::set<SliceId> reclaimable_;  // slices in IdleState::kReclaimable
   bool became_reclaimable_ = false;  // a Tick made a slice reclaimable: serve pending jobs
-  std::unordered_map<SliceId, Micros> timer_of_;   // the key of each slice in timers_
   std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
   // Devices draining or reconfiguring (a handful at most: looked at without scanning every device).
   std::set<DeviceRef> mig_in_flight_;
@@ -458,8 +458,6 @@ class Scheduler::Impl {
   NodePool<std::map<JobId, JobView>> job_nodes_;
   NodePool<std::unordered_map<JobId, Resolved>> resolved_nodes_;
   NodePool<std::map<SliceId, SliceView>> slice_nodes_;
-  NodePool<std::set<std::pair<Micros, SliceId>>> timer_nodes_;
-  NodePool<std::unordered_map<SliceId, Micros>> timer_of_nodes_;
 
   LearnedWorkload workload_;  // what fragmentation-aware policies score against
   std::vector<WorkloadShape> workload_shapes_;  // Workload(): workload_'s with supply shares
@@ -510,6 +508,7 @@ class Scheduler::Impl {
   std::vector<NodeView> scratch_nodes_;
   std::vector<DeviceRef> scratch_refs_;
   std::vector<NodeId> scratch_hosts_;
+  std::vector<SliceId> scratch_due_;  // OnTick
 };
 
 }  // namespace gpuslice::sched

@@ -109,13 +109,13 @@ Status Scheduler::Impl::CheckInvariants() const {
   }
   std::size_t timed = 0;
   for (const auto& [sid, s] : slices_) {
-    Micros want = NextTimer(s, *resolved_.at(s.job).queue);
-    auto t = timer_of_.find(sid);
-    if (want != LLONG_MAX) ++timed;
-    if ((want == LLONG_MAX) != (t == timer_of_.end()) || (want != LLONG_MAX && (t->second != want || !timers_.contains({want, sid}))))
+    const Micros want = NextTimer(s, *resolved_.at(s.job).queue);
+    const std::optional<Micros> at = timers_.At(sid);
+    if (want != SliceTimers::kNever) ++timed;
+    if ((want == SliceTimers::kNever) != !at.has_value() || (at && *at != want))
       return Internal(fmt::format("slice {}: timer index disagrees with its record", sid.value()));
   }
-  if (timed != timer_of_.size() || timed != timers_.size())
+  if (timed != timers_.size() || !timers_.Consistent())
     return Internal("timer index holds slices that are not running");
   std::size_t reclaimable = 0;
   for (const auto& [sid, s] : slices_) {

@@ -258,7 +258,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
     });
     NoteMigUse(*dv);
   }
-  Untime(s.slice);
+  timers_.Clear(s.slice);
   reclaimable_.erase(s.slice);
   slice_nodes_.Erase(slices_, sit);
   j.slice = SliceId();
@@ -342,7 +342,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   // The slice is recorded before the devices change: the indexes read it (MIG in-use set).
   rw.slice = slice_nodes_.Insert(slices_, s.slice, std::move(s)).first;
   SliceView& rec = rw.slice->second;
-  Time(rec, *r.queue);
+  timers_.Set(rec.slice, NextTimer(rec, *r.queue));
   for (DeviceView* target : rw.devices) {
     Mutate(*target, [&](DeviceView& dv) {
       d.uuids.push_back(dv.uuid);

@@ -93,11 +93,9 @@ void Scheduler::Impl::OnActivityReport(const ActivityReport& e) {
 // time has not come passes through TickSlice without a decision or a change (NextTimer), so
 // the decisions are those of a scan over every slice, at O(due log n) instead of O(slices).
 void Scheduler::Impl::OnTick() {
-  std::vector<SliceId> due;
-  for (auto it = timers_.begin(); it != timers_.end() && it->first <= now_; ++it) due.push_back(it->second);
-  std::sort(due.begin(), due.end());
+  timers_.Due(now_, scratch_due_);
   std::vector<std::pair<JobId, std::string>> ended;
-  for (SliceId sid : due) {
+  for (SliceId sid : scratch_due_) {
     SliceView& s = slices_.at(sid);
     if (!TickSlice(sid, s, ended)) Retime(s);
   }
@@ -174,10 +172,8 @@ bool Scheduler::Impl::TickSlice(SliceId sid, SliceView& s, std::vector<std::pair
   return false;
 }
 
-// When the slice's next timer could fire: a time-limit warning or stop, the end of its idle
-// window (active) or grace (warned); LLONG_MAX: none. Before it, TickSlice does nothing.
 Micros Scheduler::Impl::NextTimer(const SliceView& s, const QueueConfig& q) {
-  Micros t = LLONG_MAX;
+  Micros t = SliceTimers::kNever;
   if (s.deadline > 0) {
     t = s.deadline;
     const Micros lead = q.TimeLimitWarnLead(s.deadline - s.start_time);
@@ -188,23 +184,6 @@ Micros Scheduler::Impl::NextTimer(const SliceView& s, const QueueConfig& q) {
     else if (s.idle == IdleState::kWarned) t = std::min(t, s.idle_deadline);
   }
   return t;
-}
-// Re-files a slice in timers_ after its timer fields changed (or it started).
-void Scheduler::Impl::Retime(const SliceView& s) {
-  Untime(s.slice);
-  Time(s, *resolved_.at(s.job).queue);
-}
-void Scheduler::Impl::Time(const SliceView& s, const QueueConfig& q) {
-  Micros t = NextTimer(s, q);
-  if (t == LLONG_MAX) return;
-  timer_nodes_.Insert(timers_, {t, s.slice});
-  timer_of_nodes_.Insert(timer_of_, s.slice, t);
-}
-void Scheduler::Impl::Untime(SliceId id) {
-  auto it = timer_of_.find(id);
-  if (it == timer_of_.end()) return;
-  timer_nodes_.Erase(timers_, {it->second, id});
-  timer_of_nodes_.Erase(timer_of_, it);
 }
 
 std::string_view ActivityName(Activity a) {
