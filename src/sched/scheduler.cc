@@ -78,7 +78,7 @@ std::vector<Decision> Scheduler::Impl::Handle(const Event& e) {
 // ---- views
 std::vector<JobId> Scheduler::Impl::Pending(std::optional<std::string_view> queue) const {
   std::vector<JobId> ids;
-  for (const auto& [k, r] : pending_) {
+  for (const auto& [k, r] : pending_.all()) {
     if (!queue || r->queue->name == *queue) ids.push_back(k.job);
   }
   return ids;

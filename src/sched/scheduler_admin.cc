@@ -78,12 +78,12 @@ void Scheduler::Impl::OnAdminHold(const AdminHold& e) {
     ++held_;
     const bool kept = reservation_ && reservation_->job == e.job;
     ReleaseReservationOf(e.job);
-    RemovePending(r);
+    pending_.Remove(r);
     if (kept) Schedule(std::nullopt);  // the kept devices are free for others again
     return;
   }
   --held_;
-  AddPending(&r);  // in its old place: its key (priority, submit time, id) is unchanged
+  pending_.Add(&r);  // in its old place: its key (priority, submit time, id) is unchanged
   Schedule(std::nullopt);
 }
 

@@ -54,8 +54,8 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   // whole-GPU jobs); kept devices are chosen again under the new reserve_after.
   ReleaseReservation();
   std::set<JobId> pending;
-  for (const auto& [k, r] : pending_) pending.insert(k.job);
-  for (JobId id : pending) RemovePending(resolved_.at(id));
+  for (const auto& [k, r] : pending_.all()) pending.insert(k.job);
+  for (JobId id : pending) pending_.Remove(resolved_.at(id));
   // 2. The new queues.
   const bool was_by_state = by_state_;
   config_ = e.config;
@@ -98,7 +98,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     u.jobs += 1;
   }
   // 5. Back in the pending books, and a pass under the new rules.
-  for (JobId id : pending) AddPending(&resolved_.at(id));
+  for (JobId id : pending) pending_.Add(&resolved_.at(id));
   Schedule(std::nullopt);
 }
 

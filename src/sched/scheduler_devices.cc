@@ -136,7 +136,7 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   mig_empty_since_.erase(e.device);
   // Pending jobs that can no longer ever fit are rejected now rather than waiting forever.
   std::vector<std::pair<JobId, Status>> doomed;
-  for (const auto& [k, r] : pending_) {
+  for (const auto& [k, r] : pending_.all()) {
     if (Status st = Feasible(*r); !st.ok()) doomed.emplace_back(k.job, st);
   }
   for (const auto& [j, st] : doomed) RejectPending(j, st);

@@ -3,6 +3,8 @@
 // live by section: scheduler.cc (construction, Handle(), views), scheduler_reasons.cc,
 // scheduler_devices.cc, scheduler_placement.cc, scheduler_jobs.cc, scheduler_reclaim.cc,
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
+// Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
+// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates.
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -27,6 +29,8 @@
 #include "sched/learned_workload.h"
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
+#include "sched/pending_queue.h"
+#include "sched/resolved.h"
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
 
@@ -50,37 +54,6 @@ inline DeviceMode ModeFor(SliceKind kind) {
   }
   return DeviceMode::kFree;
 }
-
-// A job's request resolved against its queue and the catalogue.
-struct Resolved {
-  JobId job;
-  SliceKind kind = SliceKind::kShared;
-  int gpus = 1;
-  MilliGpu milli = 0;   // per device (whole: 1000; shared / mps: share)
-  Bytes memory = 0;     // per device cap; 0: proportional share of the device (shared / mps)
-  Bytes mig_need = 0;   // mig: memory the instance must have
-  std::string model;    // canonical name or empty
-  std::string user;
-  Micros limit = 0;
-  Micros submit = 0;
-  const QueueConfig* queue = nullptr;
-  int shape = 0;        // jobs with equal shapes fit or fail together (pending-pass memo)
-  // mps: the user (a GPU's MPS server serves one user, so two users' mps jobs of one shape do
-  // not fit or fail together); empty for the other kinds.
-  std::string mps_user;
-  // Cached addresses (std::map nodes are stable) so the hot path avoids tree walks.
-  JobView* view = nullptr;
-  std::map<SliceId, SliceView>::iterator slice;  // while running
-  std::vector<DeviceView*> devices;              // while running
-  auto ShapeKey() const { return std::tie(kind, gpus, milli, memory, mig_need, model, queue, mps_user); }
-};
-
-struct PendingKey {
-  int neg_priority;
-  Micros submit;
-  JobId job;
-  friend auto operator<=>(const PendingKey&, const PendingKey&) = default;
-};
 
 struct Usage {
   MilliGpu milli = 0;
@@ -294,8 +267,6 @@ class Scheduler::Impl {
 
   Status Feasible(const Resolved& r) const;
   void OnSubmit(const Submit& e);
-  void AddPending(Resolved* r);
-  void RemovePending(const Resolved& r);
   void EndJob(JobView& j, std::string_view reason);
   static constexpr std::size_t kEndedHistory = 10000;  // see Remember()
   void Remember(JobId ended);
@@ -404,10 +375,7 @@ class Scheduler::Impl {
   std::map<SliceId, SliceView> slices_;
   std::map<DeviceRef, DeviceView> devices_;
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
-  std::map<PendingKey, Resolved*> pending_;
-  std::map<PendingKey, Resolved*> pending_mig_;  // the kMig subset of pending_
-  // The MayReserve() subset of pending_, per queue (each in submit order: one priority).
-  std::map<const QueueConfig*, std::map<PendingKey, Resolved*>> pending_reserve_;
+  PendingQueue pending_;  // waiting jobs, not held
   // MaybeReserve(): the queues' heads, and the (model, GPUs) no host has room for.
   struct ReserveHead {
     PendingKey key;
@@ -415,9 +383,6 @@ class Scheduler::Impl {
   };
   std::vector<ReserveHead> scratch_reserve_;
   std::vector<std::pair<std::string_view, int>> scratch_no_room_;
-  static bool MayReserve(const Resolved& r) { return r.kind == SliceKind::kWhole && r.queue->reserve_after > 0; }
-  std::vector<std::map<PendingKey, Resolved*>> shape_queue_;  // pending_ split by shape id
-  std::set<int> live_shapes_;                                 // shapes with pending jobs
   // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
   // right-sized MIG requests make about one shape per job, each looked up at its submit.
   using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string>;
@@ -453,8 +418,6 @@ class Scheduler::Impl {
   CapacityIndex index_;
   // Nodes of erased entries of the books above, for their next inserts: a step of a busy
   // cluster ends a job and starts one (node_pool.h).
-  NodePool<std::map<PendingKey, Resolved*>, 8> pending_nodes_;  // pending_ and its subsets
-  NodePool<std::set<int>> live_shape_nodes_;
   NodePool<std::map<JobId, JobView>> job_nodes_;
   NodePool<std::unordered_map<JobId, Resolved>> resolved_nodes_;
   NodePool<std::map<SliceId, SliceView>> slice_nodes_;

@@ -138,34 +138,33 @@ Status Scheduler::Impl::CheckInvariants() const {
   }
   std::vector<int> per_shape(shapes_.size(), 0);
   std::size_t mig = 0;
-  for (const auto& [k, r] : pending_) {
+  for (const auto& [k, r] : pending_.all()) {
     if (jobs_.at(k.job).state != JobState::kPending)
       return Internal(fmt::format("job {} queued but not pending", k.job.value()));
     ++per_shape[r->shape];
     if (r->kind == SliceKind::kMig) {
-      if (!pending_mig_.contains(k))
+      if (!pending_.mig().contains(k))
         return Internal(fmt::format("pending MIG job {} missing from the MIG queue", k.job.value()));
       ++mig;
     }
   }
-  if (mig != pending_mig_.size()) return Internal("MIG queue holds jobs that are not pending");
+  if (mig != pending_.mig().size()) return Internal("MIG queue holds jobs that are not pending");
   // Every pending job is in the books but those an admin holds, which are not.
   std::size_t pending = 0, held = 0;
   for (const auto& [id, r] : resolved_) {
     if (r.view->state != JobState::kPending) continue;
     ++pending;
     held += r.view->held;
-    PendingKey k{-r.queue->priority, r.submit, r.job};
-    if (pending_.contains(k) == r.view->held)
+    if (pending_.contains(r) == r.view->held)
       return Internal(fmt::format("pending job {} is {} the books", id.value(), r.view->held ? "held but in" : "not in"));
   }
   if (held != held_ || pending - held != pending_.size())
     return Internal(fmt::format("{} pending, {} held (counted {}), {} in the books", pending, held, held_, pending_.size()));
   for (std::size_t i = 0; i < per_shape.size(); ++i) {
-    std::size_t queued = i < shape_queue_.size() ? shape_queue_[i].size() : 0;
+    const std::size_t queued = pending_.count_of_shape(static_cast<int>(i));
     if (queued != static_cast<std::size_t>(per_shape[i]))
       return Internal(fmt::format("shape {}: {} pending, {} in its queue", i, per_shape[i], queued));
-    if (live_shapes_.contains(static_cast<int>(i)) != (per_shape[i] > 0))
+    if (pending_.live_shapes().contains(static_cast<int>(i)) != (per_shape[i] > 0))
       return Internal(fmt::format("shape {}: live-shape set is wrong", i));
   }
   return Status::Ok();

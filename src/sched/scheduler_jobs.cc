@@ -135,31 +135,12 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   Resolved* rp = &resolved_nodes_.Insert(resolved_, e.job, std::move(r).value()).first->second;
   rp->view = view;
   if (rp->kind != SliceKind::kMig) workload_.Count(rp->gpus, rp->milli);
-  AddPending(rp);
+  pending_.Add(rp);
   Schedule(e.job);
 }
 
 // The pending set, also kept per shape (a pass visits shapes, not every job) and with the
 // MIG jobs apart (the planner looks at the first few of them).
-void Scheduler::Impl::AddPending(Resolved* r) {
-  PendingKey k{-r->queue->priority, r->submit, r->job};
-  pending_nodes_.Insert(pending_, k, r);
-  if (r->kind == SliceKind::kMig) pending_nodes_.Insert(pending_mig_, k, r);
-  if (MayReserve(*r)) pending_nodes_.Insert(pending_reserve_[r->queue], k, r);
-  if (shape_queue_.size() <= static_cast<std::size_t>(r->shape)) shape_queue_.resize(r->shape + 1);
-  pending_nodes_.Insert(shape_queue_[r->shape], k, r);
-  live_shape_nodes_.Insert(live_shapes_, r->shape);
-}
-void Scheduler::Impl::RemovePending(const Resolved& r) {
-  PendingKey k{-r.queue->priority, r.submit, r.job};
-  pending_nodes_.Erase(pending_, k);
-  if (r.kind == SliceKind::kMig) pending_nodes_.Erase(pending_mig_, k);
-  if (MayReserve(r)) pending_nodes_.Erase(pending_reserve_[r.queue], k);
-  auto& q = shape_queue_[r.shape];
-  pending_nodes_.Erase(q, k);
-  if (q.empty()) live_shape_nodes_.Erase(live_shapes_, r.shape);
-}
-
 void Scheduler::Impl::EndJob(JobView& j, std::string_view reason) {
   j.state = JobState::kEnded;
   j.end_time = now_;
@@ -180,7 +161,7 @@ void Scheduler::Impl::Remember(JobId ended) {
 void Scheduler::Impl::RejectPending(JobId id, const Status& st) {
   const Resolved& r = resolved_.at(id);
   ReleaseReservationOf(id);
-  RemovePending(r);
+  pending_.Remove(r);
   resolved_nodes_.Erase(resolved_, id);
   EndJob(jobs_.at(id), "rejected");
   out_.push_back(Reject{id, st.WithContext(fmt::format("job {}", id.value()))});
@@ -198,7 +179,7 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
       --held_;  // out of the pending books already
       it->second.held = false;
     } else {
-      RemovePending(r);
+      pending_.Remove(r);
     }
     resolved_nodes_.Erase(resolved_, e.job);
     EndJob(it->second, "cancelled");
@@ -264,7 +245,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
   j.slice = SliceId();
   if (requeue) {
     j.state = JobState::kPending;
-    AddPending(&r);
+    pending_.Add(&r);
   } else {
     EndJob(j, reason);
     resolved_nodes_.Erase(resolved_, id);
@@ -289,7 +270,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   JobView& j = *r.view;
   Resolved& rw = resolved_.at(id);
   ReleaseReservationOf(id);  // before the devices change: they become schedulable again
-  RemovePending(r);
+  pending_.Remove(r);
   // The devices, looked up once (rw.devices: the running job's, from now on).
   rw.devices.reserve(c.devices.size());
   for (DeviceIndex di : c.devices) rw.devices.push_back(&devices_.at({c.node, di}));
@@ -394,7 +375,7 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
   bool mig_failed = false;
   auto unmet_mig = [&] {
     std::vector<const Resolved*> unmet;
-    for (const auto& [k, r] : pending_mig_) {
+    for (const auto& [k, r] : pending_.mig()) {
       if (unmet.size() >= kMaxPlannedNeeds) break;
       if (!CapBlocks(*r)) unmet.push_back(r);
     }
@@ -430,8 +411,8 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     std::vector<std::tuple<PendingKey, int, const Resolved*>>& heads = scratch_heads_;
     const auto later = [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); };
     heads.clear();
-    for (int shape : live_shapes_) {
-      const auto& [key, r] = *shape_queue_[shape].begin();
+    for (int shape : pending_.live_shapes()) {
+      const auto& [key, r] = *pending_.of_shape(shape).begin();
       heads.emplace_back(key, shape, r);
     }
     std::make_heap(heads.begin(), heads.end(), later);
@@ -440,7 +421,7 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
       const auto [key, shape, r] = heads.back();
       heads.pop_back();
       if (attempt(*r)) continue;  // the shape failed: its later jobs would too
-      const auto& q = shape_queue_[shape];
+      const auto& q = pending_.of_shape(shape);
       auto next = q.upper_bound(key);  // Start() may have erased `key`
       if (next != q.end()) {
         heads.emplace_back(next->first, shape, next->second);

@@ -139,7 +139,7 @@ void Scheduler::Impl::MaybeFinishDrain(DeviceView& d) {
   }
   // Re-plan now: demand may have changed while draining.
   std::vector<const Resolved*> mig_pending;
-  for (const auto& [k, r] : pending_mig_) {
+  for (const auto& [k, r] : pending_.mig()) {
     if (mig_pending.size() >= kMaxPlannedNeeds) break;
     mig_pending.push_back(r);
   }
@@ -201,14 +201,14 @@ void Scheduler::Impl::MaybeLeaveMig() {
     if (d.mig_admin != MigAdmin::kAuto || d.admin_drained) continue;  // an admin's to decide
     // Whether some pending MIG request could use it, else some other request waits for it:
     // each search stops at the first such job (a backlog is not walked once per device).
-    const bool mig_demand = std::any_of(pending_mig_.begin(), pending_mig_.end(), [&](const auto& kr) {
+    const bool mig_demand = std::any_of(pending_.mig().begin(), pending_.mig().end(), [&](const auto& kr) {
       const Resolved& r = *kr.second;
       return ModelOk(r, d) && !CapBlocks(r) &&
              (d.catalogue == nullptr || d.catalogue->SmallestProfileFor(r.mig_need) != nullptr);
     });
     if (mig_demand) continue;
-    const bool other_waits = pending_.size() > pending_mig_.size() &&
-                             std::any_of(pending_.begin(), pending_.end(), [&](const auto& kr) {
+    const bool other_waits = pending_.size() > pending_.mig().size() &&
+                             std::any_of(pending_.all().begin(), pending_.all().end(), [&](const auto& kr) {
                                const Resolved& r = *kr.second;
                                return r.kind != SliceKind::kMig && ModelOk(r, d) && !CapBlocks(r);
                              });

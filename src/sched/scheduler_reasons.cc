@@ -41,8 +41,8 @@ std::array<std::int64_t, kWaitReasonKinds> Scheduler::Impl::PendingReasonCounts(
   std::array<std::int64_t, kWaitReasonKinds> n{};
   n[WaitReason(Held{}).index()] = static_cast<std::int64_t>(held_);  // out of the pending books
   ReasonScan scan;
-  for (int shape : live_shapes_) {
-    const auto& jobs = shape_queue_[shape];
+  for (int shape : pending_.live_shapes()) {
+    const auto& jobs = pending_.of_shape(shape);
     const Resolved& head = *jobs.begin()->second;
     const QueueConfig& q = *head.queue;
     const bool holder_here = reservation_ && resolved_.at(reservation_->job).shape == shape;

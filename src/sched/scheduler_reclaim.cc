@@ -37,8 +37,8 @@ bool Scheduler::Impl::ReclaimOnDemand(std::optional<JobId> only) {
     if (it != resolved_.end() && it->second.view->state == JobState::kPending) wanting.push_back(&it->second);
   } else {
     std::vector<std::pair<PendingKey, const Resolved*>> heads;
-    for (int shape : live_shapes_) {
-      for (const auto& [k, r] : shape_queue_[shape]) {
+    for (int shape : pending_.live_shapes()) {
+      for (const auto& [k, r] : pending_.of_shape(shape)) {
         if (CapBlocks(*r)) continue;
         heads.emplace_back(k, r);
         break;

@@ -34,7 +34,7 @@ void Scheduler::Impl::MaybeReserve() {
   std::vector<Head>& heads = scratch_reserve_;
   const auto later = [](const Head& a, const Head& b) { return a.key > b.key; };  // keys are distinct
   heads.clear();
-  for (const auto& [queue, jobs] : pending_reserve_) {
+  for (const auto& [queue, jobs] : pending_.reserving()) {
     if (!jobs.empty()) heads.push_back(Head{jobs.begin()->first, jobs.begin(), jobs.end()});
   }
   std::make_heap(heads.begin(), heads.end(), later);

@@ -1,0 +1,56 @@
+#pragma once
+// Internal to the scheduler: the waiting jobs (those an admin holds are not here) in the order
+// they are served (PendingKey), with the subsets the scheduler walks instead of every waiting
+// job: the MIG requests, the whole-GPU jobs that may earn a reservation (per queue), and one
+// queue per request shape (jobs of a shape fit or fail together, so a pass visits each live
+// shape's head). The records are the scheduler's (Resolved, stable addresses). Not thread-safe.
+
+#include <cstddef>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "sched/node_pool.h"
+#include "sched/resolved.h"
+
+namespace gpuslice::sched {
+
+class PendingQueue {
+ public:
+  using Book = std::map<PendingKey, Resolved*>;
+
+  // A whole-GPU job whose queue reserves devices for jobs that waited (reserve_after).
+  static bool MayReserve(const Resolved& r) { return r.kind == SliceKind::kWhole && r.queue->reserve_after > 0; }
+
+  // `r` waits (it is not in the queue).
+  void Add(Resolved* r);
+  // `r` no longer waits (it is in the queue).
+  void Remove(const Resolved& r);
+
+  bool empty() const { return all_.empty(); }
+  std::size_t size() const { return all_.size(); }
+  bool contains(const Resolved& r) const { return all_.contains(PendingKeyOf(r)); }
+
+  const Book& all() const { return all_; }
+  const Book& mig() const { return mig_; }
+  const std::map<const QueueConfig*, Book>& reserving() const { return reserving_; }
+  // The shapes with waiting jobs, and each one's queue (non-empty for a live shape).
+  const std::set<int>& live_shapes() const { return live_shapes_; }
+  const Book& of_shape(int shape) const { return by_shape_[static_cast<std::size_t>(shape)]; }
+  // Jobs of `shape` waiting (0 for a shape never seen).
+  std::size_t count_of_shape(int shape) const {
+    return static_cast<std::size_t>(shape) < by_shape_.size() ? of_shape(shape).size() : 0;
+  }
+
+ private:
+  Book all_;
+  Book mig_;                                     // the kMig subset of all_
+  std::map<const QueueConfig*, Book> reserving_;  // the MayReserve() subset, per queue
+  std::vector<Book> by_shape_;                   // all_ split by shape id
+  std::set<int> live_shapes_;                    // shapes with waiting jobs
+  // A step of a busy cluster ends a job and starts one: keep the nodes (node_pool.h).
+  NodePool<Book, 8> book_nodes_;
+  NodePool<std::set<int>> live_shape_nodes_;
+};
+
+}  // namespace gpuslice::sched

@@ -1,0 +1,95 @@
+// PendingQueue: the waiting jobs in serving order, and the subsets the scheduler walks.
+#include "sched/pending_queue.h"
+
+#include <deque>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace gpuslice::sched {
+namespace {
+
+struct Fixture {
+  QueueConfig plain, urgent, reserving;
+  std::deque<Resolved> records;  // stable addresses, as the scheduler's
+  Fixture() {
+    plain.name = "plain";
+    urgent.name = "urgent";
+    urgent.priority = 10;
+    reserving.name = "training";
+    reserving.reserve_after = 60 * kSecond;
+  }
+  Resolved* Job(std::uint64_t id, const QueueConfig& q, SliceKind kind, Micros submit, int shape) {
+    Resolved& r = records.emplace_back();
+    r.job = JobId(id);
+    r.queue = &q;
+    r.kind = kind;
+    r.submit = submit;
+    r.shape = shape;
+    return &r;
+  }
+};
+
+std::vector<std::uint64_t> Ids(const PendingQueue::Book& b) {
+  std::vector<std::uint64_t> out;
+  for (const auto& [k, r] : b) out.push_back(r->job.value());
+  return out;
+}
+
+TEST(PendingQueue, ServesByPriorityThenSubmitThenId) {
+  Fixture f;
+  PendingQueue q;
+  q.Add(f.Job(1, f.plain, SliceKind::kShared, 100, 0));
+  q.Add(f.Job(2, f.urgent, SliceKind::kShared, 300, 0));
+  q.Add(f.Job(4, f.plain, SliceKind::kShared, 50, 0));
+  q.Add(f.Job(3, f.plain, SliceKind::kShared, 50, 0));
+  EXPECT_EQ(Ids(q.all()), (std::vector<std::uint64_t>{2, 3, 4, 1}));
+  EXPECT_EQ(q.size(), 4u);
+}
+
+TEST(PendingQueue, SubsetsFollowKindQueueAndShape) {
+  Fixture f;
+  PendingQueue q;
+  Resolved* mig = f.Job(1, f.plain, SliceKind::kMig, 10, 2);
+  Resolved* whole = f.Job(2, f.reserving, SliceKind::kWhole, 20, 1);
+  Resolved* whole_plain = f.Job(3, f.plain, SliceKind::kWhole, 30, 1);  // its queue never reserves
+  Resolved* shared = f.Job(4, f.plain, SliceKind::kShared, 40, 0);
+  for (Resolved* r : {mig, whole, whole_plain, shared}) q.Add(r);
+  EXPECT_EQ(Ids(q.mig()), std::vector<std::uint64_t>{1});
+  ASSERT_EQ(q.reserving().size(), 1u);
+  EXPECT_EQ(Ids(q.reserving().at(&f.reserving)), std::vector<std::uint64_t>{2});
+  EXPECT_EQ(q.live_shapes(), (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(Ids(q.of_shape(1)), (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(q.count_of_shape(7), 0u) << "a shape never seen";
+
+  q.Remove(*whole);
+  q.Remove(*mig);
+  EXPECT_TRUE(q.mig().empty());
+  EXPECT_TRUE(q.reserving().at(&f.reserving).empty());
+  EXPECT_EQ(q.live_shapes(), (std::set<int>{0, 1})) << "shape 2 has no waiting job left";
+  EXPECT_EQ(Ids(q.of_shape(1)), std::vector<std::uint64_t>{3});
+  EXPECT_FALSE(q.contains(*mig));
+  EXPECT_TRUE(q.contains(*shared));
+  q.Remove(*whole_plain);
+  q.Remove(*shared);
+  EXPECT_TRUE(q.empty());
+  EXPECT_TRUE(q.live_shapes().empty());
+}
+
+// Removing and adding back (an admin's hold and release, a reload) keeps the job's place.
+TEST(PendingQueue, ARemovedJobAddedBackKeepsItsPlace) {
+  Fixture f;
+  PendingQueue q;
+  Resolved* a = f.Job(1, f.plain, SliceKind::kShared, 10, 0);
+  Resolved* b = f.Job(2, f.plain, SliceKind::kShared, 20, 0);
+  q.Add(a);
+  q.Add(b);
+  q.Remove(*a);
+  EXPECT_EQ(Ids(q.of_shape(0)), std::vector<std::uint64_t>{2});
+  q.Add(a);
+  EXPECT_EQ(Ids(q.all()), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(Ids(q.of_shape(0)), (std::vector<std::uint64_t>{1, 2}));
+}
+
+}  // namespace
+}  // namespace gpuslice::sched
