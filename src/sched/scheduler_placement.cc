@@ -27,13 +27,7 @@ bool Scheduler::Impl::OtherMpsUserWithRoom(const Resolved& r) const {
 }
 
 bool Scheduler::Impl::SharedRoom(const Resolved& r, const DeviceView& d) const {
-  if (!Schedulable(d) || !ModelOk(r, d)) return false;
-  DeviceMode want = ModeFor(r.kind);
-  if (d.mode != DeviceMode::kFree && d.mode != want) return false;
-  if (kOneGpu - d.used_milli < r.milli) return false;
-  if (d.memory > 0 && d.memory - d.used_memory < MemoryCap(r, d)) return false;
-  if (r.kind == SliceKind::kMps && d.clients >= MpsLimit(d)) return false;
-  return true;
+  return Schedulable(d) && CanHold(r, d, RoomOf(d));
 }
 
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceFractionalFast(const Resolved& r, FastOrder order) {

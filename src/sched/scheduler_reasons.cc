@@ -122,15 +122,7 @@ bool Scheduler::Impl::FitsWith(const Resolved& r, NodeId node, const std::vector
       n += d->slices.empty() && d->mode == DeviceMode::kFree && ModelOk(r, *d);
     return n >= r.gpus;
   }
-  for (const DeviceView* d : extra) {
-    if (!ModelOk(r, *d)) continue;
-    if (d->mode != DeviceMode::kFree && d->mode != ModeFor(r.kind)) continue;
-    if (kOneGpu - d->used_milli < r.milli) continue;
-    if (d->memory > 0 && d->memory - d->used_memory < MemoryCap(r, *d)) continue;
-    if (r.kind == SliceKind::kMps && d->clients >= MpsLimit(*d)) continue;
-    return true;
-  }
-  return false;
+  return std::any_of(extra.begin(), extra.end(), [&](const DeviceView* d) { return CanHold(r, *d, RoomOf(*d)); });
 }
 
 WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) const {

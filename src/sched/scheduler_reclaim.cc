@@ -82,12 +82,8 @@ bool Scheduler::Impl::FitsFreed(const Resolved& r, const DeviceView& d, const Fr
   const int clients = d.clients - f.clients;
   const DeviceMode mode = clients == 0 && d.mode != DeviceMode::kMig ? DeviceMode::kFree : d.mode;
   if (r.kind == SliceKind::kWhole) return clients == 0 && mode == DeviceMode::kFree;
-  if (mode != DeviceMode::kFree && mode != ModeFor(r.kind)) return false;
-  if (kOneGpu - (d.used_milli - f.milli) < r.milli) return false;
-  if (d.memory > 0 && d.memory - (d.used_memory - f.memory) < MemoryCap(r, d)) return false;
-  if (r.kind == SliceKind::kMps && clients >= MpsLimit(d)) return false;
-  if (clients > 0 && MpsServesOther(r, d)) return false;
-  return true;
+  return CanHold(r, d, Room{mode, d.used_milli - f.milli, d.used_memory - f.memory, clients}) &&
+         !(clients > 0 && MpsServesOther(r, d));
 }
 
 // Whether `r` fits once `set` is freed; `target`: where (a device, or a host for whole).
