@@ -289,7 +289,7 @@ Status ValidateConfig(const Config& config) {
   }
   if (!config.FindQueue(config.default_queue))
     return InvalidArgument(fmt::format("default_queue = '{}': no such queue", config.default_queue));
-  return Status::Ok();
+  return config_internal::ValidateTeams(config);
 }
 
 namespace {
@@ -417,7 +417,10 @@ Result<Config> ParseConfig(std::string_view toml_text, std::string_view file_nam
     GPUSLICE_RETURN_IF_ERROR(mr.CheckUnknown("driver_reserved, context_reserve, models"));
   }
   GPUSLICE_RETURN_IF_ERROR(st);
-  GPUSLICE_RETURN_IF_ERROR(r.CheckUnknown("default_queue, admin_group, mig, memory, queues"));
+  if (const toml::table* teams = r.SubTable("teams", st))
+    GPUSLICE_RETURN_IF_ERROR(config_internal::ReadTeams(*teams, file, config.teams));
+  GPUSLICE_RETURN_IF_ERROR(st);
+  GPUSLICE_RETURN_IF_ERROR(r.CheckUnknown("default_queue, admin_group, mig, memory, queues, teams"));
   Status valid = ValidateConfig(config);
   if (!valid.ok()) return valid.WithContext(file);
   return config;

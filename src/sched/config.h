@@ -128,6 +128,38 @@ struct MemoryConfig {
   friend bool operator==(const MemoryConfig&, const MemoryConfig&) = default;
 };
 
+// A team ([teams.<name>], docs/teams.md): who is in it, the GPU share each queue guarantees it,
+// at most how much it may hold there, and its weight when idle capacity is lent.
+struct TeamConfig {
+  std::string name;
+  std::vector<std::string> users;   // members by user name, sorted
+  std::vector<std::string> groups;  // members by Unix group ("@name" in the file), sorted; the
+                                    // daemon resolves them at submit (the scheduler cannot)
+  std::map<std::string, MilliGpu, std::less<>> guarantee;  // per queue; absent: 0
+  std::map<std::string, MilliGpu, std::less<>> limit;      // per queue; absent: no limit
+  int weight = 1;                   // share of lent capacity against other teams over quota
+  friend bool operator==(const TeamConfig&, const TeamConfig&) = default;
+
+  MilliGpu GuaranteeIn(std::string_view queue) const;
+  // 0: no limit.
+  MilliGpu LimitIn(std::string_view queue) const;
+  bool HasUser(std::string_view user) const;
+};
+
+struct TeamsConfig {
+  std::vector<TeamConfig> teams;                          // sorted by name; empty: no teams
+  std::map<std::string, std::string, std::less<>> defaults;  // user -> team, for users in several
+  Micros half_life = 7 * 24 * kHour;                           // usage decay for the fair-share order
+  friend bool operator==(const TeamsConfig&, const TeamsConfig&) = default;
+
+  bool enabled() const { return !teams.empty(); }
+  const TeamConfig* Find(std::string_view name) const;
+  // The team a job of `user` runs in when it names none: the user's entry in `defaults`, else
+  // the first team (by name) that lists the user. nullptr: none lists the user (members by
+  // group are resolved by the daemon, which then names the team).
+  const TeamConfig* DefaultFor(std::string_view user) const;
+};
+
 struct Config {
   std::vector<QueueConfig> queues;       // sorted by name
   std::string default_queue = "interactive";
@@ -137,11 +169,12 @@ struct Config {
   bool admin_group_from_file = false;
   MigConfig mig;
   MemoryConfig memory;
+  TeamsConfig teams;
   // What the config says; where admin_group came from is not part of it (a built-in config
   // written out and read back names the group, and is the same config).
   friend bool operator==(const Config& a, const Config& b) {
     return a.queues == b.queues && a.default_queue == b.default_queue && a.admin_group == b.admin_group &&
-           a.mig == b.mig && a.memory == b.memory;
+           a.mig == b.mig && a.memory == b.memory && a.teams == b.teams;
   }
 
   const QueueConfig* FindQueue(std::string_view name) const;

@@ -138,6 +138,26 @@ toml::table ReserveTable(const MemoryReserve& r) {
   return t;
 }
 
+toml::table TeamsTable(const TeamsConfig& tc) {
+  toml::table teams{{"half_life", ExactDuration(tc.half_life)}};
+  toml::table defaults;
+  for (const auto& [user, team] : tc.defaults) defaults.insert(user, team);
+  if (!defaults.empty()) teams.insert("defaults", std::move(defaults));
+  for (const TeamConfig& t : tc.teams) {
+    toml::array members;
+    for (const std::string& u : t.users) members.push_back(u);
+    for (const std::string& g : t.groups) members.push_back("@" + g);
+    toml::table guarantee, limit;
+    for (const auto& [queue, milli] : t.guarantee) guarantee.insert(queue, ExactGpu(milli));
+    for (const auto& [queue, milli] : t.limit) limit.insert(queue, ExactGpu(milli));
+    teams.insert(t.name, toml::table{{"members", std::move(members)},
+                                     {"guarantee", std::move(guarantee)},
+                                     {"limit", std::move(limit)},
+                                     {"weight", t.weight}});
+  }
+  return teams;
+}
+
 }  // namespace
 
 std::string FormatConfig(const Config& config) {
@@ -155,6 +175,8 @@ std::string FormatConfig(const Config& config) {
   for (const auto& [name, r] : config.memory.models) models.insert(name, ReserveTable(r));
   if (!models.empty()) memory.insert("models", std::move(models));
   if (!memory.empty()) root.insert("memory", std::move(memory));
+  // [teams] only when there are teams (a config without has the text and version it had).
+  if (config.teams.enabled()) root.insert("teams", TeamsTable(config.teams));
   std::ostringstream out;
   out << root << "\n";
   return out.str();
@@ -176,6 +198,18 @@ std::vector<std::string> DescribeConfig(const Config& config) {
                               config.default_queue, config.admin_group,
                               config.mig.enabled ? "planned from demand" : "not changed",
                               MigDrainPolicyName(config.mig.drain)));
+  for (const TeamConfig& t : config.teams.teams) {
+    std::vector<std::string> members(t.users.begin(), t.users.end()), amounts;
+    for (const std::string& g : t.groups) members.push_back("@" + g);
+    for (const auto& [queue, milli] : t.guarantee) amounts.push_back(fmt::format("{} {}", queue, FormatMilliGpu(milli)));
+    std::vector<std::string> limits;
+    for (const auto& [queue, milli] : t.limit) limits.push_back(fmt::format("{} {}", queue, FormatMilliGpu(milli)));
+    lines.push_back(fmt::format("team {}: members {}; guaranteed {}; limit {}; weight {}", t.name,
+                                fmt::join(members, ", "), amounts.empty() ? "nothing" : fmt::format("{}", fmt::join(amounts, ", ")),
+                                limits.empty() ? "none" : fmt::format("{}", fmt::join(limits, ", ")), t.weight));
+  }
+  if (config.teams.enabled())
+    lines.push_back(fmt::format("teams: usage half-life {}", FormatDuration(config.teams.half_life)));
   return lines;
 }
 

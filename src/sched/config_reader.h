@@ -14,6 +14,7 @@
 #include <toml++/toml.h>
 
 #include "core/status.h"
+#include "sched/config.h"
 
 namespace gpuslice::sched::config_internal {
 
@@ -147,5 +148,9 @@ class TableReader {
   std::string path_;
   std::set<std::string> seen_;
 };
+
+// [teams] (config_teams.cc): read into `out`; checked against the whole config by ValidateTeams.
+Status ReadTeams(const toml::table& teams, const std::string& file, TeamsConfig& out);
+Status ValidateTeams(const Config& config);
 
 }  // namespace gpuslice::sched::config_internal
