@@ -133,7 +133,7 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   if (nodes_[e.device.node].empty()) nodes_.erase(e.device.node);
   devices_.erase(it);
   mig_broken_.erase(e.device);
-  mig_empty_since_.erase(e.device);
+  ForgetMigEmpty(e.device);
   // Pending jobs that can no longer ever fit are rejected now rather than waiting forever.
   std::vector<std::pair<JobId, Status>> doomed;
   for (const auto& [k, r] : pending_.all()) {

@@ -357,6 +357,7 @@ class Scheduler::Impl {
   // Notes when a MIG device's last instance in use was released (kMigReleaseAfter counts
   // from there); called where that changes, by journaled events only.
   void NoteMigUse(const DeviceView& d);
+  void ForgetMigEmpty(const DeviceRef& ref);
 
   // ---- timers and samples (scheduler_timers.cc)
   void OnSample(const Sample& e);
@@ -434,6 +435,11 @@ class Scheduler::Impl {
   int mig_mode_devices_ = 0;  // devices in MIG mode; see NeverFitsWhy()
   mutable DeviceRef mig_never_fits_witness_;  // a memo of NeverFitsWhy(): the device that took the last MIG request
   std::map<DeviceRef, Micros> mig_empty_since_;  // MIG devices with no instance in use: since when
+  // The same entries by (since, device): MaybeLeaveMig() looks only at the devices empty for
+  // kMigReleaseAfter, not at every empty one. Kept with mig_empty_since_ by NoteMigUse() and
+  // ForgetMigEmpty().
+  std::set<std::pair<Micros, DeviceRef>> mig_empty_by_time_;
+  std::vector<DeviceRef> scratch_mig_empty_;  // MaybeLeaveMig: those, in device order
   std::string violation_;
   CapacityIndex index_;
   // Nodes of erased entries of the books above, for their next inserts: a step of a busy

@@ -184,18 +184,33 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
 
 void Scheduler::Impl::NoteMigUse(const DeviceView& d) {
   if (d.mode == DeviceMode::kMig && InUse(d).empty()) {
-    mig_empty_since_.try_emplace(d.ref, now_);
+    if (mig_empty_since_.try_emplace(d.ref, now_).second) mig_empty_by_time_.emplace(now_, d.ref);
   } else {
-    mig_empty_since_.erase(d.ref);
+    ForgetMigEmpty(d.ref);
   }
+}
+
+void Scheduler::Impl::ForgetMigEmpty(const DeviceRef& ref) {
+  auto it = mig_empty_since_.find(ref);
+  if (it == mig_empty_since_.end()) return;
+  mig_empty_by_time_.erase({it->second, ref});
+  mig_empty_since_.erase(it);
 }
 
 // The way back from MIG mode (kMigReleaseAfter is the hysteresis). One device at a time, and
 // only while nothing else changes layout; called at the end of every scheduling pass.
 void Scheduler::Impl::MaybeLeaveMig() {
   if (!config_.mig.enabled || !mig_in_flight_.empty() || mig_empty_since_.empty() || pending_.empty()) return;
-  for (const auto& [ref, since] : mig_empty_since_) {
-    if (now_ - since < kMigReleaseAfter || mig_broken_.contains(ref)) continue;
+  // The devices empty for kMigReleaseAfter (the oldest first), then looked at in device order
+  // as before: the first that qualifies is the one released.
+  scratch_mig_empty_.clear();
+  for (const auto& [since, ref] : mig_empty_by_time_) {
+    if (now_ - since < kMigReleaseAfter) break;
+    scratch_mig_empty_.push_back(ref);
+  }
+  std::sort(scratch_mig_empty_.begin(), scratch_mig_empty_.end());
+  for (const DeviceRef& ref : scratch_mig_empty_) {
+    if (mig_broken_.contains(ref)) continue;
     const DeviceView& d = devices_.at(ref);
     if (d.mode != DeviceMode::kMig || !InUse(d).empty() || d.draining || d.reconfiguring) continue;
     if (d.mig_admin != MigAdmin::kAuto || d.admin_drained) continue;  // an admin's to decide

@@ -103,6 +103,33 @@ TEST(MigPlanner, AGpuLeavesMigModeWhenOnlyOtherWorkWaitsAfterTheHoldTime) {
   EXPECT_EQ(h.violation(), "");
 }
 
+// Two GPUs past the hold time at once: the lower device leaves MIG mode first, also when the
+// other one has been empty longer (the order does not depend on how long each waited).
+TEST(MigPlanner, OfTwoGpusPastTheHoldTimeTheLowerDeviceLeavesMigModeFirst) {
+  SchedHarness h;
+  h.AddHost("2xA100-40GB mig");
+  ASSERT_EQ(Device(h, 0).mode, DeviceMode::kMig);
+  ASSERT_EQ(Device(h, 1).mode, DeviceMode::kMig);
+  // Device 0 holds an inference job for a while; device 1 stays empty from the start.
+  auto ds = h.Submit("inference mem=4GiB");
+  if (auto rc = Only<ReconfigureMig>(ds); !rc.empty()) {
+    ASSERT_EQ(rc[0].device.index.value(), 0u);
+    ds = h.Feed(ReconfigureDone{0, rc[0].device, true, rc[0].layout, ""});
+  }
+  std::uint32_t dev = 99;
+  ASSERT_TRUE(StartedOn(ds, &dev).valid());
+  ASSERT_EQ(dev, 0u);
+  EXPECT_THAT(Only<ReconfigureMig>(h.Advance(5 * kMinute)), SizeIs(0));
+  h.Finish(JobId(1));
+  EXPECT_THAT(Only<StartSlice>(h.Submit("training gpus=1")), SizeIs(0));
+  // One tick past both hold times: device 1 has been empty 20 minutes, device 0 only 15.
+  auto off = Only<ReconfigureMig>(h.Advance(15 * kMinute));
+  ASSERT_THAT(off, SizeIs(1));
+  EXPECT_EQ(off[0].device.index.value(), 0u);
+  EXPECT_FALSE(off[0].mig_mode);
+  EXPECT_EQ(h.violation(), "");
+}
+
 TEST(MigPlanner, MigDemandWithinTheHoldTimeKeepsTheLayout) {
   SchedHarness h;
   h.AddHost("1xA100-40GB");
