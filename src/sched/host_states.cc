@@ -20,6 +20,15 @@ int HostStates::FindModelId(std::string_view model) const {
   return -1;
 }
 
+int HostStates::UserId(const std::string& user) {
+  return user_ids_.try_emplace(user, static_cast<int>(user_ids_.size())).first->second;
+}
+
+int HostStates::FindUserId(const std::string& user) const {
+  auto it = user_ids_.find(user);
+  return it == user_ids_.end() ? -1 : it->second;
+}
+
 std::uint64_t HostStates::Hash(int host_model, std::span<const DeviceStateKey> devices) {
   // Two words a device, each folded in with a multiply; they need not take every bit of every
   // field (equality is checked). The high half is folded down at the end: the table indexes
@@ -29,7 +38,8 @@ std::uint64_t HostStates::Hash(int host_model, std::span<const DeviceStateKey> d
   for (const DeviceStateKey& d : devices) {
     h = (h ^ (static_cast<std::uint64_t>(d.model) << 48 ^ static_cast<std::uint64_t>(d.mode + 2) << 40 ^
               static_cast<std::uint64_t>(d.schedulable ? 1 : 0) << 39 ^ static_cast<std::uint64_t>(d.clients) << 20 ^
-              static_cast<std::uint64_t>(d.mps_limit) << 11 ^ static_cast<std::uint64_t>(d.used_milli))) *
+              static_cast<std::uint64_t>(d.mps_limit) << 11 ^ static_cast<std::uint64_t>(d.used_milli) ^
+              static_cast<std::uint64_t>(d.mps_user + 1) << 52)) *
         kOdd;
     h = (h ^ static_cast<std::uint64_t>(d.memory) ^ static_cast<std::uint64_t>(d.used_memory) << 17) * kOdd;
   }

@@ -3,7 +3,7 @@
 // scores each distinct host state once per decision instead of every host (issue 15, item 4).
 //
 // A host's state is its model and the placement-relevant fields of its devices (model, mode,
-// schedulable, shares, memory, clients, MPS limit), listed in a canonical order: devices
+// schedulable, shares, memory, clients, MPS limit, MPS user), listed in a canonical order: devices
 // stable-sorted by used share. Two hosts with equal states show any request the same GPU views
 // up to that reordering, and devices with equal used share keep their index order, so a policy
 // whose choice on a node depends only on the GPU views and picks the first index among GPUs
@@ -48,6 +48,7 @@ struct DeviceStateKey {
   Bytes context_reserve = 0;  // booked with each shared/MPS slice that names its memory
   int clients = 0;
   int mps_limit = 0;
+  int mps_user = -1;  // HostStates::UserId() of the user whose MPS server runs there; -1: none
   // Derived from the fields above (so equal keys agree): the device is free for a whole-GPU
   // slice; the share a shared/MPS slice could take (-1: none). Used only to skip states early.
   bool whole_free = false;
@@ -97,6 +98,10 @@ class HostStates {
   int ModelId(std::string_view model);
   // ModelId() of a name seen before; -1 if none (nothing is added).
   int FindModelId(std::string_view model) const;
+  // The same for user names (DeviceStateKey::mps_user): a small integer, stable for the life of
+  // this object; FindUserId(): -1 for a name never given to UserId() (nothing is added).
+  int UserId(const std::string& user);
+  int FindUserId(const std::string& user) const;
 
   // `devices_changed`: a device of the host was added or removed (IndexOrder() is then stale).
   void MarkDirty(NodeId node, bool devices_changed = false);
@@ -195,6 +200,7 @@ class HostStates {
   void RemoveFromTable(int id);
   std::vector<NodeId> dirty_;
   std::deque<std::string> model_names_;  // ModelId -> name (a deque: stable addresses)
+  std::unordered_map<std::string, int> user_ids_;  // UserId() by name
   // Scratch for Set() (no allocation per call once warm).
   std::vector<int> perm_;
   std::vector<DeviceStateKey> probe_;

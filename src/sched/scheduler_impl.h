@@ -200,9 +200,6 @@ class Scheduler::Impl {
   static bool MpsServesOther(const Resolved& r, const DeviceView& d) {
     return r.kind == SliceKind::kMps && !d.mps_user.empty() && d.mps_user != r.user;
   }
-  // Some device with room for an mps slice serves another user than r's (placement by host
-  // state does not key on users: such requests are placed by the generic path).
-  bool OtherMpsUserWithRoom(const Resolved& r) const;
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
   struct PolicyInput {
@@ -217,7 +214,7 @@ class Scheduler::Impl {
   std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
   static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty
-  static GpuView ViewOfKey(const Resolved& r, int model, const DeviceStateKey& k);
+  static GpuView ViewOfKey(const Resolved& r, int model, int user, const DeviceStateKey& k);
   void RefileHost(NodeId nid);
   void SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy);
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy);
@@ -484,6 +481,7 @@ class Scheduler::Impl {
   std::vector<const DeviceView*> scratch_devs_;
   std::vector<NodeId> scratch_dirty_;
   int request_model_ = kAnyModel;               // PlaceByState: ViewOfKey()'s `model`
+  int request_user_ = -1;  // PlaceByState: HostStates' id of an MPS request's user (-1: none)
   std::vector<int> scratch_pos_;                // ScoreState: view position -> canonical position
   std::vector<ViewMemoEntry> view_memo_;        // see LookupViews()
 

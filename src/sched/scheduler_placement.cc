@@ -19,13 +19,6 @@ bool Scheduler::Impl::SharedFits(const Resolved& r, const DeviceView& d) const {
   return SharedRoom(r, d) && !MpsServesOther(r, d);
 }
 
-bool Scheduler::Impl::OtherMpsUserWithRoom(const Resolved& r) const {
-  if (r.kind != SliceKind::kMps) return false;
-  for (const auto& [share, ref] : index_.mps())
-    if (MpsServesOther(r, devices_.at(ref))) return true;
-  return false;
-}
-
 bool Scheduler::Impl::SharedRoom(const Resolved& r, const DeviceView& d) const {
   return Schedulable(d) && CanHold(r, d, RoomOf(d));
 }
@@ -209,8 +202,9 @@ GpuView Scheduler::Impl::ViewOf(const Resolved& r, const DeviceView& d) const {
 
 // ViewOf() from a device's HostStates key (RefileHost() below), without reading the device:
 // the same rules, on the key's copies of the fields they read. `model`: HostStates'
-// id of r.model, kAnyModel when empty, -1 when no device has that model.
-inline GpuView Scheduler::Impl::ViewOfKey(const Resolved& r, int model, const DeviceStateKey& k) {
+// id of r.model, kAnyModel when empty, -1 when no device has that model; `user`: HostStates'
+// id of r.user (-1: none, so every MPS user is another).
+inline GpuView Scheduler::Impl::ViewOfKey(const Resolved& r, int model, int user, const DeviceStateKey& k) {
   bool ok = k.schedulable && (model == kAnyModel || k.model == model);
   const auto mode = static_cast<DeviceMode>(k.mode);
   if (ok && r.kind == SliceKind::kWhole) {
@@ -219,7 +213,7 @@ inline GpuView Scheduler::Impl::ViewOfKey(const Resolved& r, int model, const De
     ok = (mode == DeviceMode::kFree || mode == ModeFor(r.kind)) && kOneGpu - k.used_milli >= r.milli &&
          !(k.memory > 0 &&
            k.memory - k.used_memory < (r.memory > 0 ? r.memory + k.context_reserve : k.memory * r.milli / kOneGpu)) &&
-         !(r.kind == SliceKind::kMps && k.clients >= k.mps_limit);
+         !(r.kind == SliceKind::kMps && (k.clients >= k.mps_limit || (k.mps_user >= 0 && k.mps_user != user)));
   }
   GpuView g;
   g.usable = ok;
@@ -264,6 +258,8 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
     // that is free (no clients) or in MPS mode.
     k.clients = d.mode == DeviceMode::kMps ? d.clients : 0;
     k.mps_limit = d.mode == DeviceMode::kShared ? 0 : MpsLimit(d);
+    // Whose MPS server it runs (MpsServesOther): set only in MPS mode.
+    k.mps_user = d.mps_user.empty() ? -1 : host_states_.UserId(d.mps_user);
     // Necessary conditions of ViewOf() fitting, for HostStates' quick reject.
     const bool free = d.mode == DeviceMode::kFree;
     k.whole_free = free && d.used_milli == 0;
@@ -335,6 +331,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   const PlacementRequest& req = in.req;
   const PlacementContext& ctx = in.ctx;
   request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
+  request_user_ = mps ? host_states_.FindUserId(r.user) : -1;
   // The states of the best score, in one pass; their hosts are the ties Place() would collect.
   scratch_top_.clear();
   double top = 0;
@@ -427,7 +424,7 @@ void Scheduler::Impl::ScoreState(const Resolved& r, const PlacementPolicy& polic
   // Usable GPUs from the front, unusable ones from the back (then put back in order).
   int usable = 0, back = n;
   for (int i = 0; i < n; ++i) {
-    const GpuView g = ViewOfKey(r, request_model_, s.devices[i]);
+    const GpuView g = ViewOfKey(r, request_model_, request_user_, s.devices[i]);
     if (g.usable) {
       scratch_gpus_[usable] = g;
       scratch_pos_[usable++] = i;
@@ -526,8 +523,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::TryPlace(const Resolved&
   const FastOrder order = q.order;
   if (order == FastOrder::kNone) {
     const PlacementPolicy& policy = *q.policy;
-    // Host states do not key on MPS users: where one could refuse r, every host is looked at.
-    if (by_state_ && !reference_placement_ && policy.ScoresByNodeState() && !OtherMpsUserWithRoom(r))
+    if (by_state_ && !reference_placement_ && policy.ScoresByNodeState())
       return PlaceByState(r, policy);
     return PlaceGeneric(r, policy);
   }

@@ -123,19 +123,24 @@ TEST(ByStatePlacement, TakesTheReferencePathsDecisions) {
   }
 }
 
+// The gpuslice policy on every queue, MPS allowed in "interactive", no per-user caps.
+Config UncappedGpusliceConfig() {
+  Config c = DefaultConfig();
+  for (QueueConfig& q : c.queues) {
+    q.placement = "gpuslice";
+    if (q.name == "interactive") q.allowed_kinds = {SliceKind::kShared, SliceKind::kMps};
+    q.user_max_jobs = q.user_max_milli = 0;
+  }
+  return c;
+}
+
 // The by-state path computes GPU views from its per-host keys, not from the devices: the limits
 // a random mix rarely reaches (MPS clients per device, device memory of small shares) must be
 // read the same way. Tiny MPS and memory-heavy shares fill two hosts past both limits, then
 // jobs finish and more arrive; both paths must take the same decisions.
 TEST(ByStatePlacement, AgreesAtTheMpsClientLimitAndTheMemoryLimit) {
   auto run = [](bool reference) {
-    Config c = DefaultConfig();
-    for (QueueConfig& q : c.queues) {
-      q.placement = "gpuslice";
-      if (q.name == "interactive") q.allowed_kinds = {SliceKind::kShared, SliceKind::kMps};
-      q.user_max_jobs = q.user_max_milli = 0;  // one user reaches the devices' limits
-    }
-    SchedHarness h(c, 7);
+    SchedHarness h(UncappedGpusliceConfig(), 7);  // one user reaches the devices' limits
     h.scheduler().SetReferencePlacement(reference);
     h.AddHost("2xH100-80GB");
     h.AddHost("2xH100-80GB");
@@ -158,6 +163,38 @@ TEST(ByStatePlacement, AgreesAtTheMpsClientLimitAndTheMemoryLimit) {
   for (const std::string& line : ref) starts += line.rfind("start", 0) == 0;
   ASSERT_GT(starts, 60u);
   ASSERT_LT(starts, 320u);
+  EXPECT_EQ(fast, ref);
+}
+
+// A GPU serving MPS serves one user, and the by-state path keys hosts on those users (an MPS
+// request of one user sees another's MPS GPU as unusable). Many users' MPS jobs, with shares
+// now and then, on a few GPUs: most MPS placements meet another user's GPU with room, and some
+// jobs wait for that reason alone. Both paths must take the same decisions.
+TEST(ByStatePlacement, AgreesWhenMpsGpusServeDifferentUsers) {
+  auto run = [](bool reference, int* other_user_waits) {
+    SchedHarness h(UncappedGpusliceConfig(), 9);
+    h.scheduler().SetReferencePlacement(reference);
+    for (const char* host : {"2xH100-80GB", "2xH100-80GB", "4xH100-80GB", "1xH100-80GB"}) h.AddHost(host);
+    const char* users[] = {"alice", "bob", "carol", "dave", "erin", "frank"};
+    std::mt19937_64 rng(9);
+    // Every step submits a job; every other one also ends a random earlier job.
+    for (int i = 0; i < 400; ++i) {
+      const bool mps = rng() % 4 != 0;
+      h.Submit(fmt::format("interactive {}gpu={}m user={}", mps ? "kind=mps " : "", 50 * (1 + rng() % 6),
+                           users[rng() % std::size(users)]));
+      const JobId job = h.last_job();
+      const auto why = h.scheduler().PendingReason(job);
+      if (why && WaitReasonKind(*why) == "mps-other-user") ++*other_user_waits;
+      if (i % 2 == 1) h.Finish(JobId(1 + rng() % job.value()));
+    }
+    EXPECT_EQ(h.violation(), "");
+    return h.log();
+  };
+  int waits_fast = 0, waits_ref = 0;
+  const auto fast = run(false, &waits_fast);
+  const auto ref = run(true, &waits_ref);
+  ASSERT_GT(waits_ref, 20);
+  EXPECT_EQ(waits_fast, waits_ref);
   EXPECT_EQ(fast, ref);
 }
 
