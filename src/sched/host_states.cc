@@ -207,10 +207,12 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
     s.whole_free = 0;
     s.share_free = -1;
     s.mps_free = -1;
+    s.mps_user = false;
     for (const DeviceStateKey& k : probe_) {
       s.whole_free += k.whole_free ? 1 : 0;
       s.share_free = std::max(s.share_free, k.share_free);
       s.mps_free = std::max(s.mps_free, k.mps_free);
+      s.mps_user = s.mps_user || k.mps_user >= 0;
     }
     s.hash = hash;
     s.id = id;

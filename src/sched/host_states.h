@@ -88,6 +88,7 @@ class HostStates {
     int whole_free = 0;                   // devices with whole_free
     MilliGpu share_free = -1;             // largest share_free
     MilliGpu mps_free = -1;               // largest mps_free
+    bool mps_user = false;                // some device has an mps_user
     std::uint64_t hash = 0;
     std::array<int, 3> slot{-1, -1, -1};  // (bucket, position) packed per summary kind; see below
     std::array<int, 3> bucket{-1, -1, -1};

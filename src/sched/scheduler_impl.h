@@ -216,10 +216,13 @@ class Scheduler::Impl {
   static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty
   static GpuView ViewOfKey(const Resolved& r, int model, int user, const DeviceStateKey& k);
   void RefileHost(NodeId nid);
+  int MemoShapeOf(const Resolved& r);
   void SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy);
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy);
   void ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
-                  const PlacementContext& ctx, HostStates::State& s);
+                  const PlacementContext& ctx, const HostStates::State& s, int user, HostStates::Memo& m);
+  // Whether state `s` has a device serving the MPS server of `user` (HostStates::UserId()).
+  static bool ServesMpsUser(const HostStates::State& s, int user);
 
   // Policy results by (host model, GPU views) for the current memo generation.
   struct ViewMemo {
@@ -456,8 +459,13 @@ class Scheduler::Impl {
   bool by_state_ = false;
   bool reference_placement_ = false;  // tests and benchmarks: use PlaceGeneric instead
   HostStates host_states_;
-  // A memo slot holds one request shape's results (Resolved::shape: jobs of one shape ask the
-  // same of the same policy, so they score alike).
+  // A memo slot holds one memo shape's results: a request shape (Resolved::shape: jobs of one
+  // shape ask the same of the same policy, so they score alike) but for the MPS user, so all
+  // users' MPS requests of one shape share a slot. It holds what a user who runs no MPS server
+  // on the state would get; PlaceByState scores the few states that serve the requesting
+  // user's MPS server apart (scratch_own_), for that request only.
+  std::unordered_map<ShapeKey, int, ShapeKeyHash> memo_shapes_;  // memo shape ids by key
+  std::vector<int> memo_shape_of_;  // Resolved::shape -> its memo shape (-1: not looked up yet)
   struct MemoSlot {
     int shape = -1;
     const PlacementPolicy* policy = nullptr;
@@ -465,7 +473,7 @@ class Scheduler::Impl {
     std::uint64_t used = 0;        // memo_clock_ when last selected
   };
   std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
-  std::vector<int> memo_slot_of_shape_;  // shape -> the slot it last had (-1: none); check it
+  std::vector<int> memo_slot_of_shape_;  // memo shape -> the slot it last had (-1: none); check it
   std::uint64_t memo_workload_ = 0;            // workload_version_ the slots are for
   std::uint64_t memo_clock_ = 0;
   std::uint64_t memo_generations_ = 0;         // generations handed out so far
@@ -473,6 +481,10 @@ class Scheduler::Impl {
   int memo_slot_ = 0;                          // the current request's slot (SelectMemoSlot)
   std::uint64_t memo_generation_ = 0;          // and its generation
   std::vector<HostStates::State*> scratch_top_;  // the states of the best score
+  // PlaceByState: the results of the states that serve the requesting user's MPS server
+  // (state id, result), the first scratch_own_used_ of them valid.
+  std::vector<std::pair<int, HostStates::Memo>> scratch_own_;
+  std::size_t scratch_own_used_ = 0;
   // PlaceByState: up to this many tied hosts are gathered and the k-th found directly; more
   // (a best state holding many hosts) by bisection over host ids.
   static constexpr std::uint64_t kGatherTies = 64;

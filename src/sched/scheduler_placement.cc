@@ -270,9 +270,22 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
   host_states_.Set(nid, scratch_keys_, devs);
 }
 
-// Makes memo_slot_/memo_generation_ those of request shape `r` under `policy`: the slot that
-// holds that shape, else the least recently used one, given a new generation. Every slot is
-// given up when the workload the policy sees changes (a new generation for each shape).
+// The memo shape of `r` (see memo_shapes_): its request shape without the MPS user.
+int Scheduler::Impl::MemoShapeOf(const Resolved& r) {
+  if (memo_shape_of_.size() <= static_cast<std::size_t>(r.shape)) memo_shape_of_.resize(r.shape + 1, -1);
+  int& of = memo_shape_of_[r.shape];
+  if (of < 0) {
+    of = memo_shapes_
+             .try_emplace(ShapeKey(r.kind, r.gpus, r.milli, r.memory, r.mig_need, r.model, r.queue, std::string()),
+                          static_cast<int>(memo_shapes_.size()))
+             .first->second;
+  }
+  return of;
+}
+
+// Makes memo_slot_/memo_generation_ those of the memo shape of `r` under `policy`: the slot
+// that holds that shape, else the least recently used one, given a new generation. Every slot
+// is given up when the workload the policy sees changes (a new generation for each shape).
 void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy) {
   Workload();  // brought up to date: the slots are for the workload the policy will see
   if (memo_workload_ != workload_version_) {
@@ -280,11 +293,12 @@ void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& p
     for (MemoSlot& slot : memo_slots_) slot = MemoSlot{};
   }
   ++memo_clock_;
-  if (memo_slot_of_shape_.size() <= static_cast<std::size_t>(r.shape)) memo_slot_of_shape_.resize(r.shape + 1, -1);
-  int& of_shape = memo_slot_of_shape_[r.shape];
+  const int shape = MemoShapeOf(r);
+  if (memo_slot_of_shape_.size() <= static_cast<std::size_t>(shape)) memo_slot_of_shape_.resize(shape + 1, -1);
+  int& of_shape = memo_slot_of_shape_[shape];
   if (of_shape >= 0) {
     MemoSlot& slot = memo_slots_[of_shape];
-    if (slot.generation != 0 && slot.shape == r.shape && slot.policy == &policy) {
+    if (slot.generation != 0 && slot.shape == shape && slot.policy == &policy) {
       slot.used = memo_clock_;
       memo_slot_ = of_shape;
       memo_generation_ = slot.generation;
@@ -297,7 +311,7 @@ void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& p
   }
   of_shape = victim;
   MemoSlot& slot = memo_slots_[victim];
-  slot.shape = r.shape;
+  slot.shape = shape;
   slot.policy = &policy;
   slot.generation = ++memo_generations_;
   slot.used = memo_clock_;
@@ -337,11 +351,21 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   double top = 0;
   std::uint64_t ties = 0;
   // Only states whose summary could take the request (a necessary condition of Fits).
+  scratch_own_used_ = 0;
   auto visit = [&](HostStates::State& s) {
-    const HostStates::Memo& m = host_states_.memo(memo_slot_, s.id);
-    if (m.generation != memo_generation_) {
-      ScoreState(r, policy, req, ctx, s);
+    const HostStates::Memo* memo = &host_states_.memo(memo_slot_, s.id);
+    if (s.mps_user && mps && request_user_ >= 0 && ServesMpsUser(s, request_user_)) {
+      // The requesting user's MPS server runs there: scored for this request only.
+      if (scratch_own_used_ == scratch_own_.size()) scratch_own_.emplace_back();
+      auto& [id, own] = scratch_own_[scratch_own_used_++];
+      id = s.id;
+      ScoreState(r, policy, req, ctx, s, request_user_, own);
+      memo = &own;
+    } else if (memo->generation != memo_generation_) {
+      // As seen by a user whose MPS server does not run there (-1: every MPS GPU is another's).
+      ScoreState(r, policy, req, ctx, s, -1, host_states_.memo(memo_slot_, s.id));
     }
+    const HostStates::Memo& m = *memo;
     if (!m.fits) return;
     if (scratch_top_.empty() || m.score > top) {
       scratch_top_.clear();
@@ -405,26 +429,36 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   }
   Choice c{chosen, {}, std::nullopt};
   const std::vector<const DeviceView*>& order = host_states_.Views(chosen);
-  for (int g : host_states_.memo(memo_slot_, chosen_state->id).gpus) c.devices.push_back(order[g]->ref.index);
+  const HostStates::Memo* result = &host_states_.memo(memo_slot_, chosen_state->id);
+  for (std::size_t i = 0; i < scratch_own_used_; ++i) {
+    if (scratch_own_[i].first == chosen_state->id) result = &scratch_own_[i].second;
+  }
+  for (int g : result->gpus) c.devices.push_back(order[g]->ref.index);
   std::sort(c.devices.begin(), c.devices.end());
   return c;
 }
 
-// One state's policy result for `r`, on the GPU views of its first host in canonical order
-// with the GPUs the request cannot use moved last (a reordering that keeps the usable GPUs in
-// order, so a policy that ScoresByNodeState() chooses the same, and the unusable GPUs all
-// show the same view). States whose views are then equal get one policy call per generation
-// (view_memo_): whatever else differs between them (what runs on GPUs the request cannot
-// use, memory beyond the request) is invisible to the policy.
+bool Scheduler::Impl::ServesMpsUser(const HostStates::State& s, int user) {
+  return std::any_of(s.devices.begin(), s.devices.end(), [&](const DeviceStateKey& k) { return k.mps_user == user; });
+}
+
+// One state's policy result for `r` of MPS user `user` (ViewOfKey()), into `m`: on the GPU
+// views of its first host in canonical order with the GPUs the request cannot use moved last
+// (a reordering that keeps the usable GPUs in order, so a policy that ScoresByNodeState()
+// chooses the same, and the unusable GPUs all show the same view). States whose views are then
+// equal get one policy call per generation (view_memo_): whatever else differs between them
+// (what runs on GPUs the request cannot use, memory beyond the request) is invisible to the
+// policy.
 void Scheduler::Impl::ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
-                                 const PlacementContext& ctx, HostStates::State& s) {
+                                 const PlacementContext& ctx, const HostStates::State& s, int user,
+                                 HostStates::Memo& m) {
   const int n = static_cast<int>(s.devices.size());
   scratch_gpus_.resize(n);
   scratch_pos_.resize(n);
   // Usable GPUs from the front, unusable ones from the back (then put back in order).
   int usable = 0, back = n;
   for (int i = 0; i < n; ++i) {
-    const GpuView g = ViewOfKey(r, request_model_, request_user_, s.devices[i]);
+    const GpuView g = ViewOfKey(r, request_model_, user, s.devices[i]);
     if (g.usable) {
       scratch_gpus_[usable] = g;
       scratch_pos_[usable++] = i;
@@ -434,7 +468,6 @@ void Scheduler::Impl::ScoreState(const Resolved& r, const PlacementPolicy& polic
     }
   }
   std::reverse(scratch_pos_.begin() + usable, scratch_pos_.end());
-  HostStates::Memo& m = host_states_.memo(memo_slot_, s.id);
   m.generation = memo_generation_;
   m.fits = false;
   m.gpus.clear();
