@@ -99,13 +99,12 @@ void HostStates::TakeDirty(std::vector<NodeId>& out) {
   out.swap(dirty_);
 }
 
-// Buckets: whole-free count (kWhole), and largest free share / 64 for shared (kShare) and MPS
-// (kMps) slices; a state with no share free (-1) is in no share bucket.
+// Buckets: whole-free count (kWhole), and largest free share / 64 for shared slices (kShare);
+// a state with no share free (-1) is in no share bucket.
 void HostStates::Bucket(int id) {
   State& s = states_[id];
-  const int b[3] = {std::min(s.whole_free, kWholeBuckets - 1), s.share_free < 0 ? -1 : ShareBucket(s.share_free),
-                    s.mps_free < 0 ? -1 : ShareBucket(s.mps_free)};
-  for (int k = 0; k < 3; ++k) {
+  const int b[2] = {std::min(s.whole_free, kWholeBuckets - 1), s.share_free < 0 ? -1 : ShareBucket(s.share_free)};
+  for (int k = 0; k < 2; ++k) {
     s.bucket[k] = b[k];
     if (b[k] < 0) continue;
     std::vector<int>& v = buckets_[k][b[k]];
@@ -117,7 +116,7 @@ void HostStates::Bucket(int id) {
 
 void HostStates::Unbucket(int id) {
   State& s = states_[id];
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 2; ++k) {
     if (s.bucket[k] < 0) continue;
     std::vector<int>& v = buckets_[k][s.bucket[k]];
     const int last = v.back();
@@ -131,6 +130,25 @@ void HostStates::Unbucket(int id) {
   }
 }
 
+void HostStates::FileUsers(int id, bool add) {
+  const std::vector<DeviceStateKey>& devices = states_[id].devices;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const int user = devices[i].mps_user;
+    // Once per user: at its first device.
+    if (user < 0 || std::any_of(devices.begin(), devices.begin() + static_cast<std::ptrdiff_t>(i),
+                                [&](const DeviceStateKey& k) { return k.mps_user == user; }))
+      continue;
+    if (add) {
+      if (user_states_.size() <= static_cast<std::size_t>(user)) user_states_.resize(user + 1);
+      user_states_[user].push_back(id);
+    } else {
+      std::vector<int>& v = user_states_[user];
+      *std::find(v.begin(), v.end(), id) = v.back();
+      v.pop_back();
+    }
+  }
+}
+
 void HostStates::Detach(NodeId node, Host& h) {
   if (h.state < 0) return;
   const int id = h.state;
@@ -140,6 +158,7 @@ void HostStates::Detach(NodeId node, Host& h) {
     // Retire the state: out of the buckets and the hash table, its id reused later (its
     // vectors keep their capacity for the next state filed there).
     Unbucket(id);
+    if (s.mps_users != 0) FileUsers(id, /*add=*/false);
     RemoveFromTable(id);
     free_ids_.push_back(id);  // its memos are cleared when the id is reused
     --live_;
@@ -207,12 +226,12 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
     s.whole_free = 0;
     s.share_free = -1;
     s.mps_free = -1;
-    s.mps_user = false;
+    s.mps_users = 0;
     for (const DeviceStateKey& k : probe_) {
       s.whole_free += k.whole_free ? 1 : 0;
       s.share_free = std::max(s.share_free, k.share_free);
       s.mps_free = std::max(s.mps_free, k.mps_free);
-      s.mps_user = s.mps_user || k.mps_user >= 0;
+      if (k.mps_user >= 0) s.mps_users |= std::uint64_t{1} << (k.mps_user % 64);
     }
     s.hash = hash;
     s.id = id;
@@ -220,6 +239,7 @@ void HostStates::Set(NodeId node, std::span<DeviceStateKey> keys, std::span<cons
     ++live_;
     AddToTable(id);
     Bucket(id);
+    if (s.mps_users != 0) FileUsers(id, /*add=*/true);
   }
   State& s = states_[id];
   s.hosts.insert(std::upper_bound(s.hosts.begin(), s.hosts.end(), node), node);

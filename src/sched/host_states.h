@@ -17,8 +17,10 @@
 // it shows the policy changes, or when it gives the slot to another shape).
 //
 // Live states are kept in buckets by their quick-reject summaries (free whole devices, largest
-// free share for a shared or an MPS slice), so a request visits only the states that could take
-// it: a request that fits nowhere costs a few bucket checks, not a scan of every state.
+// free share for a shared slice), and by the MPS users of their devices, so a request visits
+// only the states that could take it: a request that fits nowhere costs a few bucket checks,
+// not a scan of every state. An MPS slice fits only on a free device or on one that serves its
+// user's MPS server: it visits the states with a free device and those of its user.
 // Not thread-safe (owned by one Scheduler).
 
 #include <array>
@@ -88,10 +90,12 @@ class HostStates {
     int whole_free = 0;                   // devices with whole_free
     MilliGpu share_free = -1;             // largest share_free
     MilliGpu mps_free = -1;               // largest mps_free
-    bool mps_user = false;                // some device has an mps_user
+    // Bit (id % 64) of the UserId() of each device's mps_user: a state without bit u has no
+    // device of user u (with it, look at the devices).
+    std::uint64_t mps_users = 0;
     std::uint64_t hash = 0;
-    std::array<int, 3> slot{-1, -1, -1};  // (bucket, position) packed per summary kind; see below
-    std::array<int, 3> bucket{-1, -1, -1};
+    std::array<int, 2> slot{-1, -1};  // (bucket, position) per summary kind; see below
+    std::array<int, 2> bucket{-1, -1};
     int id = -1;                          // its index (memo(), state())
   };
 
@@ -125,31 +129,40 @@ class HostStates {
   // IndexOrder(node) itself (the keys' models then those of IndexModels(node)).
   void Set(NodeId node, std::span<DeviceStateKey> keys, std::span<const DeviceView* const> devices);
 
-  // Whether ForWhole(gpus, ...) / ForShare(mps, milli, ...) could visit a state at all (their
-  // buckets are not all empty): a request that fails this fits nowhere.
+  // Whether ForWhole(gpus, ...) / ForShare(milli, ...) / ForMps(user, milli, ...) could visit a
+  // state at all (their buckets are not all empty): a request that fails this fits nowhere.
   bool MayTakeWhole(int gpus) const { return top_[kWhole] >= std::max(gpus, 0); }
-  bool MayTakeShare(bool mps, MilliGpu milli) const {
-    return top_[mps ? kMps : kShare] >= ShareBucket(std::max<MilliGpu>(milli, 0));
-  }
+  bool MayTakeShare(MilliGpu milli) const { return top_[kShare] >= ShareBucket(std::max<MilliGpu>(milli, 0)); }
+  bool MayTakeMps(int user) const { return MayTakeWhole(1) || (user >= 0 && !StatesOfUser(user).empty()); }
 
   // Calls f(State&) for every live state whose summary could take the request (a necessary
-  // condition of fitting): at least `gpus` whole-free devices / a share or MPS free share of at
-  // least `milli`. In no particular order.
+  // condition of fitting): at least `gpus` whole-free devices / a free share of at least `milli`
+  // for a shared slice / for an MPS slice of user `user` (UserId(); -1: one with no MPS server
+  // here), a free device or an MPS free share of at least `milli` on a state with a device of
+  // that user. In no particular order, each state once.
   template <typename F>
   void ForWhole(int gpus, F&& f) {
     for (int b = std::max(gpus, 0); b <= top_[kWhole]; ++b)
       for (int id : buckets_[kWhole][b]) f(states_[id]);
   }
   template <typename F>
-  void ForShare(bool mps, MilliGpu milli, F&& f) {
-    const int kind = mps ? kMps : kShare;
+  void ForShare(MilliGpu milli, F&& f) {
     const int first = ShareBucket(std::max<MilliGpu>(milli, 0));
-    for (int b = first; b <= top_[kind]; ++b) {
-      for (int id : buckets_[kind][b]) {
+    for (int b = first; b <= top_[kShare]; ++b) {
+      for (int id : buckets_[kShare][b]) {
         State& s = states_[id];
-        if (b == first && (mps ? s.mps_free : s.share_free) < milli) continue;
+        if (b == first && s.share_free < milli) continue;
         f(s);
       }
+    }
+  }
+  template <typename F>
+  void ForMps(int user, MilliGpu milli, F&& f) {
+    ForWhole(1, f);  // a free device takes any share (milli <= kOneGpu)
+    if (user < 0) return;
+    for (int id : StatesOfUser(user)) {
+      State& s = states_[id];
+      if (s.whole_free == 0 && s.mps_free >= milli) f(s);  // else visited above, or too full
     }
   }
 
@@ -172,7 +185,7 @@ class HostStates {
     std::vector<const DeviceView*> index_order;  // the devices as given to Set()
     std::vector<int> index_models;               // their keys' models
   };
-  static constexpr int kWhole = 0, kShare = 1, kMps = 2;
+  static constexpr int kWhole = 0, kShare = 1;
   static constexpr int kWholeBuckets = 65;  // whole_free 0..63, 64 and more
   static constexpr int kShareBuckets = 17;  // free share / 64: 0..15 (1000 / 64), beyond
   static int ShareBucket(MilliGpu free) { return static_cast<int>(std::min<MilliGpu>(free / 64, kShareBuckets - 1)); }
@@ -180,16 +193,23 @@ class HostStates {
   void Detach(NodeId node, Host& h);
   void Bucket(int id);
   void Unbucket(int id);
+  // The live states with a device of MPS user `user` (UserId()).
+  const std::vector<int>& StatesOfUser(int user) const {
+    return static_cast<std::size_t>(user) < user_states_.size() ? user_states_[user] : no_states_;
+  }
+  // Files state `id` under the MPS users of its devices (`add`), or takes it off.
+  void FileUsers(int id, bool add);
 
   std::unordered_map<NodeId, Host> hosts_;
   std::vector<State> states_;
   std::array<std::vector<Memo>, kMemoSlots> memos_;  // [slot][state id]
   std::vector<int> free_ids_;
   std::size_t live_ = 0;
-  std::array<std::vector<std::vector<int>>, 3> buckets_{std::vector<std::vector<int>>(kWholeBuckets),
-                                                        std::vector<std::vector<int>>(kShareBuckets),
+  std::array<std::vector<std::vector<int>>, 2> buckets_{std::vector<std::vector<int>>(kWholeBuckets),
                                                         std::vector<std::vector<int>>(kShareBuckets)};
-  std::array<int, 3> top_{-1, -1, -1};  // per summary kind, the highest non-empty bucket (-1: none)
+  std::array<int, 2> top_{-1, -1};  // per summary kind, the highest non-empty bucket (-1: none)
+  std::vector<std::vector<int>> user_states_;  // by UserId(): StatesOfUser(), unordered
+  const std::vector<int> no_states_;
   // Live state ids by the hash of (host model, devices): open addressing, linear probing, no
   // allocation per state (kNoState ends a probe, kRetired is skipped); at most half full,
   // retired slots included.

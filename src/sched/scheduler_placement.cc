@@ -336,7 +336,10 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   // Most failed attempts end here (a whole-GPU shape waiting for a host with enough free
   // devices): no state could take the request, so there is nothing to score or draw.
   const bool mps = r.kind == SliceKind::kMps;
-  if (r.kind == SliceKind::kWhole ? !host_states_.MayTakeWhole(r.gpus) : !host_states_.MayTakeShare(mps, r.milli)) {
+  request_user_ = mps ? host_states_.FindUserId(r.user) : -1;
+  if (r.kind == SliceKind::kWhole ? !host_states_.MayTakeWhole(r.gpus)
+      : mps                       ? !host_states_.MayTakeMps(request_user_)
+                                  : !host_states_.MayTakeShare(r.milli)) {
     ++stats_.placement_attempts;  // counted as InputFor() counts every attempt
     return std::nullopt;
   }
@@ -345,7 +348,6 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   const PlacementRequest& req = in.req;
   const PlacementContext& ctx = in.ctx;
   request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
-  request_user_ = mps ? host_states_.FindUserId(r.user) : -1;
   // The states of the best score, in one pass; their hosts are the ties Place() would collect.
   scratch_top_.clear();
   double top = 0;
@@ -354,7 +356,8 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   scratch_own_used_ = 0;
   auto visit = [&](HostStates::State& s) {
     const HostStates::Memo* memo = &host_states_.memo(memo_slot_, s.id);
-    if (s.mps_user && mps && request_user_ >= 0 && ServesMpsUser(s, request_user_)) {
+    if (mps && request_user_ >= 0 && (s.mps_users >> (request_user_ % 64) & 1) != 0 &&
+        ServesMpsUser(s, request_user_)) {
       // The requesting user's MPS server runs there: scored for this request only.
       if (scratch_own_used_ == scratch_own_.size()) scratch_own_.emplace_back();
       auto& [id, own] = scratch_own_[scratch_own_used_++];
@@ -379,8 +382,10 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
   };
   if (r.kind == SliceKind::kWhole) {
     host_states_.ForWhole(r.gpus, visit);
+  } else if (mps) {
+    host_states_.ForMps(request_user_, r.milli, visit);
   } else {
-    host_states_.ForShare(mps, r.milli, visit);
+    host_states_.ForShare(r.milli, visit);
   }
   if (scratch_top_.empty()) return std::nullopt;
   // Place()'s one draw over the ties, then the k-th of them in NodeId order.

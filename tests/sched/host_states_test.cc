@@ -83,5 +83,62 @@ TEST(HostStates, EachLiveStateHoldsExactlyTheHostsWithItsKeys) {
   }
 }
 
+// ForMps(user, milli) visits each state that could take an MPS slice of that user once: those
+// with a free device, and those with a device of the user when some MPS device there has
+// `milli` free; no other. Hosts are refiled at random with free, shared and MPS devices of
+// three users, so states are filed under users and taken off again as they are retired.
+TEST(HostStates, AnMpsRequestVisitsTheStatesWithAFreeDeviceOrOneOfItsUser) {
+  constexpr int kHosts = 200;
+  constexpr int kDevices = 3;
+  HostStates states;
+  states.ModelId("H100-80GB");
+  for (const char* user : {"alice", "bob", "carol"}) states.UserId(user);
+  std::vector<DeviceView> views(kHosts * kDevices);
+  std::mt19937_64 rng(6);
+  for (int step = 0; step < 20000; ++step) {
+    const NodeId node(1 + static_cast<std::uint32_t>(rng() % kHosts));
+    std::vector<DeviceStateKey> keys;
+    std::vector<const DeviceView*> devices;
+    if (rng() % 10 != 0) {
+      for (int i = 0; i < kDevices; ++i) {
+        DeviceStateKey k = Key(0, 0);
+        if (const int kind = static_cast<int>(rng() % 3); kind != 0) {  // 0: free
+          k = Key(0, 100 * static_cast<MilliGpu>(1 + rng() % 10));
+          k.whole_free = false;
+          if (kind == 1) {
+            k.mps_free = -1;  // shared
+          } else {
+            k.share_free = -1;
+            k.mps_user = static_cast<int>(rng() % 3);
+          }
+        }
+        keys.push_back(k);
+        devices.push_back(&views[(node.value() - 1) * kDevices + i]);
+      }
+    }
+    states.Set(node, keys, devices);
+    if (step % 500 != 499) continue;
+    for (int user : {-1, 0, 1, 2}) {
+      for (MilliGpu milli : {100, 500, 900}) {
+        std::vector<int> want, got;
+        states.ForWhole(0, [&](HostStates::State& s) {
+          bool free = false, of_user = false;
+          MilliGpu mps_room = -1;
+          for (const DeviceStateKey& d : s.devices) {
+            free = free || d.whole_free;
+            of_user = of_user || (user >= 0 && d.mps_user == user);
+            mps_room = std::max(mps_room, d.mps_free);
+          }
+          if (free || (of_user && mps_room >= milli)) want.push_back(s.id);
+        });
+        states.ForMps(user, milli, [&](HostStates::State& s) { got.push_back(s.id); });
+        std::sort(want.begin(), want.end());
+        std::sort(got.begin(), got.end());
+        ASSERT_EQ(got, want) << "step " << step << ", user " << user << ", " << milli << "m";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpuslice::sched
