@@ -72,13 +72,14 @@ JobSpec Job(std::string_view spec) {
     else if (key == "limit") j.request.time_limit = OrDie(ParseDuration(value), spec);
     else if (key == "user") j.user = value;
     else if (key == "model") j.request.model = value;
+    else if (key == "team") j.team = value;
     else Die(fmt::format("unknown key '{}'", key), spec);
   }
   return j;
 }
 
 sched::Submit SubmitOf(JobId id, Micros now, const JobSpec& spec) {
-  return sched::Submit{now, id, spec.user, spec.queue, spec.request};
+  return sched::Submit{now, id, spec.user, spec.queue, spec.request, spec.team};
 }
 
 }  // namespace gpuslice::testing

@@ -32,9 +32,10 @@ struct JobSpec {
   std::string queue;
   std::string user = "alice";
   sched::JobRequest request;
+  std::string team;  // empty: the user's default
 };
 
-// "<queue> [kind=K] [gpu=AMOUNT] [gpus=N] [mem=BYTES] [limit=DURATION] [user=U] [model=M]".
+// "<queue> [kind=K] [gpu=AMOUNT] [gpus=N] [mem=BYTES] [limit=DURATION] [user=U] [model=M] [team=T]".
 // "-" as the queue means the default queue.
 JobSpec Job(std::string_view spec);
 

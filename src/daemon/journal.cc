@@ -57,8 +57,10 @@ std::string EncodeEvent(const sched::Event& e) {
                       {"memory", s.request.memory}, {"time_limit", s.request.time_limit},
                       {"model", s.request.model}};
             if (s.request.kind) r["kind"] = sched::SliceKindName(*s.request.kind);
-            return {{"t", "submit"}, {"now", s.now}, {"job", s.job.value()},
-                    {"user", s.user}, {"queue", s.queue}, {"request", r}};
+            json o = {{"t", "submit"}, {"now", s.now}, {"job", s.job.value()},
+                      {"user", s.user}, {"queue", s.queue}, {"request", r}};
+            if (!s.team.empty()) o["team"] = s.team;  // absent before teams: journals stay as they were
+            return o;
           },
           [](const sched::Finish& f) -> json {
             return {{"t", "finish"}, {"now", f.now}, {"job", f.job.value()}};
@@ -161,7 +163,8 @@ Result<sched::Event> DecodeEvent(std::string_view text) {
       req.model = r.at("model").get<std::string>();
       return sched::Event(sched::Submit{now, JobId(o.at("job").get<std::uint64_t>()),
                                         o.at("user").get<std::string>(),
-                                        o.at("queue").get<std::string>(), req});
+                                        o.at("queue").get<std::string>(), req,
+                                        o.contains("team") ? o.at("team").get<std::string>() : std::string()});
     }
     if (t == "finish") return sched::Event(sched::Finish{now, JobId(o.at("job").get<std::uint64_t>())});
     if (t == "cancel") return sched::Event(sched::Cancel{now, JobId(o.at("job").get<std::uint64_t>())});

@@ -643,6 +643,13 @@ Json Daemon::Impl::WaitReasonJson(const sched::WaitReason& w, const std::string&
                    o["mps_user"] = EscapeInvalidUtf8(r.user);
                  },
                  [&](const sched::Held&) {},
+                 [&](const sched::TeamLimit& r) {
+                   o["team"] = EscapeInvalidUtf8(r.team);
+                   o["queue"] = EscapeInvalidUtf8(r.queue);
+                   o["limit"] = r.limit;
+                   o["held"] = r.held;
+                   o["asked"] = r.asked;
+                 },
              },
              w);
   return o;

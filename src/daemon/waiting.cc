@@ -97,22 +97,37 @@ Micros WholeBound(const sched::Scheduler& s, const sched::NoDeviceFits& r) {
   return best;
 }
 
-Micros CapBound(const sched::Scheduler& s, const sched::UserCap& r) {
-  std::vector<std::pair<Micros, MilliGpu>> mine;  // the user's running slices in the queue
+// When enough of the running slices `mine` selects have ended for `held + asked <= max` (each
+// ending slice gives back one job, or its share).
+template <class Mine>
+Micros LimitBound(const sched::Scheduler& s, Mine mine_of, bool count_jobs, std::int64_t held, std::int64_t asked,
+                  std::int64_t max) {
+  std::vector<std::pair<Micros, MilliGpu>> mine;
   for (const auto& [id, v] : s.slices()) {
     auto j = s.jobs().find(v.job);
-    if (j == s.jobs().end() || j->second.user != r.user || j->second.queue != r.queue) continue;
+    if (j == s.jobs().end() || !mine_of(j->second)) continue;
     mine.emplace_back(EndBound(v, s.config(), s.jobs()),
                       v.milli * static_cast<MilliGpu>(std::max<std::size_t>(1, v.devices.size())));
   }
   std::sort(mine.begin(), mine.end());
-  std::int64_t held = r.held;
   for (const auto& [t, milli] : mine) {
     if (t == kNever) return kNever;
-    held -= r.limit == sched::UserCap::Limit::kJobs ? 1 : milli;
-    if (held + r.asked <= r.max) return t;
+    held -= count_jobs ? 1 : milli;
+    if (held + asked <= max) return t;
   }
   return kNever;
+}
+
+Micros CapBound(const sched::Scheduler& s, const sched::UserCap& r) {
+  return LimitBound(
+      s, [&](const sched::JobView& j) { return j.user == r.user && j.queue == r.queue; },
+      r.limit == sched::UserCap::Limit::kJobs, r.held, r.asked, r.max);
+}
+
+Micros TeamBound(const sched::Scheduler& s, const sched::TeamLimit& r) {
+  return LimitBound(
+      s, [&](const sched::JobView& j) { return j.team == r.team && j.queue == r.queue; }, false, r.held, r.asked,
+      r.limit);
 }
 
 Micros ReservationBound(const sched::Scheduler& s, const sched::WaitingForReservation& r) {
@@ -167,6 +182,7 @@ std::optional<Micros> WaitEndsBy(const sched::Scheduler& s, const sched::WaitRea
           [](const sched::NeverFits&) { return kNever; },
           [](const sched::MpsServesOtherUser&) { return kNever; },  // another user's jobs: not told
           [](const sched::Held&) { return kNever; },  // until an admin releases it
+          [&](const sched::TeamLimit& r) { return TeamBound(s, r); },
       },
       reason);
   return Bound(t, s.now());

@@ -51,6 +51,9 @@ struct Submit {
   std::string user;
   std::string queue;  // empty: the config's default queue
   JobRequest request;
+  // With teams configured: the team it runs in; empty: the user's default (TeamsConfig::
+  // DefaultFor). The daemon names it when membership comes from a Unix group.
+  std::string team = {};
 };
 
 // The job's processes ended by themselves. Unknown or already-ended jobs are ignored.

@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::array<std::string_view, kWaitReasonKinds> kNames = {
     "no-device-fits", "user-cap", "reserved-for-other", "waiting-for-reservation", "draining-for-mig",
-    "never-fits", "mps-other-user", "held"};
+    "never-fits", "mps-other-user", "held", "team-limit"};
 
 std::string Devices(NodeId node, const std::vector<DeviceIndex>& devices) {
   std::vector<std::uint32_t> idx;
@@ -76,6 +76,10 @@ std::string FormatWaitReason(const WaitReason& reason) {
                                r.device.index.value(), r.device.node.value(), r.user, r.user);
           },
           [](const Held&) { return std::string("held by an admin (gpuslice release JOB lets it run)"); },
+          [](const TeamLimit& r) {
+            return fmt::format("team limit reached: team {} holds {} of {} GPU allowed in queue '{}'; this job asks {}",
+                               r.team, FormatMilliGpu(r.held), FormatMilliGpu(r.limit), r.queue, FormatMilliGpu(r.asked));
+          },
       },
       reason);
 }
@@ -151,6 +155,11 @@ std::string FormatWaitReasonPlain(const WaitReason& reason) {
           },
           [](const Held&) {
             return std::string("an administrator has put it on hold; it starts after they release it");
+          },
+          [](const TeamLimit& r) {
+            return fmt::format("team {} already holds {} of the {} GPU it may hold in '{}' and this asks {} more; it "
+                               "starts when enough of the team's jobs there end",
+                               r.team, Amount(r.held), Amount(r.limit), r.queue, Amount(r.asked));
           },
       },
       reason);

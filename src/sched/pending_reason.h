@@ -40,6 +40,15 @@ struct UserCap {
 };
 
 // It would fit now, but on devices kept empty for another waiting whole-GPU job.
+// The job's team holds its limit in the queue ([teams.<name>].limit).
+struct TeamLimit {
+  std::string team;
+  std::string queue;
+  MilliGpu limit = 0;  // the team's limit in the queue
+  MilliGpu held = 0;   // what the team's running jobs in the queue hold now
+  MilliGpu asked = 0;  // what this job would add
+};
+
 struct ReservedForOther {
   JobId job;                         // the job the devices are kept for
   NodeId node;
@@ -77,7 +86,7 @@ struct MpsServesOtherUser {
 struct Held {};
 
 using WaitReason = std::variant<NoDeviceFits, UserCap, ReservedForOther, WaitingForReservation,
-                                DrainingForMig, NeverFits, MpsServesOtherUser, Held>;
+                                DrainingForMig, NeverFits, MpsServesOtherUser, Held, TeamLimit>;
 
 // Stable machine names, in the order of the variant: "no-device-fits", "user-cap",
 // "reserved-for-other", "waiting-for-reservation", "draining-for-mig", "never-fits",

@@ -28,11 +28,12 @@ struct Resolved {
   // mps: the user (a GPU's MPS server serves one user, so two users' mps jobs of one shape do
   // not fit or fail together); empty for the other kinds.
   std::string mps_user;
+  int team = -1;  // TeamBooks number; -1: no team (jobs of two teams do not fit or fail together)
   // Cached addresses (std::map nodes are stable) so the hot path avoids tree walks.
   JobView* view = nullptr;
   std::map<SliceId, SliceView>::iterator slice;  // while running
   std::vector<DeviceView*> devices;              // while running
-  auto ShapeKey() const { return std::tie(kind, gpus, milli, memory, mig_need, model, queue, mps_user); }
+  auto ShapeKey() const { return std::tie(kind, gpus, milli, memory, mig_need, model, queue, mps_user, team); }
 };
 
 struct PendingKey {

@@ -48,6 +48,7 @@ struct JobView {
   JobId job;
   std::string user;
   std::string queue;
+  std::string team;  // with teams configured; empty: none
   JobRequest request;        // as submitted
   SliceKind kind = SliceKind::kShared;  // resolved against the queue
   JobState state = JobState::kPending;

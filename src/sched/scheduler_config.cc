@@ -40,7 +40,7 @@ const QueueConfig* Scheduler::Impl::QueueOf(JobId job) const {
 
 int Scheduler::Impl::ShapeOf(const Resolved& r) {
   auto [it, _] = shapes_.try_emplace(
-      std::make_tuple(r.kind, r.gpus, r.milli, r.memory, r.mig_need, r.model, r.queue, r.mps_user),
+      std::make_tuple(r.kind, r.gpus, r.milli, r.memory, r.mig_need, r.model, r.queue, r.mps_user, r.team),
       static_cast<int>(shapes_.size()));
   return it->second;
 }
@@ -97,6 +97,8 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     u.milli += SliceUsage(s);
     u.jobs += 1;
   }
+  teams_.ClearHeld();
+  for (const auto& [sid, s] : slices_) CountTeam(resolved_.at(s.job), s, +1);
   // 5. Back in the pending books, and a pass under the new rules.
   for (JobId id : pending) pending_.Add(&resolved_.at(id));
   Schedule(std::nullopt);

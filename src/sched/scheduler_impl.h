@@ -33,6 +33,7 @@
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
+#include "sched/team_books.h"
 
 namespace gpuslice::sched {
 
@@ -359,6 +360,24 @@ class Scheduler::Impl {
   void NoteMigUse(const DeviceView& d);
   void ForgetMigEmpty(const DeviceRef& ref);
 
+  // ---- teams (scheduler_teams.cc)
+  // The team a submit runs in: the one it names (which must list the user, unless members
+  // also come by group: the daemon checked those), else the user's default; "" without teams.
+  Result<std::string> TeamFor(const Submit& e) const;
+  const TeamConfig* TeamConfigOf(const Resolved& r) const {
+    return r.team < 0 ? nullptr : config_.teams.Find(teams_.name(r.team));
+  }
+  // The job's team would pass its limit in the job's queue.
+  std::optional<TeamLimit> TeamLimitReason(const Resolved& r) const;
+  // The job's team, with it, holds no more than its guarantee in the job's queue.
+  bool WithinGuarantee(const Resolved& r) const;
+  bool TakeBack();
+  static constexpr int kTakeBackRounds = 16;
+  // A running slice's share moves into (+1) or out of (-1) its team's books.
+  void CountTeam(const Resolved& r, const SliceView& s, int sign) {
+    if (r.team >= 0) teams_.Add(r.team, r.queue->name, sign * SliceUsage(s));
+  }
+
   // ---- timers and samples (scheduler_timers.cc)
   void OnSample(const Sample& e);
   void OnActivityReport(const ActivityReport& e);
@@ -406,20 +425,21 @@ class Scheduler::Impl {
   std::vector<std::pair<std::string_view, int>> scratch_no_room_;
   // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
   // right-sized MIG requests make about one shape per job, each looked up at its submit.
-  using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string>;
+  using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string, int>;
   struct ShapeKeyHash {
     std::size_t operator()(const ShapeKey& k) const {
-      const auto& [kind, gpus, milli, memory, mig_need, model, queue, mps_user] = k;
+      const auto& [kind, gpus, milli, memory, mig_need, model, queue, mps_user, team] = k;
       std::size_t h = std::hash<std::string>()(model) ^ std::hash<std::string>()(mps_user) * 31;
       for (std::size_t v : {static_cast<std::size_t>(kind), static_cast<std::size_t>(gpus), static_cast<std::size_t>(milli),
                             static_cast<std::size_t>(memory), static_cast<std::size_t>(mig_need),
-                            std::hash<const QueueConfig*>()(queue)})
+                            std::hash<const QueueConfig*>()(queue), static_cast<std::size_t>(team)})
         h = (h ^ v) * 0x100000001b3ULL;
       return h;
     }
   };
   std::unordered_map<ShapeKey, int, ShapeKeyHash> shapes_;
   std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
+  TeamBooks teams_;  // what each team holds, per queue
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;

@@ -167,6 +167,17 @@ Status Scheduler::Impl::CheckInvariants() const {
     if (pending_.live_shapes().contains(static_cast<int>(i)) != (per_shape[i] > 0))
       return Internal(fmt::format("shape {}: live-shape set is wrong", i));
   }
+  // Each team's books are the sum of its running slices.
+  std::vector<std::map<std::string, MilliGpu, std::less<>>> team_held(static_cast<std::size_t>(teams_.size()));
+  for (const auto& [sid, s] : slices_) {
+    const Resolved& r = resolved_.at(s.job);
+    if (r.team >= 0) team_held[static_cast<std::size_t>(r.team)][r.queue->name] += SliceUsage(s);
+  }
+  for (int t = 0; t < teams_.size(); ++t) {
+    std::erase_if(team_held[static_cast<std::size_t>(t)], [](const auto& e) { return e.second == 0; });
+    if (team_held[static_cast<std::size_t>(t)] != teams_.HeldBy(t))
+      return Internal(fmt::format("team {}: its books disagree with its running slices", teams_.name(t)));
+  }
   return Status::Ok();
 }
 

@@ -117,6 +117,15 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   j.submit_time = now_;
   auto r = Resolve(e);
   Status st = r.ok() ? Feasible(*r) : r.status();
+  if (st.ok()) {
+    auto team = TeamFor(e);
+    if (team.ok()) {
+      j.team = *team;
+      if (!team->empty()) r->team = teams_.IdOf(*team);
+    } else {
+      st = team.status();
+    }
+  }
   // A job the host as configured can never run is refused now rather than left waiting
   // forever (the same rule the pending reason "never-fits" states).
   if (st.ok()) {
@@ -222,6 +231,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
     u.milli -= SliceUsage(s);
     u.jobs -= 1;
   }
+  CountTeam(r, s, -1);
   for (DeviceView* dv : devs) {
     Mutate(*dv, [&](DeviceView& d) {
       d.slices.erase(std::find(d.slices.begin(), d.slices.end(), s.slice));
@@ -257,6 +267,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
 // ---------------------------------------------------------------- starting jobs
 bool Scheduler::Impl::CapBlocks(const Resolved& r) const {
   const QueueConfig& q = *r.queue;
+  if (r.team >= 0 && TeamLimitReason(r)) return true;
   if (q.user_max_milli == 0 && q.user_max_jobs == 0) return false;
   auto it = usage_.find({q.name, r.user});
   Usage u = it == usage_.end() ? Usage{} : it->second;
@@ -347,6 +358,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
     u.milli += SliceUsage(rec);
     u.jobs += 1;
   }
+  CountTeam(r, rec, +1);
   j.state = JobState::kRunning;
   j.start_time = now_;
   j.slice = rec.slice;
@@ -365,6 +377,11 @@ void Scheduler::Impl::Schedule(std::optional<JobId> only) {
     only.reset();
     SchedulePass(std::nullopt);
   }
+  // Teams: capacity lent to other teams is taken back for a team waiting within its guarantee
+  // (scheduler_teams.cc). Each round requeues at least one slice of a team past its guarantee
+  // (or of no team); bounded per event all the same.
+  for (int round = 0; config_.teams.enabled() && !pending_.empty() && round < kTakeBackRounds && TakeBack(); ++round)
+    SchedulePass(std::nullopt);
 }
 
 void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
@@ -408,26 +425,34 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     // A min-heap in a reused vector (the pairs are distinct: same order as a std::set,
     // without a node allocation per head). Not re-entered: attempt() does not schedule.
     // The keys are distinct, so the order is theirs (shape and record never compared).
+    // With teams, a first merge tries only jobs within their team's guarantee in their queue
+    // (docs/teams.md): they go before everything else. A shape is one team, queue and ask, and
+    // a team only grows within a pass, so a head beyond its guarantee ends its shape's turn.
     std::vector<std::tuple<PendingKey, int, const Resolved*>>& heads = scratch_heads_;
     const auto later = [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); };
-    heads.clear();
-    for (int shape : pending_.live_shapes()) {
-      const auto& [key, r] = *pending_.of_shape(shape).begin();
-      heads.emplace_back(key, shape, r);
-    }
-    std::make_heap(heads.begin(), heads.end(), later);
-    while (!heads.empty()) {
-      std::pop_heap(heads.begin(), heads.end(), later);
-      const auto [key, shape, r] = heads.back();
-      heads.pop_back();
-      if (attempt(*r)) continue;  // the shape failed: its later jobs would too
-      const auto& q = pending_.of_shape(shape);
-      auto next = q.upper_bound(key);  // Start() may have erased `key`
-      if (next != q.end()) {
-        heads.emplace_back(next->first, shape, next->second);
-        std::push_heap(heads.begin(), heads.end(), later);
+    auto merge = [&](bool guaranteed_only) {
+      heads.clear();
+      for (int shape : pending_.live_shapes()) {
+        const auto& [key, r] = *pending_.of_shape(shape).begin();
+        heads.emplace_back(key, shape, r);
       }
-    }
+      std::make_heap(heads.begin(), heads.end(), later);
+      while (!heads.empty()) {
+        std::pop_heap(heads.begin(), heads.end(), later);
+        const auto [key, shape, r] = heads.back();
+        heads.pop_back();
+        if (guaranteed_only && !WithinGuarantee(*r)) continue;
+        if (attempt(*r)) continue;  // the shape failed: its later jobs would too
+        const auto& q = pending_.of_shape(shape);
+        auto next = q.upper_bound(key);  // Start() may have erased `key`
+        if (next != q.end()) {
+          heads.emplace_back(next->first, shape, next->second);
+          std::push_heap(heads.begin(), heads.end(), later);
+        }
+      }
+    };
+    if (config_.teams.enabled()) merge(/*guaranteed_only=*/true);
+    merge(/*guaranteed_only=*/false);
   }
   if (!only) {
     ServeReservation();

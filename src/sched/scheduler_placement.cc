@@ -270,13 +270,14 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
   host_states_.Set(nid, scratch_keys_, devs);
 }
 
-// The memo shape of `r` (see memo_shapes_): its request shape without the MPS user.
+// The memo shape of `r` (see memo_shapes_): its request shape without the MPS user or team
+// (neither changes how a policy scores a host).
 int Scheduler::Impl::MemoShapeOf(const Resolved& r) {
   if (memo_shape_of_.size() <= static_cast<std::size_t>(r.shape)) memo_shape_of_.resize(r.shape + 1, -1);
   int& of = memo_shape_of_[r.shape];
   if (of < 0) {
     of = memo_shapes_
-             .try_emplace(ShapeKey(r.kind, r.gpus, r.milli, r.memory, r.mig_need, r.model, r.queue, std::string()),
+             .try_emplace(ShapeKey(r.kind, r.gpus, r.milli, r.memory, r.mig_need, r.model, r.queue, std::string(), -1),
                           static_cast<int>(memo_shapes_.size()))
              .first->second;
   }

@@ -80,6 +80,7 @@ const WaitReason& Scheduler::Impl::ShapeReasonOf(const Resolved& r, ReasonScan& 
 WaitReason Scheduler::Impl::ReasonFor(const Resolved& r, ReasonScan& scan) const {
   const WaitReason& shaped = ShapeReasonOf(r, scan);
   if (std::holds_alternative<NeverFits>(shaped)) return shaped;
+  if (auto team = TeamLimitReason(r)) return *team;
   if (auto cap = CapReason(r)) return *cap;
   if (reservation_ && reservation_->job == r.job) {
     WaitingForReservation w{reservation_->node, reservation_->devices, 0};

@@ -29,6 +29,7 @@ std::vector<sched::Event> Events() {
       sched::DeviceAdded{1, {NodeId(1), DeviceIndex(2)}, "GPU-2", "H100-80GB", true, false, {}},
       sched::Submit{2, JobId(1), "alice", "interactive", shared},
       sched::Submit{3, JobId(2), "bob", "training", whole},
+      sched::Submit{3, JobId(4), "carol", "training", whole, "vision"},  // a team named
       sched::Sample{4, {{SliceId(1), 50, 3, 1}}},
       // Unmeasured SM and memory traffic, memory-used change seen: the flags round-trip.
       sched::Sample{4, {{SliceId(1), 0, 0, 1, false, false, true, sched::Activity::kActive,
@@ -52,6 +53,15 @@ TEST(Journal, EveryEventRoundTrips) {
     EXPECT_EQ(EncodeEvent(*back), text);
     EXPECT_EQ(back->index(), e.index());
   }
+}
+
+TEST(Journal, ASubmitNamesItsTeamOnlyWhenItHasOne) {
+  sched::Submit s{3, JobId(4), "carol", "training", {}, "vision"};
+  auto back = DecodeEvent(EncodeEvent(s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(std::get<sched::Submit>(*back).team, "vision");
+  s.team.clear();
+  EXPECT_EQ(EncodeEvent(s).find("team"), std::string::npos) << "journals without teams stay as they were";
 }
 
 TEST(Journal, ADeviceRemovalNamesTheJobsItRequeuesOnlyWhenThereAreSome) {
