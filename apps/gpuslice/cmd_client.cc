@@ -70,6 +70,7 @@ GPUSLICE_COMMAND(submit) {
   auto* time_opt = sub->add_option("--time", s->time, "Time limit: 4h, 30m (at most the queue's)");
   auto* kind_opt = sub->add_option("--kind", s->kind, "Slice kind: whole | mig | mps | shared (queue default)");
   auto* model_opt = sub->add_option("--model", s->model, "Device model, e.g. H100-80GB");
+  auto* team_opt = sub->add_option("--team", s->team, "Team to run in, where the site has teams (default: yours)");
   sub->add_option("--idempotency-key", s->idempotency_key,
                   "Key that makes a retried submit never run twice (default: a new random one, retried "
                   "with after a lost connection)");
@@ -84,12 +85,19 @@ GPUSLICE_COMMAND(submit) {
       "  gpuslice submit --slurm --queue training --gpus 2 -- python train.py  # via sbatch");
   sub->callback([=] {
     if (g->count() > 0) s->gpus = *gpus;
-    if (auto st = NoEmptyValues({queue_opt, f, mem_opt, time_opt, kind_opt, model_opt}); !st.ok()) {
+    if (auto st = NoEmptyValues({queue_opt, f, mem_opt, time_opt, kind_opt, model_opt, team_opt}); !st.ok()) {
       *exit_code = cli::Finish(st, c->json);
       return;
     }
     if (auto st = api::CheckSubmitFlags(*s); !st.ok()) {
       *exit_code = cli::Finish(st, c->json);
+      return;
+    }
+    if (route->enabled && !s->team.empty()) {
+      *exit_code = cli::Finish(gpuslice::InvalidArgument(fmt::format("--team '{}': teams are not carried to Slurm yet (its "
+                                                           "accounts are not generated); submit without --slurm",
+                                                           s->team)),
+                               c->json);
       return;
     }
     if (route->enabled) {
@@ -206,6 +214,13 @@ GPUSLICE_COMMAND(queues) {
   auto c = AddClientFlags(sub);
   sub->footer("Examples:\n  gpuslice queues\n  gpuslice queues --json");
   sub->callback([=] { *exit_code = cli::Finish(api::Queues(*c), c->json); });
+}
+
+GPUSLICE_COMMAND(teams) {
+  auto* sub = app.add_subcommand("teams", "Teams: guaranteed, held, borrowed and lent GPUs, and who waits");
+  auto c = AddClientFlags(sub);
+  sub->footer("Examples:\n  gpuslice teams\n  gpuslice teams --json");
+  sub->callback([=] { *exit_code = cli::Finish(api::Teams(*c), c->json); });
 }
 
 GPUSLICE_COMMAND(top) {

@@ -116,6 +116,9 @@ std::string JoinedText(const std::vector<std::string>& list, std::string_view se
   return out;
 }
 
+}  // namespace
+
+namespace cli_detail {
 // Left-aligned columns, widths from the (made safe) content.
 void PrintTable(const std::vector<std::string>& header,
                 const std::vector<std::vector<std::string>>& raw_rows) {
@@ -141,6 +144,10 @@ void PrintTable(const std::vector<std::string>& header,
   line(header);
   for (const auto& r : rows) line(r);
 }
+}  // namespace cli_detail
+
+namespace {
+using cli_detail::PrintTable;
 
 std::string Ago(std::int64_t us) {
   if (us <= 0) return "-";

@@ -36,6 +36,7 @@ struct SubmitFlags {
   std::string time;
   std::string kind;
   std::string model;
+  std::string team;  // "": the user's default team (where the site has teams)
   // "" : a new random key. Sent with the request; a retry after a lost answer reuses it, so the
   // daemon never makes the job twice (docs/api.md).
   std::string idempotency_key;
@@ -62,6 +63,8 @@ struct ActivityFlags {
 Status ReportActivity(const ClientFlags& c, std::uint64_t id, const ActivityFlags& a);
 Status Devices(const ClientFlags& c);
 Status Queues(const ClientFlags& c);
+// gpuslice teams [--json]: GET /v1/teams as a table (cli_teams.cc).
+Status Teams(const ClientFlags& c);
 // `interval` as text ("1", "500ms", "2s"): 100ms .. 1h.
 Status Top(const ClientFlags& c, bool once, const std::string& interval);
 

@@ -5,6 +5,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,8 @@ std::string Str(const nlohmann::json& j, std::string_view key);
 std::string Joined(const nlohmann::json& list, std::string_view sep);
 // "*** SIMULATED devices ... ***" when the answer says so.
 void Banner(const nlohmann::json& j);
+// Left-aligned columns, widths from the content, every cell through ForTerminal.
+void PrintTable(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 // "2 GPUs", "0.25 GPU" or "default".
 std::string Resources(const nlohmann::json& job);
 

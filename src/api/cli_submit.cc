@@ -88,7 +88,7 @@ constexpr std::chrono::milliseconds kRetryWaits[] = {std::chrono::milliseconds(2
 Status CheckSubmitFlags(const SubmitFlags& s) {
   if (s.command.empty()) return InvalidArgument("command: give the program after --, e.g. -- python train.py");
   for (auto [flag, v] : {std::pair{"--queue", &s.queue}, {"--fraction", &s.fraction}, {"--mem", &s.mem},
-                         {"--time", &s.time}, {"--kind", &s.kind}, {"--model", &s.model},
+                         {"--time", &s.time}, {"--kind", &s.kind}, {"--model", &s.model}, {"--team", &s.team},
                          {"--idempotency-key", &s.idempotency_key}}) {
     GPUSLICE_RETURN_IF_ERROR(CheckText(flag, *v));
   }
@@ -121,6 +121,7 @@ Status Submit(const ClientFlags& c, const SubmitFlags& s) {
   if (!s.time.empty()) body["time"] = s.time;
   if (!s.kind.empty()) body["kind"] = s.kind;
   if (!s.model.empty()) body["model"] = s.model;
+  if (!s.team.empty()) body["team"] = s.team;
   if (std::string cwd = CurrentDir(); !cwd.empty()) body["cwd"] = store::BytesToJson(cwd);
   std::vector<std::pair<std::string, std::string>> vars;
   bool names_utf8 = true;

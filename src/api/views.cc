@@ -213,6 +213,7 @@ json JobView::ToJson() const {
   o["idle_since_us"] = OrNull(idle_since_us);
   o["mig_instance"] = OrNull(mig_instance);
   if (idempotency_key) o["idempotency_key"] = *idempotency_key;
+  if (team) o["team"] = *team;
   if (argv_dropped_bytes) o["argv_dropped_bytes"] = *argv_dropped_bytes;
   return o;
 }
@@ -259,6 +260,7 @@ Result<JobView> JobView::FromJson(const json& j) {
   r.Opt("idle_since_us", &v.idle_since_us);
   r.Opt("mig_instance", &v.mig_instance);
   r.Opt("idempotency_key", &v.idempotency_key);
+  r.Opt("team", &v.team);
   r.Opt("argv_dropped_bytes", &v.argv_dropped_bytes);
   GPUSLICE_RETURN_IF_ERROR(r.status());
   if (v.requeues < 0) {

@@ -25,6 +25,7 @@ struct JobView {
   std::int64_t uid = -1;
   std::int64_t gid = -1;
   std::string queue;
+  std::optional<std::string> team;  // with teams: the team it runs in (absent: none)
   std::string kind;  // "" : the queue's default
   int gpus = 0;
   MilliGpu milli = 0;

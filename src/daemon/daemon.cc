@@ -134,6 +134,7 @@ Result<Json> Daemon::ReportActivity(const Caller& c, JobId id, const Json& body)
 }
 Json Daemon::Devices() const { return impl_->Devices(); }
 Json Daemon::Queues() const { return impl_->Queues(); }
+Json Daemon::Teams() const { return impl_->Teams(); }
 Json Daemon::Whoami(const Caller& caller) const { return impl_->Whoami(caller); }
 Json Daemon::Slices() const { return impl_->Slices(); }
 Result<Json> Daemon::Events(std::int64_t after, JobId job, int limit) const {

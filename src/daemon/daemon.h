@@ -109,6 +109,7 @@ class Daemon {
   Result<Json> ReportActivity(const Caller& caller, JobId id, const Json& body);
   Json Devices() const;
   Json Queues() const;
+  Json Teams() const;
   Json Slices() const;
   // Who the caller is, as the daemon sees it: {"user", "uid", "admin"} (root or a member of
   // the admin group), for pages that show "my jobs".

@@ -58,6 +58,9 @@ using store::JobRecord;
 using store::JobState;
 using store::SliceRecord;
 
+// The user (uid, primary gid) is in the Unix group named `group` (primary or supplementary).
+bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group);
+
 class Daemon::Impl {
  public:
   Impl(sched::Config config, DaemonOptions options, std::unique_ptr<store::Store> store,
@@ -106,6 +109,7 @@ class Daemon::Impl {
   Result<Json> GetJob(JobId id) const;
   Json Devices() const;
   Json Queues() const;
+  Json Teams() const;  // teams_view.cc
   Json Slices() const;
   Json Whoami(const Caller& c) const;
   Result<Json> Events(std::int64_t after, JobId job, int limit) const;
@@ -258,6 +262,10 @@ class Daemon::Impl {
 
   // (requests.cc)
   Status ParseRequest(const Json& body, JobRecord* j) const;
+  // The team a submit of the caller runs in ([teams], docs/teams.md): the one the body names
+  // (field 'team'), which must list the user or one of the user's groups; else the user's
+  // default, else the first team (by name) that has the user by group; "" without one.
+  Result<std::string> TeamOfSubmit(const Json& body, const Caller& c, const std::string& user) const;
   // A submit whose idempotency key this uid already used: the earlier job's answer (or an error
   // when the request differs); nullopt when the key is new.
   std::optional<Result<Json>> Deduplicate(const JobRecord& j) const;

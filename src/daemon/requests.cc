@@ -76,6 +76,7 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
 
   std::unique_lock lock(mu_);
   if (!failure_.ok()) return failure_;
+  GPUSLICE_ASSIGN_OR_RETURN(const std::string team, TeamOfSubmit(body, c, j.user));
   if (auto earlier = Deduplicate(j)) return *std::move(earlier);
   // Quotas before anything is decided or stored: the error names the limit.
   GPUSLICE_RETURN_IF_ERROR(ledger_.Admit(j, opt_.quotas));
@@ -90,7 +91,7 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
   batch.jobs.push_back(j);
   AddEvent(batch, j.id, "submit",
            fmt::format("job {} submitted by {} to queue '{}'", j.id.value(), j.user, j.queue));
-  sched::Submit ev{now, j.id, j.user, j.queue, Request(j)};
+  sched::Submit ev{now, j.id, j.user, j.queue, Request(j), team};
   Feed(ev, batch, act);
   // One commit for "accepted" and "started": the first launch's pid commit carries this
   // batch (its process may exec only after that commit), so a submission that starts at
@@ -203,16 +204,41 @@ std::optional<Result<Json>> Daemon::Impl::Deduplicate(const JobRecord& j) const 
   return Result<Json>(Json{{"job", JobJson(prev)}, {"deduplicated", true}, {"simulated", opt_.simulated}});
 }
 
+Result<std::string> Daemon::Impl::TeamOfSubmit(const Json& body, const Caller& c, const std::string& user) const {
+  const sched::TeamsConfig& tc = config_.teams;
+  GPUSLICE_ASSIGN_OR_RETURN(auto named, TextField(body, "team"));
+  auto member_by_group = [&](const sched::TeamConfig& t) {
+    return std::any_of(t.groups.begin(), t.groups.end(), [&](const std::string& g) { return InGroup(c.uid, c.gid, g); });
+  };
+  if (named) {
+    if (!tc.enabled()) return InvalidArgument(fmt::format("field 'team': value '{}': this site has no teams", api::ShownText(*named)));
+    const sched::TeamConfig* t = tc.Find(*named);
+    if (t == nullptr) {
+      std::string names;
+      for (const auto& x : tc.teams) names += (names.empty() ? "" : ", ") + x.name;
+      return InvalidArgument(fmt::format("field 'team': value '{}' is not a team (have: {})", api::ShownText(*named), names));
+    }
+    if (!t->HasUser(user) && !member_by_group(*t))
+      return PermissionDenied(fmt::format("field 'team': value '{}': {} is not one of its members", api::ShownText(*named), user));
+    return t->name;
+  }
+  if (!tc.enabled()) return std::string();
+  if (const sched::TeamConfig* t = tc.DefaultFor(user)) return t->name;
+  for (const sched::TeamConfig& t : tc.teams)
+    if (member_by_group(t)) return t.name;
+  return std::string();
+}
+
 // Parses the submit body into `j`; changes nothing else.
 Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
   static const std::set<std::string> kKnown = {"queue", "kind", "gpus", "fraction", "gpu",
                                                "mem", "memory", "time", "time_limit", "model",
-                                               "argv", "cwd", "env", "idempotency_key", "umask"};
+                                               "argv", "cwd", "env", "idempotency_key", "umask", "team"};
   for (const auto& [k, v] : body.items()) {
     if (!kKnown.contains(k)) {
       return InvalidArgument(fmt::format("field '{}': unknown (expected one of queue, kind, "
                                          "gpus, fraction, mem, time, model, argv, cwd, env, "
-                                         "idempotency_key, umask)", api::ShownText(k)));
+                                         "idempotency_key, umask, team)", api::ShownText(k)));
     }
   }
   if (auto k = body.find("idempotency_key"); k != body.end() && !k->is_null()) {

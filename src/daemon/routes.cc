@@ -203,6 +203,7 @@ api::Handler MakeApiHandler(Daemon& d, std::vector<std::string> tcp_names) {
       }
       if (res == "devices") return JsonResponse(200, d.Devices());
       if (res == "queues") return JsonResponse(200, d.Queues());
+      if (res == "teams") return JsonResponse(200, d.Teams());
       if (res == "slices") return JsonResponse(200, d.Slices());
       if (res == "report") return FromResult(d.Report(req.query, caller), sim);  // anyone may read
       if (res == "whatif") return FromResult(d.Whatif(req.query), sim);  // anyone may read

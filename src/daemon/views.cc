@@ -26,7 +26,6 @@
 #include "store/codec.h"
 
 namespace gpuslice::daemon {
-namespace {
 
 bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group) {
   if (group.empty()) return false;
@@ -44,6 +43,9 @@ bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group) {
   groups.resize(static_cast<size_t>(n));
   return std::find(groups.begin(), groups.end(), g->gr_gid) != groups.end();
 }
+
+namespace {
+
 
 // Durations said to people are whole seconds: "14m59s", not "14m59.873s".
 Micros RoundToSecond(Micros us) { return (us + kSecond / 2) / kSecond * kSecond; }
@@ -518,6 +520,9 @@ api::JobView Daemon::Impl::RecordView(const JobRecord& j) {
 Json Daemon::Impl::JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places) const {
   api::JobView o = RecordView(j);
   const bool ended = store::IsTerminal(j.state);
+  // The scheduler knows the team (the submit journaled it); forgotten with the job's record there.
+  if (auto sj = sched_->jobs().find(j.id); sj != sched_->jobs().end() && !sj->second.team.empty())
+    o.team = EscapeInvalidUtf8(sj->second.team);
   // Said as of now, not as of the warning: "in 59m59s" must not stand for an hour.
   if (o.warning_kind == "time-limit" && j.deadline > Now()) {
     const sched::QueueConfig* q = config_.FindQueue(j.queue);
