@@ -209,7 +209,7 @@ class HostStates {
                                                         std::vector<std::vector<int>>(kShareBuckets)};
   std::array<int, 2> top_{-1, -1};  // per summary kind, the highest non-empty bucket (-1: none)
   std::vector<std::vector<int>> user_states_;  // by UserId(): StatesOfUser(), unordered
-  const std::vector<int> no_states_;
+  std::vector<int> no_states_;  // always empty: the states of a user with none
   // Live state ids by the hash of (host model, devices): open addressing, linear probing, no
   // allocation per state (kNoState ends a probe, kRetired is skipped); at most half full,
   // retired slots included.
