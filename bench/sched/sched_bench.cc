@@ -15,6 +15,7 @@
 // Usage: sched_bench [steps] [--no-baseline] [--gpuslice-only]   (default 200000 steps)
 // --gpuslice-only skips the best-fit runs: for profiling the frag-aware path alone, e.g.
 // `valgrind --tool=callgrind sched_bench 10000 --no-baseline --gpuslice-only`.
+#include <algorithm>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
@@ -82,13 +83,24 @@ JobRequest RandomJob(std::mt19937_64& rng, std::string& queue) {
   return r;
 }
 
-Result Run(const std::string& policy, std::uint64_t steps, std::uint64_t seed, bool reference = false) {
+// With `teams`: the 200 users in 4 teams of 50, each guaranteed a quarter of the GPUs in the
+// interactive (preemptible: lent GPUs are taken back) and training queues (docs/teams.md).
+Result Run(const std::string& policy, std::uint64_t steps, std::uint64_t seed, bool reference = false,
+           bool teams = false) {
   Config config = DefaultConfig();
   for (QueueConfig& q : config.queues) {
     q.placement = policy;
     q.idle.enabled = false;  // no Ticks in this benchmark
     q.user_max_jobs = 0;     // the load of the baselines (docs/sim.md): no per-user caps
     q.user_max_milli = 0;
+  }
+  for (int t = 0; teams && t < 4; ++t) {
+    TeamConfig team;
+    team.name = fmt::format("team{}", t);
+    for (int u = t; u < 200; u += 4) team.users.push_back(fmt::format("user{}", u));
+    std::sort(team.users.begin(), team.users.end());
+    team.guarantee = {{"interactive", 500 * kOneGpu}, {"training", 1500 * kOneGpu}};
+    config.teams.teams.push_back(std::move(team));
   }
   Scheduler s(config, seed);
   s.SetReferencePlacement(reference);
@@ -229,14 +241,17 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(steps));
   bool baseline = true;
   bool best_fit = true;
+  bool teams = false;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--no-baseline") {
       baseline = false;
     } else if (arg == "--gpuslice-only") {
       best_fit = false;
+    } else if (arg == "--teams") {
+      teams = true;
     } else {
-      std::fprintf(stderr, "sched_bench: unknown argument '%s' (expected --no-baseline, --gpuslice-only)\n",
+      std::fprintf(stderr, "sched_bench: unknown argument '%s' (expected --no-baseline, --gpuslice-only, --teams)\n",
                    gpuslice::ForTerminal(arg).c_str());
       return 2;
     }
@@ -266,6 +281,12 @@ int main(int argc, char** argv) {
                 frag.digest == frag_ref.digest && frag.starts == frag_ref.starts ? "yes" : "NO",
                 static_cast<unsigned long long>(frag.starts), static_cast<unsigned long long>(frag.digest),
                 static_cast<unsigned long long>(frag_ref.digest));
+  }
+  if (teams) {
+    Result with_teams = Run("gpuslice", frag_steps, 1, /*reference=*/false, /*teams=*/true);
+    Print("gpuslice + 4 teams", with_teams);
+    std::printf("ratio with teams/without: %.2fx\n",
+                (with_teams.starts / with_teams.seconds) / (frag.starts / frag.seconds));
   }
   std::printf("target: >= 100000 decisions/s -> best-fit %s, gpuslice %s\n",
               !best_fit ? "not run" : fast.starts / fast.seconds >= 100000 ? "met" : "NOT met",
