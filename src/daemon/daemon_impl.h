@@ -265,7 +265,9 @@ class Daemon::Impl {
   // The team a submit of the caller runs in ([teams], docs/teams.md): the one the body names
   // (field 'team'), which must list the user or one of the user's groups; else the user's
   // default, else the first team (by name) that has the user by group; "" without one.
-  Result<std::string> TeamOfSubmit(const Json& body, const Caller& c, const std::string& user) const;
+  // Reads only `tc` (a copy of config_.teams): called without mu_, as it may look groups up.
+  static Result<std::string> TeamOfSubmit(const sched::TeamsConfig& tc, const Json& body, const Caller& c,
+                                          const std::string& user);
   // A submit whose idempotency key this uid already used: the earlier job's answer (or an error
   // when the request differs); nullopt when the key is new.
   std::optional<Result<Json>> Deduplicate(const JobRecord& j) const;

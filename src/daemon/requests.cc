@@ -73,10 +73,20 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
   j.uid = c.uid;
   j.gid = c.gid;
   j.user = UserName(c.uid);
+  // The team, before the exclusive lock: group lookups go through NSS (LDAP, sssd) and may be
+  // slow, and must not hold up everyone else's requests.
+  sched::TeamsConfig teams;
+  {
+    std::shared_lock shared(mu_);
+    teams = config_.teams;
+  }
+  GPUSLICE_ASSIGN_OR_RETURN(const std::string team, TeamOfSubmit(teams, body, c, j.user));
 
   std::unique_lock lock(mu_);
   if (!failure_.ok()) return failure_;
-  GPUSLICE_ASSIGN_OR_RETURN(const std::string team, TeamOfSubmit(body, c, j.user));
+  if (!team.empty() && config_.teams.Find(team) == nullptr)
+    return FailedPrecondition(fmt::format("field 'team': team '{}' was removed by a config reload just now; "
+                                          "submit again", team));
   if (auto earlier = Deduplicate(j)) return *std::move(earlier);
   // Quotas before anything is decided or stored: the error names the limit.
   GPUSLICE_RETURN_IF_ERROR(ledger_.Admit(j, opt_.quotas));
@@ -204,8 +214,8 @@ std::optional<Result<Json>> Daemon::Impl::Deduplicate(const JobRecord& j) const 
   return Result<Json>(Json{{"job", JobJson(prev)}, {"deduplicated", true}, {"simulated", opt_.simulated}});
 }
 
-Result<std::string> Daemon::Impl::TeamOfSubmit(const Json& body, const Caller& c, const std::string& user) const {
-  const sched::TeamsConfig& tc = config_.teams;
+Result<std::string> Daemon::Impl::TeamOfSubmit(const sched::TeamsConfig& tc, const Json& body, const Caller& c,
+                                                const std::string& user) {
   GPUSLICE_ASSIGN_OR_RETURN(auto named, TextField(body, "team"));
   auto member_by_group = [&](const sched::TeamConfig& t) {
     return std::any_of(t.groups.begin(), t.groups.end(), [&](const std::string& g) { return InGroup(c.uid, c.gid, g); });
