@@ -23,6 +23,18 @@ std::string Amount(const json& o, const char* key) {
   return m == 0 ? "-" : FormatMilliGpu(m);
 }
 
+// Decayed GPU-hours ("1.08"), "unknown" when the daemon could not say.
+std::string Usage(const json& t) {
+  auto it = t.find("usage_gpu_hours");
+  if (it == t.end() || !it->is_number()) return "unknown";
+  return fmt::format("{:.2f}", it->get<double>());
+}
+
+std::string Rank(const json& t) {
+  auto it = t.find("rank");
+  return it == t.end() || !it->is_number_integer() ? "unknown" : std::to_string(it->get<int>());
+}
+
 Result<json> Field(const json& o, const char* key, json::value_t type) {
   auto it = o.find(key);
   if (it == o.end() || it->type() != type)
@@ -51,18 +63,20 @@ Status Teams(const ClientFlags& c) {
     const std::string name = cli_detail::Str(t, "name");
     const std::string weight = t.contains("weight") && t["weight"].is_number_integer()
                                    ? std::to_string(t["weight"].get<int>()) : "?";
+    const std::string usage = Usage(t), rank = Rank(t);
     const json queues = t.value("queues", json::array());
-    if (queues.empty()) rows.push_back({name, "-", "-", "-", "-", "-", "none", "0", weight});
+    if (queues.empty()) rows.push_back({name, "-", "-", "-", "-", "-", "none", "0", weight, usage, rank});
     for (const json& q : queues) {
       rows.push_back({name, cli_detail::Str(q, "queue"), Amount(q, "guaranteed"), Amount(q, "held"),
                       Amount(q, "borrowed"), Amount(q, "lent"), Amount(q, "limit"),
-                      std::to_string(q.value("waiting", 0)), weight});
+                      std::to_string(q.value("waiting", 0)), weight, usage, rank});
     }
   }
   for (const json& q : r.value("no_team", json::array()))
     rows.push_back({"(no team)", cli_detail::Str(q, "queue"), "-", Amount(q, "held"), Amount(q, "held"), "-", "none",
-                    std::to_string(q.value("waiting", 0)), "-"});
-  cli_detail::PrintTable({"TEAM", "QUEUE", "GUARANTEED", "HELD", "BORROWED", "LENT", "LIMIT", "WAITING", "WEIGHT"},
+                    std::to_string(q.value("waiting", 0)), "-", "-", "last"});
+  cli_detail::PrintTable({"TEAM", "QUEUE", "GUARANTEED", "HELD", "BORROWED", "LENT", "LIMIT", "WAITING", "WEIGHT",
+                          "USAGE(GPU-h)", "RANK"},
                          rows);
   for (const json& n : r.value("notes", json::array()))
     if (n.is_string()) cli_detail::Line("note: " + n.get<std::string>());

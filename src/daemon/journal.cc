@@ -474,6 +474,7 @@ std::string SchedulerDigest(const sched::Scheduler& s) {
                        d.reserved_for.value(), layout(d.target_layout), d.used_milli,
                        d.used_memory, d.clients, slices);
   }
+  out += s.TeamBooksDigest();
   out += "pending";
   for (JobId id : s.Pending()) out += fmt::format(" {}", id.value());
   out += "\n";

@@ -1,9 +1,11 @@
 // GET /v1/teams (`gpuslice teams`, docs/teams.md): per team and queue, what the config
 // guarantees and allows and what the scheduler sees now: held, borrowed (held past the
-// guarantee), lent (guarantee unused while other teams borrow in the queue), waiting jobs.
+// guarantee), lent (guarantee unused while other teams borrow in the queue), waiting jobs, and
+// each team's fair-share standing (decayed usage past its guarantees, rank in the over-quota pool).
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/text.h"
 #include "daemon/daemon_impl.h"
@@ -35,8 +37,12 @@ Json Daemon::Impl::Teams() const {
   }
   const MilliGpu cluster = static_cast<MilliGpu>(sched_->devices().size()) * kOneGpu;
   std::map<std::string, MilliGpu> guaranteed_in;
+  // The scheduler's fair-share standing, in the config's order of teams.
+  const std::vector<sched::TeamStanding> standing = sched_->TeamStandings();
   Json teams = Json::array();
   for (const sched::TeamConfig& t : tc.teams) {
+    const auto st = std::find_if(standing.begin(), standing.end(),
+                                 [&](const sched::TeamStanding& x) { return x.name == t.name; });
     Json members = Json::array();
     for (const std::string& u : t.users) members.push_back(EscapeInvalidUtf8(u));
     for (const std::string& g : t.groups) members.push_back("@" + EscapeInvalidUtf8(g));
@@ -52,8 +58,13 @@ Json Daemon::Impl::Teams() const {
              {"limit", t.LimitIn(q.name) > 0 ? Json(t.LimitIn(q.name)) : Json(nullptr)}};
       queues.push_back(std::move(o));
     }
-    teams.push_back(Json{{"name", EscapeInvalidUtf8(t.name)}, {"members", members}, {"weight", t.weight},
-                         {"queues", queues}});
+    Json o{{"name", EscapeInvalidUtf8(t.name)}, {"members", members}, {"weight", t.weight}, {"queues", queues},
+           {"usage_gpu_hours", nullptr}, {"rank", nullptr}};
+    if (st != standing.end()) {
+      o["usage_gpu_hours"] = st->usage_gpu_hours;
+      o["rank"] = st->rank;
+    }
+    teams.push_back(std::move(o));
   }
   Json notes = Json::array();
   for (const auto& [queue, g] : guaranteed_in) {

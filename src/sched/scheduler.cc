@@ -46,7 +46,8 @@ std::string_view JobStateName(JobState s) {
   return "?";
 }
 
-Scheduler::Impl::Impl(Config config, std::uint64_t seed) : config_(std::move(config)), rng_(seed) {
+Scheduler::Impl::Impl(Config config, std::uint64_t seed)
+    : config_(std::move(config)), rng_(seed), teams_(config_.teams.half_life) {
   InstallQueues();
 }
 
@@ -97,6 +98,8 @@ std::vector<JobId> Scheduler::Pending() const { return impl_->Pending(std::nullo
 const QueueConfig* Scheduler::QueueOf(JobId job) const { return impl_->QueueOf(job); }
 const SchedulerStats& Scheduler::stats() const { return impl_->stats(); }
 Micros Scheduler::now() const { return impl_->now(); }
+std::vector<TeamStanding> Scheduler::TeamStandings() const { return impl_->TeamStandings(); }
+std::string Scheduler::TeamBooksDigest() const { return impl_->TeamBooksDigest(); }
 Status Scheduler::CheckInvariants() const { return impl_->CheckInvariants(); }
 void Scheduler::SetReferencePlacement(bool on) { impl_->set_reference_placement(on); }
 std::optional<WaitReason> Scheduler::PendingReason(JobId job) const { return impl_->PendingReason(job); }

@@ -158,6 +158,15 @@ Micros BusyBudgetStart(const SliceView& s, bool busy, Micros now);
 // taking the report's going stale into account).
 Micros IdleWindowEnd(const IdlePolicy& idle, const SliceView& s);
 
+// A team's fair-share standing (docs/teams.md): what orders teams in the over-quota pool.
+struct TeamStanding {
+  std::string name;
+  int weight = 1;
+  MilliGpu borrowed = 0;       // held past its guarantees now, summed over queues
+  double usage_gpu_hours = 0;  // borrowed GPU-hours, decayed with the config's half_life
+  int rank = 0;                // 1: served first; teams of equal usage over weight share a rank
+};
+
 class Scheduler {
  public:
   // `config` must be valid (ValidateConfig); `seed` feeds random tie-breaks of policies.
@@ -187,6 +196,13 @@ class Scheduler {
   std::vector<JobId> Pending() const;
   const SchedulerStats& stats() const;
   Micros now() const;
+  // The config's teams in its order, with their fair-share standing at now() (empty without
+  // [teams]). Free of side effects.
+  std::vector<TeamStanding> TeamStandings() const;
+  // The teams' books exactly as stored (held, borrowed, usage as of its last change, in
+  // hexadecimal floating point), one line per team: for state digests that must not depend on
+  // the clock (a replay's and the live scheduler's). Empty when no job has run in a team.
+  std::string TeamBooksDigest() const;
 
   // OK iff: no device over-committed in compute or memory, every slice on devices of its
   // mode, MIG instances legal and non-overlapping, empty devices only change mode, indexes

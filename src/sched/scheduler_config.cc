@@ -97,7 +97,8 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     u.milli += SliceUsage(s);
     u.jobs += 1;
   }
-  teams_.ClearHeld();
+  teams_.ClearHeld(now_);
+  teams_.SetHalfLife(config_.teams.half_life, now_);
   for (const auto& [sid, s] : slices_) CountTeam(resolved_.at(s.job), s, +1);
   // 5. Back in the pending books, and a pass under the new rules.
   for (JobId id : pending) pending_.Add(&resolved_.at(id));

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -86,6 +87,8 @@ class Scheduler::Impl {
   const std::map<DeviceRef, DeviceView>& devices() const { return devices_; }
   const SchedulerStats& stats() const { return stats_; }
   Micros now() const { return now_; }
+  std::vector<TeamStanding> TeamStandings() const;  // scheduler_teams.cc
+  std::string TeamBooksDigest() const { return teams_.Digest(); }
 
   std::vector<JobId> Pending(std::optional<std::string_view> queue) const;
 
@@ -373,9 +376,17 @@ class Scheduler::Impl {
   bool WithinGuarantee(const Resolved& r) const;
   bool TakeBack();
   static constexpr int kTakeBackRounds = 16;
+  // Fair share: each team's decayed usage over its weight at now_, into fair_levels_ (lower is
+  // served first in the over-quota pool; constant within a pass, as usage only accrues over time).
+  void FairShareLevels();
+  double LevelOf(const Resolved& r) const {
+    return r.team < 0 ? std::numeric_limits<double>::infinity() : fair_levels_[static_cast<std::size_t>(r.team)];
+  }
   // A running slice's share moves into (+1) or out of (-1) its team's books.
   void CountTeam(const Resolved& r, const SliceView& s, int sign) {
-    if (r.team >= 0) teams_.Add(r.team, r.queue->name, sign * SliceUsage(s));
+    if (r.team < 0) return;
+    const TeamConfig* t = TeamConfigOf(r);
+    teams_.Add(r.team, r.queue->name, sign * SliceUsage(s), t ? t->GuaranteeIn(r.queue->name) : 0, now_);
   }
 
   // ---- timers and samples (scheduler_timers.cc)
@@ -439,7 +450,8 @@ class Scheduler::Impl {
   };
   std::unordered_map<ShapeKey, int, ShapeKeyHash> shapes_;
   std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
-  TeamBooks teams_;  // what each team holds, per queue
+  TeamBooks teams_;  // what each team holds, per queue, and its fair-share usage
+  std::vector<double> fair_levels_;  // per team, from FairShareLevels (scratch of a pass)
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;

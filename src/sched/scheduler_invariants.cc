@@ -177,6 +177,12 @@ Status Scheduler::Impl::CheckInvariants() const {
     std::erase_if(team_held[static_cast<std::size_t>(t)], [](const auto& e) { return e.second == 0; });
     if (team_held[static_cast<std::size_t>(t)] != teams_.HeldBy(t))
       return Internal(fmt::format("team {}: its books disagree with its running slices", teams_.name(t)));
+    const TeamConfig* c = config_.teams.Find(teams_.name(t));
+    MilliGpu borrowed = 0;
+    for (const auto& [queue, held] : teams_.HeldBy(t))
+      borrowed += std::max<MilliGpu>(0, held - (c ? c->GuaranteeIn(queue) : 0));
+    if (borrowed != teams_.Borrowed(t))
+      return Internal(fmt::format("team {}: borrows {}, its books say {}", teams_.name(t), borrowed, teams_.Borrowed(t)));
   }
   return Status::Ok();
 }

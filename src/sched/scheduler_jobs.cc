@@ -428,17 +428,27 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     // With teams, a first merge tries only jobs within their team's guarantee in their queue
     // (docs/teams.md): they go before everything else. A shape is one team, queue and ask, and
     // a team only grows within a pass, so a head beyond its guarantee ends its shape's turn.
+    // The second merge is the over-quota pool: within a queue priority, teams in fair-share
+    // order (FairShareLevels; jobs of no team last), then queue order.
     std::vector<std::tuple<PendingKey, int, const Resolved*>>& heads = scratch_heads_;
     const auto later = [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); };
-    auto merge = [&](bool guaranteed_only) {
+    const auto later_fair = [this](const auto& a, const auto& b) {
+      const PendingKey& ka = std::get<0>(a);
+      const PendingKey& kb = std::get<0>(b);
+      if (ka.neg_priority != kb.neg_priority) return ka.neg_priority > kb.neg_priority;
+      const double la = LevelOf(*std::get<2>(a)), lb = LevelOf(*std::get<2>(b));
+      if (la != lb) return la > lb;
+      return ka > kb;
+    };
+    auto merge = [&](bool guaranteed_only, const auto& after) {
       heads.clear();
       for (int shape : pending_.live_shapes()) {
         const auto& [key, r] = *pending_.of_shape(shape).begin();
         heads.emplace_back(key, shape, r);
       }
-      std::make_heap(heads.begin(), heads.end(), later);
+      std::make_heap(heads.begin(), heads.end(), after);
       while (!heads.empty()) {
-        std::pop_heap(heads.begin(), heads.end(), later);
+        std::pop_heap(heads.begin(), heads.end(), after);
         const auto [key, shape, r] = heads.back();
         heads.pop_back();
         if (guaranteed_only && !WithinGuarantee(*r)) continue;
@@ -447,12 +457,17 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
         auto next = q.upper_bound(key);  // Start() may have erased `key`
         if (next != q.end()) {
           heads.emplace_back(next->first, shape, next->second);
-          std::push_heap(heads.begin(), heads.end(), later);
+          std::push_heap(heads.begin(), heads.end(), after);
         }
       }
     };
-    if (config_.teams.enabled()) merge(/*guaranteed_only=*/true);
-    merge(/*guaranteed_only=*/false);
+    if (config_.teams.enabled()) {
+      merge(/*guaranteed_only=*/true, later);
+      FairShareLevels();
+      merge(/*guaranteed_only=*/false, later_fair);
+    } else {
+      merge(/*guaranteed_only=*/false, later);
+    }
   }
   if (!only) {
     ServeReservation();

@@ -46,6 +46,34 @@ bool Scheduler::Impl::WithinGuarantee(const Resolved& r) const {
   return guarantee > 0 && teams_.Held(r.team, r.queue->name) + UsageMilli(r) <= guarantee;
 }
 
+void Scheduler::Impl::FairShareLevels() {
+  fair_levels_.resize(static_cast<std::size_t>(teams_.size()));
+  for (int t = 0; t < teams_.size(); ++t) {
+    const TeamConfig* c = config_.teams.Find(teams_.name(t));
+    fair_levels_[static_cast<std::size_t>(t)] = teams_.Usage(t, now_) / (c ? c->weight : 1);
+  }
+}
+
+std::vector<TeamStanding> Scheduler::Impl::TeamStandings() const {
+  constexpr double kMilliGpuMicrosPerGpuHour = 1000.0 * static_cast<double>(kHour);
+  std::vector<TeamStanding> out;
+  std::vector<double> level;
+  for (const TeamConfig& c : config_.teams.teams) {
+    TeamStanding s{c.name, c.weight};
+    double usage = 0;
+    if (const int t = teams_.Find(c.name); t != TeamBooks::kNone) {
+      s.borrowed = teams_.Borrowed(t);
+      usage = teams_.Usage(t, now_);
+    }
+    s.usage_gpu_hours = usage / kMilliGpuMicrosPerGpuHour;
+    level.push_back(usage / c.weight);
+    out.push_back(std::move(s));
+  }
+  for (std::size_t i = 0; i < out.size(); ++i)
+    out[i].rank = 1 + static_cast<int>(std::count_if(level.begin(), level.end(), [&](double l) { return l < level[i]; }));
+  return out;
+}
+
 // Take-back: the first waiting job (queue order) within its team's guarantee, which the
 // last pass could not place, takes room from slices lent to other teams: slices of preemptible
 // queues only (they are requeued), of a team other than its own, newest first, and never so

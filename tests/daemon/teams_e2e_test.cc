@@ -4,7 +4,9 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -63,6 +65,21 @@ TEST(TeamsE2E, ASubmitRunsInItsTeamAndTheTeamsViewCountsIt) {
   EXPECT_EQ(vision["queues"][0]["guaranteed"], 2000);
   EXPECT_EQ(vision["queues"][0]["borrowed"], 0);
   EXPECT_EQ(vision["queues"][0]["limit"], 3000);
+  // Fair share: vision holds only its guarantee, so it has used nothing past it; bygroup, with
+  // no guarantee, borrows its GPU, and once the clock has moved past its start it has used more
+  // than the two other teams and ranks after both.
+  EXPECT_EQ(vision["usage_gpu_hours"], 0.0) << vision.dump();
+  EXPECT_EQ(vision["rank"], 1) << vision.dump();
+  json bygroup;
+  for (int i = 0; i < 100 && !(bygroup.is_object() && bygroup["usage_gpu_hours"].get<double>() > 0); ++i) {
+    if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto again = client.Get("/v1/teams");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    for (const json& team : (*again)["teams"])
+      if (team["name"] == "bygroup") bygroup = team;
+  }
+  ASSERT_GT(bygroup["usage_gpu_hours"].get<double>(), 0.0) << bygroup.dump();
+  EXPECT_EQ(bygroup["rank"], 3) << bygroup.dump();
   // 2 + 8 guaranteed on a cluster of 8 GPUs: said, not refused.
   ASSERT_EQ((*t)["notes"].size(), 1u) << t->dump();
   EXPECT_NE((*t)["notes"][0].get<std::string>().find("more than the 8"), std::string::npos);
@@ -70,6 +87,7 @@ TEST(TeamsE2E, ASubmitRunsInItsTeamAndTheTeamsViewCountsIt) {
   std::string out;
   ASSERT_EQ(h.Cli({"teams"}, &out), 0) << out;
   EXPECT_NE(out.find("GUARANTEED"), std::string::npos) << out;
+  EXPECT_NE(out.find("USAGE(GPU-h)"), std::string::npos) << out;
   EXPECT_NE(out.find("vision"), std::string::npos) << out;
   EXPECT_NE(out.find("note: queue 'training'"), std::string::npos) << out;
   ASSERT_EQ(h.Cli({"cancel", std::to_string(a)}, &out), 0) << out;

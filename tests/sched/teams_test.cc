@@ -1,7 +1,11 @@
 // Teams in the scheduler (docs/teams.md): which team a job runs in, a team's limit, jobs within
 // their team's guarantee first, and capacity lent to other teams taken back. Every case runs
 // through SchedHarness (invariants after every event, the team books included).
+#include <numbers>
 #include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -165,6 +169,160 @@ TEST(Teams, AJobOfNoTeamIsAllBorrowedAndAJobNeverTakesFromItsOwnTeam) {
   ASSERT_EQ(pre.size(), 1u);
   EXPECT_EQ(pre[0].job, dave);
   EXPECT_EQ(StateOf(h, bob1), JobState::kRunning);
+  EXPECT_EQ(h.violation(), "");
+}
+
+// Fair share: one queue of whole GPUs, no guarantees (all a team holds is borrowed), a half-life
+// of an hour; vision (alice) and nlp (bob) of the given weights.
+Config FairShareConfig(int vision_weight, int nlp_weight, const std::string& half_life = "1h") {
+  const std::string text = fmt::format(R"(
+default_queue = "training"
+[queues.training]
+kinds = ["whole"]
+reserve_after = "0"
+[teams]
+half_life = "{}"
+[teams.vision]
+members = ["alice"]
+weight = {}
+[teams.nlp]
+members = ["bob"]
+weight = {}
+)", half_life, vision_weight, nlp_weight);
+  auto c = ParseConfig(text, "fair.toml");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return *c;
+}
+
+const TeamStanding& StandingOf(const std::vector<TeamStanding>& all, const std::string& name) {
+  for (const TeamStanding& s : all)
+    if (s.name == name) return s;
+  ADD_FAILURE() << "no team " << name;
+  return all.front();
+}
+
+TEST(TeamsFairShare, UsageIsBorrowedGpuTimeDecayedByTheHalfLife) {
+  SchedHarness h(FairShareConfig(1, 1));
+  h.AddHost("2xH100-80GB");
+  ASSERT_EQ(Only<StartSlice>(h.Submit("training user=alice")).size(), 1u);
+  const JobId job = h.last_job();
+  h.Advance(kHour);
+  // Holding 1 GPU for one half-life h: ∫0^h 2^(−(h−s)/h) ds = h/(2 ln 2) GPU-hours for h = 1 hour.
+  const double one_half_life = 1.0 / (2.0 * std::numbers::ln2);
+  auto st = h.scheduler().TeamStandings();
+  EXPECT_NEAR(StandingOf(st, "vision").usage_gpu_hours, one_half_life, 1e-9);
+  EXPECT_EQ(StandingOf(st, "vision").borrowed, 1000);
+  EXPECT_EQ(StandingOf(st, "nlp").usage_gpu_hours, 0.0);
+  EXPECT_EQ(StandingOf(st, "nlp").rank, 1);
+  EXPECT_EQ(StandingOf(st, "vision").rank, 2);
+  h.Finish(job);
+  h.Advance(kHour);  // another half-life with nothing held: half of it is left
+  st = h.scheduler().TeamStandings();
+  EXPECT_NEAR(StandingOf(st, "vision").usage_gpu_hours, one_half_life / 2, 1e-9);
+  EXPECT_EQ(StandingOf(st, "vision").borrowed, 0);
+  h.Advance(40 * kHour);
+  EXPECT_LT(h.scheduler().TeamStandings()[0].usage_gpu_hours, 1e-9) << "decays towards nothing";
+  EXPECT_EQ(h.violation(), "");
+}
+
+TEST(TeamsFairShare, WhatATeamHoldsWithinItsGuaranteeIsNotUsage) {
+  const std::string text = R"(
+default_queue = "training"
+[queues.training]
+kinds = ["whole"]
+[teams.vision]
+members = ["alice"]
+guarantee = { training = 1 }
+)";
+  auto c = ParseConfig(text, "g.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  SchedHarness h(*c);
+  h.AddHost("2xH100-80GB");
+  h.Submit("training user=alice");
+  h.Advance(kHour);
+  EXPECT_EQ(h.scheduler().TeamStandings()[0].usage_gpu_hours, 0.0) << "within its guarantee";
+  h.Submit("training user=alice");
+  h.Advance(kHour);
+  EXPECT_GT(h.scheduler().TeamStandings()[0].usage_gpu_hours, 0.0) << "its second GPU is borrowed";
+  EXPECT_EQ(h.scheduler().TeamStandings()[0].borrowed, 1000);
+  EXPECT_EQ(h.violation(), "");
+}
+
+// Two GPUs, both busy: vision's since 0, nlp's since 1 hour. At 2 hours vision has used about
+// 1.08 decayed GPU-hours and nlp 0.72; vision's waiting job is queued before nlp's, and the GPU
+// that frees then goes to the team of lower usage over weight.
+struct Contest {
+  JobId vision_waiting, nlp_waiting;
+  std::vector<StartSlice> started;
+};
+Contest RunContest(const Config& c) {
+  SchedHarness h(c);
+  h.AddHost("2xH100-80GB");
+  h.Submit("training user=alice");
+  const JobId a1 = h.last_job();
+  h.Advance(kHour);
+  h.Submit("training user=bob");
+  h.Advance(kHour - 2 * kMinute);
+  Contest out;
+  h.Submit("training user=alice");
+  out.vision_waiting = h.last_job();
+  h.Advance(kMinute);
+  h.Submit("training user=bob");
+  out.nlp_waiting = h.last_job();
+  h.Advance(kMinute);
+  out.started = Only<StartSlice>(h.Finish(a1));
+  EXPECT_EQ(h.violation(), "");
+  return out;
+}
+
+TEST(TeamsFairShare, TheOverQuotaPoolIsServedByUsageOverWeightNotQueueOrder) {
+  Contest c = RunContest(FairShareConfig(1, 1));
+  ASSERT_EQ(c.started.size(), 1u);
+  EXPECT_EQ(c.started[0].job, c.nlp_waiting) << "nlp used less: its later job goes first";
+  // vision weighted 2: its 1.08 over 2 is less than nlp's 0.72 over 1.
+  c = RunContest(FairShareConfig(2, 1));
+  ASSERT_EQ(c.started.size(), 1u);
+  EXPECT_EQ(c.started[0].job, c.vision_waiting) << "weight divides usage";
+}
+
+TEST(TeamsFairShare, UsageForgottenAfterManyHalfLivesLeavesQueueOrder) {
+  // A half-life of a minute: by the contest, the hours of use are long forgotten by both teams
+  // (each holds one GPU at the end, so their usage is equal and queue order decides).
+  Contest c = RunContest(FairShareConfig(1, 1, "1m"));
+  ASSERT_EQ(c.started.size(), 1u);
+  EXPECT_EQ(c.started[0].job, c.vision_waiting);
+}
+
+TEST(TeamsFairShare, AReloadKeepsUsageAndAppliesTheNewHalfLifeFromThen) {
+  SchedHarness h(FairShareConfig(1, 1));
+  h.AddHost("2xH100-80GB");
+  h.Submit("training user=alice");
+  const JobId job = h.last_job();
+  h.Advance(kHour);
+  const double before = h.scheduler().TeamStandings()[0].usage_gpu_hours;
+  h.Finish(job);
+  h.Feed(ConfigReload{h.now(), FairShareConfig(1, 1, "2h")});
+  EXPECT_DOUBLE_EQ(h.scheduler().TeamStandings()[0].usage_gpu_hours, before);
+  h.Advance(2 * kHour);  // one new half-life
+  EXPECT_NEAR(h.scheduler().TeamStandings()[0].usage_gpu_hours, before / 2, 1e-9);
+  EXPECT_EQ(h.violation(), "");
+}
+
+TEST(TeamsFairShare, AJobOfNoTeamComesAfterEveryTeamOverQuota) {
+  SchedHarness h(FairShareConfig(1, 1));
+  h.AddHost("1xH100-80GB");
+  h.Submit("training user=alice");
+  const JobId a1 = h.last_job();
+  h.Advance(3 * kHour);
+  h.Submit("training user=dave");  // no team, queued first
+  const JobId dave = h.last_job();
+  h.Advance(kMinute);
+  h.Submit("training user=alice");
+  const JobId a2 = h.last_job();
+  auto started = Only<StartSlice>(h.Finish(a1));
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].job, a2) << "vision, despite its usage, before a job of no team";
+  EXPECT_EQ(StateOf(h, dave), JobState::kPending);
   EXPECT_EQ(h.violation(), "");
 }
 
