@@ -136,6 +136,7 @@ GPUSLICE_COMMAND(sim) {
     std::string cluster;
     std::string policies = "gpuslice";
     std::string config;
+    std::string compare_config;
     std::uint64_t seed = 1;
     std::string out;
     bool skip_bad_rows = false;
@@ -159,6 +160,8 @@ GPUSLICE_COMMAND(sim) {
   auto* policy_opt =
       replay->add_option("--policy", r->policies, "comma-separated placement policies (one run each)")->capture_default_str();
   replay->add_option("--config", r->config, "scheduler config TOML (gpuslice.toml): its queues, limits, idle policies");
+  replay->add_option("--compare-config", r->compare_config,
+                     "a second config replayed as the run 'compare' (e.g. other team guarantees; docs/teams.md)");
   replay->add_option("--seed", r->seed, "scheduler seed (random tie-breaks)")->capture_default_str();
   replay->add_option("--out", r->out, "directory for CSV of every metric and SVG plots");
   replay->add_flag("--skip-bad-rows", r->skip_bad_rows, "count and report bad trace rows instead of failing");
@@ -180,6 +183,7 @@ GPUSLICE_COMMAND(sim) {
       return;
     }
     o.config = r->config;
+    o.compare_config = r->compare_config;
     o.seed = r->seed;
     o.out_dir = r->out;
     o.skip_bad_rows = r->skip_bad_rows;

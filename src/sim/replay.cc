@@ -190,6 +190,16 @@ class Replay {
     const sched::Config& c = sched_.config();
     for (std::size_t j = 0; j < jobs_.size(); ++j)
       queue_of_[j] = c.FindQueue(jobs_[j].queue.empty() ? c.default_queue : jobs_[j].queue);
+    if (c.teams.enabled()) {
+      for (const sched::TeamConfig& t : c.teams.teams) {
+        TeamReplayFigures f;
+        f.team = t.name;
+        for (const auto& [queue, g] : t.guarantee) f.guaranteed += g;
+        r_.teams.push_back(std::move(f));
+      }
+      r_.teams.emplace_back();  // no team
+      team_of_.assign(jobs_.size(), -1);
+    }
   }
 
   ReplayResult Run(const std::function<void(double)>& progress) {
@@ -238,6 +248,7 @@ class Replay {
     SummariseDelays(r_);
     const double span = static_cast<double>(last_time_ - start);
     r_.mean_alloc_pct = span > 0 ? 100 * alloc_integral_ / span / capacity_ : 0;
+    SummariseTeams(span);
     if (progress) progress(1.0);
     return std::move(r_);
   }
@@ -352,6 +363,32 @@ class Replay {
   }
 
   static std::uint32_t Index(JobId id) { return static_cast<std::uint32_t>(id.value() - 1); }
+
+  // With teams: the figures of job j's team (the Scheduler's choice, asked once per job; it
+  // keeps every pending and running job, so this is asked while j is one of them).
+  TeamReplayFigures& TeamOf(std::uint32_t j) {
+    int& t = team_of_[j];
+    if (t < 0) {
+      const std::string& name = sched_.jobs().at(JobId(j + 1)).team;
+      auto it = std::find_if(r_.teams.begin(), r_.teams.end(), [&](const TeamReplayFigures& f) { return f.team == name; });
+      t = static_cast<int>(it == r_.teams.end() ? r_.teams.size() - 1 : it - r_.teams.begin());
+    }
+    return r_.teams[static_cast<std::size_t>(t)];
+  }
+
+  void SummariseTeams(double span) {
+    if (r_.teams.empty()) return;
+    for (std::uint32_t j = 0; j < jobs_.size(); ++j)
+      if (run_[j].submitted && !run_[j].started && !run_[j].rejected) ++TeamOf(j).never_started;
+    const double gpu_hours = capacity_ / kOneGpu * span / kHour;
+    for (TeamReplayFigures& t : r_.teams) {
+      std::sort(t.delays.begin(), t.delays.end());
+      t.wait_p50_s = DelayPercentile(t.delays, 0.50);
+      t.wait_p95_s = DelayPercentile(t.delays, 0.95);
+      t.guarantee_pct = 100.0 * static_cast<double>(t.guaranteed) / capacity_;
+      t.share_pct = gpu_hours > 0 ? 100.0 * t.gpu_hours_held / gpu_hours : 0;
+    }
+  }
   void Digest(std::uint64_t v) {
     for (int i = 0; i < 8; ++i) {
       r_.start_digest ^= (v >> (8 * i)) & 0xff;
@@ -381,6 +418,11 @@ class Replay {
       jr.started = true;
       ++r_.started;
       r_.delays.push_back(now - jobs_[j].submit);
+      if (!r_.teams.empty()) {
+        TeamReplayFigures& t = TeamOf(j);
+        ++t.started;
+        t.delays.push_back(now - jobs_[j].submit);
+      }
     }
     const Micros end = now + jobs_[j].duration;
     Push(end, Kind::kFinish, j, x.slice);
@@ -414,6 +456,11 @@ class Replay {
     const double share = static_cast<double>(held) / kOneGpu;
     const double hours = share * static_cast<double>(now - jr.start) / kHour;
     r_.gpu_hours_held += hours;
+    if (!r_.teams.empty()) {
+      TeamReplayFigures& t = TeamOf(j);
+      t.gpu_hours_held += hours;
+      t.preempted += how == EndKind::kPreempted;
+    }
     const ReplayJob& job = jobs_[j];
     if (!job.activity.empty()) {
       // Measured time only; busy runs whose level is known count at that level.
@@ -629,6 +676,7 @@ class Replay {
   std::priority_queue<std::pair<Micros, std::uint32_t>, std::vector<std::pair<Micros, std::uint32_t>>, std::greater<>>
       late_;
   std::vector<Micros> first_of_;  // each job's first start (-1: none yet)
+  std::vector<int> team_of_;      // with teams: each job's index in r_.teams (-1: not asked yet)
   std::uint64_t seq_ = 0;
   std::vector<sched::ReconfigureDone> mig_done_;
   // Running slices in idle-policed queues whose samples count as activity, with when their idle

@@ -122,6 +122,20 @@ struct ReplaySample {
   std::int64_t running = 0;
 };
 
+// With [teams] in the config: one team's figures over a replay (docs/teams.md).
+struct TeamReplayFigures {
+  std::string team;                // "": the jobs of no team
+  MilliGpu guaranteed = 0;         // summed over the team's queues
+  double guarantee_pct = 0;        // guaranteed / the cluster's GPUs
+  std::int64_t started = 0;        // jobs that started at least once
+  std::int64_t never_started = 0;  // still waiting when nothing else could happen
+  std::int64_t preempted = 0;      // slices taken back (or preempted otherwise) and requeued
+  std::vector<Micros> delays;      // queueing delay of each started job (first start), sorted
+  double wait_p50_s = 0, wait_p95_s = 0;
+  double gpu_hours_held = 0;       // share x time each slice was held
+  double share_pct = 0;            // of the cluster's GPU-hours over [first submit, last event]
+};
+
 struct ReplayResult {
   std::string policy;              // the run's name (placement policy, or "config")
   std::int64_t jobs = 0;           // rows in the trace
@@ -156,6 +170,8 @@ struct ReplayResult {
   std::uint64_t scored = 0;        // placement-only baseline: Score() calls
   std::string invariant_error;     // options.check_invariants: the first violation, if any
   std::uint64_t start_digest = 0;  // FNV-1a over every StartSlice's (job, node, devices), in order
+  // With [teams]: the config's teams in order, then the jobs of no team; empty without.
+  std::vector<TeamReplayFigures> teams;
 };
 
 // A default configuration for a trace without a config file: one queue per queue name in

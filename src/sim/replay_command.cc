@@ -1,5 +1,6 @@
 #include "sim/replay_command.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <ostream>
@@ -62,6 +63,43 @@ Result<Cluster> ParseClusterSpec(std::string_view spec_raw) {
   return Cluster::Uniform(nodes, gpus, model, cpus * 1000, memory);
 }
 
+namespace {
+
+std::string TeamName(const TeamReplayFigures& t) { return t.team.empty() ? "(no team)" : t.team; }
+
+// With [teams]: per run and team, waits and the share of GPU-hours against the guarantee.
+void PrintTeams(const std::vector<ReplayResult>& results, std::ostream& out) {
+  for (const ReplayResult& r : results) {
+    if (r.teams.empty()) continue;
+    out << fmt::format("\n{}: teams\n{:<16} {:>10} {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>11} {:>8}\n", r.policy,
+                       "team", "guarantee", "guar. %", "started", "waiting", "preempted", "wait p50", "wait p95",
+                       "GPU-h held", "share %");
+    for (const TeamReplayFigures& t : r.teams) {
+      if (t.team.empty() && t.started == 0 && t.never_started == 0) continue;
+      out << fmt::format("{:<16} {:>10} {:>8.1f} {:>8} {:>8} {:>9} {:>8.0f}s {:>8.0f}s {:>11.1f} {:>8.2f}\n",
+                         TeamName(t), t.team.empty() ? "-" : FormatMilliGpu(t.guaranteed), t.guarantee_pct,
+                         t.started, t.never_started, t.preempted, t.wait_p50_s, t.wait_p95_s, t.gpu_hours_held,
+                         t.share_pct);
+    }
+  }
+  if (std::any_of(results.begin(), results.end(), [](const ReplayResult& r) { return !r.teams.empty(); }))
+    out << "(guarantee: GPUs guaranteed over all queues; guar. %: of the cluster's GPUs; share %: the team's GPU-hours "
+           "held of the cluster's over the replay; wait: queueing delay of started jobs)\n";
+}
+
+std::string TeamsCsv(const std::vector<ReplayResult>& results) {
+  std::string csv = "policy,team,guaranteed_gpus,guarantee_pct,started,waiting_at_end,preempted,wait_p50_s,"
+                    "wait_p95_s,gpu_hours_held,share_pct\n";
+  for (const ReplayResult& r : results)
+    for (const TeamReplayFigures& t : r.teams)
+      csv += fmt::format("{},{},{:.3f},{:.3f},{},{},{},{:.3f},{:.3f},{:.4f},{:.4f}\n", r.policy, t.team,
+                         static_cast<double>(t.guaranteed) / kOneGpu, t.guarantee_pct, t.started, t.never_started,
+                         t.preempted, t.wait_p50_s, t.wait_p95_s, t.gpu_hours_held, t.share_pct);
+  return csv;
+}
+
+}  // namespace
+
 Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o, std::ostream& out,
                                                    std::ostream& err) {
   const ReadOptions ro{o.skip_bad_rows};
@@ -91,7 +129,14 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
       if (!st.ok()) return st.WithContext(fmt::format("--policy {}", name));
       runs.emplace_back(name, std::move(c));
     }
+    if (!o.compare_config.empty()) {
+      if (!o.policies.empty())
+        return InvalidArgument("--compare-config: compares two configs as they are; it takes no --policy");
+      GPUSLICE_ASSIGN_OR_RETURN(sched::Config other, sched::LoadConfigFile(o.compare_config));
+      runs.emplace_back("compare", std::move(other));
+    }
   } else {
+    if (!o.compare_config.empty()) return InvalidArgument("--compare-config: needs --config (the config to compare with)");
     if (o.policies.empty()) return InvalidArgument("--policy: at least one placement policy is needed");
     for (const std::string& name : o.policies) {
       auto c = ReplayConfig(name, list.jobs);
@@ -99,8 +144,13 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
       runs.emplace_back(name, std::move(c).value());
     }
   }
-  // Every run's config has the same queues (only placement differs).
+  // Every run's config has the same queues (only placement differs), but a compared config's.
   GPUSLICE_RETURN_IF_ERROR(CheckQueues(list.jobs, runs.front().second, o.skip_bad_rows, list.skipped));
+  if (!o.compare_config.empty()) {
+    SkippedRows none;
+    Status st = CheckQueues(list.jobs, runs.back().second, /*skip_bad_rows=*/false, none);
+    if (!st.ok()) return st.WithContext(fmt::format("--compare-config {}", o.compare_config));
+  }
   if (list.skipped.count > 0) {
     err << fmt::format("warning: skipped {} bad row(s) of {}; first: {}\n", list.skipped.count, o.trace,
                        list.skipped.first_errors.front());
@@ -148,6 +198,8 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
                          r.policy, r.cpu_only, r.warnings, r.preempted, r.reservations, r.reconfigurations,
                          r.mig_slices, r.events, r.decisions);
   }
+
+  PrintTeams(results, out);
 
   // Why jobs waited (job-hours pending, by the Scheduler's reason); only runs where some job waited.
   auto wait_hours = [](Micros us) { return static_cast<double>(us) / kHour; };
@@ -199,6 +251,8 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
       cdf_plot.push_back(std::move(c));
     }
     GPUSLICE_RETURN_IF_ERROR(WriteFile((dir / "replay_summary.csv").string(), summary));
+    if (std::any_of(results.begin(), results.end(), [](const ReplayResult& r) { return !r.teams.empty(); }))
+      GPUSLICE_RETURN_IF_ERROR(WriteFile((dir / "replay_teams.csv").string(), TeamsCsv(results)));
     GPUSLICE_RETURN_IF_ERROR(WriteFile((dir / "replay_series.csv").string(), series));
     GPUSLICE_RETURN_IF_ERROR(WriteFile((dir / "replay_delay_cdf.csv").string(), cdf));
     GPUSLICE_RETURN_IF_ERROR(WriteFile((dir / "replay_alloc.svg").string(),
@@ -209,8 +263,8 @@ Result<std::vector<ReplayResult>> RunReplayCommand(const ReplayCommandOptions& o
                      "jobs started within (%)", true},
                     cdf_plot)));
     out << fmt::format("wrote {}/{{replay_summary.csv, replay_series.csv, replay_delay_cdf.csv, replay_alloc.svg, "
-                       "replay_delay_cdf.svg, replay_wait_reasons.csv}}\n",
-                       dir.string());
+                       "replay_delay_cdf.svg, replay_wait_reasons.csv{}}}\n",
+                       dir.string(), results.front().teams.empty() ? "" : ", replay_teams.csv");
   }
   return results;
 }

@@ -2,7 +2,8 @@
 // `gpuslice sim replay`: online replay of a job trace (generic CSV or openb pod list) on a
 // cluster (openb node list or a uniform synthetic one) through sched::Scheduler, with the
 // admin's config (--config) or a default one per placement policy; one run per policy (or one
-// with the config as it is); a summary table and,
+// with the config as it is, and one with --compare-config); a summary table, with [teams] a
+// per-team table (wait p50/p95, share of GPU-hours against the guarantee), and,
 // with an output directory, CSV of every metric plus SVG plots (allocation over time, queueing
 // delay CDF). Not thread-safe (writes to the given streams).
 
@@ -22,6 +23,9 @@ struct ReplayCommandOptions {
   std::string cluster;   // "NODESxGPUS[:MODEL[:CPUS[:MEMORY]]]", e.g. "1250x8:H100-80GB:128:1TiB"
   std::vector<std::string> policies;  // empty with a config: its queues' own placement
   std::string config;                 // scheduler config TOML; "": ReplayConfig per policy
+  // A second config replayed after `config`'s run, as the run "compare" (e.g. today's config
+  // against one with other team guarantees); needs `config`, takes no policies.
+  std::string compare_config;
   std::uint64_t seed = 1;
   std::string out_dir;
   bool skip_bad_rows = false;

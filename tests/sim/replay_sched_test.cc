@@ -287,6 +287,91 @@ TEST(ReplayThroughScheduler, CommandUsesTheConfigFile) {
   EXPECT_THAT(bad.status().message(), HasSubstr("jobs.csv:2: column 'queue': value 'interactive'"));
 }
 
+TEST(ReplayThroughScheduler, TeamsAreReportedPerTeamAndTwoConfigsCompare) {
+  // Four GPUs. vision (alice) fills them at 0 with four 4-hour jobs and queues four more; nlp
+  // (bob) asks for two 1-hour GPUs at 10 minutes. Today nlp is guaranteed nothing and waits for
+  // vision's first jobs to end; with 2 GPUs guaranteed in the (preemptible) queue, it takes two
+  // back at once, and vision's two newest are requeued.
+  const auto dir = std::filesystem::temp_directory_path() / "gpuslice_replay_teams";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string trace = "submit,duration,gpus,queue,user\n";
+  for (int i = 0; i < 8; ++i) trace += "0,4h,1,training,alice\n";
+  trace += "10m,1h,1,training,bob\n10m,1h,1,training,bob\n0,1h,1,training,dave\n";
+  std::ofstream(dir / "jobs.csv") << trace;
+  const std::string base = R"(
+default_queue = "training"
+[queues.training]
+kinds = ["whole"]
+preemptible = true
+reserve_after = "0"
+[teams.vision]
+members = ["alice"]
+[teams.nlp]
+members = ["bob"]
+)";
+  std::ofstream(dir / "today.toml") << base;
+  std::ofstream(dir / "nlp2.toml") << base << "guarantee = { training = 2 }\n";
+  ReplayCommandOptions o;
+  o.trace = (dir / "jobs.csv").string();
+  o.cluster = "1x4:H100-80GB";
+  o.config = (dir / "today.toml").string();
+  o.compare_config = (dir / "nlp2.toml").string();
+  o.out_dir = (dir / "out").string();
+  std::ostringstream out, err;
+  auto r = RunReplayCommand(o, out, err);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->size(), 2u);
+  const ReplayResult& today = (*r)[0];
+  const ReplayResult& nlp2 = (*r)[1];
+  EXPECT_EQ(nlp2.policy, "compare");
+  ASSERT_EQ(today.teams.size(), 3u) << "the config's teams (by name), and the jobs of no team";
+  ASSERT_EQ(nlp2.teams.size(), 3u);
+  for (const ReplayResult* x : {&today, &nlp2}) {
+    EXPECT_EQ(x->teams[0].team, "nlp");
+    EXPECT_EQ(x->teams[1].team, "vision");
+    EXPECT_EQ(x->teams[2].team, "");
+    EXPECT_EQ(x->teams[2].started, 1) << "dave's job, in no team";
+    EXPECT_EQ(x->teams[0].started, 2);
+    EXPECT_EQ(x->teams[1].started, 8);
+  }
+  const TeamReplayFigures &nlp_today = today.teams[0], &vision_today = today.teams[1];
+  const TeamReplayFigures &nlp_then = nlp2.teams[0], &vision_then = nlp2.teams[1];
+  EXPECT_GT(nlp_today.wait_p95_s, 3600) << "today nlp waits for vision's jobs to end";
+  EXPECT_EQ(nlp_then.wait_p95_s, 0) << "with a guarantee it takes GPUs back at once";
+  EXPECT_EQ(vision_then.preempted, 2) << "vision's two newest slices went back";
+  EXPECT_EQ(vision_today.preempted, 0);
+  EXPECT_EQ(nlp_then.guaranteed, 2000);
+  EXPECT_DOUBLE_EQ(nlp_then.guarantee_pct, 50.0);
+  EXPECT_EQ(nlp_today.guaranteed, 0);
+  // Each team's GPU-hours add up to the run's, and every team's share to the whole allocation.
+  double held = 0, share = 0;
+  for (const TeamReplayFigures& t : nlp2.teams) {
+    held += t.gpu_hours_held;
+    share += t.share_pct;
+  }
+  EXPECT_NEAR(held, nlp2.gpu_hours_held, 1e-9);
+  EXPECT_NEAR(share, nlp2.mean_alloc_pct, 1e-6);
+  EXPECT_NEAR(nlp_then.gpu_hours_held, 2.0, 1e-9) << "two 1-hour GPUs";
+  EXPECT_THAT(out.str(), HasSubstr("compare: teams"));
+  EXPECT_THAT(out.str(), HasSubstr("(no team)"));
+  std::ifstream csv(dir / "out" / "replay_teams.csv");
+  std::string header, row;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "policy,team,guaranteed_gpus,guarantee_pct,started,waiting_at_end,preempted,wait_p50_s,"
+                    "wait_p95_s,gpu_hours_held,share_pct");
+  int rows = 0;
+  while (std::getline(csv, row)) ++rows;
+  EXPECT_EQ(rows, 6);
+  // A compared config needs a config to compare with, and takes no policy.
+  o.config.clear();
+  EXPECT_THAT(std::string(RunReplayCommand(o, out, err).status().message()), HasSubstr("needs --config"));
+  o.config = (dir / "today.toml").string();
+  o.policies = {"best-fit"};
+  EXPECT_THAT(std::string(RunReplayCommand(o, out, err).status().message()), HasSubstr("takes no --policy"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ReplayThroughScheduler, OnDemandReclaimKeepsIdleSlicesUntilAJobNeedsTheRoom) {
   // One GPU, four idle quarter slices for 4 h; at 2 h a half-GPU job arrives. "always" reclaims
   // all four at 40 min; "on-demand" keeps them and, at 2 h, takes the two longest idle (the
