@@ -77,13 +77,68 @@ async function waitFor(page, fn, arg, timeout = 10000) {
 
 const cellText = (page, job, cls) => page.textContent(`tr[data-job="${job}"] td.${cls}`);
 
+// A `gpuslice serve` on TCP with the test's three tokens, its state, socket and config (TOML
+// text) in `dir`, its log at <artifacts>/<name>.log; `args` add to its command line. Returns
+// {base, sock, call, stop}: call(method, path, token, body) is the API as the token's holder;
+// stop() ends the daemon's jobs, then the daemon.
+async function startServe(dir, name, config, args) {
+  fs.writeFileSync(path.join(dir, 'gpuslice.toml'), config);
+  fs.writeFileSync(path.join(dir, 'tokens'), `alice 1000 ${ALICE}\nbob 1001:1001 ${BOB}\nroot 0 ${ROOT}\n`, { mode: 0o600 });
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const sock = path.join(dir, 'sock');
+  const log = fs.openSync(path.join(artifacts, `${name}.log`), 'w');
+  const serve = spawn(binary, ['serve', '--state-dir', path.join(dir, 'state'), '--socket', sock,
+    '--config', path.join(dir, 'gpuslice.toml'), '--tcp', `127.0.0.1:${port}`, '--token-file', path.join(dir, 'tokens'),
+    ...args], { stdio: ['ignore', log, log] });
+  const call = async (method, p, token, body) => {
+    const r = await fetch(base + p, {
+      method, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+      body: body ? JSON.stringify(body) : undefined });
+    return { status: r.status, headers: r.headers, body: await r.json().catch(() => null) };
+  };
+  const stop = async () => {
+    // The daemon leaves running jobs running when it stops (a restart must not kill work), so
+    // this test ends its own first: no `sleep` of uid 1000 or 1001 outlives it, where another
+    // test counting a uid's processes (the JupyterHub one's throwaway users) would find them.
+    try {
+      for (const j of ((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []) {
+        await call('POST', `/v1/jobs/${j.id}/cancel`, ROOT);
+      }
+      for (const deadline = Date.now() + 15000; Date.now() < deadline; await sleep(200)) {
+        if ((((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []).length === 0) break;
+      }
+    } catch (e) {
+      console.log(`cleanup: ${e}`);
+    }
+    const exited = new Promise((r) => { serve.on('exit', r); setTimeout(r, 5000); });
+    serve.kill('SIGTERM');
+    await exited;
+  };
+  for (let i = 0; i < 100; i += 1) {
+    try {
+      if ((await call('GET', '/v1/health', ALICE)).status === 200) return { base, sock, call, stop };
+    } catch (e) { /* not listening yet */ }
+    await sleep(100);
+  }
+  await stop();
+  throw new Error(`gpuslice serve did not answer on TCP (see ${name}.log)`);
+}
+
+// Submits a job (`sleep 600` unless body says otherwise) and returns its id.
+async function submitJob(call, token, body) {
+  const r = await call('POST', '/v1/jobs', token, { argv: ['sleep', '600'], cwd: '/tmp', env: { PATH: '/usr/bin:/bin' }, ...body });
+  if (r.status !== 201) throw new Error(`submit: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body.job.id;
+}
+
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gsui-'));
   fs.mkdirSync(artifacts, { recursive: true });
-  fs.writeFileSync(path.join(dir, 'gpuslice.toml'),
+  const config =
     '[queues.interactive]\ntime_limit = "1h"\n[queues.interactive.idle]\n' +
     `window = "${WINDOW_S}s"\ngrace = "${GRACE_S}s"\nsignals = ["sm", "memory", "jupyter"]\n` +
-    '[queues.training]\nwarn_before = "20s"\n[queues.inference]\n');
+    '[queues.training]\nwarn_before = "20s"\n[queues.inference]\n';
   const script = { jobs: {} };
   const scriptPath = path.join(dir, 'script.json');
   const setScript = (id, sm) => {
@@ -92,33 +147,16 @@ async function main() {
     fs.renameSync(`${scriptPath}.tmp`, scriptPath);
   };
   fs.writeFileSync(scriptPath, JSON.stringify(script));
-  fs.writeFileSync(path.join(dir, 'tokens'), `alice 1000 ${ALICE}\nbob 1001:1001 ${BOB}\nroot 0 ${ROOT}\n`, { mode: 0o600 });
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
-  const sock = path.join(dir, 'sock');
-  const log = fs.openSync(path.join(artifacts, 'ui-serve.log'), 'w');
-  const serve = spawn(binary, ['serve', '--simulate', '8xH100-80GB', '--state-dir', path.join(dir, 'state'),
-    '--socket', sock, '--config', path.join(dir, 'gpuslice.toml'),
-    '--simulate-script', scriptPath, '--tcp', `127.0.0.1:${port}`, '--token-file', path.join(dir, 'tokens'),
-    '--grace', '1s', '--tick', '50ms', '--sample-interval', '200ms'], { stdio: ['ignore', log, log] });
   let browser;
-  const call = async (method, p, token, body) => {
-    const r = await fetch(base + p, {
-      method, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-      body: body ? JSON.stringify(body) : undefined });
-    return { status: r.status, headers: r.headers, body: await r.json().catch(() => null) };
-  };
+  let daemon = null;
   try {
-    let up = false;
-    for (let i = 0; i < 100 && !up; i += 1) {
-      try { up = (await call('GET', '/v1/health', ALICE)).status === 200; } catch (e) { await sleep(100); }
-    }
-    if (!up) throw new Error('gpuslice serve did not answer on TCP (see ui-serve.log)');
+    daemon = await startServe(dir, 'ui-serve', config, ['--simulate', '8xH100-80GB', '--simulate-script', scriptPath,
+      '--grace', '1s', '--tick', '50ms', '--sample-interval', '200ms']);
+    const { base, sock, call } = daemon;
     const submit = async (token, body, sm) => {
-      const r = await call('POST', '/v1/jobs', token, { cwd: '/tmp', env: { PATH: '/usr/bin:/bin' }, ...body });
-      if (r.status !== 201) throw new Error(`submit: ${r.status} ${JSON.stringify(r.body)}`);
-      if (sm !== undefined) setScript(r.body.job.id, sm);
-      return r.body.job.id;
+      const id = await submitJob(call, token, body);
+      if (sm !== undefined) setScript(id, sm);
+      return id;
     };
     const job = async (id) => (await call('GET', `/v1/jobs/${id}`, ALICE)).body.job;
     const waitJob = async (id, pred, what, timeout = 20000) => {
@@ -416,21 +454,7 @@ async function main() {
     check(consoleErrors.length === 0, `no script errors or CSP violations: ${consoleErrors.join(' | ')}`);
   } finally {
     if (browser) await browser.close();
-    // The daemon leaves running jobs running when it stops (a restart must not kill work), so
-    // this test ends its own first: no `sleep` of uid 1000 or 1001 outlives it, where another
-    // test counting a uid's processes (the JupyterHub one's throwaway users) would find them.
-    try {
-      for (const j of ((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []) {
-        await call('POST', `/v1/jobs/${j.id}/cancel`, ROOT);
-      }
-      for (const deadline = Date.now() + 15000; Date.now() < deadline; await sleep(200)) {
-        if ((((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []).length === 0) break;
-      }
-    } catch (e) {
-      console.log(`cleanup: ${e}`);
-    }
-    serve.kill('SIGTERM');
-    await new Promise((r) => { serve.on('exit', r); setTimeout(r, 5000); });
+    if (daemon) await daemon.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   }
   if (failures) { console.log(`${failures} check(s) failed`); process.exit(1); }
