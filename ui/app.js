@@ -2,7 +2,7 @@
 // draws them; cancels through the ordinary API, so the daemon decides who may. Every text
 // from the daemon (job commands, user and queue names, reasons) is hostile input: it goes
 // into the page only through textContent / text nodes, never as HTML (format.js has the
-// helpers; report.js draws the report).
+// helpers; report.js draws the report, whatif.js the what-if, teams.js the teams).
 'use strict';
 
 const POLL_MS = 2000;
@@ -356,10 +356,10 @@ async function refresh() {
   if (busy) return;
   busy = true;
   try {
-    const [devs, hist, qs, jobs, slices, ended, me] = await Promise.all([
+    const [devs, hist, qs, jobs, slices, ended, me, teams] = await Promise.all([
       api('GET', '/v1/devices'), api('GET', `/v1/devices/history?minutes=${state.minutes}`), api('GET', '/v1/queues'),
       api('GET', '/v1/jobs?state=active'), api('GET', '/v1/slices'), api('GET', `/v1/jobs?state=ended&limit=${ENDED_SHOWN}`),
-      state.me ? Promise.resolve(null) : api('GET', '/v1/whoami')]);
+      state.me ? Promise.resolve(null) : api('GET', '/v1/whoami'), api('GET', '/v1/teams')]);
     const upd = document.getElementById('updated');
     const failed = [devs, qs, jobs, slices].find((r) => r.error);
     if (failed) {
@@ -376,6 +376,7 @@ async function refresh() {
     document.getElementById('simulated').hidden = !devs.body.simulated;
     renderDevices(devs.body, hist.error ? null : hist.body);
     renderQueues(qs.body);
+    renderTeams(teams);  // teams.js: hidden without [teams]
     const list = jobs.body.jobs || [];
     renderPending(list);
     renderRunning(list, slices.body);

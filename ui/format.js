@@ -79,6 +79,14 @@ function gpus(milli) {
   return `${t} GPU${v > 1 ? 's' : ''}`;
 }
 
+// milli-GPU as core/units FormatMilliGpu and `gpuslice teams` write it: "250m", "2", "1.5".
+function milliGpu(m) {
+  if (!Number.isInteger(m) || m < 0) return '—';
+  if (m % 1000 === 0) return String(m / 1000);
+  if (m < 1000) return `${m}m`;
+  return `${Math.floor(m / 1000)}.${String(m % 1000).padStart(3, '0')}`.replace(/0+$/, '');
+}
+
 // GPU-hours (one whole GPU for an hour); under one, GPU-minutes.
 function gpuHours(h) {
   if (!known(h)) return 'unknown';

@@ -10,8 +10,10 @@
 //   its instances and what it holds; "mine" against "everyone's"; a refused and an allowed
 //   cancel; recently ended jobs with how and why; the report in words (no raw keys, no µs),
 //   day and week with their own periods, its charts, a verdict that weighs waits; the what-if
-//   panel with the daemon's verdict once a token is given.
-// Leaves a screenshot at <artifacts>/ui.png (docs/ui.png).
+//   panel with the daemon's verdict once a token is given; no teams panel without [teams]. Then
+//   a second daemon with [teams]: the teams panel's figures, bars, note, usage and rank, a
+//   hostile teams answer as text, the config refusing hostile names (teamsPanel below).
+// Leaves screenshots at <artifacts>/ui.png (docs/ui.png) and <artifacts>/ui-teams.png.
 //
 // Usage: node ui_test.js <gpuslice binary> <artifacts dir>. Exit 77 (skipped) without
 // chromium or playwright-core.
@@ -21,7 +23,7 @@ const fs = require('fs');
 const os = require('os');
 const path = require('path');
 const net = require('net');
-const { spawn, execFileSync } = require('child_process');
+const { spawn, spawnSync, execFileSync } = require('child_process');
 
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 let chromium;
@@ -77,13 +79,195 @@ async function waitFor(page, fn, arg, timeout = 10000) {
 
 const cellText = (page, job, cls) => page.textContent(`tr[data-job="${job}"] td.${cls}`);
 
+// A `gpuslice serve` on TCP with the test's three tokens, its state, socket and config (TOML
+// text) in `dir`, its log at <artifacts>/<name>.log; `args` add to its command line. Returns
+// {base, sock, call, stop}: call(method, path, token, body) is the API as the token's holder;
+// stop() ends the daemon's jobs, then the daemon.
+async function startServe(dir, name, config, args) {
+  fs.writeFileSync(path.join(dir, 'gpuslice.toml'), config);
+  fs.writeFileSync(path.join(dir, 'tokens'), `alice 1000 ${ALICE}\nbob 1001:1001 ${BOB}\nroot 0 ${ROOT}\n`, { mode: 0o600 });
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const sock = path.join(dir, 'sock');
+  const log = fs.openSync(path.join(artifacts, `${name}.log`), 'w');
+  const serve = spawn(binary, ['serve', '--state-dir', path.join(dir, 'state'), '--socket', sock,
+    '--config', path.join(dir, 'gpuslice.toml'), '--tcp', `127.0.0.1:${port}`, '--token-file', path.join(dir, 'tokens'),
+    ...args], { stdio: ['ignore', log, log] });
+  const call = async (method, p, token, body) => {
+    const r = await fetch(base + p, {
+      method, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+      body: body ? JSON.stringify(body) : undefined });
+    return { status: r.status, headers: r.headers, body: await r.json().catch(() => null) };
+  };
+  const stop = async () => {
+    // The daemon leaves running jobs running when it stops (a restart must not kill work), so
+    // this test ends its own first: no `sleep` of uid 1000 or 1001 outlives it, where another
+    // test counting a uid's processes (the JupyterHub one's throwaway users) would find them.
+    try {
+      for (const j of ((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []) {
+        await call('POST', `/v1/jobs/${j.id}/cancel`, ROOT);
+      }
+      for (const deadline = Date.now() + 15000; Date.now() < deadline; await sleep(200)) {
+        if ((((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []).length === 0) break;
+      }
+    } catch (e) {
+      console.log(`cleanup: ${e}`);
+    }
+    const exited = new Promise((r) => { serve.on('exit', r); setTimeout(r, 5000); });
+    serve.kill('SIGTERM');
+    await exited;
+  };
+  for (let i = 0; i < 100; i += 1) {
+    try {
+      if ((await call('GET', '/v1/health', ALICE)).status === 200) return { base, sock, call, stop };
+    } catch (e) { /* not listening yet */ }
+    await sleep(100);
+  }
+  await stop();
+  throw new Error(`gpuslice serve did not answer on TCP (see ${name}.log)`);
+}
+
+// Submits a job (`sleep 600` unless body says otherwise) and returns its id.
+async function submitJob(call, token, body) {
+  const r = await call('POST', '/v1/jobs', token, { argv: ['sleep', '600'], cwd: '/tmp', env: { PATH: '/usr/bin:/bin' }, ...body });
+  if (r.status !== 201) throw new Error(`submit: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body.job.id;
+}
+
+// The teams panel (docs/teams.md) against a second daemon whose config has [teams], on 4
+// simulated GPUs: vision (alice) guaranteed 1.5 in training, limit 2, holds 2 (500m borrowed) and
+// waits for a third (its limit); nlp (root, weight 3) guaranteed 2 in training and 250m in
+// interactive, holds 1 and lends; infra (a group) guaranteed 2, holds nothing, lends; bob's job
+// is in no team (his uid has no name here, "uid:1001", which no team can list); 5.5 GPUs
+// guaranteed on 4: a note. Then the panel drawing a hostile answer
+// (replaced at the network edge) as text, and the config refusing such names in the first place.
+async function teamsPanel(browser, dir, alice) {
+  const config = '[queues.training]\n[queues.interactive]\n[teams]\nhalf_life = "7d"\n' +
+    `[teams.vision]\nmembers = ["${alice}"]\nguarantee = { training = 1.5 }\nlimit = { training = 2 }\n` +
+    '[teams.nlp]\nmembers = ["root"]\nguarantee = { training = 2, interactive = "250m" }\nweight = 3\n' +
+    '[teams.infra]\nmembers = ["@gpuslice-infra"]\nguarantee = { training = 2 }\n';
+  const d = await startServe(dir, 'ui-teams-serve', config, ['--simulate', '4xH100-80GB', '--grace', '1s', '--tick', '50ms']);
+  const page = await (await browser.newContext({ viewport: { width: 1500, height: 900 } })).newPage();
+  const errors = [];
+  page.on('console', (m) => { if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) errors.push(m.text()); });
+  page.on('pageerror', (e) => errors.push(String(e)));
+  try {
+    const whole = (gpus) => ({ queue: 'training', kind: 'whole', gpus });
+    await submitJob(d.call, ALICE, whole(2));
+    await submitJob(d.call, ALICE, whole(1));  // past vision's limit: waits
+    await submitJob(d.call, ROOT, whole(1));
+    await submitJob(d.call, BOB, whole(1));   // bob is in no team
+    let api = null;
+    const queueOf = (team, queue) => ((api.teams.find((t) => t.name === team) || {}).queues || []).find((q) => q.queue === queue) || {};
+    for (const deadline = Date.now() + 20000; ; await sleep(200)) {
+      api = (await d.call('GET', '/v1/teams', ALICE)).body;
+      if (queueOf('vision', 'training').held === 2000 && queueOf('vision', 'training').waiting === 1 &&
+          queueOf('nlp', 'training').held === 1000 && (api.no_team[0] || {}).held === 1000) break;
+      if (Date.now() > deadline) throw new Error(`the teams did not reach the scenario: ${JSON.stringify(api)}`);
+    }
+
+    await page.goto(`${d.base}/ui`);
+    await page.fill('#token', ALICE);
+    await page.click('#token-form button[type=submit]');
+    // A cell of a team's row in a queue (by the rows' data, so that any name can be looked up).
+    const cell = (team, queue, cls) => page.evaluate(([t, q, c]) => {
+      const row = [...document.querySelectorAll('#teams tbody tr')].find((r) =>
+        (t === null ? r.classList.contains('no-team') : r.dataset.team === t) && (q === null || r.dataset.queue === q));
+      const e = row && row.querySelector(`.${c}`);
+      return e ? { text: e.textContent, title: e.title, label: e.getAttribute('aria-label') || '' } : null;
+    }, [team, queue, cls]);
+    await waitFor(page, () => document.getElementById('teams-panel').dataset.enabled === 'true', null, 10000);
+    check(await page.locator('#teams-panel').isVisible(), 'with [teams] the page shows the teams panel');
+    const figures = async (team, queue) => {
+      const out = [];
+      for (const c of ['guaranteed', 'held', 'borrowed', 'lent', 'limit', 'waiting']) out.push((await cell(team, queue, c) || {}).text);
+      return out.join(' ');
+    };
+    const expect = [['vision', 'training', '1.5 2 500m 0 2 1'], ['nlp', 'training', '2 1 0 1 none 0'],
+      ['nlp', 'interactive', '250m 0 0 0 none 0'], ['infra', 'training', '2 0 0 1.5 none 0'], [null, 'training', '0 1 1 0 none 0']];
+    for (const [team, queue, want] of expect) {
+      const got = await figures(team, queue);
+      check(got === want, `${team || '(no team)'} in ${queue}: guaranteed held borrowed lent limit waiting = ${got} (want ${want})`);
+    }
+    check((await cell('nlp', null, 'weight')).text === '3' && (await cell('nlp', null, 'members')).text === 'root',
+          'nlp: weight 3 and its member');
+    // The bar: the part past the guarantee is borrowed, drawn hatched (not only another colour),
+    // the limit a mark; a team within its guarantee has no borrowed part.
+    const bar = (team, queue) => page.evaluate(([t, q]) => {
+      const row = [...document.querySelectorAll('#teams tbody tr')].find((r) => r.dataset.team === t && r.dataset.queue === q);
+      const b = row.querySelector('.team-bar');
+      const part = (c) => { const e = b.querySelector(`.${c}`); return e ? e.getBoundingClientRect().width : null; };
+      const borrowed = b.querySelector('.borrowed');
+      return { label: b.getAttribute('aria-label'), within: part('within'), borrowed: part('borrowed'), unused: part('unused'),
+               limit: part('limit-mark'), hatched: borrowed ? getComputedStyle(borrowed).backgroundImage : '' };
+    }, [team, queue]);
+    const vb = await bar('vision', 'training');
+    check(vb.borrowed > 0 && vb.within > 0 && Math.abs(vb.within / vb.borrowed - 3) < 0.05 && vb.limit !== null &&
+          /gradient/.test(vb.hatched) && vb.label === 'holds 2 of 1.5 guaranteed, 500m borrowed, limit 2',
+          `vision's bar: 1.5 within, 500m borrowed (hatched), its limit marked: ${JSON.stringify(vb)}`);
+    const nb = await bar('nlp', 'training');
+    check(nb.borrowed === null && nb.within > 0 && nb.unused > 0 && nb.limit === null,
+          `nlp's bar: within its guarantee, part of it unused, no limit: ${JSON.stringify(nb)}`);
+    const notes = await page.$$eval('#team-notes li', (ls) => ls.map((l) => l.textContent));
+    check(notes.length === api.notes.length && notes.length === 1 && /guaranteed 5\.5 GPUs, more than the 4/.test(notes[0]),
+          `the daemon's note is shown as a warning: ${notes.join(' | ')}`);
+    // Decayed usage and rank: as the daemon gives them, else "—" said to be unknown, never 0.
+    for (const t of api.teams) {
+      const usage = await cell(t.name, null, 'usage');
+      const rank = await cell(t.name, null, 'rank');
+      const usageOk = typeof t.usage_gpu_hours === 'number' ? /GPU-(h|min)$/.test(usage.text)
+        : usage.text === '—' && /not known/.test(usage.title);
+      const rankOk = Number.isInteger(t.rank) ? rank.text === String(t.rank) : rank.text === '—' && /not known/.test(rank.title);
+      check(usageOk && rankOk, `${t.name}: usage "${usage.text}" (${usage.title}), rank "${rank.text}" for ${t.usage_gpu_hours}, ${t.rank}`);
+    }
+    await page.screenshot({ path: path.join(artifacts, 'ui-teams.png'), fullPage: true });
+
+    // A hostile answer, replaced at the network edge: every name drawn as text; usage and rank
+    // known (0 is 0) apart from unknown (null: "—").
+    await page.route('**/v1/teams', (r) => r.fulfill({ status: 200, contentType: 'application/json',
+      body: JSON.stringify({ enabled: true, half_life_us: 604800000000, cluster_milli: 4000, simulated: true,
+        teams: [
+          { name: HOSTILE, members: [HOSTILE, `@${HOSTILE}`], weight: 2, usage_gpu_hours: 12.4, rank: 2,
+            queues: [{ queue: HOSTILE, guaranteed: 1000, held: 1250, borrowed: 250, lent: 0, limit: null, waiting: 0 }] },
+          { name: 'idle-team', members: ['z'], weight: 1, usage_gpu_hours: 0, rank: 1, queues: [] },
+          { name: 'new-team', members: ['u'], weight: 1, usage_gpu_hours: null, rank: null, queues: [] }],
+        no_team: [], notes: [`note ${HOSTILE}`] }) }));
+    await waitFor(page, (h) => [...document.querySelectorAll('#teams th.team')].some((e) => e.textContent === h), HOSTILE, 10000);
+    const hostileMembers = await cell(HOSTILE, HOSTILE, 'members');
+    const hostileNote = await page.textContent('#team-notes');
+    check(hostileMembers.text === `${HOSTILE}, @${HOSTILE}` && hostileNote.includes(HOSTILE) &&
+          (await cell(HOSTILE, HOSTILE, 'queue')).text === HOSTILE, 'hostile team, member, queue and note are shown as text');
+    check(await page.locator('img').count() === 0 && await page.evaluate(() => window.__pwned === undefined),
+          'the hostile teams answer ran nothing');
+    const said = async (t) => `${(await cell(t, null, 'usage')).text} / ${(await cell(t, null, 'rank')).text}`;
+    const unknownUsage = await cell('new-team', null, 'usage');
+    check(await said(HOSTILE) === '12.4 GPU-h / 2' && await said('idle-team') === '0 GPU-min / 1' &&
+          await said('new-team') === '— / —' && /not known/.test(unknownUsage.title),
+          `usage and rank: known, zero, unknown: ${await said(HOSTILE)}; ${await said('idle-team')}; ${await said('new-team')}`);
+    await page.unroute('**/v1/teams');
+
+    // The config refuses such names, which is what keeps them out of a real answer.
+    for (const [bad, why] of [[`[teams."${HOSTILE.replace(/"/g, '\\"')}"]\nmembers = ["x"]\n`, 'not a team name'],
+      [`[teams.a]\nmembers = ["${HOSTILE.replace(/"/g, '\\"')}"]\n`, 'is not a user or @group name']]) {
+      const file = path.join(dir, 'hostile.toml');
+      fs.writeFileSync(file, `[queues.interactive]\n[queues.training]\n[teams]\n${bad}`);
+      const r = spawnSync(binary, ['config', 'check', file], { encoding: 'utf8' });
+      check(r.status !== 0 && (r.stderr + r.stdout).includes(why), `config check refuses a hostile name (${why}): ${r.status} ${(r.stderr + r.stdout).trim().slice(0, 200)}`);
+    }
+    check(errors.length === 0, `teams page: no script errors or CSP violations: ${errors.join(' | ')}`);
+  } finally {
+    await page.context().close();
+    await d.stop();
+  }
+}
+
 async function main() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gsui-'));
   fs.mkdirSync(artifacts, { recursive: true });
-  fs.writeFileSync(path.join(dir, 'gpuslice.toml'),
+  const config =
     '[queues.interactive]\ntime_limit = "1h"\n[queues.interactive.idle]\n' +
     `window = "${WINDOW_S}s"\ngrace = "${GRACE_S}s"\nsignals = ["sm", "memory", "jupyter"]\n` +
-    '[queues.training]\nwarn_before = "20s"\n[queues.inference]\n');
+    '[queues.training]\nwarn_before = "20s"\n[queues.inference]\n';
   const script = { jobs: {} };
   const scriptPath = path.join(dir, 'script.json');
   const setScript = (id, sm) => {
@@ -92,33 +276,16 @@ async function main() {
     fs.renameSync(`${scriptPath}.tmp`, scriptPath);
   };
   fs.writeFileSync(scriptPath, JSON.stringify(script));
-  fs.writeFileSync(path.join(dir, 'tokens'), `alice 1000 ${ALICE}\nbob 1001:1001 ${BOB}\nroot 0 ${ROOT}\n`, { mode: 0o600 });
-  const port = await freePort();
-  const base = `http://127.0.0.1:${port}`;
-  const sock = path.join(dir, 'sock');
-  const log = fs.openSync(path.join(artifacts, 'ui-serve.log'), 'w');
-  const serve = spawn(binary, ['serve', '--simulate', '8xH100-80GB', '--state-dir', path.join(dir, 'state'),
-    '--socket', sock, '--config', path.join(dir, 'gpuslice.toml'),
-    '--simulate-script', scriptPath, '--tcp', `127.0.0.1:${port}`, '--token-file', path.join(dir, 'tokens'),
-    '--grace', '1s', '--tick', '50ms', '--sample-interval', '200ms'], { stdio: ['ignore', log, log] });
   let browser;
-  const call = async (method, p, token, body) => {
-    const r = await fetch(base + p, {
-      method, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
-      body: body ? JSON.stringify(body) : undefined });
-    return { status: r.status, headers: r.headers, body: await r.json().catch(() => null) };
-  };
+  let daemon = null;
   try {
-    let up = false;
-    for (let i = 0; i < 100 && !up; i += 1) {
-      try { up = (await call('GET', '/v1/health', ALICE)).status === 200; } catch (e) { await sleep(100); }
-    }
-    if (!up) throw new Error('gpuslice serve did not answer on TCP (see ui-serve.log)');
+    daemon = await startServe(dir, 'ui-serve', config, ['--simulate', '8xH100-80GB', '--simulate-script', scriptPath,
+      '--grace', '1s', '--tick', '50ms', '--sample-interval', '200ms']);
+    const { base, sock, call } = daemon;
     const submit = async (token, body, sm) => {
-      const r = await call('POST', '/v1/jobs', token, { cwd: '/tmp', env: { PATH: '/usr/bin:/bin' }, ...body });
-      if (r.status !== 201) throw new Error(`submit: ${r.status} ${JSON.stringify(r.body)}`);
-      if (sm !== undefined) setScript(r.body.job.id, sm);
-      return r.body.job.id;
+      const id = await submitJob(call, token, body);
+      if (sm !== undefined) setScript(id, sm);
+      return id;
     };
     const job = async (id) => (await call('GET', `/v1/jobs/${id}`, ALICE)).body.job;
     const waitJob = async (id, pred, what, timeout = 20000) => {
@@ -179,6 +346,11 @@ async function main() {
     await useToken(ALICE);
     await waitFor(page, () => document.querySelectorAll('#devices .card').length === 8, null, 10000);
     check(true, 'the page shows 8 devices');
+    // Without [teams] the daemon says so and the page shows no teams panel, not an empty one.
+    await waitFor(page, () => document.getElementById('teams-panel').dataset.enabled === 'false', null, 10000);
+    const noTeams = (await call('GET', '/v1/teams', ALICE)).body;
+    check(noTeams.enabled === false && await page.locator('#teams-panel').isHidden() &&
+          await page.locator('#teams tbody tr').count() === 0, 'without [teams] the page has no teams panel');
     // The daemon names a caller by its uid (alice's token is uid 1000), as it names its jobs.
     const aliceIs = (await call('GET', '/v1/whoami', ALICE)).body;
     const bobIs = (await call('GET', '/v1/whoami', BOB)).body;
@@ -414,23 +586,12 @@ async function main() {
     const orders = JSON.stringify(ev).match(/device 7[^"]*\(by root\)/g) || [];
     check(orders.length === 4, `each order is journaled with who gave it: ${orders.join(' | ')}`);
     check(consoleErrors.length === 0, `no script errors or CSP violations: ${consoleErrors.join(' | ')}`);
+    const teamsDir = path.join(dir, 'teams');
+    fs.mkdirSync(teamsDir);
+    await teamsPanel(browser, teamsDir, aliceIs.user);
   } finally {
     if (browser) await browser.close();
-    // The daemon leaves running jobs running when it stops (a restart must not kill work), so
-    // this test ends its own first: no `sleep` of uid 1000 or 1001 outlives it, where another
-    // test counting a uid's processes (the JupyterHub one's throwaway users) would find them.
-    try {
-      for (const j of ((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []) {
-        await call('POST', `/v1/jobs/${j.id}/cancel`, ROOT);
-      }
-      for (const deadline = Date.now() + 15000; Date.now() < deadline; await sleep(200)) {
-        if ((((await call('GET', '/v1/jobs?state=active', ROOT)).body || {}).jobs || []).length === 0) break;
-      }
-    } catch (e) {
-      console.log(`cleanup: ${e}`);
-    }
-    serve.kill('SIGTERM');
-    await new Promise((r) => { serve.on('exit', r); setTimeout(r, 5000); });
+    if (daemon) await daemon.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   }
   if (failures) { console.log(`${failures} check(s) failed`); process.exit(1); }
