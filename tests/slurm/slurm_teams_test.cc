@@ -202,16 +202,10 @@ TEST_F(SlurmTeamsTest, AJobOverItsTeamsLimitPendsAndABorrowingJobIsRequeuedForAT
   auto b = ShowJob(borrower, cluster_->context());
   ASSERT_TRUE(b.ok());
   EXPECT_NE((*b)["JobState"], "RUNNING");
-  EXPECT_NE((*b)["Restarts"], "0");  // requeued, not killed
+  // Requeued, not killed.
+  ASSERT_FALSE((*b)["Restarts"].empty());
+  EXPECT_GE(std::stoi((*b)["Restarts"]), 1);
   CancelAll({borrower, owner});
-}
-
-TEST_F(SlurmTeamsTest, ATeamNotInThePolicyIsRefusedBeforeSbatch) {
-  auto r = Request("nope", 1);
-  auto id = SubmitToSlurm(r);
-  ASSERT_FALSE(id.ok());
-  EXPECT_EQ(id.status().code(), StatusCode::kNotFound);
-  EXPECT_THAT(id.status().message(), HasSubstr("--team 'nope': no such team"));
 }
 
 }  // namespace

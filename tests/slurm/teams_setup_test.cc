@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "sched/config.h"
+#include "slurm/client.h"
 #include "slurm/process.h"
 #include "slurm/teams_setup.h"
 
@@ -269,6 +270,26 @@ TEST(GenerateTeamsSetup, WithoutPreemptibleQueuesThereIsNoBorrowQos) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_THAT(s->script, Not(HasSubstr("gpuslice-borrow")));
   EXPECT_THAT(s->slurm_conf, Not(HasSubstr("Preempt")));
+}
+
+// `submit --slurm --team X` runs in account X; X is checked against the policy before Slurm is
+// asked anything (slurm_teams_test sees the account on a real job).
+TEST(PlanSlurmSubmission, ATeamMustBeOneOfThePolicys) {
+  SlurmSubmitRequest r;
+  r.queue = "training";
+  r.command = {"true"};
+  r.team = "nope";
+  r.policy = Policy(kTwoTeams);
+  r.slurm.slurm_conf = "/nonexistent/slurm.conf";
+  auto s = PlanSlurmSubmission(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(s.status().message(), HasSubstr("--team 'nope': no such team in the policy's [teams]"));
+  r.policy = Policy("");
+  s = PlanSlurmSubmission(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("--team 'nope': the policy has no [teams]"));
 }
 
 }  // namespace
