@@ -93,13 +93,6 @@ GPUSLICE_COMMAND(submit) {
       *exit_code = cli::Finish(st, c->json);
       return;
     }
-    if (route->enabled && !s->team.empty()) {
-      *exit_code = cli::Finish(gpuslice::InvalidArgument(fmt::format("--team '{}': teams are not carried to Slurm yet (its "
-                                                           "accounts are not generated); submit without --slurm",
-                                                           s->team)),
-                               c->json);
-      return;
-    }
     if (route->enabled) {
       gpuslice::slurm::SubmitFlags sf;
       sf.policy = route->policy;
@@ -111,6 +104,7 @@ GPUSLICE_COMMAND(submit) {
       sf.time = s->time;
       sf.kind = s->kind;
       sf.model = s->model;
+      sf.team = s->team;
       sf.command = s->command;
       *exit_code = cli::Finish(gpuslice::slurm::RunSlurmSubmit(sf, std::cout), c->json);
       return;
@@ -219,8 +213,21 @@ GPUSLICE_COMMAND(queues) {
 GPUSLICE_COMMAND(teams) {
   auto* sub = app.add_subcommand("teams", "Teams: guaranteed, held, borrowed and lent GPUs, and who waits");
   auto c = AddClientFlags(sub);
-  sub->footer("Examples:\n  gpuslice teams\n  gpuslice teams --json");
-  sub->callback([=] { *exit_code = cli::Finish(api::Teams(*c), c->json); });
+  auto slurm = std::make_shared<bool>(false);
+  auto policy = std::make_shared<std::string>();
+  sub->add_flag("--slurm", *slurm, "Print the Slurm setup of the teams of --policy (as `gpuslice slurm teams`)");
+  sub->add_option("--policy", *policy, "With --slurm: gpuslice config with [teams] (TOML)");
+  sub->footer("Examples:\n  gpuslice teams\n  gpuslice teams --json\n"
+              "  gpuslice teams --slurm --policy /etc/gpuslice/gpuslice.toml   # the Slurm setup (gpuslice slurm teams)");
+  sub->callback([=] {
+    if (*slurm) {
+      gpuslice::slurm::TeamsFlags tf;
+      tf.policy = *policy;
+      *exit_code = cli::Finish(gpuslice::slurm::RunSlurmTeams(tf, std::cout, std::cerr), c->json);
+      return;
+    }
+    *exit_code = cli::Finish(api::Teams(*c), c->json);
+  });
 }
 
 GPUSLICE_COMMAND(top) {

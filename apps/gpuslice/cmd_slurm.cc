@@ -108,6 +108,22 @@ GPUSLICE_COMMAND(slurm) {
     *exit_code = ExitFor(gs::RunSlurmConfig(*cf, std::cout, std::cerr));
   });
 
+  // --- slurm teams -----------------------------------------------------------------------
+  auto tf = std::make_shared<gs::TeamsFlags>();
+  auto* teams = slurm->add_subcommand("teams", "Generate the Slurm setup of the policy's [teams]: accounts, GrpTRES, "
+                                               "fair share, QOS (a sacctmgr script)");
+  teams->footer(
+      "Examples:\n"
+      "  gpuslice slurm teams --policy /etc/gpuslice/gpuslice.toml > teams.txt\n"
+      "  gpuslice slurm teams --policy /etc/gpuslice/gpuslice.toml --cluster gpu-a --out-dir /etc/slurm/gpuslice\n"
+      "Writes slurm.conf lines to merge and a sacctmgr script; warnings (what Slurm cannot express) go to stderr.");
+  teams->add_option("--policy", tf->policy, "gpuslice config with [teams] (TOML)")->required();
+  teams->add_option("--cluster", tf->cluster, "Slurm ClusterName to add accounts to (default: every cluster)");
+  teams->add_option("--sharing", tf->sharing, "sharing GRES, as given to `slurm config`: shard or mps")->capture_default_str();
+  teams->add_option("--shards-per-gpu", tf->shards_per_gpu, "shards per GPU, as given to `slurm config`")->capture_default_str();
+  teams->add_option("--out-dir", tf->out_dir, "write slurm.conf.teams and teams-setup.sh here instead of stdout");
+  teams->callback([tf, exit_code] { *exit_code = ExitFor(gs::RunSlurmTeams(*tf, std::cout, std::cerr)); });
+
   // --- slurm submit ----------------------------------------------------------------------
   auto sf = std::make_shared<gs::SubmitFlags>();
   auto* submit = slurm->add_subcommand("submit", "Submit a job with sbatch, routed by queue (partition, GRES, time)");
@@ -125,6 +141,7 @@ GPUSLICE_COMMAND(slurm) {
   submit->add_option("--time", sf->time, "time limit, e.g. 2h (at most the queue's)");
   submit->add_option("--kind", sf->kind, "slice kind: whole | shared | mps | mig (default: from the amount, else the queue's)");
   submit->add_option("--model", sf->model, "whole GPUs of this model, e.g. H100-80GB (a typed gpu GRES)");
+  submit->add_option("--team", sf->team, "a team of the policy's [teams]: sbatch --account (see `slurm teams`)");
   submit->add_option("--name", sf->name, "job name");
   submit->add_option("--output", sf->output, "output file (Slurm patterns such as %j allowed)");
   submit->add_flag("--dry-run", sf->dry_run, "print the sbatch command and script instead of submitting");

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/text.h"
 #include "devices/scripted.h"
 #include "slurm/agent.h"
 #include "slurm/process.h"
@@ -20,27 +21,65 @@ Result<sched::Config> LoadPolicy(const std::string& path) {
   return sched::LoadConfigFile(path);
 }
 
+namespace {
+
+Result<SharingGres> ParseSharing(const std::string& sharing) {
+  if (sharing == "shard") return SharingGres::kShard;
+  if (sharing == "mps") return SharingGres::kMps;
+  return InvalidArgument(fmt::format("--sharing = '{}': expected shard or mps", ForTerminal(sharing)));
+}
+
+// Writes each (file name, text) under `dir` (created), saying so on `out`.
+Status WriteOutDir(const std::string& dir, std::initializer_list<std::pair<const char*, const std::string*>> files,
+                   std::ostream& out) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  for (const auto& [name, text] : files) {
+    std::string path = dir + "/" + name;
+    std::ofstream f(path);
+    f << *text;
+    if (!f) return Internal(fmt::format("--out-dir: cannot write {}", path));
+    out << "wrote " << path << "\n";
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status RunSlurmConfig(const ConfigFlags& flags, std::ostream& out, std::ostream& err) {
   GPUSLICE_ASSIGN_OR_RETURN(sched::Config policy, LoadPolicy(flags.policy));
   ClusterSpec spec = flags.spec;
-  if (flags.sharing == "shard") spec.sharing = SharingGres::kShard;
-  else if (flags.sharing == "mps") spec.sharing = SharingGres::kMps;
-  else return InvalidArgument(fmt::format("--sharing = '{}': expected shard or mps", flags.sharing));
+  GPUSLICE_ASSIGN_OR_RETURN(spec.sharing, ParseSharing(flags.sharing));
   GPUSLICE_ASSIGN_OR_RETURN(GeneratedConfig g, GenerateSlurmConfig(policy, spec));
   for (const auto& w : g.warnings) err << "warning: " << w << "\n";
   if (flags.out_dir.empty()) {
     out << "######## slurm.conf (merge) ########\n" << g.slurm_conf << "######## gres.conf ########\n" << g.gres_conf;
     return Status::Ok();
   }
-  std::error_code ec;
-  std::filesystem::create_directories(flags.out_dir, ec);
-  for (const auto& [name, text] : {std::pair{"slurm.conf.gpuslice", &g.slurm_conf}, {"gres.conf", &g.gres_conf}}) {
-    std::string path = flags.out_dir + "/" + name;
-    std::ofstream f(path);
-    f << *text;
-    if (!f) return Internal(fmt::format("--out-dir: cannot write {}", path));
-    out << "wrote " << path << "\n";
+  return WriteOutDir(flags.out_dir, {{"slurm.conf.gpuslice", &g.slurm_conf}, {"gres.conf", &g.gres_conf}}, out);
+}
+
+Status RunSlurmTeams(const TeamsFlags& flags, std::ostream& out, std::ostream& err) {
+  if (flags.policy.empty()) return InvalidArgument("--policy: give the config with [teams] (the built-in one has none)");
+  GPUSLICE_ASSIGN_OR_RETURN(sched::Config policy, LoadPolicy(flags.policy));
+  TeamsSetupOptions o;
+  GPUSLICE_ASSIGN_OR_RETURN(o.sharing, ParseSharing(flags.sharing));
+  o.cluster = flags.cluster;
+  o.shards_per_gpu = flags.shards_per_gpu;
+  o.group_members = SystemGroupMembers();
+  o.source = flags.policy;
+  GPUSLICE_ASSIGN_OR_RETURN(TeamsSetup t, GenerateTeamsSetup(policy, o));
+  for (const auto& w : t.warnings) err << "warning: " << ForTerminal(w) << "\n";
+  if (flags.out_dir.empty()) {
+    out << "######## slurm.conf (merge) ########\n" << t.slurm_conf << "######## sacctmgr script ########\n"
+        << t.script;
+    return Status::Ok();
   }
+  GPUSLICE_RETURN_IF_ERROR(
+      WriteOutDir(flags.out_dir, {{"slurm.conf.teams", &t.slurm_conf}, {"teams-setup.sh", &t.script}}, out));
+  std::error_code ec;
+  std::filesystem::permissions(flags.out_dir + "/teams-setup.sh", std::filesystem::perms::owner_exec,
+                               std::filesystem::perm_options::add, ec);
   return Status::Ok();
 }
 
@@ -70,6 +109,7 @@ Status RunSlurmSubmit(const SubmitFlags& f, std::ostream& out) {
     r.kind = *k;
   }
   r.model = f.model;
+  r.team = f.team;
   r.job_name = f.name;
   r.output = f.output;
   r.command = f.command;

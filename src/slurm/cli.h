@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "slurm/client.h"
 #include "slurm/config_gen.h"
+#include "slurm/teams_setup.h"
 
 namespace gpuslice::slurm {
 
@@ -24,6 +25,17 @@ struct ConfigFlags {
 };
 Status RunSlurmConfig(const ConfigFlags& flags, std::ostream& out, std::ostream& err);
 
+// `gpuslice slurm teams` (also `gpuslice teams --slurm`): the policy's [teams] as slurm.conf
+// lines and a sacctmgr script (teams_setup.h); warnings to `err`.
+struct TeamsFlags {
+  std::string policy;
+  std::string cluster;            // Cluster= on every account and user; empty: all clusters
+  std::string sharing = "shard";  // as given to `slurm config`
+  int shards_per_gpu = 8;         // as given to `slurm config`
+  std::string out_dir;            // write slurm.conf.teams + teams-setup.sh there; empty: stdout
+};
+Status RunSlurmTeams(const TeamsFlags& flags, std::ostream& out, std::ostream& err);
+
 struct SubmitFlags {
   std::string policy;
   std::string queue;
@@ -33,6 +45,7 @@ struct SubmitFlags {
   std::string time;          // "2h"; empty: the queue's limit
   std::string kind;          // "whole" | "shared" | "mps" | "mig"; empty: from the amount / queue
   std::string model;         // whole GPUs of this model, e.g. "H100-80GB"; empty: any
+  std::string team;          // a team of the policy: its Slurm account; empty: the default account
   std::string name;
   std::string output;
   bool dry_run = false;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include "core/text.h"
 #include "slurm/config_gen.h"
 #include "slurm/process.h"
 
@@ -241,6 +242,11 @@ Result<SlurmSubmission> PlanSlurmSubmission(const SlurmSubmitRequest& r) {
   if (q == nullptr)
     return NotFound(fmt::format("queue '{}' is not in the policy (queues: {})", queue_name, QueueNames(policy)));
   if (r.command.empty()) return InvalidArgument("no command given (put it after --)");
+  if (!r.team.empty() && !policy.teams.enabled())
+    return InvalidArgument(fmt::format("--team '{}': the policy has no [teams] (give --policy with the site's config)",
+                                       ForTerminal(r.team)));
+  if (!r.team.empty() && policy.teams.Find(r.team) == nullptr)
+    return NotFound(fmt::format("--team '{}': no such team in the policy's [teams]", ForTerminal(r.team)));
   GPUSLICE_ASSIGN_OR_RETURN(SliceKind kind, ChooseKind(r, *q));
 
   if (!r.model.empty() && kind != SliceKind::kWhole)
@@ -334,6 +340,7 @@ Result<SlurmSubmission> PlanSlurmSubmission(const SlurmSubmitRequest& r) {
                    "--open-mode=append",
                    fmt::format("--comment=gpuslice queue={} kind={}", q->name, sched::SliceKindName(kind))};
   if (!s.time_limit.empty()) s.sbatch_args.push_back("--time=" + s.time_limit);
+  if (!r.team.empty()) s.sbatch_args.push_back("--account=" + r.team);
   if (!workdir.empty()) s.sbatch_args.push_back("--chdir=" + workdir);
   s.sbatch_args.insert(s.sbatch_args.end(), r.sbatch_extra.begin(), r.sbatch_extra.end());
 

@@ -33,6 +33,9 @@ struct SlurmSubmitRequest {
   std::optional<Micros> time;           // at most the queue's limit; default: the queue's limit
   std::optional<sched::SliceKind> kind;  // asked for; else from the amount given, else the queue's
   std::string model;                    // whole GPUs of this model (a typed gpu GRES); "": any
+  // A team of the policy's [teams]: the job runs in its Slurm account (`gpuslice slurm teams`
+  // makes one per team). "": the user's default account.
+  std::string team;
   std::vector<std::string> command;     // argv; run by a /bin/sh batch script with exec
   std::string job_name;                 // default: "gpuslice-<queue>"
   std::string output;                   // default: "<workdir>/gpuslice-%j.out"

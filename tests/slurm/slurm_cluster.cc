@@ -80,6 +80,15 @@ Result<std::unique_ptr<SlurmCluster>> SlurmCluster::Start(const ClusterOptions& 
     if (!r.ok() || r->exit_code != 0)
       return Unavailable(fmt::format("{} is not installed (scripts/install-deps installs slurm-wlm)", tool));
   }
+  if (options.accounting) {
+    for (const char* tool : {"mariadbd", "mariadb-install-db", "mariadb", "slurmdbd", "sacctmgr", "sshare"}) {
+      auto r = RunCommand({.argv = {"sh", "-c", std::string("command -v ") + tool}, .env = {}, .stdin_text = "",
+                           .timeout = 5 * kSecond});
+      if (!r.ok() || r->exit_code != 0)
+        return Unavailable(fmt::format("{} is not installed (scripts/install-deps installs slurmdbd and "
+                                       "mariadb-server)", tool));
+    }
+  }
   std::unique_ptr<SlurmCluster> c(new SlurmCluster());
   c->options_ = options;
   char tmpl[] = "/tmp/gpuslice-slurm-XXXXXX";
@@ -98,8 +107,9 @@ Result<std::unique_ptr<SlurmCluster>> SlurmCluster::Start(const ClusterOptions& 
                                               64 + g * 16 + static_cast<int>(i)));
 
   const int nodes = options.gpu_nodes + options.mig_nodes;
-  GPUSLICE_ASSIGN_OR_RETURN(int base, FindPortRange(nodes + 1));
+  GPUSLICE_ASSIGN_OR_RETURN(int base, FindPortRange(nodes + (options.accounting ? 3 : 1)));
   const int ctld_port = base;
+  const int db_port = base + nodes + 1, dbd_port = base + nodes + 2;
   ClusterSpec spec;
   spec.shards_per_gpu = options.shards_per_gpu;
   // Every node is this host; CPUs and memory are advertised (config_overrides) so that GPUs,
@@ -154,7 +164,7 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+{accounting}
 # A job completion log that `sacct -c` reads (no slurmdbd here), e.g. for gpuslice whatif.
 # Without slurmdbd Slurm keeps no GPU TRES: GPUs come from the gpuslice agent's usage log.
 JobCompType=jobcomp/filetxt
@@ -174,10 +184,17 @@ MinJobAge=600
 KillWait=2
 Waittime=0
 )",
-                                 fmt::arg("ctld", ctld_port), fmt::arg("r", r));
+                                 fmt::arg("ctld", ctld_port), fmt::arg("r", r),
+                                 fmt::arg("accounting", options.accounting
+                                     ? fmt::format("AccountingStorageType=accounting_storage/slurmdbd\n"
+                                                   "AccountingStorageHost=localhost\nAccountingStoragePort={}",
+                                                   dbd_port)
+                                     : "AccountingStorageType=accounting_storage/none"));
   conf += c->generated_.slurm_conf;
+  conf += options.extra_conf;
   GPUSLICE_RETURN_IF_ERROR(WriteFile(c->conf_path(), conf));
   GPUSLICE_RETURN_IF_ERROR(WriteFile(r + "/etc/gres.conf", c->generated_.gres_conf));
+  if (options.accounting) GPUSLICE_RETURN_IF_ERROR(c->StartAccounting(db_port, dbd_port));
   GPUSLICE_RETURN_IF_ERROR(c->StartDaemons());
   return c;
 }
@@ -239,6 +256,77 @@ Status SlurmCluster::StartDaemons() {
     daemon_pids_.push_back(p);
   }
   return WaitForNodes(30 * kSecond);
+}
+
+Status SlurmCluster::StartAccounting(int db_port, int dbd_port) {
+  const std::string& r = root_;
+  for (const char* d : {"db", "db-tmp"}) fs::create_directories(r + "/" + d);
+  auto run = [&](std::vector<std::string> argv, Micros timeout) {
+    return RunCommand({.argv = std::move(argv), .env = command_env(), .stdin_text = "", .timeout = timeout});
+  };
+  auto install = run({"mariadb-install-db", "--no-defaults", "--datadir=" + r + "/db", "--user=root",
+                      "--auth-root-authentication-method=socket", "--skip-test-db"},
+                     90 * kSecond);
+  if (!install.ok() || install->exit_code != 0)
+    return Unavailable(fmt::format("mariadb-install-db failed: {}", install.ok() ? install->err + install->out
+                                                                                  : install.status().ToString()));
+  // Only this directory and a private port: no /run/mysqld, no /etc/mysql.
+  pid_t db = Spawn({"mariadbd", "--no-defaults", "--datadir=" + r + "/db", "--tmpdir=" + r + "/db-tmp", "--user=root",
+                    "--socket=" + r + "/run/mysql.sock", fmt::format("--port={}", db_port),
+                    "--bind-address=127.0.0.1", "--skip-name-resolve", "--pid-file=" + r + "/run/mariadb.pid",
+                    "--log-error=" + r + "/log/mariadb.log", "--innodb-buffer-pool-size=16M", "--skip-log-bin"});
+  if (db <= 0) return Unavailable("cannot start mariadbd");
+  db_pids_.push_back(db);
+  const std::vector<std::string> sql = {"mariadb", "--no-defaults", "--socket=" + r + "/run/mysql.sock", "-u", "root",
+                                        "-e"};
+  bool up = false;
+  for (int i = 0; i < 300 && !up; ++i) {
+    if (::waitpid(db, nullptr, WNOHANG) == db) {
+      db_pids_.clear();
+      break;
+    }
+    auto ping = run({sql[0], sql[1], sql[2], sql[3], sql[4], sql[5], "select 1"}, 5 * kSecond);
+    up = ping.ok() && ping->exit_code == 0;
+    if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!up) return Unavailable(fmt::format("MariaDB did not start; mariadb.log:\n{}", LogTail("mariadb.log")));
+  auto grant = run({sql[0], sql[1], sql[2], sql[3], sql[4], sql[5],
+                    "create user 'slurm'@'127.0.0.1' identified by 'gpuslice-test'; "
+                    "grant all on slurm_acct_db.* to 'slurm'@'127.0.0.1';"},
+                   10 * kSecond);
+  if (!grant.ok() || grant->exit_code != 0)
+    return Internal(fmt::format("MariaDB: cannot create the slurm user: {}", grant.ok() ? grant->err : ""));
+  // slurmdbd 22.05 reads slurmdbd.conf next to SLURM_CONF; it must be 0600 and SlurmUser's.
+  const std::string dbd_conf = r + "/etc/slurmdbd.conf";
+  GPUSLICE_RETURN_IF_ERROR(WriteFile(dbd_conf, fmt::format(R"(AuthType=auth/none
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={dbd}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={db}
+StorageLoc=slurm_acct_db
+StorageUser=slurm
+StoragePass=gpuslice-test
+LogFile={r}/log/slurmdbd.log
+PidFile={r}/run/slurmdbd.pid
+DebugLevel=info
+)", fmt::arg("dbd", dbd_port), fmt::arg("db", db_port), fmt::arg("r", r))));
+  ::chmod(dbd_conf.c_str(), 0600);
+  pid_t dbd = Spawn({"slurmdbd", "-D"});
+  if (dbd <= 0) return Internal("cannot start slurmdbd");
+  db_pids_.push_back(dbd);
+  for (int i = 0; i < 300; ++i) {
+    if (::waitpid(dbd, nullptr, WNOHANG) == dbd) {
+      db_pids_.pop_back();
+      break;
+    }
+    auto r2 = run({"sacctmgr", "-n", "show", "cluster"}, 5 * kSecond);
+    if (r2.ok() && r2->exit_code == 0) return Status::Ok();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return Internal(fmt::format("slurmdbd did not answer; slurmdbd.log:\n{}", LogTail("slurmdbd.log")));
 }
 
 Status SlurmCluster::WaitForNodes(Micros timeout) {
@@ -369,6 +457,15 @@ void SlurmCluster::Stop() {
   }
   daemon_pids_.clear();
   controller_pid_ = -1;
+  // Then slurmdbd, then MariaDB (each given time to shut down cleanly).
+  for (auto it = db_pids_.rbegin(); it != db_pids_.rend(); ++it) {
+    ::kill(*it, SIGTERM);
+    for (int i = 0; i < 100 && ::waitpid(*it, nullptr, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::kill(-*it, SIGKILL);
+    ::waitpid(*it, nullptr, 0);
+  }
+  db_pids_.clear();
   KillMarked(SIGKILL);
   if (watchdog_pid_ > 0) {
     ::kill(watchdog_pid_, SIGKILL);

@@ -5,6 +5,8 @@
 // directory. The slurm.conf node, partition and GRES lines come from GenerateSlurmConfig for
 // the given policy, so the tests exercise the generated config itself.
 //
+// With `accounting`, MariaDB and slurmdbd run from the same directory, on their own ports.
+//
 // Containers: proctrack/linuxproc, task/none and jobacct_gather/none avoid every cgroup
 // plugin, which is what lets slurmd run without systemd or a writable cgroup tree.
 //
@@ -40,6 +42,11 @@ struct ClusterOptions {
   std::string mig_model = "H100-80GB";
   std::vector<std::string> mig_layout = {"3g.40gb", "2g.20gb", "2g.20gb"};
   int watchdog_seconds = 600;        // the watchdog's maximum lifetime for the cluster
+  // Accounting: a private MariaDB (datadir, socket and port under the cluster's directory) and
+  // slurmdbd, started before slurmctld, which then registers the cluster and its GPU TRES.
+  // Start() is Unavailable when they are not installed or MariaDB does not come up.
+  bool accounting = false;
+  std::string extra_conf;            // appended to slurm.conf (e.g. `gpuslice slurm teams`'s lines)
 };
 
 class SlurmCluster {
@@ -77,6 +84,7 @@ class SlurmCluster {
  private:
   SlurmCluster() = default;
   Status StartDaemons();
+  Status StartAccounting(int db_port, int dbd_port);
   Status WaitForNodes(Micros timeout);
   Status StartWatchdog(int seconds);
   void KillMarked(int signal) const;
@@ -88,6 +96,7 @@ class SlurmCluster {
   std::vector<std::string> node_names_;
   pid_t controller_pid_ = -1;
   std::vector<pid_t> daemon_pids_;
+  std::vector<pid_t> db_pids_;  // slurmdbd, mariadbd: stopped after the Slurm daemons, in reverse
   pid_t watchdog_pid_ = -1;
   bool stopped_ = false;
 };
