@@ -98,6 +98,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     u.jobs += 1;
   }
   teams_.ClearHeld(now_);
+  takeable_.clear();
   teams_.SetHalfLife(config_.teams.half_life, now_);
   for (const auto& [sid, s] : slices_) CountTeam(resolved_.at(s.job), s, +1);
   // 5. Back in the pending books, and a pass under the new rules.

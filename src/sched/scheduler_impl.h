@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -323,6 +324,8 @@ class Scheduler::Impl {
   bool FitsAfter(const Resolved& r, const std::vector<const SliceView*>& set,
                  std::optional<DeviceRef>* device, std::optional<NodeId>* node) const;
   std::vector<const SliceView*> RoomFrom(const Resolved& r, const std::vector<const SliceView*>& cands) const;
+  // The same, with candidates drawn in order from `next` (nullptr: no more) only as far as needed.
+  std::vector<const SliceView*> RoomFromNext(const Resolved& r, const std::function<const SliceView*()>& next) const;
 
   // ---- reservations (scheduler_reservations.cc)
   // Devices kept empty for a whole-GPU job that has waited its queue's reserve_after.
@@ -382,12 +385,29 @@ class Scheduler::Impl {
   double LevelOf(const Resolved& r) const {
     return r.team < 0 ? std::numeric_limits<double>::infinity() : fair_levels_[static_cast<std::size_t>(r.team)];
   }
-  // A running slice's share moves into (+1) or out of (-1) its team's books.
+  // A running slice's share moves into (+1) or out of (-1) its team's books, and (with teams)
+  // into or out of the take-back candidates when its queue is preemptible.
   void CountTeam(const Resolved& r, const SliceView& s, int sign) {
+    if (config_.teams.enabled() && r.queue->preemptible) {
+      if (sign > 0) {
+        takeable_[{r.team, r.queue}].insert(Takeable{s.start_time, s.slice, &s, &r});
+      } else if (auto it = takeable_.find({r.team, r.queue}); it != takeable_.end()) {
+        it->second.erase(Takeable{s.start_time, s.slice, nullptr, nullptr});
+        if (it->second.empty()) takeable_.erase(it);
+      }
+    }
     if (r.team < 0) return;
     const TeamConfig* t = TeamConfigOf(r);
     teams_.Add(r.team, r.queue->name, sign * SliceUsage(s), t ? t->GuaranteeIn(r.queue->name) : 0, now_);
   }
+  // A running slice of a preemptible queue, newest first (start time, then slice id).
+  struct Takeable {
+    Micros start;
+    SliceId slice;
+    const SliceView* view;
+    const Resolved* job;
+    bool operator<(const Takeable& o) const { return std::pair(start, slice) > std::pair(o.start, o.slice); }
+  };
 
   // ---- timers and samples (scheduler_timers.cc)
   void OnSample(const Sample& e);
@@ -452,6 +472,8 @@ class Scheduler::Impl {
   std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
   TeamBooks teams_;  // what each team holds, per queue, and its fair-share usage
   std::vector<double> fair_levels_;  // per team, from FairShareLevels (scratch of a pass)
+  // With teams: the slices take-back may requeue, per (team, queue), newest first.
+  std::map<std::pair<int, const QueueConfig*>, std::set<Takeable>> takeable_;
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;

@@ -167,6 +167,26 @@ Status Scheduler::Impl::CheckInvariants() const {
     if (pending_.live_shapes().contains(static_cast<int>(i)) != (per_shape[i] > 0))
       return Internal(fmt::format("shape {}: live-shape set is wrong", i));
   }
+  // With teams, the take-back candidates are the running slices of preemptible queues.
+  if (config_.teams.enabled()) {
+    std::size_t takeable = 0;
+    for (const auto& [sid, s] : slices_) {
+      const Resolved& r = resolved_.at(s.job);
+      if (!r.queue->preemptible) continue;
+      ++takeable;
+      auto of = takeable_.find({r.team, r.queue});
+      auto it = of == takeable_.end() ? std::set<Takeable>::const_iterator()
+                                      : of->second.find(Takeable{s.start_time, s.slice, nullptr, nullptr});
+      if (of == takeable_.end() || it == of->second.end() || it->view != &s || it->job != &r)
+        return Internal(fmt::format("slice {}: not among the take-back candidates as it runs", sid.value()));
+    }
+    std::size_t listed = 0;
+    for (const auto& [key, slices] : takeable_) listed += slices.size();
+    if (takeable != listed)
+      return Internal(fmt::format("{} take-back candidates for {} preemptible slices", listed, takeable));
+  } else if (!takeable_.empty()) {
+    return Internal("take-back candidates without teams");
+  }
   // Each team's books are the sum of its running slices.
   std::vector<std::map<std::string, MilliGpu, std::less<>>> team_held(static_cast<std::size_t>(teams_.size()));
   for (const auto& [sid, s] : slices_) {

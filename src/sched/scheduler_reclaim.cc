@@ -131,16 +131,23 @@ bool Scheduler::Impl::FitsAfter(const Resolved& r, const std::vector<const Slice
 // empty: none would.
 std::vector<const SliceView*> Scheduler::Impl::RoomFrom(const Resolved& r,
                                                         const std::vector<const SliceView*>& cands) const {
+  std::size_t i = 0;
+  return RoomFromNext(r, [&]() -> const SliceView* { return i < cands.size() ? cands[i++] : nullptr; });
+}
+
+std::vector<const SliceView*> Scheduler::Impl::RoomFromNext(const Resolved& r,
+                                                            const std::function<const SliceView*()>& next) const {
   std::vector<const SliceView*> taken;
+  std::map<NodeId, std::vector<const SliceView*>> taken_on;  // the candidates so far, per host, in order
   std::optional<DeviceRef> device;
   std::optional<NodeId> node;
   bool fits = false;
-  for (const SliceView* c : cands) {
-    taken.push_back(c);
+  while (const SliceView* c = next()) {
+    std::vector<const SliceView*>& on = taken_on[c->node];
+    on.push_back(c);
     // Only the newest candidate's devices changed: look there (a whole job: its host).
     std::vector<const SliceView*> here;
-    for (const SliceView* t : taken) {
-      if (t->node != c->node) continue;
+    for (const SliceView* t : on) {
       if (r.kind == SliceKind::kWhole ||
           std::find_first_of(t->devices.begin(), t->devices.end(), c->devices.begin(), c->devices.end()) !=
               t->devices.end())

@@ -82,36 +82,56 @@ std::vector<TeamStanding> Scheduler::Impl::TeamStandings() const {
 // reclaim). MIG requests do not take back (an instance's shape is not a sum of freed shares).
 // One job is served per call; true: slices were taken back.
 bool Scheduler::Impl::TakeBack() {
+  // The first waiting job in queue order that may take back. The jobs of a shape share team,
+  // queue and ask, so all but the user cap is asked once per live shape; per shape, its first
+  // job its user's cap does not hold.
   const Resolved* want = nullptr;
-  for (const auto& [k, r] : pending_.all()) {
-    if (r->kind == SliceKind::kMig || !WithinGuarantee(*r) || CapBlocks(*r) || !Feasible(*r).ok()) continue;
-    want = r;
-    break;
+  for (int shape : pending_.live_shapes()) {
+    const auto& jobs = pending_.of_shape(shape);
+    const Resolved& head = *jobs.begin()->second;
+    if (want != nullptr && !(jobs.begin()->first < PendingKeyOf(*want))) continue;
+    if (head.kind == SliceKind::kMig || !WithinGuarantee(head) || !Feasible(head).ok()) continue;
+    for (const auto& [k, r] : jobs) {
+      if (want != nullptr && !(k < PendingKeyOf(*want))) break;
+      if (CapBlocks(*r)) continue;
+      want = r;
+      break;
+    }
   }
   if (want == nullptr) return false;
-  std::vector<const SliceView*> lent;
-  for (const auto& [sid, s] : slices_) {
-    const Resolved& v = resolved_.at(s.job);
-    if (v.queue->preemptible && v.team != want->team) lent.push_back(&s);
-  }
-  std::sort(lent.begin(), lent.end(), [](const SliceView* a, const SliceView* b) {
-    return std::pair(a->start_time, a->slice) > std::pair(b->start_time, b->slice);
-  });
-  std::map<std::pair<int, std::string>, MilliGpu> may_give;  // (team, queue): what it holds past its guarantee
-  std::vector<const SliceView*> cands;
-  for (const SliceView* s : lent) {
-    const Resolved& v = resolved_.at(s->job);
-    auto [it, added] = may_give.try_emplace({v.team, v.queue->name}, 0);
-    if (added) {
-      const TeamConfig* t = TeamConfigOf(v);
-      it->second = v.team < 0 ? kMaxMilliGpu
-                              : teams_.Held(v.team, v.queue->name) - (t ? t->GuaranteeIn(v.queue->name) : 0);
+  // Candidates, newest first, drawn only as far as RoomFromNext needs: slices of other teams,
+  // each team giving no more than it holds past its guarantee in the queue (a job of no team:
+  // all). A (team, queue) with nothing left to give is not walked at all.
+  struct Giver {
+    std::set<Takeable>::const_iterator at, end;
+    MilliGpu left;
+  };
+  std::vector<Giver> givers;
+  for (const auto& [key, slices] : takeable_) {
+    const auto [team, queue] = key;
+    if (team == want->team) continue;
+    MilliGpu left = kMaxMilliGpu;
+    if (team >= 0) {
+      const TeamConfig* t = config_.teams.Find(teams_.name(team));
+      left = teams_.Held(team, queue->name) - (t ? t->GuaranteeIn(queue->name) : 0);
     }
-    if (SliceUsage(*s) > it->second) continue;
-    it->second -= SliceUsage(*s);
-    cands.push_back(s);
+    if (left > 0) givers.push_back(Giver{slices.begin(), slices.end(), left});
   }
-  std::vector<const SliceView*> need = RoomFrom(*want, cands);
+  auto next = [&]() -> const SliceView* {
+    for (;;) {
+      Giver* newest = nullptr;
+      for (Giver& g : givers)
+        if (g.at != g.end && (newest == nullptr || *g.at < *newest->at)) newest = &g;
+      if (newest == nullptr) return nullptr;
+      const SliceView* v = (newest->at++)->view;
+      const MilliGpu usage = SliceUsage(*v);
+      if (usage > newest->left) continue;
+      newest->left -= usage;
+      if (newest->left <= 0) newest->at = newest->end;
+      return v;
+    }
+  };
+  std::vector<const SliceView*> need = RoomFromNext(*want, next);
   if (need.empty()) return false;
   const std::string team = teams_.name(want->team);
   std::vector<JobId> victims;

@@ -172,6 +172,28 @@ TEST(Teams, AJobOfNoTeamIsAllBorrowedAndAJobNeverTakesFromItsOwnTeam) {
   EXPECT_EQ(h.violation(), "");
 }
 
+TEST(Teams, TakeBackTakesNewestFirstAcrossLenders) {
+  SchedHarness h(TeamsConfig(true));
+  h.AddHost("4xH100-80GB");
+  std::vector<JobId> alice;
+  for (int i = 0; i < 3; ++i) {
+    h.Submit("training user=alice");
+    alice.push_back(h.last_job());
+    h.Advance(kMinute);
+  }
+  h.Submit("training user=dave");  // no team: the newest slice, all borrowed
+  const JobId dave = h.last_job();
+  h.Advance(kMinute);
+  auto pre = Only<Preempt>(h.Submit("training user=bob"));
+  ASSERT_EQ(pre.size(), 1u);
+  EXPECT_EQ(pre[0].job, dave) << "the newest of every lender's slices";
+  pre = Only<Preempt>(h.Submit("training user=bob"));
+  ASSERT_EQ(pre.size(), 1u);
+  EXPECT_EQ(pre[0].job, alice[2]) << "then vision's newest, the one GPU past its guarantee";
+  EXPECT_EQ(StateOf(h, alice[1]), JobState::kRunning);
+  EXPECT_EQ(h.violation(), "");
+}
+
 // Fair share: one queue of whole GPUs, no guarantees (all a team holds is borrowed), a half-life
 // of an hour; vision (alice) and nlp (bob) of the given weights.
 Config FairShareConfig(int vision_weight, int nlp_weight, const std::string& half_life = "1h") {
