@@ -189,7 +189,11 @@ bool Daemon::Impl::MpsSliceOf(std::int64_t uid, int device, SliceId except) cons
 
 void Daemon::Impl::EndSliceMechanisms(const SliceRecord& s) {
   slice_mechanism_.erase(s.id);
-  if (s.kind == SliceKind::kShared) (void)memcap::RemoveSliceSegment(SliceKey(s.id));
+  if (s.kind == SliceKind::kShared) {
+    // A segment left behind holds no GPU memory, only a little of /dev/shm: said, not fatal.
+    if (Status st = memcap::RemoveSliceSegment(SliceKey(s.id)); !st.ok())
+      spdlog::warn("slice {}: its memory-cap segment stays: {}", s.id.value(), st.ToString());
+  }
   // The server stops with its user's last mps slice on the device. Another user's may already be
   // placed there (when the scheduler freed this one at a stop decision, before its processes
   // ended): that one starts its own server when it launches.
