@@ -110,6 +110,7 @@ class Daemon::Impl {
   Json Devices() const;
   Json Queues() const;
   Json Teams() const;  // teams_view.cc
+  Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
   Json Slices() const;
   Json Whoami(const Caller& c) const;
   Result<Json> Events(std::int64_t after, JobId job, int limit) const;

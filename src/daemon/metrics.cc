@@ -1,5 +1,5 @@
 // /metrics: the agent's device and slice families (dcgm-exporter names) and the daemon's own
-// gpuslice_* families for queues, jobs and reclaim, in base units.
+// gpuslice_* families for queues, jobs, reclaim and teams, in base units.
 #include <algorithm>
 #include <map>
 
@@ -8,6 +8,47 @@
 #include "daemon/daemon_impl.h"
 
 namespace gpuslice::daemon {
+namespace {
+
+// Teams (docs/teams.md), from the GET /v1/teams view: per team and queue what it is guaranteed,
+// holds, borrows, may hold and has waiting, in GPUs; per team its fair-share usage and rank.
+void RenderTeams(const Json& view, std::string& out) {
+  auto head = [&](const char* name, const char* help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
+  };
+  auto per_queue = [&](const char* name, const char* help, const char* field) {
+    head(name, help);
+    for (const Json& t : view["teams"])
+      for (const Json& q : t["queues"]) {
+        if (!q[field].is_number()) continue;  // a limit of null: none
+        out += fmt::format("{}{{team=\"{}\",queue=\"{}\"}} {:.3f}\n", name,
+                           agent::EscapeLabel(t["name"].get<std::string>()),
+                           agent::EscapeLabel(q["queue"].get<std::string>()), q[field].get<double>() / kOneGpu);
+      }
+  };
+  per_queue("gpuslice_team_guaranteed_gpus", "GPUs guaranteed to the team in the queue.", "guaranteed");
+  per_queue("gpuslice_team_held_gpus", "GPUs the team's running jobs hold in the queue.", "held");
+  per_queue("gpuslice_team_borrowed_gpus", "GPUs the team holds past its guarantee in the queue.", "borrowed");
+  per_queue("gpuslice_team_limit_gpus", "The most the team may hold in the queue (absent: no limit).", "limit");
+  head("gpuslice_team_pending_jobs", "Jobs of the team waiting in the queue.");
+  for (const Json& t : view["teams"])
+    for (const Json& q : t["queues"])
+      out += fmt::format("gpuslice_team_pending_jobs{{team=\"{}\",queue=\"{}\"}} {}\n",
+                         agent::EscapeLabel(t["name"].get<std::string>()),
+                         agent::EscapeLabel(q["queue"].get<std::string>()), q["waiting"].get<int>());
+  head("gpuslice_team_usage_gpu_seconds", "The team's borrowed GPU-seconds, decayed with the half-life (fair share).");
+  for (const Json& t : view["teams"])
+    if (t["usage_gpu_hours"].is_number())
+      out += fmt::format("gpuslice_team_usage_gpu_seconds{{team=\"{}\"}} {:.3f}\n",
+                         agent::EscapeLabel(t["name"].get<std::string>()), 3600 * t["usage_gpu_hours"].get<double>());
+  head("gpuslice_team_fair_share_rank", "The team's place in the over-quota order (1: served first).");
+  for (const Json& t : view["teams"])
+    if (t["rank"].is_number())
+      out += fmt::format("gpuslice_team_fair_share_rank{{team=\"{}\"}} {}\n",
+                         agent::EscapeLabel(t["name"].get<std::string>()), t["rank"].get<int>());
+}
+
+}  // namespace
 
 std::string Daemon::Impl::Metrics() const {
   std::shared_lock lock(mu_);
@@ -98,6 +139,7 @@ std::string Daemon::Impl::Metrics() const {
     seconds += share * static_cast<double>(std::max<Micros>(0, until - j.end_time)) / kSecond;
   }
   out += fmt::format("gpuslice_reclaimed_gpu_seconds_total {:.3f}\n", seconds);
+  if (config_.teams.enabled()) RenderTeams(TeamsLocked(), out);
   head("gpuslice_jobs", "gauge", "Jobs by state.");
   std::map<std::string, int> by_state;
   for (const auto& [id, j] : jobs_) ++by_state[std::string(store::JobStateName(j.state))];

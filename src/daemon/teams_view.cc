@@ -14,6 +14,10 @@ namespace gpuslice::daemon {
 
 Json Daemon::Impl::Teams() const {
   std::shared_lock lock(mu_);
+  return TeamsLocked();
+}
+
+Json Daemon::Impl::TeamsLocked() const {
   const sched::TeamsConfig& tc = config_.teams;
   // What each team (and jobs of no team, "") holds and waits for, per queue.
   std::map<std::pair<std::string, std::string>, MilliGpu> held;

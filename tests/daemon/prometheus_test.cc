@@ -6,6 +6,7 @@
 // `promtool check metrics` (but for dcgm-exporter's own names and labels, kept on purpose). Skipped (with the reason) where the prometheus package is absent:
 // scripts/install-deps installs it.
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -19,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -97,7 +99,10 @@ TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
     GTEST_SKIP() << "Debian's prometheus package is not installed (scripts/install-deps installs it)";
   }
   const int serve_port = FreePort(), agent_port = FreePort(), prom_port = FreePort();
-  DaemonHarness h("prom", QueuesConfig({.idle_window = "10m"}),
+  // With a team, so that the gpuslice_team_* families are checked by promtool too.
+  const std::string teams = fmt::format("\n[teams.lab]\nmembers = [\"{}\"]\nguarantee = {{ training = 1 }}\n",
+                                        getpwuid(getuid())->pw_name);
+  DaemonHarness h("prom", QueuesConfig({.idle_window = "10m"}) + teams,
                   {"--simulate-script", DaemonHarness::kScript, "--tcp", "127.0.0.1:" + std::to_string(serve_port), "--token-file",
                    (fs::temp_directory_path() / ("gse2e_prom_" + std::to_string(getpid())) / "tokens").string()});
   const std::string dir = h.dir();
@@ -195,6 +200,8 @@ TEST(Prometheus, ScrapesServeAndTheSlurmAgentAndTheDashboardQueriesReturnData) {
   // draws the same findings: camelCase labels such as modelName, the energy counter without
   // _total). Exit 3 is "lint problems"; a text that does not parse exits 1. Every gpuslice_*
   // family is clean (names, types, base units).
+  EXPECT_NE(sm->body.find("gpuslice_team_held_gpus{team=\"lab\",queue=\"interactive\"}"), std::string::npos)
+      << "the team families are in what promtool checks";
   for (const std::string* text : {&sm->body, &am->body}) {
     std::string out;
     const int rc = PromtoolCheck(*text, dir, &out);

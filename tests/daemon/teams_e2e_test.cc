@@ -80,6 +80,17 @@ TEST(TeamsE2E, ASubmitRunsInItsTeamAndTheTeamsViewCountsIt) {
   }
   ASSERT_GT(bygroup["usage_gpu_hours"].get<double>(), 0.0) << bygroup.dump();
   EXPECT_EQ(bygroup["rank"], 3) << bygroup.dump();
+  // The same figures for Prometheus, in GPUs.
+  auto metrics = client.GetText("/metrics");
+  ASSERT_TRUE(metrics.ok()) << metrics.status().ToString();
+  for (const char* line : {"gpuslice_team_guaranteed_gpus{team=\"vision\",queue=\"training\"} 2.000\n",
+                           "gpuslice_team_held_gpus{team=\"vision\",queue=\"training\"} 2.000\n",
+                           "gpuslice_team_limit_gpus{team=\"vision\",queue=\"training\"} 3.000\n",
+                           "gpuslice_team_borrowed_gpus{team=\"bygroup\",queue=\"training\"} 1.000\n",
+                           "gpuslice_team_fair_share_rank{team=\"vision\"} 1\n",
+                           "# TYPE gpuslice_team_usage_gpu_seconds gauge\n"})
+    EXPECT_NE(metrics->find(line), std::string::npos) << line << *metrics;
+  EXPECT_EQ(metrics->find("gpuslice_team_limit_gpus{team=\"bygroup\""), std::string::npos) << "no limit: no sample";
   // 2 + 8 guaranteed on a cluster of 8 GPUs: said, not refused.
   ASSERT_EQ((*t)["notes"].size(), 1u) << t->dump();
   EXPECT_NE((*t)["notes"][0].get<std::string>().find("more than the 8"), std::string::npos);
