@@ -19,6 +19,7 @@
 
 #include "api/cli.h"
 #include "api/cli_detail.h"
+#include "api/submit_request.h"
 #include "core/text.h"
 #include "core/units.h"
 #include "store/codec.h"
@@ -72,10 +73,10 @@ std::string NewIdempotencyKey() {
 
 // The submitter's umask as the shell prints it ("0022"): the job's files are made as the user
 // would make them, not with the daemon's 077.
-std::string CurrentUmask() {
+int CurrentUmask() {
   const mode_t m = umask(0);
   umask(m);
-  return fmt::format("{:04o}", static_cast<unsigned>(m & 0777));
+  return static_cast<int>(m & 0777);
 }
 
 // Waits between tries after a lost connection: the daemon may be restarting (a restart answers
@@ -110,21 +111,18 @@ Status CheckSubmitFlags(const SubmitFlags& s) {
 
 Status Submit(const ClientFlags& c, const SubmitFlags& s) {
   GPUSLICE_RETURN_IF_ERROR(CheckSubmitFlags(s));
-  // argv, cwd and env are bytes: sent as JSON strings, or {"b64": ...} where not UTF-8.
-  json argv = json::array();
-  for (const std::string& a : s.command) argv.push_back(store::BytesToJson(a));
-  json body = {{"argv", argv}};
-  if (!s.queue.empty()) body["queue"] = s.queue;
-  if (s.gpus) body["gpus"] = *s.gpus;
-  if (!s.fraction.empty()) body["fraction"] = s.fraction;
-  if (!s.mem.empty()) body["mem"] = s.mem;
-  if (!s.time.empty()) body["time"] = s.time;
-  if (!s.kind.empty()) body["kind"] = s.kind;
-  if (!s.model.empty()) body["model"] = s.model;
-  if (!s.team.empty()) body["team"] = s.team;
-  if (std::string cwd = CurrentDir(); !cwd.empty()) body["cwd"] = store::BytesToJson(cwd);
-  std::vector<std::pair<std::string, std::string>> vars;
-  bool names_utf8 = true;
+  SubmitRequest req;
+  req.argv = s.command;
+  auto text = [](const std::string& v) { return v.empty() ? std::nullopt : std::optional<std::string>(v); };
+  req.queue = text(s.queue);
+  req.gpus = s.gpus;
+  req.fraction = text(s.fraction);
+  req.mem = text(s.mem);
+  req.time = text(s.time);
+  req.kind = text(s.kind);
+  req.model = text(s.model);
+  req.team = text(s.team);
+  if (std::string cwd = CurrentDir(); !cwd.empty()) req.cwd = cwd;
   for (char** e = environ; *e; ++e) {
     std::string kv(*e);
     size_t eq = kv.find('=');
@@ -132,22 +130,12 @@ Status Submit(const ClientFlags& c, const SubmitFlags& s) {
     std::string k = kv.substr(0, eq);
     // The daemon sets these for the slice; the submitter's own values would be misleading.
     if (k == "CUDA_VISIBLE_DEVICES" || k.rfind("GPUSLICE_", 0) == 0) continue;
-    names_utf8 = names_utf8 && IsValidUtf8(k);
-    vars.emplace_back(std::move(k), kv.substr(eq + 1));
+    req.env.emplace_back(std::move(k), kv.substr(eq + 1));
   }
-  // An object {NAME: value} when every name is UTF-8 (JSON keys must be); else [[name, value]].
-  json env = names_utf8 ? json::object() : json::array();
-  for (auto& [k, v] : vars) {
-    if (names_utf8) {
-      env[k] = store::BytesToJson(v);
-    } else {
-      env.push_back(json::array({store::BytesToJson(k), store::BytesToJson(v)}));
-    }
-  }
-  body["env"] = env;
-  body["umask"] = CurrentUmask();
+  req.umask = CurrentUmask();
   const std::string key = s.idempotency_key.empty() ? NewIdempotencyKey() : s.idempotency_key;
-  body["idempotency_key"] = key;
+  req.idempotency_key = key;
+  const json body = req.ToJson();
   // A failure after the request went out (the connection closed before the answer) may come
   // after the daemon stored the job: retried with the same key, which the daemon answers with
   // that job instead of making a second. One that never connected changed nothing.

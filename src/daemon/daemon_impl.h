@@ -39,6 +39,7 @@
 
 #include "core/overloaded.h"
 #include "agent/agent.h"
+#include "api/submit_request.h"
 #include "api/views.h"
 #include "daemon/activity.h"
 #include "daemon/cap_mechanism.h"
@@ -262,17 +263,19 @@ class Daemon::Impl {
   void RecordWaitReasons(store::WriteBatch& b);
 
   // (requests.cc)
-  Status ParseRequest(const Json& body, JobRecord* j) const;
+  // The request's site-dependent checks (queue, kind allowed there, amounts, time within the
+  // queue's limit, model) into `j`; changes nothing else.
+  Status ParseRequest(const api::SubmitRequest& req, JobRecord* j) const;
   // The team a submit of the caller runs in ([teams], docs/teams.md): the one the body names
   // (field 'team'), which must list the user or one of the user's groups; else the user's
   // default, else the first team (by name) that has the user by group; "" without one.
   // Reads only `tc` (a copy of config_.teams): called without mu_, as it may look groups up.
-  static Result<std::string> TeamOfSubmit(const sched::TeamsConfig& tc, const Json& body, const Caller& c,
+  static Result<std::string> TeamOfSubmit(const sched::TeamsConfig& tc, const std::optional<std::string>& named,
+                                          const Caller& c,
                                           const std::string& user);
   // A submit whose idempotency key this uid already used: the earlier job's answer (or an error
   // when the request differs); nullopt when the key is new.
   std::optional<Result<Json>> Deduplicate(const JobRecord& j) const;
-  static Status ParseCommand(const Json& body, JobRecord* j);
   static sched::JobRequest Request(const JobRecord& j);
 
   // (views.cc)

@@ -19,44 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Caps on a submitted command (docs/security.md, "Input limits"). Linux execve(2) refuses a single
-// string over MAX_ARG_STRLEN (128 KiB) and, with the default 8 MiB stack, more than 2 MiB of
-// argv + environment; these stay below both so that an accepted job can always start.
-constexpr std::size_t kMaxArgvCount = 4096;
-constexpr std::size_t kMaxEnvCount = 4096;
-constexpr std::size_t kMaxArgBytes = 128 * 1024;        // one argv element or NAME=value
-constexpr std::size_t kMaxCommandBytes = 1024 * 1024;   // argv + env, every string with its NUL
-constexpr std::size_t kMaxPathBytes = 4095;             // PATH_MAX less the NUL
-
-constexpr std::size_t kMaxTextField = 256;            // queue, kind, fraction, mem, time, model
-constexpr std::size_t kMaxIdempotencyKey = 128;
-
-// Reads one field of a JSON body as text: strings as given, numbers formatted. An array, an
-// object or a string longer than kMaxTextField is refused here, naming the field and never
-// echoing the value (errors downstream quote it).
-Result<std::optional<std::string>> TextField(const Json& body, const char* name) {
-  auto it = body.find(name);
-  if (it == body.end() || it->is_null()) return std::optional<std::string>();
-  if (it->is_string()) {
-    const std::string& v = it->get_ref<const std::string&>();
-    if (v.size() > kMaxTextField) {
-      return InvalidArgument(fmt::format("field '{}': {} bytes, at most {} are accepted", name, v.size(),
-                                         kMaxTextField));
-    }
-    return std::optional<std::string>(v);
-  }
-  if (it->is_number_integer()) return std::optional<std::string>(it->dump());
-  if (it->is_number()) return std::optional<std::string>(fmt::format("{}", it->get<double>()));
-  return InvalidArgument(fmt::format("field '{}': {} is not a text value", name, api::ShownJson(*it)));
-}
-
-// A text field that may appear under either of two names (the API's aliases).
-Result<std::optional<std::string>> TextField(const Json& body, const char* name, const char* alias) {
-  GPUSLICE_ASSIGN_OR_RETURN(auto v, TextField(body, name));
-  if (v) return v;
-  return TextField(body, alias);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------- API
@@ -68,8 +30,9 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
         "uid {}: this daemon runs as uid {} (not root) and runs jobs only for that user",
         c.uid, geteuid()));
   }
+  GPUSLICE_ASSIGN_OR_RETURN(const api::SubmitRequest req, api::SubmitRequest::FromJson(body));
   JobRecord j;
-  GPUSLICE_RETURN_IF_ERROR(ParseRequest(body, &j));
+  GPUSLICE_RETURN_IF_ERROR(ParseRequest(req, &j));
   j.uid = c.uid;
   j.gid = c.gid;
   j.user = UserName(c.uid);
@@ -80,7 +43,7 @@ Result<Json> Daemon::Impl::Submit(const Caller& c, const Json& body) {
     std::shared_lock shared(mu_);
     teams = config_.teams;
   }
-  GPUSLICE_ASSIGN_OR_RETURN(const std::string team, TeamOfSubmit(teams, body, c, j.user));
+  GPUSLICE_ASSIGN_OR_RETURN(const std::string team, TeamOfSubmit(teams, req.team, c, j.user));
 
   std::unique_lock lock(mu_);
   if (!failure_.ok()) return failure_;
@@ -214,9 +177,8 @@ std::optional<Result<Json>> Daemon::Impl::Deduplicate(const JobRecord& j) const 
   return Result<Json>(Json{{"job", JobJson(prev)}, {"deduplicated", true}, {"simulated", opt_.simulated}});
 }
 
-Result<std::string> Daemon::Impl::TeamOfSubmit(const sched::TeamsConfig& tc, const Json& body, const Caller& c,
-                                                const std::string& user) {
-  GPUSLICE_ASSIGN_OR_RETURN(auto named, TextField(body, "team"));
+Result<std::string> Daemon::Impl::TeamOfSubmit(const sched::TeamsConfig& tc, const std::optional<std::string>& named,
+                                                const Caller& c, const std::string& user) {
   auto member_by_group = [&](const sched::TeamConfig& t) {
     return std::any_of(t.groups.begin(), t.groups.end(), [&](const std::string& g) { return InGroup(c.uid, c.gid, g); });
   };
@@ -239,47 +201,10 @@ Result<std::string> Daemon::Impl::TeamOfSubmit(const sched::TeamsConfig& tc, con
   return std::string();
 }
 
-// Parses the submit body into `j`; changes nothing else.
-Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
-  static const std::set<std::string> kKnown = {"queue", "kind", "gpus", "fraction", "gpu",
-                                               "mem", "memory", "time", "time_limit", "model",
-                                               "argv", "cwd", "env", "idempotency_key", "umask", "team"};
-  for (const auto& [k, v] : body.items()) {
-    if (!kKnown.contains(k)) {
-      return InvalidArgument(fmt::format("field '{}': unknown (expected one of queue, kind, "
-                                         "gpus, fraction, mem, time, model, argv, cwd, env, "
-                                         "idempotency_key, umask, team)", api::ShownText(k)));
-    }
-  }
-  if (auto k = body.find("idempotency_key"); k != body.end() && !k->is_null()) {
-    const bool ok = k->is_string() && !k->get_ref<const std::string&>().empty() &&
-                    k->get_ref<const std::string&>().size() <= kMaxIdempotencyKey &&
-                    std::all_of(k->get_ref<const std::string&>().begin(), k->get_ref<const std::string&>().end(),
-                                [](char c) {
-                                  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                                         c == '-' || c == '_' || c == '.' || c == ':';
-                                });
-    if (!ok) {
-      return InvalidArgument(fmt::format("field 'idempotency_key': value '{}' must be 1 to {} characters of "
-                                         "[A-Za-z0-9._:-]", api::ShownJson(*k), kMaxIdempotencyKey));
-    }
-    j->idempotency_key = k->get<std::string>();
-  }
-  if (auto m = body.find("umask"); m != body.end() && !m->is_null()) {
-    // Octal text, as the shell's umask prints it: "0022", "027", "77".
-    const bool ok = m->is_string() && !m->get_ref<const std::string&>().empty() &&
-                    m->get_ref<const std::string&>().size() <= 4 &&
-                    std::all_of(m->get_ref<const std::string&>().begin(), m->get_ref<const std::string&>().end(),
-                                [](char c) { return c >= '0' && c <= '7'; });
-    const int mask = ok ? std::stoi(m->get<std::string>(), nullptr, 8) : -1;
-    if (!ok || mask > 0777) {
-      return InvalidArgument(fmt::format("field 'umask': value '{}' must be octal text 0000..0777, as the "
-                                         "shell's umask prints it", api::ShownJson(*m)));
-    }
-    j->umask = mask;
-  }
-  GPUSLICE_ASSIGN_OR_RETURN(auto q, TextField(body, "queue"));
-  j->queue = q ? *q : config_.default_queue;
+Status Daemon::Impl::ParseRequest(const api::SubmitRequest& req, JobRecord* j) const {
+  if (req.idempotency_key) j->idempotency_key = *req.idempotency_key;
+  if (req.umask) j->umask = *req.umask;
+  j->queue = req.queue ? *req.queue : config_.default_queue;
   const sched::QueueConfig* queue = config_.FindQueue(j->queue);
   if (queue == nullptr) {
     std::string names;
@@ -287,8 +212,7 @@ Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
     return InvalidArgument(fmt::format("field 'queue': value '{}' is not a queue (have: {})",
                                        j->queue, names));
   }
-  GPUSLICE_ASSIGN_OR_RETURN(auto kind_text, TextField(body, "kind"));
-  if (auto& k = kind_text) {
+  if (const auto& k = req.kind) {
     auto kind = sched::ParseSliceKind(*k);
     if (!kind.ok()) return InvalidArgument(fmt::format("field 'kind': value '{}': {}", *k, kind.status().message()));
     if (!queue->Allows(*kind)) {
@@ -297,16 +221,8 @@ Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
     }
     j->kind = *k;
   }
-  if (body.contains("gpus") && !body["gpus"].is_null()) {
-    if (!body["gpus"].is_number_integer() || body["gpus"].get<std::int64_t>() < 1 ||
-        body["gpus"].get<std::int64_t>() > 1024) {
-      return InvalidArgument(fmt::format("field 'gpus': value '{}' must be an integer 1..1024",
-                                         api::ShownJson(body["gpus"])));
-    }
-    j->gpus = body["gpus"].get<int>();
-  }
-  GPUSLICE_ASSIGN_OR_RETURN(auto frac, TextField(body, "fraction", "gpu"));
-  if (frac) {
+  if (req.gpus) j->gpus = *req.gpus;
+  if (const auto& frac = req.fraction) {
     auto m = ParseGpuAmount(*frac);
     if (!m.ok()) return InvalidArgument(fmt::format("field 'fraction': value '{}': {}", *frac, m.status().message()));
     if (*m > kOneGpu) {
@@ -319,14 +235,12 @@ Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
     }
     j->milli = *m;
   }
-  GPUSLICE_ASSIGN_OR_RETURN(auto mem, TextField(body, "mem", "memory"));
-  if (mem) {
+  if (const auto& mem = req.mem) {
     auto b = ParseJobMemory(*mem);
     if (!b.ok()) return InvalidArgument(fmt::format("field 'mem': {}", b.status().message()));
     j->memory = *b;
   }
-  GPUSLICE_ASSIGN_OR_RETURN(auto t, TextField(body, "time", "time_limit"));
-  if (t) {
+  if (const auto& t = req.time) {
     auto d = ParseTimeLimit(*t);
     if (!d.ok()) return InvalidArgument(fmt::format("field 'time': {}", d.status().message()));
     Micros limit = queue->EffectiveLimit(0);
@@ -336,101 +250,14 @@ Status Daemon::Impl::ParseRequest(const Json& body, JobRecord* j) const {
     }
     j->time_limit = *d;
   }
-  GPUSLICE_ASSIGN_OR_RETURN(auto model_text, TextField(body, "model"));
-  if (auto& m = model_text) {
+  if (const auto& m = req.model) {
     auto model = FindModel(*m);
     if (!model.ok()) return InvalidArgument(fmt::format("field 'model': value '{}': {}", *m, model.status().message()));
     j->model = (*model)->name;
   }
-  return ParseCommand(body, j);
-}
-
-// argv, cwd and env are byte strings (store::BytesFromJson: a JSON string, or {"b64": ...}
-// for bytes that are not UTF-8): the job gets exactly these bytes. Sizes are capped here,
-// below what execve(2) accepts, so an oversized request is refused at submit, naming the
-// field, instead of failing at start or filling the store.
-Status Daemon::Impl::ParseCommand(const Json& body, JobRecord* j) {
-  std::size_t total = 0;  // bytes execve copies: every string with its NUL
-  const auto argv = body.find("argv");
-  if (argv == body.end() || !argv->is_array() || argv->empty()) {
-    return InvalidArgument("field 'argv': a non-empty list of strings is required (the command)");
-  }
-  if (argv->size() > kMaxArgvCount) {
-    return InvalidArgument(fmt::format("field 'argv': {} elements, at most {} are allowed",
-                                       argv->size(), kMaxArgvCount));
-  }
-  for (std::size_t i = 0; i < argv->size(); ++i) {
-    auto a = store::BytesFromJson((*argv)[i], fmt::format("field 'argv': element {}", i));
-    if (!a.ok()) return a.status();
-    if (a->find('\0') != std::string::npos) {
-      return InvalidArgument(fmt::format("field 'argv': element {} ('{}') holds a NUL byte", i,
-                                         api::ShownText(*a)));
-    }
-    if (a->size() > kMaxArgBytes) {
-      return InvalidArgument(fmt::format("field 'argv': element {} is {} bytes, at most {} are allowed", i,
-                                         a->size(), kMaxArgBytes));
-    }
-    total += a->size() + 1;
-    j->argv.push_back(*std::move(a));
-  }
-  if (j->argv[0].empty()) return InvalidArgument("field 'argv': the program name is empty");
-  if (const auto c = body.find("cwd"); c != body.end() && !c->is_null()) {
-    auto cwd = store::BytesFromJson(*c, "field 'cwd'");
-    if (!cwd.ok()) return cwd.status();
-    if (cwd->empty() || (*cwd)[0] != '/' || cwd->find('\0') != std::string::npos ||
-        cwd->size() > kMaxPathBytes) {
-      return InvalidArgument(fmt::format("field 'cwd': value '{}' must be an absolute path without NUL "
-                                         "bytes, at most {} bytes", api::ShownText(*cwd), kMaxPathBytes));
-    }
-    j->cwd = *std::move(cwd);
-  }
-  if (const auto e = body.find("env"); e != body.end() && !e->is_null()) {
-    // An object {NAME: value} when every name is UTF-8; else a list of [name, value].
-    if (!e->is_object() && !e->is_array()) {
-      return InvalidArgument("field 'env': expected an object of strings or a list of [name, value]");
-    }
-    if (e->size() > kMaxEnvCount) {
-      return InvalidArgument(fmt::format("field 'env': {} entries, at most {} are allowed", e->size(),
-                                         kMaxEnvCount));
-    }
-    std::vector<std::pair<std::string, std::string>> env;
-    if (e->is_object()) {
-      for (const auto& [k, v] : e->items()) {
-        auto value = store::BytesFromJson(v, fmt::format("field 'env': entry '{}'", api::ShownText(k)));
-        if (!value.ok()) return value.status();
-        env.emplace_back(k, *std::move(value));
-      }
-    } else {
-      for (std::size_t i = 0; i < e->size(); ++i) {
-        const Json& kv = (*e)[i];
-        if (!kv.is_array() || kv.size() != 2) {
-          return InvalidArgument(fmt::format("field 'env': element {} is not [name, value]", i));
-        }
-        auto k = store::BytesFromJson(kv[0], fmt::format("field 'env': element {} name", i));
-        if (!k.ok()) return k.status();
-        auto v = store::BytesFromJson(kv[1], fmt::format("field 'env': element {} value", i));
-        if (!v.ok()) return v.status();
-        env.emplace_back(*std::move(k), *std::move(v));
-      }
-    }
-    for (auto& [k, v] : env) {
-      if (k.empty() || k.find_first_of(std::string_view("=\0", 2)) != std::string::npos ||
-          v.find('\0') != std::string::npos) {
-        return InvalidArgument(fmt::format("field 'env': entry '{}' is not NAME: \"value\" (a name without "
-                                           "'=' and NUL, a value without NUL)", api::ShownText(k)));
-      }
-      if (k.size() + 1 + v.size() > kMaxArgBytes) {
-        return InvalidArgument(fmt::format("field 'env': entry '{}' is {} bytes, at most {} are allowed",
-                                           api::ShownText(k), k.size() + 1 + v.size(), kMaxArgBytes));
-      }
-      total += k.size() + v.size() + 2;
-      j->env.emplace_back(std::move(k), std::move(v));
-    }
-  }
-  if (total > kMaxCommandBytes) {
-    return InvalidArgument(fmt::format("fields 'argv' and 'env': {} bytes together, at most {} are allowed",
-                                       total, kMaxCommandBytes));
-  }
+  j->argv = req.argv;
+  if (req.cwd) j->cwd = *req.cwd;
+  j->env = req.env;
   return Status::Ok();
 }
 
