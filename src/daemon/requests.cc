@@ -219,7 +219,7 @@ Status Daemon::Impl::ParseRequest(const api::SubmitRequest& req, JobRecord* j) c
       return InvalidArgument(fmt::format("field 'kind': value '{}' is not allowed in queue '{}'",
                                          *k, queue->name));
     }
-    j->kind = *k;
+    j->kind = *kind;
   }
   if (req.gpus) j->gpus = *req.gpus;
   if (const auto& frac = req.fraction) {
@@ -263,7 +263,7 @@ Status Daemon::Impl::ParseRequest(const api::SubmitRequest& req, JobRecord* j) c
 
 sched::JobRequest Daemon::Impl::Request(const JobRecord& j) {
   sched::JobRequest r;
-  if (!j.kind.empty()) r.kind = sched::ParseSliceKind(j.kind).value();
+  r.kind = j.kind;
   r.gpus = j.gpus;
   r.milli = j.milli;
   r.memory = j.memory;

@@ -352,7 +352,7 @@ Json Daemon::Impl::Slices() const {
 // model of the host (the scheduler's rule, DeviceModel::SmallestProfileFor).
 std::optional<std::string> Daemon::Impl::MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const {
   if (q == nullptr) return std::nullopt;
-  const std::string kind = j.kind.empty() ? std::string(sched::SliceKindName(q->default_kind)) : j.kind;
+  const std::string kind(sched::SliceKindName(j.kind.value_or(q->default_kind)));
   if (kind != "mig") return std::nullopt;
   const Bytes need = j.memory > 0 ? j.memory : q->default_memory;
   auto say = [&](const DeviceModel& m, const MigProfile& p) {
@@ -480,7 +480,7 @@ api::JobView Daemon::Impl::RecordView(const JobRecord& j) {
   o.uid = j.uid;
   o.gid = j.gid;
   o.queue = j.queue;
-  o.kind = j.kind;
+  o.kind = j.kind ? std::string(sched::SliceKindName(*j.kind)) : "";
   o.gpus = j.gpus;
   o.milli = j.milli;
   o.memory = j.memory;

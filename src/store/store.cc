@@ -122,7 +122,7 @@ nlohmann::json JobToJson(const JobRecord& j) {
   nlohmann::json o = {
       {"id", j.id.value()},         {"user", j.user},
       {"uid", j.uid},               {"gid", j.gid},
-      {"queue", j.queue},           {"kind", j.kind},
+      {"queue", j.queue},           {"kind", j.kind ? SliceKindName(*j.kind) : ""},
       {"gpus", j.gpus},             {"milli", j.milli},
       {"memory", j.memory},         {"time_limit_us", j.time_limit},
       {"model", j.model},           {"argv", BytesListToJson(j.argv)},
@@ -155,7 +155,11 @@ Result<JobRecord> JobFromJson(const nlohmann::json& o) {
     j.uid = o.at("uid").get<std::int64_t>();
     j.gid = o.at("gid").get<std::int64_t>();
     j.queue = o.at("queue").get<std::string>();
-    j.kind = o.at("kind").get<std::string>();
+    if (const std::string kind = o.at("kind").get<std::string>(); !kind.empty()) {
+      Result<SliceKind> k = ParseSliceKind(kind);
+      if (!k.ok()) return Status(StatusCode::kDataLoss, fmt::format("job record: kind: {}", k.status().message()));
+      j.kind = *k;
+    }
     j.gpus = o.at("gpus").get<int>();
     j.milli = o.at("milli").get<MilliGpu>();
     j.memory = o.at("memory").get<Bytes>();

@@ -50,7 +50,7 @@ struct JobRecord {
   std::int64_t gid = -1;
   std::string queue;
   // The request as submitted (empty / zero: the queue's default).
-  std::string kind;
+  std::optional<SliceKind> kind;
   int gpus = 0;
   MilliGpu milli = 0;
   Bytes memory = 0;

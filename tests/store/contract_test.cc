@@ -197,6 +197,29 @@ TEST(JobCodec, RejectsMissingField) {
   EXPECT_NE(r.status().message().find("queue"), std::string::npos);
 }
 
+// A job's requested kind is typed in memory and its name on disk ("" when the queue's default);
+// a name the store did not write is data loss naming the field.
+TEST(JobCodec, RequestedKindIsTypedAndStoredByName) {
+  JobRecord job = Job(1);
+  job.kind = SliceKind::kMps;
+  nlohmann::json j = JobToJson(job);
+  EXPECT_EQ(j["kind"], "mps");
+  auto r = JobFromJson(j);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kind, SliceKind::kMps);
+  job.kind.reset();
+  j = JobToJson(job);
+  EXPECT_EQ(j["kind"], "");
+  r = JobFromJson(j);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kind, std::nullopt);
+  j["kind"] = "gigantic";
+  r = JobFromJson(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(r.status().message().find("job record: kind"), std::string::npos) << r.status().ToString();
+}
+
 // The count of never-started requeues round-trips; a record written before it existed reads 0.
 TEST(JobCodec, NeverStartedRequeuesRoundTripAndDefaultToZero) {
   JobRecord job = Job(1);
