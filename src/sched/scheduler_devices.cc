@@ -96,8 +96,9 @@ void Scheduler::Impl::OnDeviceAdded(const DeviceAdded& e) {
   d.mode = e.mig_enabled && d.mig_capable ? DeviceMode::kMig : DeviceMode::kFree;
   if (d.mode == DeviceMode::kMig) d.layout = e.mig_layout;
   mig_mode_devices_ += d.mode == DeviceMode::kMig;
-  nodes_[e.device.node].insert(e.device.index);
-  hosts_changed_ = true;  // the learned shapes' supply shares (Workload())
+  std::set<DeviceIndex>& host = nodes_[e.device.node];
+  host.insert(e.device.index);
+  workload_.HostResized(host.size() - 1, host.size());  // the learned shapes' supply shares
   auto [it, _] = devices_.emplace(e.device, std::move(d));
   index_.Add(it->second, Facts(it->second));
   if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
@@ -128,9 +129,10 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   CountCapacity(d, -1);
   mig_mode_devices_ -= d.mode == DeviceMode::kMig;
   mig_in_use_.erase(&d);
-  nodes_[e.device.node].erase(e.device.index);
-  hosts_changed_ = true;
-  if (nodes_[e.device.node].empty()) nodes_.erase(e.device.node);
+  std::set<DeviceIndex>& host = nodes_.at(e.device.node);
+  host.erase(e.device.index);
+  workload_.HostResized(host.size() + 1, host.size());
+  if (host.empty()) nodes_.erase(e.device.node);
   devices_.erase(it);
   mig_broken_.erase(e.device);
   ForgetMigEmpty(e.device);

@@ -4,7 +4,8 @@
 // scheduler_devices.cc, scheduler_placement.cc, scheduler_jobs.cc, scheduler_reclaim.cc,
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
-// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates.
+// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamBooks,
+// WorkloadModel (workload_model.h, the learned workload policies score against).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -28,7 +29,6 @@
 
 #include "sched/capacity_index.h"
 #include "sched/host_states.h"
-#include "sched/learned_workload.h"
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
@@ -36,6 +36,7 @@
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
 #include "sched/team_books.h"
+#include "sched/workload_model.h"
 
 namespace gpuslice::sched {
 
@@ -212,10 +213,6 @@ class Scheduler::Impl {
     PlacementContext ctx;
   };
   PolicyInput InputFor(const Resolved& r);
-  // The learned workload as policies see it: workload_'s shapes, each with its supply share on
-  // the hosts (a shape of k GPUs can use the hosts with k devices or more; the learned shapes
-  // ask no CPU, memory or model). Remade when either changes.
-  std::span<const WorkloadShape> Workload();
   std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
   static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty
@@ -502,12 +499,7 @@ class Scheduler::Impl {
   NodePool<std::unordered_map<JobId, Resolved>> resolved_nodes_;
   NodePool<std::map<SliceId, SliceView>> slice_nodes_;
 
-  LearnedWorkload workload_;  // what fragmentation-aware policies score against
-  std::vector<WorkloadShape> workload_shapes_;  // Workload(): workload_'s with supply shares
-  std::uint64_t workload_shapes_of_ = 0;        // the workload_.version() they were made from
-  bool hosts_changed_ = true;                   // devices added or removed since
-  std::map<std::size_t, std::int64_t> hosts_by_size_;  // device count -> hosts (Workload())
-  std::uint64_t workload_version_ = 0;          // changes exactly when workload_shapes_ does
+  WorkloadModel workload_;  // what fragmentation-aware policies score against
 
   // Placement by host state (PlaceByState): on when some queue's policy ScoresByNodeState().
   bool by_state_ = false;
@@ -528,7 +520,7 @@ class Scheduler::Impl {
   };
   std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
   std::vector<int> memo_slot_of_shape_;  // memo shape -> the slot it last had (-1: none); check it
-  std::uint64_t memo_workload_ = 0;            // workload_version_ the slots are for
+  std::uint64_t memo_workload_ = 0;            // workload_.version() the slots are for
   std::uint64_t memo_clock_ = 0;
   std::uint64_t memo_generations_ = 0;         // generations handed out so far
   std::uint64_t oldest_live_generation_ = 0;  // view_memo_ entries older than this are free
