@@ -5,7 +5,8 @@
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
 // jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamBooks,
-// WorkloadModel (workload_model.h, the learned workload policies score against).
+// WorkloadModel (workload_model.h, the learned workload policies score against), MigBooks
+// (mig_books.h, the MIG controller's books).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -29,6 +30,7 @@
 
 #include "sched/capacity_index.h"
 #include "sched/host_states.h"
+#include "sched/mig_books.h"
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
@@ -151,14 +153,11 @@ class Scheduler::Impl {
     return !Schedulable(d) || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole;
   }
 
-  // The MIG instances in use on `d` (valid until its slices change).
-  const MigLayout& InUse(const DeviceView& d) const;
-  static void SortByStart(MigLayout& l);
   MigLayout InUseFromSlices(const DeviceView& d) const;
   DeviceFacts Facts(const DeviceView& d) const;
   // Facts(d).in_use.
   std::span<const MigPlacement> InUseFact(const DeviceView& d) const {
-    return d.mode == DeviceMode::kMig ? std::span<const MigPlacement>(InUse(d)) : std::span<const MigPlacement>();
+    return d.mode == DeviceMode::kMig ? std::span<const MigPlacement>(mig_.InUse(d)) : std::span<const MigPlacement>();
   }
 
   // Every change to a device goes through here so the indexes stay exact.
@@ -179,13 +178,7 @@ class Scheduler::Impl {
     facts.in_use = InUseFact(d);  // of the facts, only these change with what runs there
     index_.Add(d, facts);
     if (by_state_ && !(was_inert && InertForPlacement(d))) host_states_.MarkDirty(d.ref.node);
-    if (const bool changing = d.draining || d.reconfiguring; changing != was_changing) {
-      if (changing) {
-        mig_in_flight_.insert(d.ref);
-      } else {
-        mig_in_flight_.erase(d.ref);
-      }
-    }
+    if (const bool changing = d.draining || d.reconfiguring; changing != was_changing) mig_.SetChanging(d.ref, changing);
   }
   void SetMode(DeviceView& d, DeviceMode mode);
   void CountCapacity(const DeviceView& d, int delta);
@@ -358,10 +351,6 @@ class Scheduler::Impl {
   // layout still there.
   static constexpr Micros kMigReleaseAfter = 10 * kMinute;
   void MaybeLeaveMig();
-  // Notes when a MIG device's last instance in use was released (kMigReleaseAfter counts
-  // from there); called where that changes, by journaled events only.
-  void NoteMigUse(const DeviceView& d);
-  void ForgetMigEmpty(const DeviceRef& ref);
 
   // ---- teams (scheduler_teams.cc)
   // The team a submit runs in: the one it names (which must list the user, unless members
@@ -474,23 +463,14 @@ class Scheduler::Impl {
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;
-  std::set<DeviceRef> mig_broken_;
   std::optional<Reservation> reservation_;
   bool any_reserve_ = false;  // some queue has reserve_after
   SliceTimers timers_;             // each running slice's next timer (NextTimer())
   std::set<SliceId> reclaimable_;  // slices in IdleState::kReclaimable
   bool became_reclaimable_ = false;  // a Tick made a slice reclaimable: serve pending jobs
-  std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
-  // Devices draining or reconfiguring (a handful at most: looked at without scanning every device).
-  std::set<DeviceRef> mig_in_flight_;
-  int mig_mode_devices_ = 0;  // devices in MIG mode; see NeverFitsWhy()
-  mutable DeviceRef mig_never_fits_witness_;  // a memo of NeverFitsWhy(): the device that took the last MIG request
-  std::map<DeviceRef, Micros> mig_empty_since_;  // MIG devices with no instance in use: since when
-  // The same entries by (since, device): MaybeLeaveMig() looks only at the devices empty for
-  // kMigReleaseAfter, not at every empty one. Kept with mig_empty_since_ by NoteMigUse() and
-  // ForgetMigEmpty().
-  std::set<std::pair<Micros, DeviceRef>> mig_empty_by_time_;
-  std::vector<DeviceRef> scratch_mig_empty_;  // MaybeLeaveMig: those, in device order
+  // The MIG controller's books: instances in use, devices changing layout or refusing to, MIG
+  // mode count, and since when MIG devices stand empty (MaybeLeaveMig's hold).
+  MigBooks mig_;
   std::string violation_;
   CapacityIndex index_;
   // Nodes of erased entries of the books above, for their next inserts: a step of a busy
