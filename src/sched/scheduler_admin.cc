@@ -54,7 +54,7 @@ void Scheduler::Impl::OnAdminMigMode(const AdminMigMode& e) {
 }
 
 void Scheduler::Impl::StartAdminMigChange(DeviceView& d) {
-  if (d.mig_admin == MigAdmin::kAuto || mig_broken_.contains(d.ref)) return;
+  if (d.mig_admin == MigAdmin::kAuto || mig_.broken(d.ref)) return;
   const bool want = d.mig_admin == MigAdmin::kOn;
   // Already so, or on its way: a drain in flight ends as MaybeFinishDrain decides (it reads
   // mig_admin); a layout change in flight calls this again when done (OnReconfigureDone).

@@ -15,27 +15,15 @@
 namespace gpuslice::sched {
 
 // ---------------------------------------------------------------- devices and indexes
-// MIG instances with a slice, sorted by start: kept per device (the indexes read it on every
-// change of a MIG device); InUseFromSlices() recomputes it for CheckInvariants.
-const MigLayout& Scheduler::Impl::InUse(const DeviceView& d) const {
-  static const MigLayout kNone;
-  auto it = mig_in_use_.find(&d);
-  return it == mig_in_use_.end() ? kNone : it->second;
-}
-
-void Scheduler::Impl::SortByStart(MigLayout& l) {
-  std::sort(l.begin(), l.end(), [](const MigPlacement& a, const MigPlacement& b) {
-    return std::tie(a.start, a.profile_id) < std::tie(b.start, b.profile_id);
-  });
-}
-
+// MIG instances with a slice, sorted by start, as MigBooks::InUse() keeps them (for
+// CheckInvariants).
 MigLayout Scheduler::Impl::InUseFromSlices(const DeviceView& d) const {
   MigLayout in_use;
   for (SliceId s : d.slices) {
     const SliceView& sv = slices_.at(s);
     if (sv.mig) in_use.push_back(*sv.mig);
   }
-  SortByStart(in_use);
+  MigBooks::SortByStart(in_use);
   return in_use;
 }
 
@@ -49,7 +37,7 @@ DeviceFacts Scheduler::Impl::Facts(const DeviceView& d) const {
 }
 
 void Scheduler::Impl::SetMode(DeviceView& d, DeviceMode mode) {
-  mig_mode_devices_ += (mode == DeviceMode::kMig) - (d.mode == DeviceMode::kMig);
+  mig_.CountMigMode((mode == DeviceMode::kMig) - (d.mode == DeviceMode::kMig));
   if (d.mode != mode && !d.slices.empty() && violation_.empty()) {
     violation_ = fmt::format("device {}/{} changed mode {} -> {} with {} slices", d.ref.node.value(),
                              d.ref.index.value(), DeviceModeName(d.mode), DeviceModeName(mode),
@@ -95,14 +83,15 @@ void Scheduler::Impl::OnDeviceAdded(const DeviceAdded& e) {
   d.mig_capable = e.mig_capable && model && model->supports_mig();
   d.mode = e.mig_enabled && d.mig_capable ? DeviceMode::kMig : DeviceMode::kFree;
   if (d.mode == DeviceMode::kMig) d.layout = e.mig_layout;
-  mig_mode_devices_ += d.mode == DeviceMode::kMig;
-  nodes_[e.device.node].insert(e.device.index);
-  hosts_changed_ = true;  // the learned shapes' supply shares (Workload())
+  mig_.CountMigMode(d.mode == DeviceMode::kMig);
+  std::set<DeviceIndex>& host = nodes_[e.device.node];
+  host.insert(e.device.index);
+  workload_.HostResized(host.size() - 1, host.size());  // the learned shapes' supply shares
   auto [it, _] = devices_.emplace(e.device, std::move(d));
   index_.Add(it->second, Facts(it->second));
   if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
   CountCapacity(it->second, +1);
-  NoteMigUse(it->second);
+  mig_.NoteUse(it->second, now_);
   Schedule(/*only=*/std::nullopt);
 }
 
@@ -124,16 +113,13 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   DeviceView& d = it->second;
   index_.Remove(d, Facts(d));
   if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
-  mig_in_flight_.erase(d.ref);
   CountCapacity(d, -1);
-  mig_mode_devices_ -= d.mode == DeviceMode::kMig;
-  mig_in_use_.erase(&d);
-  nodes_[e.device.node].erase(e.device.index);
-  hosts_changed_ = true;
-  if (nodes_[e.device.node].empty()) nodes_.erase(e.device.node);
+  mig_.Remove(d);
+  std::set<DeviceIndex>& host = nodes_.at(e.device.node);
+  host.erase(e.device.index);
+  workload_.HostResized(host.size() + 1, host.size());
+  if (host.empty()) nodes_.erase(e.device.node);
   devices_.erase(it);
-  mig_broken_.erase(e.device);
-  ForgetMigEmpty(e.device);
   // Pending jobs that can no longer ever fit are rejected now rather than waiting forever.
   std::vector<std::pair<JobId, Status>> doomed;
   for (const auto& [k, r] : pending_.all()) {

@@ -4,7 +4,9 @@
 // scheduler_devices.cc, scheduler_placement.cc, scheduler_jobs.cc, scheduler_reclaim.cc,
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
-// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates.
+// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamBooks,
+// WorkloadModel (workload_model.h, the learned workload policies score against), MigBooks
+// (mig_books.h, the MIG controller's books).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -28,7 +30,7 @@
 
 #include "sched/capacity_index.h"
 #include "sched/host_states.h"
-#include "sched/learned_workload.h"
+#include "sched/mig_books.h"
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
@@ -36,6 +38,7 @@
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
 #include "sched/team_books.h"
+#include "sched/workload_model.h"
 
 namespace gpuslice::sched {
 
@@ -150,14 +153,11 @@ class Scheduler::Impl {
     return !Schedulable(d) || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole;
   }
 
-  // The MIG instances in use on `d` (valid until its slices change).
-  const MigLayout& InUse(const DeviceView& d) const;
-  static void SortByStart(MigLayout& l);
   MigLayout InUseFromSlices(const DeviceView& d) const;
   DeviceFacts Facts(const DeviceView& d) const;
   // Facts(d).in_use.
   std::span<const MigPlacement> InUseFact(const DeviceView& d) const {
-    return d.mode == DeviceMode::kMig ? std::span<const MigPlacement>(InUse(d)) : std::span<const MigPlacement>();
+    return d.mode == DeviceMode::kMig ? std::span<const MigPlacement>(mig_.InUse(d)) : std::span<const MigPlacement>();
   }
 
   // Every change to a device goes through here so the indexes stay exact.
@@ -178,13 +178,7 @@ class Scheduler::Impl {
     facts.in_use = InUseFact(d);  // of the facts, only these change with what runs there
     index_.Add(d, facts);
     if (by_state_ && !(was_inert && InertForPlacement(d))) host_states_.MarkDirty(d.ref.node);
-    if (const bool changing = d.draining || d.reconfiguring; changing != was_changing) {
-      if (changing) {
-        mig_in_flight_.insert(d.ref);
-      } else {
-        mig_in_flight_.erase(d.ref);
-      }
-    }
+    if (const bool changing = d.draining || d.reconfiguring; changing != was_changing) mig_.SetChanging(d.ref, changing);
   }
   void SetMode(DeviceView& d, DeviceMode mode);
   void CountCapacity(const DeviceView& d, int delta);
@@ -212,10 +206,6 @@ class Scheduler::Impl {
     PlacementContext ctx;
   };
   PolicyInput InputFor(const Resolved& r);
-  // The learned workload as policies see it: workload_'s shapes, each with its supply share on
-  // the hosts (a shape of k GPUs can use the hosts with k devices or more; the learned shapes
-  // ask no CPU, memory or model). Remade when either changes.
-  std::span<const WorkloadShape> Workload();
   std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
   static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty
@@ -361,10 +351,6 @@ class Scheduler::Impl {
   // layout still there.
   static constexpr Micros kMigReleaseAfter = 10 * kMinute;
   void MaybeLeaveMig();
-  // Notes when a MIG device's last instance in use was released (kMigReleaseAfter counts
-  // from there); called where that changes, by journaled events only.
-  void NoteMigUse(const DeviceView& d);
-  void ForgetMigEmpty(const DeviceRef& ref);
 
   // ---- teams (scheduler_teams.cc)
   // The team a submit runs in: the one it names (which must list the user, unless members
@@ -477,23 +463,14 @@ class Scheduler::Impl {
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;
-  std::set<DeviceRef> mig_broken_;
   std::optional<Reservation> reservation_;
   bool any_reserve_ = false;  // some queue has reserve_after
   SliceTimers timers_;             // each running slice's next timer (NextTimer())
   std::set<SliceId> reclaimable_;  // slices in IdleState::kReclaimable
   bool became_reclaimable_ = false;  // a Tick made a slice reclaimable: serve pending jobs
-  std::unordered_map<const DeviceView*, MigLayout> mig_in_use_;  // see InUse()
-  // Devices draining or reconfiguring (a handful at most: looked at without scanning every device).
-  std::set<DeviceRef> mig_in_flight_;
-  int mig_mode_devices_ = 0;  // devices in MIG mode; see NeverFitsWhy()
-  mutable DeviceRef mig_never_fits_witness_;  // a memo of NeverFitsWhy(): the device that took the last MIG request
-  std::map<DeviceRef, Micros> mig_empty_since_;  // MIG devices with no instance in use: since when
-  // The same entries by (since, device): MaybeLeaveMig() looks only at the devices empty for
-  // kMigReleaseAfter, not at every empty one. Kept with mig_empty_since_ by NoteMigUse() and
-  // ForgetMigEmpty().
-  std::set<std::pair<Micros, DeviceRef>> mig_empty_by_time_;
-  std::vector<DeviceRef> scratch_mig_empty_;  // MaybeLeaveMig: those, in device order
+  // The MIG controller's books: instances in use, devices changing layout or refusing to, MIG
+  // mode count, and since when MIG devices stand empty (MaybeLeaveMig's hold).
+  MigBooks mig_;
   std::string violation_;
   CapacityIndex index_;
   // Nodes of erased entries of the books above, for their next inserts: a step of a busy
@@ -502,12 +479,7 @@ class Scheduler::Impl {
   NodePool<std::unordered_map<JobId, Resolved>> resolved_nodes_;
   NodePool<std::map<SliceId, SliceView>> slice_nodes_;
 
-  LearnedWorkload workload_;  // what fragmentation-aware policies score against
-  std::vector<WorkloadShape> workload_shapes_;  // Workload(): workload_'s with supply shares
-  std::uint64_t workload_shapes_of_ = 0;        // the workload_.version() they were made from
-  bool hosts_changed_ = true;                   // devices added or removed since
-  std::map<std::size_t, std::int64_t> hosts_by_size_;  // device count -> hosts (Workload())
-  std::uint64_t workload_version_ = 0;          // changes exactly when workload_shapes_ does
+  WorkloadModel workload_;  // what fragmentation-aware policies score against
 
   // Placement by host state (PlaceByState): on when some queue's policy ScoresByNodeState().
   bool by_state_ = false;
@@ -528,7 +500,7 @@ class Scheduler::Impl {
   };
   std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
   std::vector<int> memo_slot_of_shape_;  // memo shape -> the slot it last had (-1: none); check it
-  std::uint64_t memo_workload_ = 0;            // workload_version_ the slots are for
+  std::uint64_t memo_workload_ = 0;            // workload_.version() the slots are for
   std::uint64_t memo_clock_ = 0;
   std::uint64_t memo_generations_ = 0;         // generations handed out so far
   std::uint64_t oldest_live_generation_ = 0;  // view_memo_ entries older than this are free

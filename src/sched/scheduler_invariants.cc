@@ -72,23 +72,23 @@ Status Scheduler::Impl::CheckInvariants() const {
     if (d.draining || d.reconfiguring) {
       ++in_flight;
       planner_in_flight += d.mig_admin == MigAdmin::kAuto;
-      if (!mig_in_flight_.contains(d.ref))
+      if (!mig_.changing().contains(d.ref))
         return Internal(fmt::format("{}: changing MIG layout, not in the devices changing", where(d)));
     }
-    if (InUse(d) != InUseFromSlices(d))
+    if (mig_.InUse(d) != InUseFromSlices(d))
       return Internal(fmt::format("{}: MIG in-use record disagrees with its slices", where(d)));
     fresh.Add(d, Facts(d));
   }
   if (!(fresh == index_)) return Internal("placement indexes disagree with the device records");
-  if (in_flight != static_cast<int>(mig_in_flight_.size()))
-    return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_in_flight_.size()));
+  if (in_flight != static_cast<int>(mig_.changing().size()))
+    return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_.changing().size()));
   // The planner changes one GPU at a time; an admin's orders (AdminMigMode) go beside it.
   if (planner_in_flight > 1)
     return Internal(fmt::format("{} devices changing MIG layout at once", planner_in_flight));
   const auto mig_mode = std::count_if(devices_.begin(), devices_.end(),
                                       [](const auto& kv) { return kv.second.mode == DeviceMode::kMig; });
-  if (mig_mode != mig_mode_devices_)
-    return Internal(fmt::format("{} devices in MIG mode, counted {}", mig_mode, mig_mode_devices_));
+  if (mig_mode != mig_.mig_mode_devices())
+    return Internal(fmt::format("{} devices in MIG mode, counted {}", mig_mode, mig_.mig_mode_devices()));
   std::size_t reserved = 0;
   for (const auto& [ref, d] : devices_) {
     if (!d.reserved_for.valid()) continue;

@@ -240,14 +240,12 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
         d.used_milli -= s.milli;
         d.used_memory -= ReservedOn(s, d);
       } else {
-        MigLayout& used = mig_in_use_[&d];
-        used.erase(std::find(used.begin(), used.end(), *s.mig));
-        if (used.empty()) mig_in_use_.erase(&d);
+        mig_.RemoveInUse(d, *s.mig);
       }
       if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
       if (d.slices.empty()) d.mps_user.clear();  // its MPS server stops with the last client
     });
-    NoteMigUse(*dv);
+    mig_.NoteUse(*dv, now_);
   }
   timers_.Clear(s.slice);
   reclaimable_.erase(s.slice);
@@ -346,12 +344,10 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
         dv.used_milli += rec.milli;
         dv.used_memory += ReservedOn(rec, dv);
       } else {
-        MigLayout& used = mig_in_use_[&dv];
-        used.push_back(*rec.mig);
-        SortByStart(used);
+        mig_.AddInUse(dv, *rec.mig);
       }
     });
-    NoteMigUse(*target);
+    mig_.NoteUse(*target, now_);
   }
   if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
     Usage& u = usage_[{j.queue, j.user}];

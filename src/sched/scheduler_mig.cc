@@ -30,8 +30,8 @@ std::vector<Bytes> Scheduler::Impl::NeedsFor(const std::vector<const Resolved*>&
 void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool allow_drain) {
   if (unmet.empty()) return;
   DeviceView* draining = nullptr;
-  if (!mig_in_flight_.empty()) {
-    for (const DeviceRef& ref : mig_in_flight_) {  // in device order, as devices_ lists them
+  if (!mig_.changing().empty()) {
+    for (const DeviceRef& ref : mig_.changing()) {  // in device order, as devices_ lists them
       DeviceView& d = devices_.at(ref);
       if (d.reconfiguring) return;  // a layout change is being applied: wait for it
       // A drain an admin ordered (AdminMigMode) is never called off by the planner.
@@ -57,7 +57,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
   if (candidates.empty() && allow_drain) {
     // Only now look at devices that would need a drain.
     for (const DeviceRef& ref : index_.mig_capable_busy()) {
-      if (mig_broken_.contains(ref)) continue;
+      if (mig_.broken(ref)) continue;
       candidates.insert(ref);
       if (candidates.size() >= kDrainCandidates) break;
     }
@@ -71,7 +71,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
   };
   std::optional<Candidate> best;
   for (const DeviceRef& ref : candidates) {
-    if (mig_broken_.contains(ref)) continue;
+    if (mig_.broken(ref)) continue;
     const DeviceView& d = devices_.at(ref);
     if (d.draining) continue;  // the drain under way is what a better candidate replaces
     // An admin decides this device's mode, or drained it.
@@ -80,7 +80,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
     if (needs.empty()) continue;
     int rank = d.mode == DeviceMode::kMig ? 0 : d.mode == DeviceMode::kFree && d.slices.empty() ? 1 : 2;
     if (rank == 2 && !allow_drain) continue;
-    auto plan = PlanMigLayout(*ModelOf(ref), rank == 0 ? InUse(d) : MigLayout{}, needs);
+    auto plan = PlanMigLayout(*ModelOf(ref), rank == 0 ? mig_.InUse(d) : MigLayout{}, needs);
     if (!plan.ok() || plan->satisfied == 0) continue;
     if (rank == 0 && plan->layout == d.layout) continue;
     Candidate c{rank, plan->satisfied, d.clients, ref, plan->layout};
@@ -155,7 +155,7 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
   // as a failure: the books keep what they knew.
   const DeviceModel* m = it->second.catalogue;
   bool legal = m && ValidateLayout(*m, e.layout).ok();
-  for (const MigPlacement& used : InUse(it->second))
+  for (const MigPlacement& used : mig_.InUse(it->second))
     legal = legal && std::find(e.layout.begin(), e.layout.end(), used) != e.layout.end();
   bool ok = e.ok && legal;
   const bool leaving = it->second.leaving_mig;
@@ -176,43 +176,22 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
       d.layout = e.layout;  // what the device reports it has now
     }
   });
-  if (!ok) mig_broken_.insert(e.device);  // don't loop on a device that refuses
-  NoteMigUse(it->second);
+  if (!ok) mig_.MarkBroken(e.device);  // don't loop on a device that refuses
+  mig_.NoteUse(it->second, now_);
   StartAdminMigChange(it->second);  // an admin's order that came while this change was applied
   Schedule(std::nullopt);
-}
-
-void Scheduler::Impl::NoteMigUse(const DeviceView& d) {
-  if (d.mode == DeviceMode::kMig && InUse(d).empty()) {
-    if (mig_empty_since_.try_emplace(d.ref, now_).second) mig_empty_by_time_.emplace(now_, d.ref);
-  } else {
-    ForgetMigEmpty(d.ref);
-  }
-}
-
-void Scheduler::Impl::ForgetMigEmpty(const DeviceRef& ref) {
-  auto it = mig_empty_since_.find(ref);
-  if (it == mig_empty_since_.end()) return;
-  mig_empty_by_time_.erase({it->second, ref});
-  mig_empty_since_.erase(it);
 }
 
 // The way back from MIG mode (kMigReleaseAfter is the hysteresis). One device at a time, and
 // only while nothing else changes layout; called at the end of every scheduling pass.
 void Scheduler::Impl::MaybeLeaveMig() {
-  if (!config_.mig.enabled || !mig_in_flight_.empty() || mig_empty_since_.empty() || pending_.empty()) return;
-  // The devices empty for kMigReleaseAfter (the oldest first), then looked at in device order
-  // as before: the first that qualifies is the one released.
-  scratch_mig_empty_.clear();
-  for (const auto& [since, ref] : mig_empty_by_time_) {
-    if (now_ - since < kMigReleaseAfter) break;
-    scratch_mig_empty_.push_back(ref);
-  }
-  std::sort(scratch_mig_empty_.begin(), scratch_mig_empty_.end());
-  for (const DeviceRef& ref : scratch_mig_empty_) {
-    if (mig_broken_.contains(ref)) continue;
+  if (!config_.mig.enabled || !mig_.changing().empty() || !mig_.any_empty() || pending_.empty()) return;
+  // The devices empty for kMigReleaseAfter, in device order: the first that qualifies is the
+  // one released.
+  for (const DeviceRef& ref : mig_.EmptyFor(now_, kMigReleaseAfter)) {
+    if (mig_.broken(ref)) continue;
     const DeviceView& d = devices_.at(ref);
-    if (d.mode != DeviceMode::kMig || !InUse(d).empty() || d.draining || d.reconfiguring) continue;
+    if (d.mode != DeviceMode::kMig || !mig_.InUse(d).empty() || d.draining || d.reconfiguring) continue;
     if (d.mig_admin != MigAdmin::kAuto || d.admin_drained) continue;  // an admin's to decide
     // Whether some pending MIG request could use it, else some other request waits for it:
     // each search stops at the first such job (a backlog is not walked once per device).

@@ -90,44 +90,9 @@ Scheduler::Impl::PolicyInput Scheduler::Impl::InputFor(const Resolved& r) {
   in.req.num_gpus = r.gpus;
   in.req.milli_per_gpu = r.milli;
   in.ctx.rng = &rng_;
-  in.ctx.workload = Workload();
+  in.ctx.workload = workload_.Shapes();
   ++stats_.placement_attempts;
   return in;
-}
-
-std::span<const WorkloadShape> Scheduler::Impl::Workload() {
-  if (workload_version_ != 0 && workload_shapes_of_ == workload_.version() && !hosts_changed_) {
-    return workload_shapes_;
-  }
-  if (hosts_changed_) {
-    // Hosts by device count: all SetSupplyShares() reads of a host for shapes that ask no CPU,
-    // memory or model. One entry per distinct count, not per host: the shares are remade at
-    // every refresh of the learned workload.
-    hosts_by_size_.clear();
-    for (const auto& [nid, devices] : nodes_) ++hosts_by_size_[devices.size()];
-  }
-  const std::span<const WorkloadShape> learned = workload_.Shapes();
-  std::vector<WorkloadShape> shapes(learned.begin(), learned.end());
-  const std::vector<GpuView> gpus(hosts_by_size_.empty() ? 0 : hosts_by_size_.rbegin()->first);
-  std::vector<NodeView> sizes;
-  std::vector<std::int64_t> copies;
-  for (const auto& [size, count] : hosts_by_size_) {
-    sizes.emplace_back().gpus = std::span(gpus.data(), size);
-    copies.push_back(count);
-  }
-  SetSupplyShares(shapes, sizes, copies);
-  workload_shapes_of_ = workload_.version();
-  hosts_changed_ = false;
-  auto same = [](const WorkloadShape& a, const WorkloadShape& b) {
-    return a.num_gpus == b.num_gpus && a.milli_per_gpu == b.milli_per_gpu && a.frequency == b.frequency &&
-           a.supply_share == b.supply_share;
-  };
-  if (workload_version_ == 0 ||
-      !std::equal(shapes.begin(), shapes.end(), workload_shapes_.begin(), workload_shapes_.end(), same)) {
-    workload_shapes_ = std::move(shapes);
-    ++workload_version_;
-  }
-  return workload_shapes_;
 }
 
 // Other policies (fgd, gpuslice, ...): Filter/Score over every host, via placement.h.
@@ -288,9 +253,9 @@ int Scheduler::Impl::MemoShapeOf(const Resolved& r) {
 // that holds that shape, else the least recently used one, given a new generation. Every slot
 // is given up when the workload the policy sees changes (a new generation for each shape).
 void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy) {
-  Workload();  // brought up to date: the slots are for the workload the policy will see
-  if (memo_workload_ != workload_version_) {
-    memo_workload_ = workload_version_;
+  workload_.Shapes();  // brought up to date: the slots are for the workload the policy will see
+  if (memo_workload_ != workload_.version()) {
+    memo_workload_ = workload_.version();
     for (MemoSlot& slot : memo_slots_) slot = MemoSlot{};
   }
   ++memo_clock_;

@@ -109,7 +109,7 @@ std::optional<UserCap> Scheduler::Impl::CapReason(const Resolved& r) const {
 const DeviceView* Scheduler::Impl::ChangingDevice(ReasonScan& scan) const {
   if (!scan.changing) {
     scan.changing = nullptr;
-    for (const DeviceRef& ref : mig_in_flight_) scan.changing = &devices_.at(ref);
+    for (const DeviceRef& ref : mig_.changing()) scan.changing = &devices_.at(ref);
   }
   return *scan.changing;
 }
@@ -162,7 +162,7 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
       // A device that may not change layout and has none cannot: skipped before the profile
       // lookup (at submit this loop sees every device of the cluster).
       const bool may_change =
-          config_.mig.enabled && d.mig_capable && !mig_broken_.contains(ref) && d.mig_admin != MigAdmin::kOff;
+          config_.mig.enabled && d.mig_capable && !mig_.broken(ref) && d.mig_admin != MigAdmin::kOff;
       if (!may_change && d.mode != DeviceMode::kMig && !d.reconfiguring) return false;
       if (!d.catalogue || !ModelOk(r, d)) return false;
       const MigProfile* p = d.catalogue->SmallestProfileFor(r.mig_need);
@@ -174,11 +174,11 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
     // The device that took the last MIG request is tried first: it nearly always takes the
     // next one too, and the scan below visits every device before the MIG-capable ones of a
     // cluster that lists them last. (Any device that takes it gives the same answer.)
-    if (const auto w = devices_.find(mig_never_fits_witness_); w != devices_.end() && takes(w->first, w->second))
+    if (const auto w = devices_.find(mig_.never_fits_witness()); w != devices_.end() && takes(w->first, w->second))
       return std::nullopt;
     for (const auto& [ref, d] : devices_) {
       if (!takes(ref, d)) continue;
-      mig_never_fits_witness_ = ref;
+      mig_.set_never_fits_witness(ref);
       return std::nullopt;
     }
     if (!config_.mig.enabled)
@@ -187,10 +187,10 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
     return fmt::format("every MIG-capable {}GPU that could hold an instance with {} refused a MIG "
                        "reconfiguration or lacks that instance", what, FormatBytes(r.mig_need));
   }
-  if (mig_mode_devices_ == 0) return std::nullopt;
+  if (mig_.mig_mode_devices() == 0) return std::nullopt;
   // Stuck in MIG mode: gpuslice will not take it out (see above).
   auto stuck = [&](const DeviceView& d) {
-    return d.mode == DeviceMode::kMig && (!config_.mig.enabled || mig_broken_.contains(d.ref));
+    return d.mode == DeviceMode::kMig && (!config_.mig.enabled || mig_.broken(d.ref));
   };
   if (r.kind == SliceKind::kWhole) {
     // The first host with enough GPUs ends the scan (at submit it sees every host otherwise);
