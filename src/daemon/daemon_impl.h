@@ -12,6 +12,7 @@
 //   sampling.cc    the agent round each step, activity to the scheduler, downsampling
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
 //   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
+//   callers.cc     what a caller may do: the admin group, a job's owner (Authorize), whoami
 //   views.cc       the API's read models (jobs, slices, queues, devices, events, samples)
 //   metrics.cc     /metrics
 //   reload.cc      config reloads (Reconfigure), the config's base for replays, its log lines
@@ -60,6 +61,7 @@ using store::JobState;
 using store::SliceRecord;
 
 // The user (uid, primary gid) is in the Unix group named `group` (primary or supplementary).
+// (callers.cc)
 bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group);
 
 class Daemon::Impl {
@@ -113,15 +115,16 @@ class Daemon::Impl {
   Json Teams() const;  // teams_view.cc
   Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
   Json Slices() const;
-  Json Whoami(const Caller& c) const;
   Result<Json> Events(std::int64_t after, JobId job, int limit) const;
   Result<std::string> LogPath(JobId id) const;
-  Status Authorize(const Caller& c, JobId id) const;
-  bool IsAdmin(const Caller& c) const;
   bool JobEnded(JobId id) const;
   Result<Json> Samples(JobId id) const;
   Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
   Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;
+  // (callers.cc)
+  Json Whoami(const Caller& c) const;
+  Status Authorize(const Caller& c, JobId id) const;
+  bool IsAdmin(const Caller& c) const;
   // (whatif_view.cc)
   Result<Json> Whatif(const std::map<std::string, std::string>& query) const;
   // (metrics.cc)
@@ -278,9 +281,11 @@ class Daemon::Impl {
   std::optional<Result<Json>> Deduplicate(const JobRecord& j) const;
   static sched::JobRequest Request(const JobRecord& j);
 
-  // (views.cc)
+  // (callers.cc)
   Status AuthorizeLocked(const Caller& c, const JobRecord& j) const;
   bool IsAdminLocked(const Caller& c) const;  // root or the config's admin group; mu_ held
+
+  // (views.cc)
   Json DevicesLocked() const;
   // `places`: every pending job's place (waiting.h), when the caller has them; else computed.
   Json JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places = nullptr) const;

@@ -1,8 +1,5 @@
 // The API's read models: jobs (never their environment), slices with their activity, queues,
 // devices, events, and a job's samples over time.
-#include <grp.h>
-#include <pwd.h>
-
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -26,23 +23,6 @@
 #include "store/codec.h"
 
 namespace gpuslice::daemon {
-
-bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group) {
-  if (group.empty()) return false;
-  struct group* g = getgrnam(group.c_str());
-  if (g == nullptr) return false;
-  if (static_cast<std::int64_t>(g->gr_gid) == gid) return true;
-  struct passwd* pw = getpwuid(static_cast<uid_t>(uid));
-  if (pw == nullptr) return false;
-  int n = 64;
-  std::vector<gid_t> groups(static_cast<size_t>(n));
-  if (getgrouplist(pw->pw_name, static_cast<gid_t>(gid), groups.data(), &n) < 0) {
-    groups.resize(static_cast<size_t>(n));
-    getgrouplist(pw->pw_name, static_cast<gid_t>(gid), groups.data(), &n);
-  }
-  groups.resize(static_cast<size_t>(n));
-  return std::find(groups.begin(), groups.end(), g->gr_gid) != groups.end();
-}
 
 namespace {
 
@@ -302,12 +282,6 @@ Json Daemon::Impl::Queues() const {
               {"simulated", opt_.simulated}};
 }
 
-Json Daemon::Impl::Whoami(const Caller& c) const {
-  std::shared_lock lock(mu_);
-  return Json{{"user", EscapeInvalidUtf8(UserName(c.uid))}, {"uid", c.uid}, {"admin", IsAdminLocked(c)},
-              {"admin_group", config_.admin_group}, {"simulated", opt_.simulated}};
-}
-
 Json Daemon::Impl::Slices() const {
   std::shared_lock lock(mu_);
   Micros now = Now();
@@ -438,29 +412,6 @@ Result<std::string> Daemon::Impl::LogPath(JobId id) const {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
   return it->second.log_path;
-}
-
-Status Daemon::Impl::Authorize(const Caller& c, JobId id) const {
-  std::shared_lock lock(mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return NotFound(fmt::format("job {}: no such job", id.value()));
-  return AuthorizeLocked(c, it->second);
-}
-
-bool Daemon::Impl::IsAdmin(const Caller& c) const {
-  std::shared_lock lock(mu_);
-  return IsAdminLocked(c);
-}
-
-bool Daemon::Impl::IsAdminLocked(const Caller& c) const {
-  return c.uid == 0 || InGroup(c.uid, c.gid, config_.admin_group);
-}
-
-Status Daemon::Impl::AuthorizeLocked(const Caller& c, const JobRecord& j) const {
-  if (c.uid == j.uid || IsAdminLocked(c)) return Status::Ok();
-  return PermissionDenied(fmt::format(
-      "job {} belongs to {}; only its owner, root or a member of group '{}' may act on it",
-      j.id.value(), j.user, config_.admin_group));
 }
 
 bool Daemon::Impl::JobEnded(JobId id) const {
