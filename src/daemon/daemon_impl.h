@@ -14,6 +14,7 @@
 //   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
 //   callers.cc     what a caller may do: the admin group, a job's owner (Authorize), whoami
 //   views.cc       the API's read models (jobs, slices, queues, devices, events, samples)
+//   wait_reason_json.cc  a pending job's reason (sched::WaitReason) as the API's JSON
 //   metrics.cc     /metrics
 //   reload.cc      config reloads (Reconfigure), the config's base for replays, its log lines
 //   admin.cc       an admin's orders: drain, MIG mode, hold, requeue
@@ -299,7 +300,7 @@ class Daemon::Impl {
   void IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,
                  api::SliceView::Figures& o) const;
   std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;
-  static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);
+  static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);  // wait_reason_json.cc
   static api::SliceView SliceViewOf(const SliceRecord& s);
   // A running slice's cap mechanism and MPS user, as the views show them.
   void Mechanisms(api::SliceView& v) const;
