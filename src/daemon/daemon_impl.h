@@ -13,7 +13,8 @@
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
 //   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
 //   callers.cc     what a caller may do: the admin group, a job's owner (Authorize), whoami
-//   views.cc       the API's read models (jobs, slices, queues, devices, events, samples)
+//   views.cc       the API's read models (jobs, slices, devices, events, samples)
+//   queues_view.cc GET /v1/queues (teams_view.cc: /v1/teams; whatif_view.cc: /v1/whatif)
 //   wait_reason_json.cc  a pending job's reason (sched::WaitReason) as the API's JSON
 //   metrics.cc     /metrics
 //   reload.cc      config reloads (Reconfigure), the config's base for replays, its log lines
@@ -112,7 +113,7 @@ class Daemon::Impl {
   Result<std::string> ListJobsText(const std::map<std::string, std::string>& q) const;
   Result<Json> GetJob(JobId id) const;
   Json Devices() const;
-  Json Queues() const;
+  Json Queues() const;  // queues_view.cc
   Json Teams() const;  // teams_view.cc
   Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
   Json Slices() const;
