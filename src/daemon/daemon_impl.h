@@ -13,7 +13,8 @@
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
 //   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
 //   callers.cc     what a caller may do: the admin group, a job's owner (Authorize), whoami
-//   views.cc       the API's read models (jobs, slices, devices, events, samples)
+//   views.cc       the API's read models (jobs, slices, events, samples)
+//   devices_view.cc GET /v1/devices and the devices' history for the web page
 //   queues_view.cc GET /v1/queues (teams_view.cc: /v1/teams; whatif_view.cc: /v1/whatif)
 //   wait_reason_json.cc  a pending job's reason (sched::WaitReason) as the API's JSON
 //   metrics.cc     /metrics
@@ -112,7 +113,7 @@ class Daemon::Impl {
   // (views.cc)
   Result<std::string> ListJobsText(const std::map<std::string, std::string>& q) const;
   Result<Json> GetJob(JobId id) const;
-  Json Devices() const;
+  Json Devices() const;  // devices_view.cc
   Json Queues() const;  // queues_view.cc
   Json Teams() const;  // teams_view.cc
   Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
@@ -121,7 +122,7 @@ class Daemon::Impl {
   Result<std::string> LogPath(JobId id) const;
   bool JobEnded(JobId id) const;
   Result<Json> Samples(JobId id) const;
-  Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
+  Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;  // devices_view.cc
   Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;
   // (callers.cc)
   Json Whoami(const Caller& c) const;
@@ -288,7 +289,7 @@ class Daemon::Impl {
   bool IsAdminLocked(const Caller& c) const;  // root or the config's admin group; mu_ held
 
   // (views.cc)
-  Json DevicesLocked() const;
+  Json DevicesLocked() const;  // devices_view.cc
   // `places`: every pending job's place (waiting.h), when the caller has them; else computed.
   Json JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places = nullptr) const;
   // What the record alone says (no live state, no clock): an ended job's whole view but its
