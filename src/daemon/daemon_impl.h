@@ -13,7 +13,8 @@
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
 //   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
 //   callers.cc     what a caller may do: the admin group, a job's owner (Authorize), whoami
-//   views.cc       the API's read models (jobs, slices, events, samples)
+//   views.cc       the API's read models (jobs, events, samples)
+//   slices_view.cc GET /v1/slices, a slice's view (memory mechanism, utilisation, idle clock)
 //   devices_view.cc GET /v1/devices and the devices' history for the web page
 //   queues_view.cc GET /v1/queues (teams_view.cc: /v1/teams; whatif_view.cc: /v1/whatif)
 //   wait_reason_json.cc  a pending job's reason (sched::WaitReason) as the API's JSON
@@ -117,7 +118,7 @@ class Daemon::Impl {
   Json Queues() const;  // queues_view.cc
   Json Teams() const;  // teams_view.cc
   Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
-  Json Slices() const;
+  Json Slices() const;  // slices_view.cc
   Result<Json> Events(std::int64_t after, JobId job, int limit) const;
   Result<std::string> LogPath(JobId id) const;
   bool JobEnded(JobId id) const;
@@ -289,23 +290,29 @@ class Daemon::Impl {
   bool IsAdminLocked(const Caller& c) const;  // root or the config's admin group; mu_ held
 
   // (views.cc)
-  Json DevicesLocked() const;  // devices_view.cc
   // `places`: every pending job's place (waiting.h), when the caller has them; else computed.
   Json JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places = nullptr) const;
   // What the record alone says (no live state, no clock): an ended job's whole view but its
   // queue's idle_reclaim_mode and its MIG instance text.
   static api::JobView RecordView(const JobRecord& j);
+  std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;
+
+  // (slices_view.cc)
   // The daemon's one idle clock of a running slice: since when it is idle by every counting
   // signal (the GPU as last seen, fresh activity reports); nullopt while unmeasured. `ps`,
   // `show`, the dashboard and /metrics all read it.
   std::optional<Micros> IdleSince(const sched::SliceView& v, const sched::QueueConfig* q, Micros now) const;
   void IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,
                  api::SliceView::Figures& o) const;
-  std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;
-  static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);  // wait_reason_json.cc
   static api::SliceView SliceViewOf(const SliceRecord& s);
   // A running slice's cap mechanism and MPS user, as the views show them.
   void Mechanisms(api::SliceView& v) const;
+
+  // (devices_view.cc)
+  Json DevicesLocked() const;
+
+  // (wait_reason_json.cc)
+  static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);
 
   struct Point {
     Micros t = 0;
