@@ -13,7 +13,8 @@
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
 //   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
 //   callers.cc     what a caller may do: the admin group, a job's owner (Authorize), whoami
-//   views.cc       the API's read models (jobs, events, samples)
+//   views.cc       the API's read models of jobs
+//   history_view.cc events, a job's samples over time, the usage report (read from the store)
 //   slices_view.cc GET /v1/slices, a slice's view (memory mechanism, utilisation, idle clock)
 //   devices_view.cc GET /v1/devices and the devices' history for the web page
 //   queues_view.cc GET /v1/queues (teams_view.cc: /v1/teams; whatif_view.cc: /v1/whatif)
@@ -119,12 +120,12 @@ class Daemon::Impl {
   Json Teams() const;  // teams_view.cc
   Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
   Json Slices() const;  // slices_view.cc
-  Result<Json> Events(std::int64_t after, JobId job, int limit) const;
+  Result<Json> Events(std::int64_t after, JobId job, int limit) const;  // history_view.cc
   Result<std::string> LogPath(JobId id) const;
   bool JobEnded(JobId id) const;
-  Result<Json> Samples(JobId id) const;
+  Result<Json> Samples(JobId id) const;  // history_view.cc
   Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;  // devices_view.cc
-  Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;
+  Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;  // history_view.cc
   // (callers.cc)
   Json Whoami(const Caller& c) const;
   Status Authorize(const Caller& c, JobId id) const;
