@@ -13,7 +13,7 @@
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
 //   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
 //   callers.cc     what a caller may do: the admin group, a job's owner (Authorize), whoami
-//   views.cc       the API's read models of jobs
+//   jobs_view.cc   GET /v1/jobs, /v1/jobs/ID: a job's view, the listing, its log path
 //   history_view.cc events, a job's samples over time, the usage report (read from the store)
 //   slices_view.cc GET /v1/slices, a slice's view (memory mechanism, utilisation, idle clock)
 //   devices_view.cc GET /v1/devices and the devices' history for the web page
@@ -112,20 +112,24 @@ class Daemon::Impl {
   Result<Json> Submit(const Caller& c, const Json& body);
   Result<Json> Cancel(const Caller& c, JobId id);
   Result<Json> ReportActivity(const Caller& c, JobId id, const Json& body);
-  // (views.cc)
+  // (jobs_view.cc)
   Result<std::string> ListJobsText(const std::map<std::string, std::string>& q) const;
   Result<Json> GetJob(JobId id) const;
-  Json Devices() const;  // devices_view.cc
-  Json Queues() const;  // queues_view.cc
-  Json Teams() const;  // teams_view.cc
-  Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
-  Json Slices() const;  // slices_view.cc
-  Result<Json> Events(std::int64_t after, JobId job, int limit) const;  // history_view.cc
   Result<std::string> LogPath(JobId id) const;
   bool JobEnded(JobId id) const;
-  Result<Json> Samples(JobId id) const;  // history_view.cc
-  Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;  // devices_view.cc
-  Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;  // history_view.cc
+  // (slices_view.cc)
+  Json Slices() const;
+  // (devices_view.cc)
+  Json Devices() const;
+  Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
+  // (queues_view.cc, teams_view.cc)
+  Json Queues() const;
+  Json Teams() const;
+  Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
+  // (history_view.cc)
+  Result<Json> Events(std::int64_t after, JobId job, int limit) const;
+  Result<Json> Samples(JobId id) const;
+  Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;
   // (callers.cc)
   Json Whoami(const Caller& c) const;
   Status Authorize(const Caller& c, JobId id) const;
@@ -290,7 +294,7 @@ class Daemon::Impl {
   Status AuthorizeLocked(const Caller& c, const JobRecord& j) const;
   bool IsAdminLocked(const Caller& c) const;  // root or the config's admin group; mu_ held
 
-  // (views.cc)
+  // (jobs_view.cc)
   // `places`: every pending job's place (waiting.h), when the caller has them; else computed.
   Json JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places = nullptr) const;
   // What the record alone says (no live state, no clock): an ended job's whole view but its

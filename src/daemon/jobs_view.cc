@@ -1,5 +1,6 @@
-// The API's read models: jobs (never their environment), slices with their activity, queues,
-// devices, events, and a job's samples over time.
+// GET /v1/jobs and /v1/jobs/ID: a job as the API shows it (never its environment), with its
+// live state (activity, idle clock, warning, MIG instance, why it waits); the listing renders
+// each ended job once.
 #include <algorithm>
 #include <optional>
 #include <set>
@@ -16,7 +17,6 @@
 namespace gpuslice::daemon {
 
 namespace {
-
 
 // Durations said to people are whole seconds: "14m59s", not "14m59.873s".
 Micros RoundToSecond(Micros us) { return (us + kSecond / 2) / kSecond * kSecond; }
