@@ -12,7 +12,13 @@
 //   sampling.cc    the agent round each step, activity to the scheduler, downsampling
 //   requests.cc    the API's mutations (Submit, Cancel) and the submit body's parsing
 //   quotas.cc      per-user storage quotas (UserLedger), fed by every commit
-//   views.cc       the API's read models (jobs, slices, queues, devices, events, samples)
+//   callers.cc     what a caller may do: the admin group, a job's owner (Authorize), whoami
+//   jobs_view.cc   GET /v1/jobs, /v1/jobs/ID: a job's view, the listing, its log path
+//   history_view.cc events, a job's samples over time, the usage report (read from the store)
+//   slices_view.cc GET /v1/slices, a slice's view (memory mechanism, utilisation, idle clock)
+//   devices_view.cc GET /v1/devices and the devices' history for the web page
+//   queues_view.cc GET /v1/queues (teams_view.cc: /v1/teams; whatif_view.cc: /v1/whatif)
+//   wait_reason_json.cc  a pending job's reason (sched::WaitReason) as the API's JSON
 //   metrics.cc     /metrics
 //   reload.cc      config reloads (Reconfigure), the config's base for replays, its log lines
 //   admin.cc       an admin's orders: drain, MIG mode, hold, requeue
@@ -60,6 +66,7 @@ using store::JobState;
 using store::SliceRecord;
 
 // The user (uid, primary gid) is in the Unix group named `group` (primary or supplementary).
+// (callers.cc)
 bool InGroup(std::int64_t uid, std::int64_t gid, const std::string& group);
 
 class Daemon::Impl {
@@ -105,23 +112,28 @@ class Daemon::Impl {
   Result<Json> Submit(const Caller& c, const Json& body);
   Result<Json> Cancel(const Caller& c, JobId id);
   Result<Json> ReportActivity(const Caller& c, JobId id, const Json& body);
-  // (views.cc)
+  // (jobs_view.cc)
   Result<std::string> ListJobsText(const std::map<std::string, std::string>& q) const;
   Result<Json> GetJob(JobId id) const;
-  Json Devices() const;
-  Json Queues() const;
-  Json Teams() const;  // teams_view.cc
-  Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
-  Json Slices() const;
-  Json Whoami(const Caller& c) const;
-  Result<Json> Events(std::int64_t after, JobId job, int limit) const;
   Result<std::string> LogPath(JobId id) const;
+  bool JobEnded(JobId id) const;
+  // (slices_view.cc)
+  Json Slices() const;
+  // (devices_view.cc)
+  Json Devices() const;
+  Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
+  // (queues_view.cc, teams_view.cc)
+  Json Queues() const;
+  Json Teams() const;
+  Json TeamsLocked() const;  // the same, under mu_ held (shared) by the caller
+  // (history_view.cc)
+  Result<Json> Events(std::int64_t after, JobId job, int limit) const;
+  Result<Json> Samples(JobId id) const;
+  Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;
+  // (callers.cc)
+  Json Whoami(const Caller& c) const;
   Status Authorize(const Caller& c, JobId id) const;
   bool IsAdmin(const Caller& c) const;
-  bool JobEnded(JobId id) const;
-  Result<Json> Samples(JobId id) const;
-  Result<Json> DeviceHistory(const std::map<std::string, std::string>& q) const;
-  Result<Json> Report(const Caller& c, const std::map<std::string, std::string>& query) const;
   // (whatif_view.cc)
   Result<Json> Whatif(const std::map<std::string, std::string>& query) const;
   // (metrics.cc)
@@ -278,26 +290,34 @@ class Daemon::Impl {
   std::optional<Result<Json>> Deduplicate(const JobRecord& j) const;
   static sched::JobRequest Request(const JobRecord& j);
 
-  // (views.cc)
+  // (callers.cc)
   Status AuthorizeLocked(const Caller& c, const JobRecord& j) const;
   bool IsAdminLocked(const Caller& c) const;  // root or the config's admin group; mu_ held
-  Json DevicesLocked() const;
+
+  // (jobs_view.cc)
   // `places`: every pending job's place (waiting.h), when the caller has them; else computed.
   Json JobJson(const JobRecord& j, const std::map<JobId, QueuePlace>* places = nullptr) const;
   // What the record alone says (no live state, no clock): an ended job's whole view but its
   // queue's idle_reclaim_mode and its MIG instance text.
   static api::JobView RecordView(const JobRecord& j);
+  std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;
+
+  // (slices_view.cc)
   // The daemon's one idle clock of a running slice: since when it is idle by every counting
   // signal (the GPU as last seen, fresh activity reports); nullopt while unmeasured. `ps`,
   // `show`, the dashboard and /metrics all read it.
   std::optional<Micros> IdleSince(const sched::SliceView& v, const sched::QueueConfig* q, Micros now) const;
   void IdleClock(const sched::SliceView& v, const sched::QueueConfig* q, Micros now,
                  api::SliceView::Figures& o) const;
-  std::optional<std::string> MigInstanceText(const JobRecord& j, const sched::QueueConfig* q) const;
-  static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);
   static api::SliceView SliceViewOf(const SliceRecord& s);
   // A running slice's cap mechanism and MPS user, as the views show them.
   void Mechanisms(api::SliceView& v) const;
+
+  // (devices_view.cc)
+  Json DevicesLocked() const;
+
+  // (wait_reason_json.cc)
+  static Json WaitReasonJson(const sched::WaitReason& w, const std::string& queue);
 
   struct Point {
     Micros t = 0;
