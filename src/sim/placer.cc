@@ -33,6 +33,39 @@ Placer::Placer(const sched::PlacementPolicy& policy, const sched::PlacementConte
                std::mt19937_64* tie_rng)
     : policy_(policy), ctx_(ctx), pure_(ScoreIsPure(policy.name())), tie_(tie), tie_rng_(tie_rng) {}
 
+void Placer::StateKey(const SimNode& n, std::string& key) {
+  key.clear();
+  auto put = [&key](auto v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(n.cpu_total);
+  put(n.cpu_free);
+  put(n.memory_total);
+  put(n.memory_free);
+  std::uint32_t kinds = 0;  // as Cluster::View() gives them
+  for (std::size_t k = 0; k < n.kind_count.size(); ++k) {
+    if (n.kind_count[k] > 0) kinds |= 1u << k;
+  }
+  put(kinds);
+  put(n.gpus.size());
+  for (const sched::GpuView& g : n.gpus) {
+    put(g.free_milli);
+    put(g.free_memory);
+    put(g.usable);
+  }
+  key += n.model;  // last: the fixed-size fields before it delimit it
+}
+
+std::uint32_t Placer::StateOf(const Cluster& cluster, std::size_t i) {
+  if (node_state_.size() != cluster.size()) node_state_.assign(cluster.size(), NodeState{});
+  NodeState& ns = node_state_[i];
+  const SimNode& n = cluster.node(i);
+  if (ns.version != n.version) {
+    StateKey(n, key_);
+    ns.id = state_ids_.try_emplace(key_, static_cast<std::uint32_t>(state_ids_.size())).first->second;
+    ns.version = n.version;
+  }
+  return ns.id;
+}
+
 std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::PlacementRequest& req,
                                     int request_class) {
   const bool use_cache = pure_ && request_class >= 0;
@@ -71,22 +104,34 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
       Entry& e = (*entries)[i];
       const std::uint32_t version = cluster.node(i).version;
       if (e.version != version) {
-        const sched::NodeView view = cluster.View(i);
-        if (prepared_.size() != cluster.size()) prepared_.resize(cluster.size());
-        Prepared& p = prepared_[i];
-        if (p.version != version) {
-          p.prep = policy_.Prepare(view, ctx_);
-          p.version = version;
+        if (scores_.size() >= kMaxScores) {
+          scores_.clear();
+          state_ids_.clear();
+          node_state_.assign(cluster.size(), NodeState{});
         }
-        fresh = policy_.ScorePrepared(req, view, ctx_, p.prep.get());
-        ++scored_;
+        const std::uint64_t key = static_cast<std::uint64_t>(request_class) << 32 | StateOf(cluster, i);
+        auto [it, added] = scores_.try_emplace(key);
+        Scored& sc = it->second;
+        if (added) {
+          const sched::NodeView view = cluster.View(i);
+          if (prepared_.size() != cluster.size()) prepared_.resize(cluster.size());
+          Prepared& p = prepared_[i];
+          if (p.version != version) {
+            p.prep = policy_.Prepare(view, ctx_);
+            p.version = version;
+          }
+          fresh = policy_.ScorePrepared(req, view, ctx_, p.prep.get());
+          ++scored_;
+          sc.refused = !fresh.has_value();
+          if (fresh) {
+            sc.score = fresh->score;
+            for (int g : fresh->gpu_indices) sc.gpu_mask |= std::uint64_t{1} << g;
+          }
+        }
         e.version = version;
-        e.refused = !fresh.has_value();
-        if (fresh) {
-          e.score = fresh->score;
-          e.gpu_mask = 0;
-          for (int g : fresh->gpu_indices) e.gpu_mask |= std::uint64_t{1} << g;
-        }
+        e.refused = sc.refused;
+        e.score = sc.score;
+        e.gpu_mask = sc.gpu_mask;
       }
       if (e.refused) continue;
       score = e.score;

@@ -6,14 +6,19 @@
 // (ScoreIsPure), each node's NodeChoice is cached per request class and node version, so a
 // placement re-scores only the nodes that changed since that class was last placed; and what
 // the policy computes of a node alone (PlacementPolicy::Prepare()) is kept per node version and
-// shared by every request class scored on it.
+// shared by every request class scored on it. A changed node is scored only when its new state
+// (everything a pure policy reads: model, CPU, memory, each GPU's free share, the kinds of pods
+// it runs) is one that class has not been scored on yet: many nodes of a cluster are alike (of
+// one type, filled by the same kinds of pod), and a pure score of equal states is equal.
 // Not thread-safe; one per simulation.
 
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sched/placement/placement.h"
@@ -81,6 +86,26 @@ class Placer {
     std::unique_ptr<sched::NodePrep> prep;
   };
   std::vector<Prepared> prepared_;  // [node], for the cached path
+  // The cached path's node states: each node's state id as of its version, and the scores of
+  // (request class, state) pairs. Ids number the distinct states in order of first sight, by
+  // StateKey(); both books start over past kMaxScores scores (the results are the same either
+  // way: a score is only looked up, never assumed), so a long replay's memory stays bounded.
+  std::uint32_t StateOf(const Cluster& cluster, std::size_t i);
+  static void StateKey(const SimNode& n, std::string& key);
+  struct NodeState {
+    std::uint32_t version = 0;  // 0: not known
+    std::uint32_t id = 0;
+  };
+  struct Scored {
+    bool refused = false;
+    double score = 0;
+    std::uint64_t gpu_mask = 0;
+  };
+  static constexpr std::size_t kMaxScores = std::size_t{1} << 20;
+  std::vector<NodeState> node_state_;                    // [node]
+  std::unordered_map<std::string, std::uint32_t> state_ids_;
+  std::unordered_map<std::uint64_t, Scored> scores_;     // by request class << 32 | state id
+  std::string key_;                                      // StateKey()'s scratch
   std::uint64_t scored_ = 0;
   bool last_fitted_ = false;
 };

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <numeric>
+#include <random>
 #include <map>
 #include <set>
 #include <tuple>
@@ -406,6 +407,67 @@ TEST(Placer, CacheChangesNoDecision) {
       fresh.Apply(req, y->node, y->gpus, +1);
     }
     EXPECT_LT(a.scored(), b.scored()) << name;
+  }
+}
+
+// Alike nodes are scored once per request class: 64 empty nodes of one type are one state, and
+// a node that a release brings back to a state already scored is not scored again. Decisions stay
+// those of the uncached path, releases included.
+TEST(Placer, EqualNodeStatesAreScoredOncePerClass) {
+  for (const char* name : {"fgd", "gpuslice"}) {
+    auto policy = sched::MakePolicy(name);
+    ASSERT_TRUE(policy.ok());
+    Cluster cached = Cluster::Uniform(64, 8, "A100", 64000, 512 * kGiB);
+    Cluster fresh = Cluster::Uniform(64, 8, "A100", 64000, 512 * kGiB);
+    std::vector<sched::WorkloadShape> shapes(2);
+    shapes[0].cpu_milli = 4000;
+    shapes[0].num_gpus = 1;
+    shapes[0].milli_per_gpu = 500;
+    shapes[0].frequency = 0.5;
+    shapes[1].cpu_milli = 8000;
+    shapes[1].num_gpus = 2;
+    shapes[1].milli_per_gpu = kOneGpu;
+    shapes[1].frequency = 0.5;
+    sched::PlacementContext ctx{shapes, nullptr};
+    Placer a(**policy, ctx, TieBreak::kLowestIndex), b(**policy, ctx, TieBreak::kLowestIndex);
+    sched::PlacementRequest share, pair;
+    share.cpu_milli = 4000;
+    share.num_gpus = 1;
+    share.milli_per_gpu = 500;
+    pair.cpu_milli = 8000;
+    pair.num_gpus = 2;
+    pair.milli_per_gpu = kOneGpu;
+    auto x = a.Place(cached, share, 0);
+    ASSERT_TRUE(x);
+    EXPECT_EQ(a.scored(), 1u) << name << ": 64 empty nodes are one state";
+    auto y = b.Place(fresh, share, -1);
+    EXPECT_EQ(b.scored(), 64u) << name;
+    // Place and release at random; every decision equals the uncached path's.
+    std::mt19937_64 rng(7);
+    std::vector<std::tuple<sched::PlacementRequest, std::uint32_t, std::vector<int>>> running;
+    for (int k = 0; k < 400; ++k) {
+      if (!running.empty() && rng() % 3 == 0) {
+        const std::size_t at = rng() % running.size();
+        auto [req, node, gpus] = running[at];
+        cached.Apply(req, node, gpus, -1);
+        fresh.Apply(req, node, gpus, -1);
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(at));
+        continue;
+      }
+      const bool is_pair = rng() % 2 == 0;
+      const sched::PlacementRequest& req = is_pair ? pair : share;
+      x = a.Place(cached, req, is_pair ? 1 : 0);
+      y = b.Place(fresh, req, -1);
+      ASSERT_EQ(x.has_value(), y.has_value()) << name << " step " << k;
+      if (!x) continue;
+      ASSERT_EQ(x->node, y->node) << name << " step " << k;
+      ASSERT_EQ(x->gpus, y->gpus) << name << " step " << k;
+      cached.Apply(req, x->node, x->gpus, +1);
+      fresh.Apply(req, y->node, y->gpus, +1);
+      running.emplace_back(req, x->node, x->gpus);
+    }
+    // Each class is scored at most once per distinct state, far fewer than per changed node.
+    EXPECT_LT(a.scored() * 4, b.scored()) << name << ": " << a.scored() << " vs " << b.scored();
   }
 }
 
