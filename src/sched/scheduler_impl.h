@@ -6,7 +6,8 @@
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
 // jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamBooks,
 // WorkloadModel (workload_model.h, the learned workload policies score against), MigBooks
-// (mig_books.h, the MIG controller's books).
+// (mig_books.h, the MIG controller's books), PlacementMemo (placement_memo.h, placement by host
+// state's memo slots and view results; with it ByStateScratch, its working space per request).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -34,6 +35,7 @@
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
+#include "sched/placement_memo.h"
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
@@ -211,30 +213,15 @@ class Scheduler::Impl {
   static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty
   static GpuView ViewOfKey(const Resolved& r, int model, int user, const DeviceStateKey& k);
   void RefileHost(NodeId nid);
-  int MemoShapeOf(const Resolved& r);
-  void SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy);
+  // PlaceGeneric's decision, per distinct host state (host_states.h, placement_memo.h).
   std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy);
+  // PlaceByState: up to this many tied hosts are gathered and the k-th found directly; more
+  // (a best state holding many hosts) by bisection over host ids.
+  static constexpr std::uint64_t kGatherTies = 64;
   void ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
                   const PlacementContext& ctx, const HostStates::State& s, int user, HostStates::Memo& m);
   // Whether state `s` has a device serving the MPS server of `user` (HostStates::UserId()).
   static bool ServesMpsUser(const HostStates::State& s, int user);
-
-  // Policy results by (host model, GPU views) for the current memo generation.
-  struct ViewMemo {
-    bool fits = false;
-    double score = 0;
-    std::vector<int> gpus;  // positions in the views
-  };
-  struct ViewMemoEntry {
-    std::uint64_t generation = 0;
-    std::uint64_t hash = 0;
-    int model = 0;
-    std::size_t gpus = 0;        // the views' count; those past `usable` are all unusable
-    std::vector<GpuView> usable;  // the usable views, in order
-    ViewMemo result;
-  };
-  template <typename F>
-  const ViewMemo& LookupViews(int model, int usable, F compute);
 
   std::optional<Choice> PlaceMig(const Resolved& r);
   std::optional<Choice> TryPlace(const Resolved& r);
@@ -485,43 +472,12 @@ class Scheduler::Impl {
   bool by_state_ = false;
   bool reference_placement_ = false;  // tests and benchmarks: use PlaceGeneric instead
   HostStates host_states_;
-  // A memo slot holds one memo shape's results: a request shape (Resolved::shape: jobs of one
-  // shape ask the same of the same policy, so they score alike) but for the MPS user, so all
-  // users' MPS requests of one shape share a slot. It holds what a user who runs no MPS server
-  // on the state would get; PlaceByState scores the few states that serve the requesting
-  // user's MPS server apart (scratch_own_), for that request only.
-  std::unordered_map<ShapeKey, int, ShapeKeyHash> memo_shapes_;  // memo shape ids by key
-  std::vector<int> memo_shape_of_;  // Resolved::shape -> its memo shape (-1: not looked up yet)
-  struct MemoSlot {
-    int shape = -1;
-    const PlacementPolicy* policy = nullptr;
-    std::uint64_t generation = 0;  // 0: free
-    std::uint64_t used = 0;        // memo_clock_ when last selected
-  };
-  std::array<MemoSlot, HostStates::kMemoSlots> memo_slots_;
-  std::vector<int> memo_slot_of_shape_;  // memo shape -> the slot it last had (-1: none); check it
-  std::uint64_t memo_workload_ = 0;            // workload_.version() the slots are for
-  std::uint64_t memo_clock_ = 0;
-  std::uint64_t memo_generations_ = 0;         // generations handed out so far
-  std::uint64_t oldest_live_generation_ = 0;  // view_memo_ entries older than this are free
-  int memo_slot_ = 0;                          // the current request's slot (SelectMemoSlot)
-  std::uint64_t memo_generation_ = 0;          // and its generation
-  std::vector<HostStates::State*> scratch_top_;  // the states of the best score
-  // PlaceByState: the results of the states that serve the requesting user's MPS server
-  // (state id, result), the first scratch_own_used_ of them valid.
-  std::vector<std::pair<int, HostStates::Memo>> scratch_own_;
-  std::size_t scratch_own_used_ = 0;
-  // PlaceByState: up to this many tied hosts are gathered and the k-th found directly; more
-  // (a best state holding many hosts) by bisection over host ids.
-  static constexpr std::uint64_t kGatherTies = 64;
-  std::vector<std::pair<NodeId, HostStates::State*>> scratch_tied_;
-  std::vector<DeviceStateKey> scratch_keys_;
-  std::vector<const DeviceView*> scratch_devs_;
-  std::vector<NodeId> scratch_dirty_;
-  int request_model_ = kAnyModel;               // PlaceByState: ViewOfKey()'s `model`
-  int request_user_ = -1;  // PlaceByState: HostStates' id of an MPS request's user (-1: none)
-  std::vector<int> scratch_pos_;                // ScoreState: view position -> canonical position
-  std::vector<ViewMemoEntry> view_memo_;        // see LookupViews()
+  // Which memo slot of host_states_ a request's results go to, and policy results by GPU views.
+  // A slot holds what a user who runs no MPS server on the state would get; PlaceByState
+  // scores the few states that serve the requesting user's MPS server apart
+  // (ByStateScratch::own), for that request only.
+  PlacementMemo memo_;
+  ByStateScratch by_state_scratch_;
 
   // Scratch (reused to avoid allocation per event).
   // SchedulePass: per shape, the pass in which it last failed (pass_ counts the passes).

@@ -188,8 +188,10 @@ inline GpuView Scheduler::Impl::ViewOfKey(const Resolved& r, int model, int user
 }
 
 void Scheduler::Impl::RefileHost(NodeId nid) {
-  scratch_keys_.clear();
-  scratch_devs_.clear();
+  std::vector<DeviceStateKey>& keys = by_state_scratch_.keys;
+  std::vector<const DeviceView*>& scratch_devs = by_state_scratch_.devs;
+  keys.clear();
+  scratch_devs.clear();
   // The host's devices in index order: as filed last time unless devices came or went.
   // Their models' ids likewise (a lookup by name otherwise).
   const std::vector<int>* models = nullptr;
@@ -200,15 +202,15 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
   } else {
     for (auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)});
          it != devices_.end() && it->first.node == nid; ++it)
-      scratch_devs_.push_back(&it->second);
-    devs = scratch_devs_;
+      scratch_devs.push_back(&it->second);
+    devs = scratch_devs;
   }
   for (std::size_t i = 0; i < devs.size(); ++i) {
     const DeviceView& d = *devs[i];
     const int model = models != nullptr ? (*models)[i] : host_states_.ModelId(d.model);
     // ViewOf() shows every request the same unusable GPU for these (host_states.h).
     if (InertForPlacement(d)) {
-      scratch_keys_.push_back(InertKey(model));
+      keys.push_back(InertKey(model));
       continue;
     }
     DeviceStateKey k;
@@ -230,63 +232,9 @@ void Scheduler::Impl::RefileHost(NodeId nid) {
     k.whole_free = free && d.used_milli == 0;
     k.share_free = free || d.mode == DeviceMode::kShared ? kOneGpu - d.used_milli : -1;
     k.mps_free = free || d.mode == DeviceMode::kMps ? kOneGpu - d.used_milli : -1;
-    scratch_keys_.push_back(k);
+    keys.push_back(k);
   }
-  host_states_.Set(nid, scratch_keys_, devs);
-}
-
-// The memo shape of `r` (see memo_shapes_): its request shape without the MPS user or team
-// (neither changes how a policy scores a host).
-int Scheduler::Impl::MemoShapeOf(const Resolved& r) {
-  if (memo_shape_of_.size() <= static_cast<std::size_t>(r.shape)) memo_shape_of_.resize(r.shape + 1, -1);
-  int& of = memo_shape_of_[r.shape];
-  if (of < 0) {
-    of = memo_shapes_
-             .try_emplace(ShapeKey(r.kind, r.gpus, r.milli, r.memory, r.mig_need, r.model, r.queue, std::string(), -1),
-                          static_cast<int>(memo_shapes_.size()))
-             .first->second;
-  }
-  return of;
-}
-
-// Makes memo_slot_/memo_generation_ those of the memo shape of `r` under `policy`: the slot
-// that holds that shape, else the least recently used one, given a new generation. Every slot
-// is given up when the workload the policy sees changes (a new generation for each shape).
-void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& policy) {
-  workload_.Shapes();  // brought up to date: the slots are for the workload the policy will see
-  if (memo_workload_ != workload_.version()) {
-    memo_workload_ = workload_.version();
-    for (MemoSlot& slot : memo_slots_) slot = MemoSlot{};
-  }
-  ++memo_clock_;
-  const int shape = MemoShapeOf(r);
-  if (memo_slot_of_shape_.size() <= static_cast<std::size_t>(shape)) memo_slot_of_shape_.resize(shape + 1, -1);
-  int& of_shape = memo_slot_of_shape_[shape];
-  if (of_shape >= 0) {
-    MemoSlot& slot = memo_slots_[of_shape];
-    if (slot.generation != 0 && slot.shape == shape && slot.policy == &policy) {
-      slot.used = memo_clock_;
-      memo_slot_ = of_shape;
-      memo_generation_ = slot.generation;
-      return;
-    }
-  }
-  int victim = 0;
-  for (int i = 1; i < HostStates::kMemoSlots; ++i) {
-    if (memo_slots_[i].used < memo_slots_[victim].used) victim = i;
-  }
-  of_shape = victim;
-  MemoSlot& slot = memo_slots_[victim];
-  slot.shape = shape;
-  slot.policy = &policy;
-  slot.generation = ++memo_generations_;
-  slot.used = memo_clock_;
-  memo_slot_ = victim;
-  memo_generation_ = slot.generation;
-  oldest_live_generation_ = slot.generation;
-  for (const MemoSlot& other : memo_slots_) {
-    if (other.generation != 0) oldest_live_generation_ = std::min(oldest_live_generation_, other.generation);
-  }
+  host_states_.Set(nid, keys, devs);
 }
 
 // PlaceGeneric's decision, computed per distinct host state (host_states.h) for policies that
@@ -297,77 +245,79 @@ void Scheduler::Impl::SelectMemoSlot(const Resolved& r, const PlacementPolicy& p
 // the k-th host of the best-scoring states in NodeId order. Cost: O(states that could take
 // the request) + O(best states x log hosts), not O(hosts).
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resolved& r, const PlacementPolicy& policy) {
-  host_states_.TakeDirty(scratch_dirty_);
-  for (NodeId nid : scratch_dirty_) RefileHost(nid);
+  ByStateScratch& sc = by_state_scratch_;
+  host_states_.TakeDirty(sc.dirty);
+  for (NodeId nid : sc.dirty) RefileHost(nid);
   // Most failed attempts end here (a whole-GPU shape waiting for a host with enough free
   // devices): no state could take the request, so there is nothing to score or draw.
   const bool mps = r.kind == SliceKind::kMps;
-  request_user_ = mps ? host_states_.FindUserId(r.user) : -1;
+  sc.user = mps ? host_states_.FindUserId(r.user) : -1;
   if (r.kind == SliceKind::kWhole ? !host_states_.MayTakeWhole(r.gpus)
-      : mps                       ? !host_states_.MayTakeMps(request_user_)
+      : mps                       ? !host_states_.MayTakeMps(sc.user)
                                   : !host_states_.MayTakeShare(r.milli)) {
     ++stats_.placement_attempts;  // counted as InputFor() counts every attempt
     return std::nullopt;
   }
-  SelectMemoSlot(r, policy);
+  workload_.Shapes();  // brought up to date: the slots are for the workload the policy will see
+  const PlacementMemo::Ticket ticket = memo_.Select(r, policy, workload_.version());
   const PolicyInput in = InputFor(r);
   const PlacementRequest& req = in.req;
   const PlacementContext& ctx = in.ctx;
-  request_model_ = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
+  sc.model = r.model.empty() ? kAnyModel : host_states_.FindModelId(r.model);
   // The states of the best score, in one pass; their hosts are the ties Place() would collect.
-  scratch_top_.clear();
+  sc.top.clear();
   double top = 0;
   std::uint64_t ties = 0;
   // Only states whose summary could take the request (a necessary condition of Fits).
-  scratch_own_used_ = 0;
+  sc.own_used = 0;
   auto visit = [&](HostStates::State& s) {
-    const HostStates::Memo* memo = &host_states_.memo(memo_slot_, s.id);
-    if (mps && request_user_ >= 0 && (s.mps_users >> (request_user_ % 64) & 1) != 0 &&
-        ServesMpsUser(s, request_user_)) {
+    const HostStates::Memo* memo = &host_states_.memo(ticket.slot, s.id);
+    if (mps && sc.user >= 0 && (s.mps_users >> (sc.user % 64) & 1) != 0 &&
+        ServesMpsUser(s, sc.user)) {
       // The requesting user's MPS server runs there: scored for this request only.
-      if (scratch_own_used_ == scratch_own_.size()) scratch_own_.emplace_back();
-      auto& [id, own] = scratch_own_[scratch_own_used_++];
+      if (sc.own_used == sc.own.size()) sc.own.emplace_back();
+      auto& [id, own] = sc.own[sc.own_used++];
       id = s.id;
-      ScoreState(r, policy, req, ctx, s, request_user_, own);
+      ScoreState(r, policy, req, ctx, s, sc.user, own);
       memo = &own;
-    } else if (memo->generation != memo_generation_) {
+    } else if (memo->generation != ticket.generation) {
       // As seen by a user whose MPS server does not run there (-1: every MPS GPU is another's).
-      ScoreState(r, policy, req, ctx, s, -1, host_states_.memo(memo_slot_, s.id));
+      ScoreState(r, policy, req, ctx, s, -1, host_states_.memo(ticket.slot, s.id));
     }
     const HostStates::Memo& m = *memo;
     if (!m.fits) return;
-    if (scratch_top_.empty() || m.score > top) {
-      scratch_top_.clear();
+    if (sc.top.empty() || m.score > top) {
+      sc.top.clear();
       top = m.score;
       ties = 0;
     } else if (m.score != top) {
       return;
     }
-    scratch_top_.push_back(&s);
+    sc.top.push_back(&s);
     ties += s.hosts.size();
   };
   if (r.kind == SliceKind::kWhole) {
     host_states_.ForWhole(r.gpus, visit);
   } else if (mps) {
-    host_states_.ForMps(request_user_, r.milli, visit);
+    host_states_.ForMps(sc.user, r.milli, visit);
   } else {
     host_states_.ForShare(r.milli, visit);
   }
-  if (scratch_top_.empty()) return std::nullopt;
+  if (sc.top.empty()) return std::nullopt;
   // Place()'s one draw over the ties, then the k-th of them in NodeId order.
   std::uint64_t k = ties > 1 ? std::uniform_int_distribution<std::uint64_t>(0, ties - 1)(rng_) : 0;
-  HostStates::State* chosen_state = scratch_top_.front();
+  HostStates::State* chosen_state = sc.top.front();
   NodeId chosen;
-  if (scratch_top_.size() == 1) {
+  if (sc.top.size() == 1) {
     chosen = chosen_state->hosts[k];
   } else if (ties <= kGatherTies) {
     // Few tied hosts (the usual case: the best states hold a host or two each): the k-th
     // smallest of them all, and its state with it.
-    scratch_tied_.clear();
-    for (HostStates::State* st : scratch_top_)
-      for (NodeId h : st->hosts) scratch_tied_.emplace_back(h, st);
-    auto kth = scratch_tied_.begin() + static_cast<std::ptrdiff_t>(k);
-    std::nth_element(scratch_tied_.begin(), kth, scratch_tied_.end(),
+    sc.tied.clear();
+    for (HostStates::State* st : sc.top)
+      for (NodeId h : st->hosts) sc.tied.emplace_back(h, st);
+    auto kth = sc.tied.begin() + static_cast<std::ptrdiff_t>(k);
+    std::nth_element(sc.tied.begin(), kth, sc.tied.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
     chosen = kth->first;
     chosen_state = kth->second;
@@ -375,13 +325,13 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
     // The smallest host id with k + 1 tied hosts at or below it (each state's hosts are sorted).
     auto at_or_below = [&](std::uint32_t id) {
       std::uint64_t n = 0;
-      for (const HostStates::State* st : scratch_top_) {
+      for (const HostStates::State* st : sc.top) {
         n += std::upper_bound(st->hosts.begin(), st->hosts.end(), NodeId(id)) - st->hosts.begin();
       }
       return n;
     };
     std::uint32_t lo = UINT32_MAX, hi = 0;
-    for (const HostStates::State* st : scratch_top_) {
+    for (const HostStates::State* st : sc.top) {
       lo = std::min(lo, st->hosts.front().value());
       hi = std::max(hi, st->hosts.back().value());
     }
@@ -394,15 +344,15 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceByState(const Resol
       }
     }
     chosen = NodeId(lo);
-    for (HostStates::State* st : scratch_top_) {
+    for (HostStates::State* st : sc.top) {
       if (std::binary_search(st->hosts.begin(), st->hosts.end(), chosen)) chosen_state = st;
     }
   }
   Choice c{chosen, {}, std::nullopt};
   const std::vector<const DeviceView*>& order = host_states_.Views(chosen);
-  const HostStates::Memo* result = &host_states_.memo(memo_slot_, chosen_state->id);
-  for (std::size_t i = 0; i < scratch_own_used_; ++i) {
-    if (scratch_own_[i].first == chosen_state->id) result = &scratch_own_[i].second;
+  const HostStates::Memo* result = &host_states_.memo(ticket.slot, chosen_state->id);
+  for (std::size_t i = 0; i < sc.own_used; ++i) {
+    if (sc.own[i].first == chosen_state->id) result = &sc.own[i].second;
   }
   for (int g : result->gpus) c.devices.push_back(order[g]->ref.index);
   std::sort(c.devices.begin(), c.devices.end());
@@ -417,33 +367,34 @@ bool Scheduler::Impl::ServesMpsUser(const HostStates::State& s, int user) {
 // views of its first host in canonical order with the GPUs the request cannot use moved last
 // (a reordering that keeps the usable GPUs in order, so a policy that ScoresByNodeState()
 // chooses the same, and the unusable GPUs all show the same view). States whose views are then
-// equal get one policy call per generation (view_memo_): whatever else differs between them
-// (what runs on GPUs the request cannot use, memory beyond the request) is invisible to the
-// policy.
+// equal get one policy call per generation (PlacementMemo::Lookup()): whatever else differs
+// between them (what runs on GPUs the request cannot use, memory beyond the request) is
+// invisible to the policy.
 void Scheduler::Impl::ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
                                  const PlacementContext& ctx, const HostStates::State& s, int user,
                                  HostStates::Memo& m) {
+  ByStateScratch& sc = by_state_scratch_;
   const int n = static_cast<int>(s.devices.size());
   scratch_gpus_.resize(n);
-  scratch_pos_.resize(n);
+  sc.pos.resize(n);
   // Usable GPUs from the front, unusable ones from the back (then put back in order).
   int usable = 0, back = n;
   for (int i = 0; i < n; ++i) {
-    const GpuView g = ViewOfKey(r, request_model_, user, s.devices[i]);
+    const GpuView g = ViewOfKey(r, sc.model, user, s.devices[i]);
     if (g.usable) {
       scratch_gpus_[usable] = g;
-      scratch_pos_[usable++] = i;
+      sc.pos[usable++] = i;
     } else {
       scratch_gpus_[--back] = GpuView{0, 0, false};
-      scratch_pos_[back] = i;
+      sc.pos[back] = i;
     }
   }
-  std::reverse(scratch_pos_.begin() + usable, scratch_pos_.end());
-  m.generation = memo_generation_;
+  std::reverse(sc.pos.begin() + usable, sc.pos.end());
+  m.generation = memo_.current().generation;
   m.fits = false;
   m.gpus.clear();
-  const ViewMemo& vm = LookupViews(s.host_model_id, usable, [&] {
-    ViewMemo e;
+  const PlacementMemo::ViewResult& vm = memo_.Lookup(s.host_model_id, scratch_gpus_, usable, [&] {
+    PlacementMemo::ViewResult e;
     NodeView v;
     v.model = s.host_model;
     v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
@@ -460,49 +411,7 @@ void Scheduler::Impl::ScoreState(const Resolved& r, const PlacementPolicy& polic
   if (!vm.fits) return;
   m.fits = true;
   m.score = vm.score;
-  for (int g : vm.gpus) m.gpus.push_back(scratch_pos_[g]);
-}
-
-template <typename F>
-const Scheduler::Impl::ViewMemo& Scheduler::Impl::LookupViews(int model, int usable, F compute) {
-  // The views past `usable` are all the same unusable view: their count stands for them.
-  std::uint64_t h = (static_cast<std::uint64_t>(model) * 0x9e3779b97f4a7c15ULL) ^
-                    (scratch_gpus_.size() << 32 | static_cast<std::uint64_t>(usable));
-  for (int i = 0; i < usable; ++i) {
-    const GpuView& g = scratch_gpus_[i];
-    h ^= static_cast<std::uint64_t>(g.free_milli) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    h ^= static_cast<std::uint64_t>(g.free_memory) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-  }
-  if (view_memo_.empty()) view_memo_.resize(8192);
-  const std::size_t mask = view_memo_.size() - 1;
-  auto same = [&](const ViewMemoEntry& e) {
-    if (e.hash != h || e.model != model || e.gpus != scratch_gpus_.size() ||
-        e.usable.size() != static_cast<std::size_t>(usable))
-      return false;
-    for (int i = 0; i < usable; ++i) {
-      const GpuView& a = e.usable[i];
-      const GpuView& b = scratch_gpus_[i];
-      if (a.free_milli != b.free_milli || a.free_memory != b.free_memory) return false;
-    }
-    return true;
-  };
-  // Open addressing, a few probes; an entry older than every memo slot's generation is free
-  // (one of another live slot is not). When the probes find neither, the last probed entry
-  // is overwritten (a memo, so losing one is only slower).
-  std::size_t slot = h & mask;
-  for (int probe = 0; probe < 8; ++probe, slot = (slot + 1) & mask) {
-    ViewMemoEntry& e = view_memo_[slot];
-    if (e.generation == memo_generation_ && same(e)) return e.result;
-    if (e.generation < oldest_live_generation_) break;
-  }
-  ViewMemoEntry& e = view_memo_[slot];
-  e.generation = memo_generation_;
-  e.hash = h;
-  e.model = model;
-  e.gpus = scratch_gpus_.size();
-  e.usable.assign(scratch_gpus_.begin(), scratch_gpus_.begin() + usable);
-  e.result = compute();
-  return e.result;
+  for (int g : vm.gpus) m.gpus.push_back(sc.pos[g]);
 }
 
 // MIG: a free instance of the smallest fitting profile (lowest device; deterministic).
