@@ -89,13 +89,10 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     Retime(s);
   }
   // 4. Per-user usage, for the queues now capped.
-  usage_.clear();
+  user_caps_.Clear();
   for (const auto& [sid, s] : slices_) {
     const Resolved& r = resolved_.at(s.job);
-    if (r.queue->user_max_milli == 0 && r.queue->user_max_jobs == 0) continue;
-    Usage& u = usage_[{r.view->queue, r.view->user}];
-    u.milli += SliceUsage(s);
-    u.jobs += 1;
+    user_caps_.Add(*r.queue, r.view->user, SliceUsage(s));
   }
   teams_.ClearHeld(now_);
   takeable_.clear();

@@ -6,7 +6,7 @@
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
 // jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamBooks,
 // WorkloadModel (workload_model.h, the learned workload policies score against), MigBooks
-// (mig_books.h, the MIG controller's books).
+// (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the per-user caps).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -38,6 +38,7 @@
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
 #include "sched/team_books.h"
+#include "sched/user_caps.h"
 #include "sched/workload_model.h"
 
 namespace gpuslice::sched {
@@ -60,11 +61,6 @@ inline DeviceMode ModeFor(SliceKind kind) {
   }
   return DeviceMode::kFree;
 }
-
-struct Usage {
-  MilliGpu milli = 0;
-  int jobs = 0;
-};
 
 // What could ever fit, per model ("" = all models): updated on DeviceAdded / DeviceRemoved.
 struct Capacity {
@@ -112,7 +108,9 @@ class Scheduler::Impl {
   struct ReasonScan;
   const WaitReason& ShapeReasonOf(const Resolved& r, ReasonScan& scan) const;
   WaitReason ReasonFor(const Resolved& r, ReasonScan& scan) const;
-  std::optional<UserCap> CapReason(const Resolved& r) const;
+  std::optional<UserCap> CapReason(const Resolved& r) const {
+    return user_caps_.Reason(*r.queue, r.user, UsageMilli(r));
+  }
   const DeviceView* ChangingDevice(ReasonScan& scan) const;
   bool FitsWith(const Resolved& r, NodeId node, const std::vector<const DeviceView*>& extra) const;
   WaitReason ShapeReason(const Resolved& r, ReasonScan& scan) const;
@@ -302,7 +300,10 @@ class Scheduler::Impl {
     return s.milli * static_cast<MilliGpu>(s.devices.size());
   }
 
-  bool CapBlocks(const Resolved& r) const;
+  // The job's team limit or its user's cap in its queue keeps it from starting now.
+  bool CapBlocks(const Resolved& r) const {
+    return (r.team >= 0 && TeamLimitReason(r)) || user_caps_.Blocks(*r.queue, r.user, UsageMilli(r));
+  }
   void Start(const Resolved& r, Choice c);
   void Schedule(std::optional<JobId> only);
   void SchedulePass(std::optional<JobId> only);
@@ -455,7 +456,7 @@ class Scheduler::Impl {
     }
   };
   std::unordered_map<ShapeKey, int, ShapeKeyHash> shapes_;
-  std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
+  UserCaps user_caps_;  // what each user holds in each capped queue
   TeamBooks teams_;  // what each team holds, per queue, and its fair-share usage
   std::vector<double> fair_levels_;  // per team, from FairShareLevels (scratch of a pass)
   // With teams: the slices take-back may requeue, per (team, queue), newest first.

@@ -226,11 +226,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
   const SliceView& s = sit->second;  // erased below, after its last use
   std::vector<DeviceView*> devs = std::move(r.devices);
   r.devices.clear();
-  if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
-    Usage& u = usage_[{j.queue, j.user}];
-    u.milli -= SliceUsage(s);
-    u.jobs -= 1;
-  }
+  user_caps_.Remove(*r.queue, j.user, SliceUsage(s));
   CountTeam(r, s, -1);
   for (DeviceView* dv : devs) {
     Mutate(*dv, [&](DeviceView& d) {
@@ -263,17 +259,6 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
 }
 
 // ---------------------------------------------------------------- starting jobs
-bool Scheduler::Impl::CapBlocks(const Resolved& r) const {
-  const QueueConfig& q = *r.queue;
-  if (r.team >= 0 && TeamLimitReason(r)) return true;
-  if (q.user_max_milli == 0 && q.user_max_jobs == 0) return false;
-  auto it = usage_.find({q.name, r.user});
-  Usage u = it == usage_.end() ? Usage{} : it->second;
-  if (q.user_max_jobs > 0 && u.jobs + 1 > q.user_max_jobs) return true;
-  if (q.user_max_milli > 0 && u.milli + UsageMilli(r) > q.user_max_milli) return true;
-  return false;
-}
-
 void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   JobId id = r.job;
   JobView& j = *r.view;
@@ -349,11 +334,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
     });
     mig_.NoteUse(*target, now_);
   }
-  if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
-    Usage& u = usage_[{j.queue, j.user}];
-    u.milli += SliceUsage(rec);
-    u.jobs += 1;
-  }
+  user_caps_.Add(*r.queue, j.user, SliceUsage(rec));
   CountTeam(r, rec, +1);
   j.state = JobState::kRunning;
   j.start_time = now_;

@@ -93,19 +93,6 @@ WaitReason Scheduler::Impl::ReasonFor(const Resolved& r, ReasonScan& scan) const
   return shaped;
 }
 
-// The same test as CapBlocks(), with its figures.
-std::optional<UserCap> Scheduler::Impl::CapReason(const Resolved& r) const {
-  const QueueConfig& q = *r.queue;
-  if (q.user_max_milli == 0 && q.user_max_jobs == 0) return std::nullopt;
-  auto it = usage_.find({q.name, r.user});
-  Usage u = it == usage_.end() ? Usage{} : it->second;
-  if (q.user_max_jobs > 0 && u.jobs + 1 > q.user_max_jobs)
-    return UserCap{q.name, r.user, UserCap::Limit::kJobs, q.user_max_jobs, u.jobs, 1};
-  if (q.user_max_milli > 0 && u.milli + UsageMilli(r) > q.user_max_milli)
-    return UserCap{q.name, r.user, UserCap::Limit::kMilli, q.user_max_milli, u.milli, UsageMilli(r)};
-  return std::nullopt;
-}
-
 const DeviceView* Scheduler::Impl::ChangingDevice(ReasonScan& scan) const {
   if (!scan.changing) {
     scan.changing = nullptr;
