@@ -94,8 +94,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     const Resolved& r = resolved_.at(s.job);
     user_caps_.Add(*r.queue, r.view->user, SliceUsage(s));
   }
-  teams_.ClearHeld(now_);
-  takeable_.clear();
+  teams_.Clear(now_);
   teams_.SetHalfLife(config_.teams.half_life, now_);
   for (const auto& [sid, s] : slices_) CountTeam(resolved_.at(s.job), s, +1);
   // 5. Back in the pending books, and a pass under the new rules.

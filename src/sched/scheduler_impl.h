@@ -4,9 +4,10 @@
 // scheduler_devices.cc, scheduler_placement.cc, scheduler_jobs.cc, scheduler_reclaim.cc,
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
-// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamBooks,
-// WorkloadModel (workload_model.h, the learned workload policies score against), MigBooks
-// (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the per-user caps).
+// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamShares
+// (team_shares.h: the TeamBooks, take-back candidates and fair-share levels), WorkloadModel
+// (workload_model.h, the learned workload policies score against), MigBooks (mig_books.h, the
+// MIG controller's books), UserCaps (user_caps.h, the per-user caps).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -37,7 +38,7 @@
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
-#include "sched/team_books.h"
+#include "sched/team_shares.h"
 #include "sched/user_caps.h"
 #include "sched/workload_model.h"
 
@@ -366,35 +367,15 @@ class Scheduler::Impl {
   bool WithinGuarantee(const Resolved& r) const;
   bool TakeBack();
   static constexpr int kTakeBackRounds = 16;
-  // Fair share: each team's decayed usage over its weight at now_, into fair_levels_ (lower is
-  // served first in the over-quota pool; constant within a pass, as usage only accrues over time).
-  void FairShareLevels();
-  double LevelOf(const Resolved& r) const {
-    return r.team < 0 ? std::numeric_limits<double>::infinity() : fair_levels_[static_cast<std::size_t>(r.team)];
-  }
+  // The over-quota pool's order (TeamShares::ComputeLevels, once per pass).
+  double LevelOf(const Resolved& r) const { return teams_.LevelOf(r.team); }
   // A running slice's share moves into (+1) or out of (-1) its team's books, and (with teams)
   // into or out of the take-back candidates when its queue is preemptible.
   void CountTeam(const Resolved& r, const SliceView& s, int sign) {
-    if (config_.teams.enabled() && r.queue->preemptible) {
-      if (sign > 0) {
-        takeable_[{r.team, r.queue}].insert(Takeable{s.start_time, s.slice, &s, &r});
-      } else if (auto it = takeable_.find({r.team, r.queue}); it != takeable_.end()) {
-        it->second.erase(Takeable{s.start_time, s.slice, nullptr, nullptr});
-        if (it->second.empty()) takeable_.erase(it);
-      }
-    }
-    if (r.team < 0) return;
     const TeamConfig* t = TeamConfigOf(r);
-    teams_.Add(r.team, r.queue->name, sign * SliceUsage(s), t ? t->GuaranteeIn(r.queue->name) : 0, now_);
+    teams_.Count(r, s, SliceUsage(s), t ? t->GuaranteeIn(r.queue->name) : 0,
+                 config_.teams.enabled() && r.queue->preemptible, sign, now_);
   }
-  // A running slice of a preemptible queue, newest first (start time, then slice id).
-  struct Takeable {
-    Micros start;
-    SliceId slice;
-    const SliceView* view;
-    const Resolved* job;
-    bool operator<(const Takeable& o) const { return std::pair(start, slice) > std::pair(o.start, o.slice); }
-  };
 
   // ---- timers and samples (scheduler_timers.cc)
   void OnSample(const Sample& e);
@@ -457,10 +438,8 @@ class Scheduler::Impl {
   };
   std::unordered_map<ShapeKey, int, ShapeKeyHash> shapes_;
   UserCaps user_caps_;  // what each user holds in each capped queue
-  TeamBooks teams_;  // what each team holds, per queue, and its fair-share usage
-  std::vector<double> fair_levels_;  // per team, from FairShareLevels (scratch of a pass)
-  // With teams: the slices take-back may requeue, per (team, queue), newest first.
-  std::map<std::pair<int, const QueueConfig*>, std::set<Takeable>> takeable_;
+  // What each team holds and has used, the take-back candidates and the pass's fair-share levels.
+  TeamShares teams_;
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;

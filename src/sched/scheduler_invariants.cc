@@ -174,17 +174,18 @@ Status Scheduler::Impl::CheckInvariants() const {
       const Resolved& r = resolved_.at(s.job);
       if (!r.queue->preemptible) continue;
       ++takeable;
-      auto of = takeable_.find({r.team, r.queue});
-      auto it = of == takeable_.end() ? std::set<Takeable>::const_iterator()
-                                      : of->second.find(Takeable{s.start_time, s.slice, nullptr, nullptr});
-      if (of == takeable_.end() || it == of->second.end() || it->view != &s || it->job != &r)
+      const TeamShares::TakeBackIndex& index = teams_.take_back();
+      auto of = index.find({r.team, r.queue});
+      auto it = of == index.end() ? std::set<TeamShares::Takeable>::const_iterator()
+                                  : of->second.find(TeamShares::Takeable{s.start_time, s.slice, nullptr, nullptr});
+      if (of == index.end() || it == of->second.end() || it->view != &s || it->job != &r)
         return Internal(fmt::format("slice {}: not among the take-back candidates as it runs", sid.value()));
     }
     std::size_t listed = 0;
-    for (const auto& [key, slices] : takeable_) listed += slices.size();
+    for (const auto& [key, slices] : teams_.take_back()) listed += slices.size();
     if (takeable != listed)
       return Internal(fmt::format("{} take-back candidates for {} preemptible slices", listed, takeable));
-  } else if (!takeable_.empty()) {
+  } else if (!teams_.take_back().empty()) {
     return Internal("take-back candidates without teams");
   }
   // Each team's books are the sum of its running slices.

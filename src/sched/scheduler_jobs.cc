@@ -406,7 +406,7 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     // (docs/teams.md): they go before everything else. A shape is one team, queue and ask, and
     // a team only grows within a pass, so a head beyond its guarantee ends its shape's turn.
     // The second merge is the over-quota pool: within a queue priority, teams in fair-share
-    // order (FairShareLevels; jobs of no team last), then queue order.
+    // order (TeamShares::ComputeLevels; jobs of no team last), then queue order.
     std::vector<std::tuple<PendingKey, int, const Resolved*>>& heads = scratch_heads_;
     const auto later = [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); };
     const auto later_fair = [this](const auto& a, const auto& b) {
@@ -440,7 +440,7 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     };
     if (config_.teams.enabled()) {
       merge(/*guaranteed_only=*/true, later);
-      FairShareLevels();
+      teams_.ComputeLevels(config_.teams, now_);
       merge(/*guaranteed_only=*/false, later_fair);
     } else {
       merge(/*guaranteed_only=*/false, later);
