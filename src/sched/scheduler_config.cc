@@ -84,7 +84,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     if (!(old_idle == q->idle) && s.idle != IdleState::kActive) {
       s.idle = IdleState::kActive;
       s.idle_deadline = 0;
-      reclaimable_.erase(s.slice);
+      timers_.ClearReclaimable(s.slice);
     }
     Retime(s);
   }

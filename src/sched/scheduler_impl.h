@@ -4,10 +4,11 @@
 // scheduler_devices.cc, scheduler_placement.cc, scheduler_jobs.cc, scheduler_reclaim.cc,
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
-// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamShares
-// (team_shares.h: the TeamBooks, take-back candidates and fair-share levels), WorkloadModel
-// (workload_model.h, the learned workload policies score against), MigBooks (mig_books.h, the
-// MIG controller's books), UserCaps (user_caps.h, the per-user caps).
+// jobs and their subsets), SliceTimers (slice_timers.h, the timers and the slices reclaimable
+// on demand), CapacityIndex, HostStates, TeamShares (team_shares.h: the TeamBooks, take-back
+// candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload
+// policies score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps
+// (user_caps.h, the per-user caps).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -445,9 +446,7 @@ class Scheduler::Impl {
   std::uint64_t last_slice_ = 0;
   std::optional<Reservation> reservation_;
   bool any_reserve_ = false;  // some queue has reserve_after
-  SliceTimers timers_;             // each running slice's next timer (NextTimer())
-  std::set<SliceId> reclaimable_;  // slices in IdleState::kReclaimable
-  bool became_reclaimable_ = false;  // a Tick made a slice reclaimable: serve pending jobs
+  SliceTimers timers_;  // each running slice's next timer (NextTimer()); the reclaimable ones
   // The MIG controller's books: instances in use, devices changing layout or refusing to, MIG
   // mode count, and since when MIG devices stand empty (MaybeLeaveMig's hold).
   MigBooks mig_;
@@ -513,7 +512,6 @@ class Scheduler::Impl {
   std::vector<NodeView> scratch_nodes_;
   std::vector<DeviceRef> scratch_refs_;
   std::vector<NodeId> scratch_hosts_;
-  std::vector<SliceId> scratch_due_;  // OnTick
 };
 
 }  // namespace gpuslice::sched

@@ -119,11 +119,11 @@ Status Scheduler::Impl::CheckInvariants() const {
     return Internal("timer index holds slices that are not running");
   std::size_t reclaimable = 0;
   for (const auto& [sid, s] : slices_) {
-    if ((s.idle == IdleState::kReclaimable) != reclaimable_.contains(sid))
+    if ((s.idle == IdleState::kReclaimable) != timers_.reclaimable().contains(sid))
       return Internal(fmt::format("slice {}: reclaimable set disagrees with its idle state", sid.value()));
     reclaimable += s.idle == IdleState::kReclaimable;
   }
-  if (reclaimable != reclaimable_.size()) return Internal("reclaimable set holds slices that are not running");
+  if (reclaimable != timers_.reclaimable().size()) return Internal("reclaimable set holds slices that are not running");
   for (const auto& [sid, s] : slices_) {
     auto j = jobs_.find(s.job);
     if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.slice != sid)

@@ -243,8 +243,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
     });
     mig_.NoteUse(*dv, now_);
   }
-  timers_.Clear(s.slice);
-  reclaimable_.erase(s.slice);
+  timers_.Ended(s.slice);
   slice_nodes_.Erase(slices_, sit);
   j.slice = SliceId();
   if (requeue) {
@@ -350,7 +349,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
 void Scheduler::Impl::Schedule(std::optional<JobId> only) {
   SchedulePass(only);
   // On-demand idle reclaim: each round frees at least one slice, so this ends.
-  while (!reclaimable_.empty() && !pending_.empty() && ReclaimOnDemand(only)) {
+  while (!timers_.reclaimable().empty() && !pending_.empty() && ReclaimOnDemand(only)) {
     only.reset();
     SchedulePass(std::nullopt);
   }
