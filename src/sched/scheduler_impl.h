@@ -8,7 +8,7 @@
 // on demand), CapacityIndex, HostStates, TeamShares (team_shares.h: the TeamBooks, take-back
 // candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload
 // policies score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps
-// (user_caps.h, the per-user caps).
+// (user_caps.h, the per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "sched/capacity_index.h"
+#include "sched/failed_shapes.h"
 #include "sched/host_states.h"
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
@@ -503,9 +504,7 @@ class Scheduler::Impl {
   std::vector<ViewMemoEntry> view_memo_;        // see LookupViews()
 
   // Scratch (reused to avoid allocation per event).
-  // SchedulePass: per shape, the pass in which it last failed (pass_ counts the passes).
-  std::vector<std::uint64_t> shape_failed_in_;
-  std::uint64_t pass_ = 0;
+  FailedShapes failed_shapes_;  // SchedulePass: the shapes that failed in this pass
   // SchedulePass: the head job of each shape (its key, shape and record).
   std::vector<std::tuple<PendingKey, int, const Resolved*>> scratch_heads_;
   std::vector<GpuView> scratch_gpus_;

@@ -361,10 +361,7 @@ void Scheduler::Impl::Schedule(std::optional<JobId> only) {
 }
 
 void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
-  // A new pass number instead of clearing a flag per shape: a shape is made per distinct
-  // request (MIG needs are bytes), so there can be as many as jobs.
-  ++pass_;
-  if (shape_failed_in_.size() < shapes_.size()) shape_failed_in_.resize(shapes_.size(), 0);
+  failed_shapes_.NewPass(shapes_.size());
   bool mig_failed = false;
   auto unmet_mig = [&] {
     std::vector<const Resolved*> unmet;
@@ -376,12 +373,12 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
   };
   auto attempt = [&](const Resolved& r) -> bool {  // true: failed
     if (CapBlocks(r)) return false;
-    if (shape_failed_in_[r.shape] == pass_) return false;
+    if (failed_shapes_.Failed(r.shape)) return false;
     if (auto c = TryPlace(r)) {
       Start(r, std::move(*c));
       return false;
     }
-    shape_failed_in_[r.shape] = pass_;
+    failed_shapes_.MarkFailed(r.shape);
     if (r.kind == SliceKind::kMig && !mig_failed) {
       mig_failed = true;
       // Plan at once, before the jobs after it in queue order are placed: a GPU that is free
