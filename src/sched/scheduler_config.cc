@@ -23,7 +23,7 @@ void Scheduler::Impl::InstallQueues() {
       by_state_ = by_state_ || (*p)->ScoresByNodeState();
       qp.policy = std::move(p).value();
     }
-    any_reserve_ = any_reserve_ || q.reserve_after > 0;
+    reservations_.NoteQueue(q);
   }
 }
 

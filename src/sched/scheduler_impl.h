@@ -8,7 +8,8 @@
 // on demand), CapacityIndex, HostStates, TeamShares (team_shares.h: the TeamBooks, take-back
 // candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload
 // policies score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps
-// (user_caps.h, the per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on).
+// (user_caps.h, the per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on),
+// Reservations (reservations.h, the devices kept for a whole-GPU job).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -37,6 +38,7 @@
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
+#include "sched/reservations.h"
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
@@ -322,12 +324,6 @@ class Scheduler::Impl {
   std::vector<const SliceView*> RoomFromNext(const Resolved& r, const std::function<const SliceView*()>& next) const;
 
   // ---- reservations (scheduler_reservations.cc)
-  // Devices kept empty for a whole-GPU job that has waited its queue's reserve_after.
-  struct Reservation {
-    JobId job;
-    NodeId node;
-    std::vector<DeviceIndex> devices;
-  };
   void MaybeReserve();
   std::optional<Choice> ReservationFor(const Resolved& r) const;
   void ServeReservation();
@@ -417,13 +413,6 @@ class Scheduler::Impl {
   std::map<DeviceRef, DeviceView> devices_;
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
   PendingQueue pending_;  // waiting jobs, not held
-  // MaybeReserve(): the queues' heads, and the (model, GPUs) no host has room for.
-  struct ReserveHead {
-    PendingKey key;
-    std::map<PendingKey, Resolved*>::const_iterator at, end;
-  };
-  std::vector<ReserveHead> scratch_reserve_;
-  std::vector<std::pair<std::string_view, int>> scratch_no_room_;
   // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
   // right-sized MIG requests make about one shape per job, each looked up at its submit.
   using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string, int>;
@@ -445,8 +434,7 @@ class Scheduler::Impl {
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;
-  std::optional<Reservation> reservation_;
-  bool any_reserve_ = false;  // some queue has reserve_after
+  Reservations reservations_;  // the devices kept for a whole-GPU job, and the search for the next
   SliceTimers timers_;  // each running slice's next timer (NextTimer()); the reclaimable ones
   // The MIG controller's books: instances in use, devices changing layout or refusing to, MIG
   // mode count, and since when MIG devices stand empty (MaybeLeaveMig's hold).

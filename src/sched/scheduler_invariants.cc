@@ -90,22 +90,23 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (mig_mode != mig_.mig_mode_devices())
     return Internal(fmt::format("{} devices in MIG mode, counted {}", mig_mode, mig_.mig_mode_devices()));
   std::size_t reserved = 0;
+  const Reservations::Reservation* reservation = reservations_.held();
   for (const auto& [ref, d] : devices_) {
     if (!d.reserved_for.valid()) continue;
     ++reserved;
-    if (!reservation_ || reservation_->job != d.reserved_for || reservation_->node != ref.node ||
-        std::find(reservation_->devices.begin(), reservation_->devices.end(), ref.index) ==
-            reservation_->devices.end())
+    if (!reservation || reservation->job != d.reserved_for || reservation->node != ref.node ||
+        std::find(reservation->devices.begin(), reservation->devices.end(), ref.index) ==
+            reservation->devices.end())
       return Internal(fmt::format("device {}/{}: reserved for job {} outside the reservation",
                                   ref.node.value(), ref.index.value(), d.reserved_for.value()));
   }
-  if (reservation_) {
-    auto j = jobs_.find(reservation_->job);
+  if (reservation) {
+    auto j = jobs_.find(reservation->job);
     if (j == jobs_.end() || j->second.state != JobState::kPending || j->second.kind != SliceKind::kWhole)
       return Internal(fmt::format("reservation for job {} that is not a waiting whole-GPU job",
-                                  reservation_->job.value()));
-    if (reserved != reservation_->devices.size())
-      return Internal(fmt::format("reservation of {} devices marks {}", reservation_->devices.size(), reserved));
+                                  reservation->job.value()));
+    if (reserved != reservation->devices.size())
+      return Internal(fmt::format("reservation of {} devices marks {}", reservation->devices.size(), reserved));
   }
   std::size_t timed = 0;
   for (const auto& [sid, s] : slices_) {

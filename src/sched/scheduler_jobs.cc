@@ -182,7 +182,7 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
   if (it == jobs_.end() || it->second.state == JobState::kEnded) return;
   if (it->second.state == JobState::kPending) {
     const Resolved& r = resolved_.at(e.job);
-    const bool kept = reservation_ && reservation_->job == e.job;
+    const bool kept = reservations_.Holds(e.job);
     ReleaseReservationOf(e.job);
     if (it->second.held) {
       --held_;  // out of the pending books already
