@@ -76,7 +76,7 @@ void Scheduler::Impl::OnAdminHold(const AdminHold& e) {
   r.view->held = e.held;
   if (e.held) {
     ++held_;
-    const bool kept = reservation_ && reservation_->job == e.job;
+    const bool kept = reservations_.Holds(e.job);
     ReleaseReservationOf(e.job);
     pending_.Remove(r);
     if (kept) Schedule(std::nullopt);  // the kept devices are free for others again

@@ -23,7 +23,7 @@ void Scheduler::Impl::InstallQueues() {
       by_state_ = by_state_ || (*p)->ScoresByNodeState();
       qp.policy = std::move(p).value();
     }
-    any_reserve_ = any_reserve_ || q.reserve_after > 0;
+    reservations_.NoteQueue(q);
   }
 }
 
@@ -84,21 +84,17 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     if (!(old_idle == q->idle) && s.idle != IdleState::kActive) {
       s.idle = IdleState::kActive;
       s.idle_deadline = 0;
-      reclaimable_.erase(s.slice);
+      timers_.ClearReclaimable(s.slice);
     }
     Retime(s);
   }
   // 4. Per-user usage, for the queues now capped.
-  usage_.clear();
+  user_caps_.Clear();
   for (const auto& [sid, s] : slices_) {
     const Resolved& r = resolved_.at(s.job);
-    if (r.queue->user_max_milli == 0 && r.queue->user_max_jobs == 0) continue;
-    Usage& u = usage_[{r.view->queue, r.view->user}];
-    u.milli += SliceUsage(s);
-    u.jobs += 1;
+    user_caps_.Add(*r.queue, r.view->user, SliceUsage(s));
   }
-  teams_.ClearHeld(now_);
-  takeable_.clear();
+  teams_.Clear(now_);
   teams_.SetHalfLife(config_.teams.half_life, now_);
   for (const auto& [sid, s] : slices_) CountTeam(resolved_.at(s.job), s, +1);
   // 5. Back in the pending books, and a pass under the new rules.

@@ -4,10 +4,14 @@
 // scheduler_devices.cc, scheduler_placement.cc, scheduler_jobs.cc, scheduler_reclaim.cc,
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
-// jobs and their subsets), SliceTimers (slice_timers.h), CapacityIndex, HostStates, TeamBooks,
-// WorkloadModel (workload_model.h, the learned workload policies score against), MigBooks
-// (mig_books.h, the MIG controller's books), PlacementMemo (placement_memo.h, placement by host
-// state's memo slots and view results; with it ByStateScratch, its working space per request).
+// jobs and their subsets), SliceTimers (slice_timers.h, the timers and the slices reclaimable
+// on demand), CapacityIndex, HostStates, TeamShares (team_shares.h: the TeamBooks, take-back
+// candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload
+// policies score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps
+// (user_caps.h, the per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on),
+// Reservations (reservations.h, the devices kept for a whole-GPU job), PlacementMemo
+// (placement_memo.h, placement by host state's memo slots and view results; with it
+// ByStateScratch, its working space per request).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -30,16 +34,19 @@
 #include <vector>
 
 #include "sched/capacity_index.h"
+#include "sched/failed_shapes.h"
 #include "sched/host_states.h"
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
 #include "sched/placement_memo.h"
+#include "sched/reservations.h"
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
 #include "sched/slice_timers.h"
-#include "sched/team_books.h"
+#include "sched/team_shares.h"
+#include "sched/user_caps.h"
 #include "sched/workload_model.h"
 
 namespace gpuslice::sched {
@@ -62,11 +69,6 @@ inline DeviceMode ModeFor(SliceKind kind) {
   }
   return DeviceMode::kFree;
 }
-
-struct Usage {
-  MilliGpu milli = 0;
-  int jobs = 0;
-};
 
 // What could ever fit, per model ("" = all models): updated on DeviceAdded / DeviceRemoved.
 struct Capacity {
@@ -114,7 +116,9 @@ class Scheduler::Impl {
   struct ReasonScan;
   const WaitReason& ShapeReasonOf(const Resolved& r, ReasonScan& scan) const;
   WaitReason ReasonFor(const Resolved& r, ReasonScan& scan) const;
-  std::optional<UserCap> CapReason(const Resolved& r) const;
+  std::optional<UserCap> CapReason(const Resolved& r) const {
+    return user_caps_.Reason(*r.queue, r.user, UsageMilli(r));
+  }
   const DeviceView* ChangingDevice(ReasonScan& scan) const;
   bool FitsWith(const Resolved& r, NodeId node, const std::vector<const DeviceView*>& extra) const;
   WaitReason ShapeReason(const Resolved& r, ReasonScan& scan) const;
@@ -289,7 +293,10 @@ class Scheduler::Impl {
     return s.milli * static_cast<MilliGpu>(s.devices.size());
   }
 
-  bool CapBlocks(const Resolved& r) const;
+  // The job's team limit or its user's cap in its queue keeps it from starting now.
+  bool CapBlocks(const Resolved& r) const {
+    return (r.team >= 0 && TeamLimitReason(r)) || user_caps_.Blocks(*r.queue, r.user, UsageMilli(r));
+  }
   void Start(const Resolved& r, Choice c);
   void Schedule(std::optional<JobId> only);
   void SchedulePass(std::optional<JobId> only);
@@ -305,12 +312,6 @@ class Scheduler::Impl {
   std::vector<const SliceView*> RoomFromNext(const Resolved& r, const std::function<const SliceView*()>& next) const;
 
   // ---- reservations (scheduler_reservations.cc)
-  // Devices kept empty for a whole-GPU job that has waited its queue's reserve_after.
-  struct Reservation {
-    JobId job;
-    NodeId node;
-    std::vector<DeviceIndex> devices;
-  };
   void MaybeReserve();
   std::optional<Choice> ReservationFor(const Resolved& r) const;
   void ServeReservation();
@@ -352,35 +353,15 @@ class Scheduler::Impl {
   bool WithinGuarantee(const Resolved& r) const;
   bool TakeBack();
   static constexpr int kTakeBackRounds = 16;
-  // Fair share: each team's decayed usage over its weight at now_, into fair_levels_ (lower is
-  // served first in the over-quota pool; constant within a pass, as usage only accrues over time).
-  void FairShareLevels();
-  double LevelOf(const Resolved& r) const {
-    return r.team < 0 ? std::numeric_limits<double>::infinity() : fair_levels_[static_cast<std::size_t>(r.team)];
-  }
+  // The over-quota pool's order (TeamShares::ComputeLevels, once per pass).
+  double LevelOf(const Resolved& r) const { return teams_.LevelOf(r.team); }
   // A running slice's share moves into (+1) or out of (-1) its team's books, and (with teams)
   // into or out of the take-back candidates when its queue is preemptible.
   void CountTeam(const Resolved& r, const SliceView& s, int sign) {
-    if (config_.teams.enabled() && r.queue->preemptible) {
-      if (sign > 0) {
-        takeable_[{r.team, r.queue}].insert(Takeable{s.start_time, s.slice, &s, &r});
-      } else if (auto it = takeable_.find({r.team, r.queue}); it != takeable_.end()) {
-        it->second.erase(Takeable{s.start_time, s.slice, nullptr, nullptr});
-        if (it->second.empty()) takeable_.erase(it);
-      }
-    }
-    if (r.team < 0) return;
     const TeamConfig* t = TeamConfigOf(r);
-    teams_.Add(r.team, r.queue->name, sign * SliceUsage(s), t ? t->GuaranteeIn(r.queue->name) : 0, now_);
+    teams_.Count(r, s, SliceUsage(s), t ? t->GuaranteeIn(r.queue->name) : 0,
+                 config_.teams.enabled() && r.queue->preemptible, sign, now_);
   }
-  // A running slice of a preemptible queue, newest first (start time, then slice id).
-  struct Takeable {
-    Micros start;
-    SliceId slice;
-    const SliceView* view;
-    const Resolved* job;
-    bool operator<(const Takeable& o) const { return std::pair(start, slice) > std::pair(o.start, o.slice); }
-  };
 
   // ---- timers and samples (scheduler_timers.cc)
   void OnSample(const Sample& e);
@@ -420,13 +401,6 @@ class Scheduler::Impl {
   std::map<DeviceRef, DeviceView> devices_;
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
   PendingQueue pending_;  // waiting jobs, not held
-  // MaybeReserve(): the queues' heads, and the (model, GPUs) no host has room for.
-  struct ReserveHead {
-    PendingKey key;
-    std::map<PendingKey, Resolved*>::const_iterator at, end;
-  };
-  std::vector<ReserveHead> scratch_reserve_;
-  std::vector<std::pair<std::string_view, int>> scratch_no_room_;
   // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
   // right-sized MIG requests make about one shape per job, each looked up at its submit.
   using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string, int>;
@@ -442,19 +416,14 @@ class Scheduler::Impl {
     }
   };
   std::unordered_map<ShapeKey, int, ShapeKeyHash> shapes_;
-  std::map<std::pair<std::string, std::string>, Usage> usage_;  // (queue, user), capped queues only
-  TeamBooks teams_;  // what each team holds, per queue, and its fair-share usage
-  std::vector<double> fair_levels_;  // per team, from FairShareLevels (scratch of a pass)
-  // With teams: the slices take-back may requeue, per (team, queue), newest first.
-  std::map<std::pair<int, const QueueConfig*>, std::set<Takeable>> takeable_;
+  UserCaps user_caps_;  // what each user holds in each capped queue
+  // What each team holds and has used, the take-back candidates and the pass's fair-share levels.
+  TeamShares teams_;
   std::map<std::string, Capacity> capacity_;                     // by model; "" = all
   std::map<NodeId, std::map<std::string, int>> host_model_count_;
   std::uint64_t last_slice_ = 0;
-  std::optional<Reservation> reservation_;
-  bool any_reserve_ = false;  // some queue has reserve_after
-  SliceTimers timers_;             // each running slice's next timer (NextTimer())
-  std::set<SliceId> reclaimable_;  // slices in IdleState::kReclaimable
-  bool became_reclaimable_ = false;  // a Tick made a slice reclaimable: serve pending jobs
+  Reservations reservations_;  // the devices kept for a whole-GPU job, and the search for the next
+  SliceTimers timers_;  // each running slice's next timer (NextTimer()); the reclaimable ones
   // The MIG controller's books: instances in use, devices changing layout or refusing to, MIG
   // mode count, and since when MIG devices stand empty (MaybeLeaveMig's hold).
   MigBooks mig_;
@@ -480,16 +449,13 @@ class Scheduler::Impl {
   ByStateScratch by_state_scratch_;
 
   // Scratch (reused to avoid allocation per event).
-  // SchedulePass: per shape, the pass in which it last failed (pass_ counts the passes).
-  std::vector<std::uint64_t> shape_failed_in_;
-  std::uint64_t pass_ = 0;
+  FailedShapes failed_shapes_;  // SchedulePass: the shapes that failed in this pass
   // SchedulePass: the head job of each shape (its key, shape and record).
   std::vector<std::tuple<PendingKey, int, const Resolved*>> scratch_heads_;
   std::vector<GpuView> scratch_gpus_;
   std::vector<NodeView> scratch_nodes_;
   std::vector<DeviceRef> scratch_refs_;
   std::vector<NodeId> scratch_hosts_;
-  std::vector<SliceId> scratch_due_;  // OnTick
 };
 
 }  // namespace gpuslice::sched

@@ -90,22 +90,23 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (mig_mode != mig_.mig_mode_devices())
     return Internal(fmt::format("{} devices in MIG mode, counted {}", mig_mode, mig_.mig_mode_devices()));
   std::size_t reserved = 0;
+  const Reservations::Reservation* reservation = reservations_.held();
   for (const auto& [ref, d] : devices_) {
     if (!d.reserved_for.valid()) continue;
     ++reserved;
-    if (!reservation_ || reservation_->job != d.reserved_for || reservation_->node != ref.node ||
-        std::find(reservation_->devices.begin(), reservation_->devices.end(), ref.index) ==
-            reservation_->devices.end())
+    if (!reservation || reservation->job != d.reserved_for || reservation->node != ref.node ||
+        std::find(reservation->devices.begin(), reservation->devices.end(), ref.index) ==
+            reservation->devices.end())
       return Internal(fmt::format("device {}/{}: reserved for job {} outside the reservation",
                                   ref.node.value(), ref.index.value(), d.reserved_for.value()));
   }
-  if (reservation_) {
-    auto j = jobs_.find(reservation_->job);
+  if (reservation) {
+    auto j = jobs_.find(reservation->job);
     if (j == jobs_.end() || j->second.state != JobState::kPending || j->second.kind != SliceKind::kWhole)
       return Internal(fmt::format("reservation for job {} that is not a waiting whole-GPU job",
-                                  reservation_->job.value()));
-    if (reserved != reservation_->devices.size())
-      return Internal(fmt::format("reservation of {} devices marks {}", reservation_->devices.size(), reserved));
+                                  reservation->job.value()));
+    if (reserved != reservation->devices.size())
+      return Internal(fmt::format("reservation of {} devices marks {}", reservation->devices.size(), reserved));
   }
   std::size_t timed = 0;
   for (const auto& [sid, s] : slices_) {
@@ -119,11 +120,11 @@ Status Scheduler::Impl::CheckInvariants() const {
     return Internal("timer index holds slices that are not running");
   std::size_t reclaimable = 0;
   for (const auto& [sid, s] : slices_) {
-    if ((s.idle == IdleState::kReclaimable) != reclaimable_.contains(sid))
+    if ((s.idle == IdleState::kReclaimable) != timers_.reclaimable().contains(sid))
       return Internal(fmt::format("slice {}: reclaimable set disagrees with its idle state", sid.value()));
     reclaimable += s.idle == IdleState::kReclaimable;
   }
-  if (reclaimable != reclaimable_.size()) return Internal("reclaimable set holds slices that are not running");
+  if (reclaimable != timers_.reclaimable().size()) return Internal("reclaimable set holds slices that are not running");
   for (const auto& [sid, s] : slices_) {
     auto j = jobs_.find(s.job);
     if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.slice != sid)
@@ -174,17 +175,18 @@ Status Scheduler::Impl::CheckInvariants() const {
       const Resolved& r = resolved_.at(s.job);
       if (!r.queue->preemptible) continue;
       ++takeable;
-      auto of = takeable_.find({r.team, r.queue});
-      auto it = of == takeable_.end() ? std::set<Takeable>::const_iterator()
-                                      : of->second.find(Takeable{s.start_time, s.slice, nullptr, nullptr});
-      if (of == takeable_.end() || it == of->second.end() || it->view != &s || it->job != &r)
+      const TeamShares::TakeBackIndex& index = teams_.take_back();
+      auto of = index.find({r.team, r.queue});
+      auto it = of == index.end() ? std::set<TeamShares::Takeable>::const_iterator()
+                                  : of->second.find(TeamShares::Takeable{s.start_time, s.slice, nullptr, nullptr});
+      if (of == index.end() || it == of->second.end() || it->view != &s || it->job != &r)
         return Internal(fmt::format("slice {}: not among the take-back candidates as it runs", sid.value()));
     }
     std::size_t listed = 0;
-    for (const auto& [key, slices] : takeable_) listed += slices.size();
+    for (const auto& [key, slices] : teams_.take_back()) listed += slices.size();
     if (takeable != listed)
       return Internal(fmt::format("{} take-back candidates for {} preemptible slices", listed, takeable));
-  } else if (!takeable_.empty()) {
+  } else if (!teams_.take_back().empty()) {
     return Internal("take-back candidates without teams");
   }
   // Each team's books are the sum of its running slices.

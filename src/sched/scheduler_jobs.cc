@@ -182,7 +182,7 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
   if (it == jobs_.end() || it->second.state == JobState::kEnded) return;
   if (it->second.state == JobState::kPending) {
     const Resolved& r = resolved_.at(e.job);
-    const bool kept = reservation_ && reservation_->job == e.job;
+    const bool kept = reservations_.Holds(e.job);
     ReleaseReservationOf(e.job);
     if (it->second.held) {
       --held_;  // out of the pending books already
@@ -226,11 +226,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
   const SliceView& s = sit->second;  // erased below, after its last use
   std::vector<DeviceView*> devs = std::move(r.devices);
   r.devices.clear();
-  if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
-    Usage& u = usage_[{j.queue, j.user}];
-    u.milli -= SliceUsage(s);
-    u.jobs -= 1;
-  }
+  user_caps_.Remove(*r.queue, j.user, SliceUsage(s));
   CountTeam(r, s, -1);
   for (DeviceView* dv : devs) {
     Mutate(*dv, [&](DeviceView& d) {
@@ -247,8 +243,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
     });
     mig_.NoteUse(*dv, now_);
   }
-  timers_.Clear(s.slice);
-  reclaimable_.erase(s.slice);
+  timers_.Ended(s.slice);
   slice_nodes_.Erase(slices_, sit);
   j.slice = SliceId();
   if (requeue) {
@@ -263,17 +258,6 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
 }
 
 // ---------------------------------------------------------------- starting jobs
-bool Scheduler::Impl::CapBlocks(const Resolved& r) const {
-  const QueueConfig& q = *r.queue;
-  if (r.team >= 0 && TeamLimitReason(r)) return true;
-  if (q.user_max_milli == 0 && q.user_max_jobs == 0) return false;
-  auto it = usage_.find({q.name, r.user});
-  Usage u = it == usage_.end() ? Usage{} : it->second;
-  if (q.user_max_jobs > 0 && u.jobs + 1 > q.user_max_jobs) return true;
-  if (q.user_max_milli > 0 && u.milli + UsageMilli(r) > q.user_max_milli) return true;
-  return false;
-}
-
 void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   JobId id = r.job;
   JobView& j = *r.view;
@@ -349,11 +333,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
     });
     mig_.NoteUse(*target, now_);
   }
-  if (r.queue->user_max_milli > 0 || r.queue->user_max_jobs > 0) {
-    Usage& u = usage_[{j.queue, j.user}];
-    u.milli += SliceUsage(rec);
-    u.jobs += 1;
-  }
+  user_caps_.Add(*r.queue, j.user, SliceUsage(rec));
   CountTeam(r, rec, +1);
   j.state = JobState::kRunning;
   j.start_time = now_;
@@ -369,7 +349,7 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
 void Scheduler::Impl::Schedule(std::optional<JobId> only) {
   SchedulePass(only);
   // On-demand idle reclaim: each round frees at least one slice, so this ends.
-  while (!reclaimable_.empty() && !pending_.empty() && ReclaimOnDemand(only)) {
+  while (!timers_.reclaimable().empty() && !pending_.empty() && ReclaimOnDemand(only)) {
     only.reset();
     SchedulePass(std::nullopt);
   }
@@ -381,10 +361,7 @@ void Scheduler::Impl::Schedule(std::optional<JobId> only) {
 }
 
 void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
-  // A new pass number instead of clearing a flag per shape: a shape is made per distinct
-  // request (MIG needs are bytes), so there can be as many as jobs.
-  ++pass_;
-  if (shape_failed_in_.size() < shapes_.size()) shape_failed_in_.resize(shapes_.size(), 0);
+  failed_shapes_.NewPass(shapes_.size());
   bool mig_failed = false;
   auto unmet_mig = [&] {
     std::vector<const Resolved*> unmet;
@@ -396,12 +373,12 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
   };
   auto attempt = [&](const Resolved& r) -> bool {  // true: failed
     if (CapBlocks(r)) return false;
-    if (shape_failed_in_[r.shape] == pass_) return false;
+    if (failed_shapes_.Failed(r.shape)) return false;
     if (auto c = TryPlace(r)) {
       Start(r, std::move(*c));
       return false;
     }
-    shape_failed_in_[r.shape] = pass_;
+    failed_shapes_.MarkFailed(r.shape);
     if (r.kind == SliceKind::kMig && !mig_failed) {
       mig_failed = true;
       // Plan at once, before the jobs after it in queue order are placed: a GPU that is free
@@ -425,7 +402,7 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     // (docs/teams.md): they go before everything else. A shape is one team, queue and ask, and
     // a team only grows within a pass, so a head beyond its guarantee ends its shape's turn.
     // The second merge is the over-quota pool: within a queue priority, teams in fair-share
-    // order (FairShareLevels; jobs of no team last), then queue order.
+    // order (TeamShares::ComputeLevels; jobs of no team last), then queue order.
     std::vector<std::tuple<PendingKey, int, const Resolved*>>& heads = scratch_heads_;
     const auto later = [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); };
     const auto later_fair = [this](const auto& a, const auto& b) {
@@ -459,7 +436,7 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     };
     if (config_.teams.enabled()) {
       merge(/*guaranteed_only=*/true, later);
-      FairShareLevels();
+      teams_.ComputeLevels(config_.teams, now_);
       merge(/*guaranteed_only=*/false, later_fair);
     } else {
       merge(/*guaranteed_only=*/false, later);

@@ -45,12 +45,13 @@ std::array<std::int64_t, kWaitReasonKinds> Scheduler::Impl::PendingReasonCounts(
     const auto& jobs = pending_.of_shape(shape);
     const Resolved& head = *jobs.begin()->second;
     const QueueConfig& q = *head.queue;
-    const bool holder_here = reservation_ && resolved_.at(reservation_->job).shape == shape;
+    const Reservations::Reservation* res = reservations_.held();
+    const bool holder_here = res && resolved_.at(res->job).shape == shape;
     if (q.user_max_milli > 0 || q.user_max_jobs > 0) {
       // Within a shape the cap depends only on the user: one answer per user.
       std::unordered_map<std::string_view, std::size_t> by_user;
       for (const auto& [k, r] : jobs) {
-        if (holder_here && r->job == reservation_->job) {
+        if (holder_here && r->job == res->job) {
           ++n[ReasonFor(*r, scan).index()];
           continue;
         }
@@ -82,28 +83,15 @@ WaitReason Scheduler::Impl::ReasonFor(const Resolved& r, ReasonScan& scan) const
   if (std::holds_alternative<NeverFits>(shaped)) return shaped;
   if (auto team = TeamLimitReason(r)) return *team;
   if (auto cap = CapReason(r)) return *cap;
-  if (reservation_ && reservation_->job == r.job) {
-    WaitingForReservation w{reservation_->node, reservation_->devices, 0};
-    for (DeviceIndex di : reservation_->devices) {
-      const DeviceView& d = devices_.at({reservation_->node, di});
+  if (const Reservations::Reservation* res = reservations_.held(); res && res->job == r.job) {
+    WaitingForReservation w{res->node, res->devices, 0};
+    for (DeviceIndex di : res->devices) {
+      const DeviceView& d = devices_.at({res->node, di});
       w.busy += !d.slices.empty() || d.mode != DeviceMode::kFree;
     }
     return w;
   }
   return shaped;
-}
-
-// The same test as CapBlocks(), with its figures.
-std::optional<UserCap> Scheduler::Impl::CapReason(const Resolved& r) const {
-  const QueueConfig& q = *r.queue;
-  if (q.user_max_milli == 0 && q.user_max_jobs == 0) return std::nullopt;
-  auto it = usage_.find({q.name, r.user});
-  Usage u = it == usage_.end() ? Usage{} : it->second;
-  if (q.user_max_jobs > 0 && u.jobs + 1 > q.user_max_jobs)
-    return UserCap{q.name, r.user, UserCap::Limit::kJobs, q.user_max_jobs, u.jobs, 1};
-  if (q.user_max_milli > 0 && u.milli + UsageMilli(r) > q.user_max_milli)
-    return UserCap{q.name, r.user, UserCap::Limit::kMilli, q.user_max_milli, u.milli, UsageMilli(r)};
-  return std::nullopt;
 }
 
 const DeviceView* Scheduler::Impl::ChangingDevice(ReasonScan& scan) const {
@@ -129,11 +117,10 @@ bool Scheduler::Impl::FitsWith(const Resolved& r, NodeId node, const std::vector
 WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) const {
   if (Status st = Feasible(r); !st.ok()) return NeverFits{std::string(st.message())};
   if (auto why = NeverFitsWhy(r)) return NeverFits{*why};
-  if (reservation_ && r.kind != SliceKind::kMig) {
+  if (const Reservations::Reservation* res = reservations_.held(); res && r.kind != SliceKind::kMig) {
     std::vector<const DeviceView*> kept;
-    for (DeviceIndex di : reservation_->devices) kept.push_back(&devices_.at({reservation_->node, di}));
-    if (FitsWith(r, reservation_->node, kept))
-      return ReservedForOther{reservation_->job, reservation_->node, reservation_->devices};
+    for (DeviceIndex di : res->devices) kept.push_back(&devices_.at({res->node, di}));
+    if (FitsWith(r, res->node, kept)) return ReservedForOther{res->job, res->node, res->devices};
   }
   if (const DeviceView* d = ChangingDevice(scan)) {
     bool helps = r.kind == SliceKind::kMig ? ModelOk(r, *d) : FitsWith(r, d->ref.node, {d});

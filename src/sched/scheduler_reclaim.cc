@@ -14,8 +14,8 @@
 namespace gpuslice::sched {
 
 // ---------------------------------------------------------------- on-demand idle reclaim
-// Slices idle past their grace in a queue with reclaim = "on-demand" (reclaimable_) keep
-// running while nobody needs their room. A pending job that found none takes it from them:
+// Slices idle past their grace in a queue with reclaim = "on-demand" (SliceTimers::reclaimable())
+// keep running while nobody needs their room. A pending job that found none takes it from them:
 // candidates longest idle first (EffectiveLastActive, then SliceId), taken until the job
 // would fit on one device (shared, mps) or host (whole), keeping only those on that
 // device/host and then dropping, most recently idle first, any it does not need. MIG
@@ -24,7 +24,7 @@ namespace gpuslice::sched {
 // cap); one job is served per call. True: slices were reclaimed.
 bool Scheduler::Impl::ReclaimOnDemand(std::optional<JobId> only) {
   std::vector<const SliceView*> cands;
-  for (SliceId sid : reclaimable_) cands.push_back(&slices_.at(sid));
+  for (SliceId sid : timers_.reclaimable()) cands.push_back(&slices_.at(sid));
   auto idle_since = [&](const SliceView* v) {
     return EffectiveLastActive(resolved_.at(v->job).queue->idle, *v, now_);
   };

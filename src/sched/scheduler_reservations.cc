@@ -3,10 +3,7 @@
 #include "sched/scheduler_impl.h"
 
 #include <algorithm>
-#include <iterator>
-#include <map>
 #include <optional>
-#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -25,54 +22,26 @@ namespace gpuslice::sched {
 // fewest slices, then the lowest node; on it the devices in the same order, then by index.
 
 void Scheduler::Impl::MaybeReserve() {
-  if (reservation_ || !any_reserve_) return;
-  // The jobs that have waited long enough, in queue order: per queue, a prefix of its
-  // pending whole-GPU jobs (ordered by submit time), merged lazily (a min-heap of the queues'
-  // heads), since the first job that can have a reservation ends the search: a long queue
-  // costs what is visited, not a sort of every waiting job per event.
-  using Head = ReserveHead;
-  std::vector<Head>& heads = scratch_reserve_;
-  const auto later = [](const Head& a, const Head& b) { return a.key > b.key; };  // keys are distinct
-  heads.clear();
-  for (const auto& [queue, jobs] : pending_.reserving()) {
-    if (!jobs.empty()) heads.push_back(Head{jobs.begin()->first, jobs.begin(), jobs.end()});
-  }
-  std::make_heap(heads.begin(), heads.end(), later);
-  // No host can give `gpus` devices of `model` (ReservationFor() depends on nothing else of a
-  // job): nor can it give more, until the devices change (not within this search).
-  std::vector<std::pair<std::string_view, int>>& no_room = scratch_no_room_;
-  no_room.clear();
-  while (!heads.empty()) {
-    std::pop_heap(heads.begin(), heads.end(), later);
-    const Head h = heads.back();
-    heads.pop_back();
-    const Resolved* r = h.at->second;
-    if (now_ - r->submit < r->queue->reserve_after) continue;  // this queue's later jobs waited less
-    if (const auto next = std::next(h.at); next != h.end) {
-      heads.push_back(Head{next->first, next, h.end});
-      std::push_heap(heads.begin(), heads.end(), later);
+  // The search passes over a job asking as many devices of a model as one that found no host,
+  // or more: right, as ReservationFor() depends on nothing else of a job.
+  const auto reserve = [this](const Resolved& r) {
+    auto c = ReservationFor(r);
+    if (!c) return false;
+    reservations_.Hold({r.job, c->node, c->devices});
+    for (DeviceIndex di : c->devices) {
+      // (`job` by value: clang 14, the fuzz build's compiler, cannot capture a binding.)
+      Mutate({c->node, di}, [job = r.job](DeviceView& d) { d.reserved_for = job; });
     }
-    if (CapBlocks(*r)) continue;
-    if (std::any_of(no_room.begin(), no_room.end(), [&](const auto& n) { return n.first == r->model && r->gpus >= n.second; }))
-      continue;
-    if (auto c = ReservationFor(*r)) {
-      reservation_ = Reservation{r->job, c->node, c->devices};
-      for (DeviceIndex di : c->devices) {
-        // (`job` by value: clang 14, the fuzz build's compiler, cannot capture a binding.)
-        Mutate({c->node, di}, [job = r->job](DeviceView& d) { d.reserved_for = job; });
-      }
-      std::vector<std::uint32_t> devs;
-      for (DeviceIndex di : c->devices) devs.push_back(di.value());
-      // A decision also makes the event that caused it durable in the daemon's journal.
-      out_.push_back(Reserve{r->job, c->node, c->devices,
-                             fmt::format("job {} has waited {}: devices {} of node {} are kept for it",
-                                         r->job.value(), FormatDuration(now_ - r->submit),
-                                         fmt::join(devs, ","), c->node.value())});
-      ServeReservation();  // already free: starts at once
-      return;
-    }
-    no_room.emplace_back(r->model, r->gpus);
-  }
+    std::vector<std::uint32_t> devs;
+    for (DeviceIndex di : c->devices) devs.push_back(di.value());
+    // A decision also makes the event that caused it durable in the daemon's journal.
+    out_.push_back(Reserve{r.job, c->node, c->devices,
+                           fmt::format("job {} has waited {}: devices {} of node {} are kept for it", r.job.value(),
+                                       FormatDuration(now_ - r.submit), fmt::join(devs, ","), c->node.value())});
+    ServeReservation();  // already free: starts at once
+    return true;
+  };
+  reservations_.Search(pending_.reserving(), now_, [this](const Resolved& r) { return !CapBlocks(r); }, reserve);
 }
 
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::ReservationFor(const Resolved& r) const {
@@ -115,28 +84,28 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::ReservationFor(const Res
 
 // Starts the reserved job once its devices are all empty (and its user's cap allows).
 void Scheduler::Impl::ServeReservation() {
-  if (!reservation_) return;
-  const Resolved& r = resolved_.at(reservation_->job);
-  for (DeviceIndex di : reservation_->devices) {
-    const DeviceView& d = devices_.at({reservation_->node, di});
+  const Reservations::Reservation* res = reservations_.held();
+  if (!res) return;
+  const Resolved& r = resolved_.at(res->job);
+  for (DeviceIndex di : res->devices) {
+    const DeviceView& d = devices_.at({res->node, di});
     if (!d.slices.empty() || d.mode != DeviceMode::kFree) return;
   }
   if (CapBlocks(r)) return;
-  Start(r, Choice{reservation_->node, reservation_->devices, std::nullopt});  // releases it
+  Start(r, Choice{res->node, res->devices, std::nullopt});  // releases it
 }
 
 // Gives the devices back (the job started, left the queue, or a device went away).
 void Scheduler::Impl::ReleaseReservation() {
-  if (!reservation_) return;
-  Reservation res = std::move(*reservation_);
-  reservation_.reset();
-  for (DeviceIndex di : res.devices) {
-    auto it = devices_.find({res.node, di});
+  std::optional<Reservations::Reservation> res = reservations_.Release();
+  if (!res) return;
+  for (DeviceIndex di : res->devices) {
+    auto it = devices_.find({res->node, di});
     if (it != devices_.end()) Mutate(it->second, [](DeviceView& d) { d.reserved_for = JobId(); });
   }
 }
 void Scheduler::Impl::ReleaseReservationOf(JobId job) {
-  if (reservation_ && reservation_->job == job) ReleaseReservation();
+  if (reservations_.Holds(job)) ReleaseReservation();
 }
 
 }  // namespace gpuslice::sched

@@ -46,14 +46,6 @@ bool Scheduler::Impl::WithinGuarantee(const Resolved& r) const {
   return guarantee > 0 && teams_.Held(r.team, r.queue->name) + UsageMilli(r) <= guarantee;
 }
 
-void Scheduler::Impl::FairShareLevels() {
-  fair_levels_.resize(static_cast<std::size_t>(teams_.size()));
-  for (int t = 0; t < teams_.size(); ++t) {
-    const TeamConfig* c = config_.teams.Find(teams_.name(t));
-    fair_levels_[static_cast<std::size_t>(t)] = teams_.Usage(t, now_) / (c ? c->weight : 1);
-  }
-}
-
 std::vector<TeamStanding> Scheduler::Impl::TeamStandings() const {
   constexpr double kMilliGpuMicrosPerGpuHour = 1000.0 * static_cast<double>(kHour);
   std::vector<TeamStanding> out;
@@ -61,7 +53,7 @@ std::vector<TeamStanding> Scheduler::Impl::TeamStandings() const {
   for (const TeamConfig& c : config_.teams.teams) {
     TeamStanding s{c.name, c.weight};
     double usage = 0;
-    if (const int t = teams_.Find(c.name); t != TeamBooks::kNone) {
+    if (const int t = teams_.Find(c.name); t != TeamShares::kNone) {
       s.borrowed = teams_.Borrowed(t);
       usage = teams_.Usage(t, now_);
     }
@@ -103,11 +95,11 @@ bool Scheduler::Impl::TakeBack() {
   // each team giving no more than it holds past its guarantee in the queue (a job of no team:
   // all). A (team, queue) with nothing left to give is not walked at all.
   struct Giver {
-    std::set<Takeable>::const_iterator at, end;
+    std::set<TeamShares::Takeable>::const_iterator at, end;
     MilliGpu left;
   };
   std::vector<Giver> givers;
-  for (const auto& [key, slices] : takeable_) {
+  for (const auto& [key, slices] : teams_.take_back()) {
     const auto [team, queue] = key;
     if (team == want->team) continue;
     MilliGpu left = kMaxMilliGpu;

@@ -27,7 +27,7 @@ void Scheduler::Impl::OnSample(const Sample& e) {
         out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
                                     fmt::format("slice {} is busy again; idle warning withdrawn",
                                                 sv.slice.value())});
-        reclaimable_.erase(sv.slice);
+        timers_.ClearReclaimable(sv.slice);
       }
       sv.last_active = now_;
       sv.idle = IdleState::kActive;
@@ -42,7 +42,7 @@ void Scheduler::Impl::OnSample(const Sample& e) {
         out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
                                     fmt::format("slice {} can no longer be measured; idle "
                                                 "warning withdrawn", sv.slice.value())});
-        reclaimable_.erase(sv.slice);
+        timers_.ClearReclaimable(sv.slice);
         sv.idle = IdleState::kActive;
       }
       sv.idle_deadline = 0;
@@ -82,7 +82,7 @@ void Scheduler::Impl::OnActivityReport(const ActivityReport& e) {
     out_.push_back(ClearWarning{sv.job, sv.slice, WarnReason::kIdle,
                                 fmt::format("slice {} is in use again ({} reports activity); idle "
                                             "warning withdrawn", sv.slice.value(), sv.report->source)});
-    reclaimable_.erase(sv.slice);
+    timers_.ClearReclaimable(sv.slice);
     sv.idle = IdleState::kActive;
     sv.idle_deadline = 0;
   }
@@ -93,15 +93,14 @@ void Scheduler::Impl::OnActivityReport(const ActivityReport& e) {
 // time has not come passes through TickSlice without a decision or a change (NextTimer), so
 // the decisions are those of a scan over every slice, at O(due log n) instead of O(slices).
 void Scheduler::Impl::OnTick() {
-  timers_.Due(now_, scratch_due_);
   std::vector<std::pair<JobId, std::string>> ended;
-  for (SliceId sid : scratch_due_) {
+  for (SliceId sid : timers_.Due(now_)) {
     SliceView& s = slices_.at(sid);
     if (!TickSlice(sid, s, ended)) Retime(s);
   }
   for (const auto& [job, reason] : ended) EndRunning(job, reason);
-  const bool serve = !ended.empty() || (became_reclaimable_ && !pending_.empty());
-  became_reclaimable_ = false;
+  const bool newly_reclaimable = timers_.NewlyReclaimable();
+  const bool serve = !ended.empty() || (newly_reclaimable && !pending_.empty());
   if (serve) {
     Schedule(std::nullopt);
   } else {
@@ -156,8 +155,7 @@ bool Scheduler::Impl::TickSlice(SliceId sid, SliceView& s, std::vector<std::pair
     // Past its grace, but nobody may need the room: it runs until a pending job does. The
     // Warn is the decision that records the change (and tells the owner).
     s.idle = IdleState::kReclaimable;
-    reclaimable_.insert(sid);
-    became_reclaimable_ = true;
+    timers_.SetReclaimable(sid);
     out_.push_back(Warn{s.job, sid, WarnReason::kIdle, now_,
                         fmt::format("slice idle for {}; idle, reclaimable on demand: it is reclaimed "
                                     "as soon as a waiting job needs its room", FormatDuration(now_ - since))});

@@ -24,10 +24,11 @@ std::optional<Micros> SliceTimers::At(SliceId slice) const {
   return it->second;
 }
 
-void SliceTimers::Due(Micros now, std::vector<SliceId>& out) const {
-  out.clear();
-  for (auto it = by_time_.begin(); it != by_time_.end() && it->first <= now; ++it) out.push_back(it->second);
-  std::sort(out.begin(), out.end());
+const std::vector<SliceId>& SliceTimers::Due(Micros now) {
+  due_.clear();
+  for (auto it = by_time_.begin(); it != by_time_.end() && it->first <= now; ++it) due_.push_back(it->second);
+  std::sort(due_.begin(), due_.end());
+  return due_;
 }
 
 bool SliceTimers::Consistent() const {

@@ -1,7 +1,9 @@
-// SliceTimers: the scheduler's book of when each slice's next timer fires.
+// SliceTimers: the scheduler's book of when each slice's next timer fires, and of the slices
+// reclaimable on demand.
 #include "sched/slice_timers.h"
 
 #include <map>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -9,11 +11,7 @@
 namespace gpuslice::sched {
 namespace {
 
-std::vector<SliceId> DueAt(const SliceTimers& t, Micros now) {
-  std::vector<SliceId> out{SliceId(999)};  // Due() clears what was there
-  t.Due(now, out);
-  return out;
-}
+std::vector<SliceId> DueAt(SliceTimers& t, Micros now) { return t.Due(now); }
 
 TEST(SliceTimers, DueSlicesComeInSliceOrderNotTimeOrder) {
   SliceTimers t;
@@ -83,6 +81,36 @@ TEST(SliceTimers, AgreesWithAPlainMapOverManyMoves) {
   Micros first = SliceTimers::kNever;
   for (const auto& [id, when] : model) first = std::min(first, when);
   EXPECT_EQ(t.NextWakeup(), first);
+  EXPECT_TRUE(t.Consistent());
+}
+
+TEST(SliceTimers, TheDueListStaysAsItWasWhileItsSlicesAreRetimed) {
+  SliceTimers t;
+  t.Set(SliceId(2), 10);
+  t.Set(SliceId(1), 20);
+  const std::vector<SliceId>& due = t.Due(20);
+  t.Set(SliceId(1), 100);  // what a tick does to each slice it visits
+  t.Clear(SliceId(2));
+  EXPECT_EQ(due, (std::vector<SliceId>{SliceId(1), SliceId(2)}));
+  EXPECT_EQ(DueAt(t, 20), std::vector<SliceId>{}) << "the next call answers anew";
+}
+
+TEST(SliceTimers, AReclaimableSliceIsNotedOnceAndForgottenWhenItEnds) {
+  SliceTimers t;
+  EXPECT_FALSE(t.NewlyReclaimable());
+  t.SetReclaimable(SliceId(3));
+  t.SetReclaimable(SliceId(1));
+  EXPECT_EQ(t.reclaimable(), (std::set<SliceId>{SliceId(1), SliceId(3)}));
+  EXPECT_TRUE(t.NewlyReclaimable());
+  EXPECT_FALSE(t.NewlyReclaimable()) << "said once";
+  t.ClearReclaimable(SliceId(3));  // busy again
+  EXPECT_FALSE(t.NewlyReclaimable());
+  t.Set(SliceId(1), 50);
+  t.Set(SliceId(1), 60);  // retimed: still reclaimable
+  EXPECT_EQ(t.reclaimable(), std::set<SliceId>{SliceId(1)});
+  t.Ended(SliceId(1));
+  EXPECT_TRUE(t.reclaimable().empty());
+  EXPECT_FALSE(t.At(SliceId(1)).has_value());
   EXPECT_TRUE(t.Consistent());
 }
 
