@@ -133,8 +133,10 @@ Result<std::map<std::string, Member>> Members(const sched::TeamsConfig& tc, cons
   }
   for (auto& [user, m] : users) {
     // A user listed and also in a listed group: the direct membership is the one that counts.
-    std::erase_if(m.by_group, [&](const std::string& t) {
-      return std::find(m.direct.begin(), m.direct.end(), t) != m.direct.end();
+    // (`direct` named apart: clang 14 cannot capture a structured binding.)
+    const std::vector<std::string>& direct = m.direct;
+    std::erase_if(m.by_group, [&direct](const std::string& t) {
+      return std::find(direct.begin(), direct.end(), t) != direct.end();
     });
     if (std::any_of(user.begin(), user.end(), [](char c) { return c >= 'A' && c <= 'Z'; }))
       script.Warn(fmt::format("user {}: slurmdbd lower-cases user names unless slurmdbd.conf has "
