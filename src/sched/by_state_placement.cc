@@ -14,20 +14,31 @@
 
 namespace gpuslice::sched {
 
+namespace {
+
+// RoomHolds()'s fields of a device, from its HostStates key.
+struct KeyFields {
+  const DeviceStateKey& k;
+  Bytes memory() const { return k.memory; }
+  Bytes context_reserve() const { return k.context_reserve; }
+  int mps_limit() const { return k.mps_limit; }
+};
+
+}  // namespace
+
 // Scheduler::Impl::ViewOf() from a device's HostStates key (RefileHost() below), without
-// reading the device: the same rules, on the key's copies of the fields they read. `model`: HostStates'
-// id of r.model, kAnyModel when empty, -1 when no device has that model; `user`: HostStates'
-// id of r.user (-1: none, so every MPS user is another).
+// reading the device: the same rules (RoomHolds() for a shared or MPS slice), on the key's
+// copies of the fields they read. `model`: HostStates' id of r.model, kAnyModel when empty, -1
+// when no device has that model; `user`: HostStates' id of r.user (-1: none, so every MPS user
+// is another).
 inline GpuView ByStateEngine::ViewOfKey(const Resolved& r, int model, int user, const DeviceStateKey& k) {
   bool ok = k.schedulable && (model == kAnyModel || k.model == model);
   const auto mode = static_cast<DeviceMode>(k.mode);
   if (ok && r.kind == SliceKind::kWhole) {
     ok = mode == DeviceMode::kFree;
   } else if (ok) {  // SharedFits()
-    ok = (mode == DeviceMode::kFree || mode == ModeFor(r.kind)) && kOneGpu - k.used_milli >= r.milli &&
-         !(k.memory > 0 &&
-           k.memory - k.used_memory < (r.memory > 0 ? r.memory + k.context_reserve : k.memory * r.milli / kOneGpu)) &&
-         !(r.kind == SliceKind::kMps && (k.clients >= k.mps_limit || (k.mps_user >= 0 && k.mps_user != user)));
+    ok = RoomHolds(r, KeyFields{k}, Room{mode, k.used_milli, k.used_memory, k.clients}) &&
+         !(r.kind == SliceKind::kMps && k.mps_user >= 0 && k.mps_user != user);
   }
   GpuView g;
   g.usable = ok;

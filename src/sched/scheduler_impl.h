@@ -203,32 +203,18 @@ class Scheduler::Impl {
     return r.model.empty() || d.model == r.model;
   }
 
-  // What a shared / MPS slice of `r` books on `d`, and so its cap: the memory asked plus one
-  // process's CUDA context (what a job asks is what it can allocate), or its share of the
-  // device's usable memory (contexts included). Shares then add up to what the device has.
-  Bytes MemoryCap(const Resolved& r, const DeviceView& d) const { return MemoryCap(r, d.memory, d.context_reserve); }
-  static Bytes MemoryCap(const Resolved& r, Bytes device_memory, Bytes context_reserve) {
-    if (r.memory > 0) return r.memory + context_reserve;
-    return device_memory * r.milli / kOneGpu;
+  // What a shared / MPS slice of `r` books on `d` (sched::MemoryCap, device_rules.h).
+  Bytes MemoryCap(const Resolved& r, const DeviceView& d) const {
+    return sched::MemoryCap(r, d.memory, d.context_reserve);
   }
 
-  // What a device holds, as it is (RoomOf) or as it would be once some slices end.
-  struct Room {
-    DeviceMode mode = DeviceMode::kFree;
-    MilliGpu used_milli = 0;
-    Bytes used_memory = 0;
-    int clients = 0;
-  };
   static Room RoomOf(const DeviceView& d) { return Room{d.mode, d.used_milli, d.used_memory, d.clients}; }
-  // The one rule for a shared or MPS slice of `r` on `d` holding `room`: its model, its mode,
-  // a free share, free memory for what the slice books (MemoryCap) and the MPS client limit.
-  // Whether the device may be used at all (drains, reservations) and whose MPS server runs
-  // there are the callers' (placement, pending reasons, on-demand reclaim).
+  // The one rule for a shared or MPS slice of `r` on `d` holding `room` (RoomHolds(),
+  // device_rules.h), and the device's model. Whether the device may be used at all (drains,
+  // reservations) and whose MPS server runs there are the callers' (placement, pending
+  // reasons, on-demand reclaim).
   bool CanHold(const Resolved& r, const DeviceView& d, const Room& room) const {
-    return ModelOk(r, d) && (room.mode == DeviceMode::kFree || room.mode == ModeFor(r.kind)) &&
-           kOneGpu - room.used_milli >= r.milli &&
-           !(d.memory > 0 && d.memory - room.used_memory < MemoryCap(r, d)) &&
-           !(r.kind == SliceKind::kMps && room.clients >= MpsLimit(d));
+    return ModelOk(r, d) && RoomHolds(r, DeviceFields{d}, room);
   }
 
   Status Feasible(const Resolved& r) const;
