@@ -1,6 +1,6 @@
 #pragma once
-// Internal to the scheduler: what placement by host state (Scheduler::Impl::PlaceByState, see
-// host_states.h) remembers from one request to the next, and its working space for one request.
+// Internal to the scheduler: what placement by host state (ByStateEngine, by_state_placement.h,
+// see host_states.h) remembers from one request to the next, and its working space for one request.
 //
 // PlacementMemo hands out memo slots. HostStates keeps each state's policy result per slot
 // (HostStates::memo(slot, id)), valid while its generation is the one Select() gave that slot.
@@ -150,7 +150,7 @@ const PlacementMemo::ViewResult& PlacementMemo::Lookup(int model, std::span<cons
   return e.result;
 }
 
-// PlaceByState's working space for one request, kept between requests only so that its vectors
+// ByStateEngine::Place()'s working space for one request, kept between requests only so that its vectors
 // keep their capacity (no allocation per request once warm).
 struct ByStateScratch {
   int model = 0;  // ViewOfKey()'s `model` for the request
@@ -161,7 +161,10 @@ struct ByStateScratch {
   std::vector<std::pair<int, HostStates::Memo>> own;
   std::size_t own_used = 0;
   std::vector<std::pair<NodeId, HostStates::State*>> tied;  // tied hosts and their states
-  std::vector<int> pos;  // ScoreState: view position -> canonical position
+  // ScoreState: the GPU views of a state's host shown to the policy, and for each its canonical
+  // position.
+  std::vector<GpuView> gpus;
+  std::vector<int> pos;
   // RefileHost and the dirty hosts it refiles.
   std::vector<DeviceStateKey> keys;
   std::vector<const DeviceView*> devs;

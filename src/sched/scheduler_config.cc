@@ -20,7 +20,7 @@ void Scheduler::Impl::InstallQueues() {
     QueuePlacement& qp = placement_[version];
     qp.order = FastOrderFor(q.placement);
     if (p.ok()) {
-      by_state_ = by_state_ || (*p)->ScoresByNodeState();
+      if ((*p)->ScoresByNodeState()) by_state_.TurnOn();
       qp.policy = std::move(p).value();
     }
     reservations_.NoteQueue(q);
@@ -57,11 +57,11 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   for (const auto& [k, r] : pending_.all()) pending.insert(k.job);
   for (JobId id : pending) pending_.Remove(resolved_.at(id));
   // 2. The new queues.
-  const bool was_by_state = by_state_;
+  const bool was_by_state = by_state_.on();
   config_ = e.config;
   InstallQueues();
-  if (by_state_ && !was_by_state) {
-    for (const auto& [node, devices] : nodes_) host_states_.MarkDirty(node, /*devices_changed=*/true);
+  if (by_state_.on() && !was_by_state) {
+    for (const auto& [node, devices] : nodes_) by_state_.MarkDirty(node, /*devices_changed=*/true);
   }
   // 3. Each job follows the new queue of its name, if there is one; else it keeps its queue's
   // last settings until it ends. In JobId order: shape ids are handed out in that order.

@@ -89,7 +89,7 @@ void Scheduler::Impl::OnDeviceAdded(const DeviceAdded& e) {
   workload_.HostResized(host.size() - 1, host.size());  // the learned shapes' supply shares
   auto [it, _] = devices_.emplace(e.device, std::move(d));
   index_.Add(it->second, Facts(it->second));
-  if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
+  by_state_.MarkDirty(e.device.node, /*devices_changed=*/true);
   CountCapacity(it->second, +1);
   mig_.NoteUse(it->second, now_);
   Schedule(/*only=*/std::nullopt);
@@ -112,7 +112,7 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   if (it->second.reserved_for.valid()) ReleaseReservation();  // chosen again later, elsewhere
   DeviceView& d = it->second;
   index_.Remove(d, Facts(d));
-  if (by_state_) host_states_.MarkDirty(e.device.node, /*devices_changed=*/true);
+  by_state_.MarkDirty(e.device.node, /*devices_changed=*/true);
   CountCapacity(d, -1);
   mig_.Remove(d);
   std::set<DeviceIndex>& host = nodes_.at(e.device.node);

@@ -5,13 +5,12 @@
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
 // jobs and their subsets), SliceTimers (slice_timers.h, the timers and the slices reclaimable
-// on demand), CapacityIndex, HostStates, TeamShares (team_shares.h: the TeamBooks, take-back
-// candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload
-// policies score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps
-// (user_caps.h, the per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on),
-// Reservations (reservations.h, the devices kept for a whole-GPU job), PlacementMemo
-// (placement_memo.h, placement by host state's memo slots and view results; with it
-// ByStateScratch, its working space per request).
+// on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks, take-back candidates and
+// fair-share levels), WorkloadModel (workload_model.h, the learned workload policies score
+// against), MigBooks (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the
+// per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on), Reservations
+// (reservations.h, the devices kept for a whole-GPU job), ByStateEngine (by_state_placement.h,
+// placement by host state: HostStates, its PlacementMemo and working space).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -33,14 +32,14 @@
 #include <utility>
 #include <vector>
 
+#include "sched/by_state_placement.h"
 #include "sched/capacity_index.h"
+#include "sched/device_rules.h"
 #include "sched/failed_shapes.h"
-#include "sched/host_states.h"
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
-#include "sched/placement_memo.h"
 #include "sched/reservations.h"
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
@@ -60,15 +59,6 @@ inline FastOrder FastOrderFor(std::string_view policy) {
   return FastOrder::kNone;
 }
 
-inline DeviceMode ModeFor(SliceKind kind) {
-  switch (kind) {
-    case SliceKind::kWhole: return DeviceMode::kWhole;
-    case SliceKind::kMig: return DeviceMode::kMig;
-    case SliceKind::kMps: return DeviceMode::kMps;
-    case SliceKind::kShared: return DeviceMode::kShared;
-  }
-  return DeviceMode::kFree;
-}
 
 // What could ever fit, per model ("" = all models): updated on DeviceAdded / DeviceRemoved.
 struct Capacity {
@@ -102,7 +92,7 @@ class Scheduler::Impl {
 
   Status CheckInvariants() const;
 
-  void set_reference_placement(bool on) { reference_placement_ = on; }
+  void set_reference_placement(bool on) { by_state_.set_reference(on); }
 
   // ---- config reloads (scheduler_config.cc)
   const QueueConfig* QueueOf(JobId job) const;
@@ -145,20 +135,6 @@ class Scheduler::Impl {
   // ---- devices and indexes (scheduler_devices.cc)
   const DeviceModel* ModelOf(const DeviceRef& ref) const { return devices_.at(ref).catalogue; }
 
-  static int MpsLimit(const DeviceView& d) {
-    return d.catalogue && d.catalogue->mps_max_clients > 0 ? d.catalogue->mps_max_clients : 48;
-  }
-
-  static bool Schedulable(const DeviceView& d) {
-    return !d.draining && !d.reconfiguring && !d.reserved_for.valid() && !d.admin_drained;
-  }
-
-  // No placement view ever shows the device as usable (ViewOf()): in MIG or whole-GPU mode, or
-  // not schedulable. Its HostStates key keeps only its model (InertKey()).
-  static bool InertForPlacement(const DeviceView& d) {
-    return !Schedulable(d) || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole;
-  }
-
   MigLayout InUseFromSlices(const DeviceView& d) const;
   DeviceFacts Facts(const DeviceView& d) const;
   // Facts(d).in_use.
@@ -183,7 +159,7 @@ class Scheduler::Impl {
     f(d);
     facts.in_use = InUseFact(d);  // of the facts, only these change with what runs there
     index_.Add(d, facts);
-    if (by_state_ && !(was_inert && InertForPlacement(d))) host_states_.MarkDirty(d.ref.node);
+    if (!(was_inert && InertForPlacement(d))) by_state_.MarkDirty(d.ref.node);
     if (const bool changing = d.draining || d.reconfiguring; changing != was_changing) mig_.SetChanging(d.ref, changing);
   }
   void SetMode(DeviceView& d, DeviceMode mode);
@@ -214,18 +190,6 @@ class Scheduler::Impl {
   PolicyInput InputFor(const Resolved& r);
   std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
-  static constexpr int kAnyModel = -2;  // ViewOfKey()'s `model` when r.model is empty
-  static GpuView ViewOfKey(const Resolved& r, int model, int user, const DeviceStateKey& k);
-  void RefileHost(NodeId nid);
-  // PlaceGeneric's decision, per distinct host state (host_states.h, placement_memo.h).
-  std::optional<Choice> PlaceByState(const Resolved& r, const PlacementPolicy& policy);
-  // PlaceByState: up to this many tied hosts are gathered and the k-th found directly; more
-  // (a best state holding many hosts) by bisection over host ids.
-  static constexpr std::uint64_t kGatherTies = 64;
-  void ScoreState(const Resolved& r, const PlacementPolicy& policy, const PlacementRequest& req,
-                  const PlacementContext& ctx, const HostStates::State& s, int user, HostStates::Memo& m);
-  // Whether state `s` has a device serving the MPS server of `user` (HostStates::UserId()).
-  static bool ServesMpsUser(const HostStates::State& s, int user);
 
   std::optional<Choice> PlaceMig(const Resolved& r);
   std::optional<Choice> TryPlace(const Resolved& r);
@@ -243,32 +207,18 @@ class Scheduler::Impl {
     return r.model.empty() || d.model == r.model;
   }
 
-  // What a shared / MPS slice of `r` books on `d`, and so its cap: the memory asked plus one
-  // process's CUDA context (what a job asks is what it can allocate), or its share of the
-  // device's usable memory (contexts included). Shares then add up to what the device has.
-  Bytes MemoryCap(const Resolved& r, const DeviceView& d) const { return MemoryCap(r, d.memory, d.context_reserve); }
-  static Bytes MemoryCap(const Resolved& r, Bytes device_memory, Bytes context_reserve) {
-    if (r.memory > 0) return r.memory + context_reserve;
-    return device_memory * r.milli / kOneGpu;
+  // What a shared / MPS slice of `r` books on `d` (sched::MemoryCap, device_rules.h).
+  Bytes MemoryCap(const Resolved& r, const DeviceView& d) const {
+    return sched::MemoryCap(r, d.memory, d.context_reserve);
   }
 
-  // What a device holds, as it is (RoomOf) or as it would be once some slices end.
-  struct Room {
-    DeviceMode mode = DeviceMode::kFree;
-    MilliGpu used_milli = 0;
-    Bytes used_memory = 0;
-    int clients = 0;
-  };
   static Room RoomOf(const DeviceView& d) { return Room{d.mode, d.used_milli, d.used_memory, d.clients}; }
-  // The one rule for a shared or MPS slice of `r` on `d` holding `room`: its model, its mode,
-  // a free share, free memory for what the slice books (MemoryCap) and the MPS client limit.
-  // Whether the device may be used at all (drains, reservations) and whose MPS server runs
-  // there are the callers' (placement, pending reasons, on-demand reclaim).
+  // The one rule for a shared or MPS slice of `r` on `d` holding `room` (RoomHolds(),
+  // device_rules.h), and the device's model. Whether the device may be used at all (drains,
+  // reservations) and whose MPS server runs there are the callers' (placement, pending
+  // reasons, on-demand reclaim).
   bool CanHold(const Resolved& r, const DeviceView& d, const Room& room) const {
-    return ModelOk(r, d) && (room.mode == DeviceMode::kFree || room.mode == ModeFor(r.kind)) &&
-           kOneGpu - room.used_milli >= r.milli &&
-           !(d.memory > 0 && d.memory - room.used_memory < MemoryCap(r, d)) &&
-           !(r.kind == SliceKind::kMps && room.clients >= MpsLimit(d));
+    return ModelOk(r, d) && RoomHolds(r, DeviceFields{d}, room);
   }
 
   Status Feasible(const Resolved& r) const;
@@ -437,16 +387,8 @@ class Scheduler::Impl {
 
   WorkloadModel workload_;  // what fragmentation-aware policies score against
 
-  // Placement by host state (PlaceByState): on when some queue's policy ScoresByNodeState().
-  bool by_state_ = false;
-  bool reference_placement_ = false;  // tests and benchmarks: use PlaceGeneric instead
-  HostStates host_states_;
-  // Which memo slot of host_states_ a request's results go to, and policy results by GPU views.
-  // A slot holds what a user who runs no MPS server on the state would get; PlaceByState
-  // scores the few states that serve the requesting user's MPS server apart
-  // (ByStateScratch::own), for that request only.
-  PlacementMemo memo_;
-  ByStateScratch by_state_scratch_;
+  // PlaceGeneric's decisions for policies that ScoresByNodeState(), per distinct host state.
+  ByStateEngine by_state_;
 
   // Scratch (reused to avoid allocation per event).
   FailedShapes failed_shapes_;  // SchedulePass: the shapes that failed in this pass

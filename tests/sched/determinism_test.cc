@@ -104,14 +104,14 @@ TEST_P(DeterminismTest, SameEventsAndSeedGiveTheSameDecisions) {
   }
 }
 
-// Scoring each distinct host state once (PlaceByState) is a speed-up only: on long random mixed
+// Scoring each distinct host state once (ByStateEngine) is a speed-up only: on long random mixed
 // workloads (shares, MPS, whole 1-8, MIG drains, cancels, reservations of none, two models) the
 // fragmentation-aware default policy takes exactly the decisions of the reference path that
 // scores every candidate host, random tie-breaks included.
 TEST(ByStatePlacement, TakesTheReferencePathsDecisions) {
   // One copy of the four hosts, and eight (many hosts in equal states: ties among several
   // states, so the one draw must pick the same host from them), and forty (more tied hosts
-  // than PlaceByState gathers: the k-th is found by bisection over host ids).
+  // than ByStateEngine gathers: the k-th is found by bisection over host ids).
   for (auto [seed, copies] : {std::pair{42, 1}, {43, 1}, {44, 8}, {45, 8}, {46, 40}}) {
     std::string v1, v2;
     auto fast = RunRandom(seed, "gpuslice", MigDrainPolicy::kPreempt, &v1, 3000, false, copies);

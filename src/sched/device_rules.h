@@ -1,0 +1,76 @@
+#pragma once
+// Internal to the scheduler: the rules on one device that both Scheduler::Impl and its
+// placement by host state (by_state_placement.h) apply, kept in one place so the two cannot
+// drift apart (a host state's key must show a request what the device itself would).
+// Stateless functions; thread-safe.
+
+#include "sched/resolved.h"
+#include "sched/scheduler.h"
+
+namespace gpuslice::sched {
+
+inline DeviceMode ModeFor(SliceKind kind) {
+  switch (kind) {
+    case SliceKind::kWhole: return DeviceMode::kWhole;
+    case SliceKind::kMig: return DeviceMode::kMig;
+    case SliceKind::kMps: return DeviceMode::kMps;
+    case SliceKind::kShared: return DeviceMode::kShared;
+  }
+  return DeviceMode::kFree;
+}
+
+inline int MpsLimit(const DeviceView& d) {
+  return d.catalogue && d.catalogue->mps_max_clients > 0 ? d.catalogue->mps_max_clients : 48;
+}
+
+inline bool Schedulable(const DeviceView& d) {
+  return !d.draining && !d.reconfiguring && !d.reserved_for.valid() && !d.admin_drained;
+}
+
+// No placement view ever shows the device as usable (ViewOf()): in MIG or whole-GPU mode, or
+// not schedulable. Its HostStates key keeps only its model (InertKey()).
+inline bool InertForPlacement(const DeviceView& d) {
+  return !Schedulable(d) || d.mode == DeviceMode::kMig || d.mode == DeviceMode::kWhole;
+}
+
+// What a device holds, as it is or as it would be once some slices end.
+struct Room {
+  DeviceMode mode = DeviceMode::kFree;
+  MilliGpu used_milli = 0;
+  Bytes used_memory = 0;
+  int clients = 0;
+};
+
+// What a shared / MPS slice of `r` books on a device of `device_memory` usable bytes, and so
+// its cap: the memory asked plus one process's CUDA context (what a job asks is what it can
+// allocate), or its share of the device's usable memory (contexts included). Shares then add
+// up to what the device has.
+inline Bytes MemoryCap(const Resolved& r, Bytes device_memory, Bytes context_reserve) {
+  if (r.memory > 0) return r.memory + context_reserve;
+  return device_memory * r.milli / kOneGpu;
+}
+
+// The one rule for a shared or MPS slice of `r` on a device holding `room`: its mode, a free
+// share, free memory for what the slice books (MemoryCap) and the MPS client limit. `f` shows
+// the device's fixed fields: memory() (usable bytes, 0: not tracked), context_reserve() and
+// mps_limit(), each read only once the rule gets to it, as this is the generic placement path's
+// test of every device. Read from a DeviceView (DeviceFields, Scheduler::Impl::CanHold) and
+// from a HostStates key (ByStateEngine), so both show a request the same device alike. The
+// device's model, whether it may be used at all and whose MPS server runs there are the
+// callers'.
+template <typename Fields>
+inline bool RoomHolds(const Resolved& r, const Fields& f, const Room& room) {
+  return (room.mode == DeviceMode::kFree || room.mode == ModeFor(r.kind)) && kOneGpu - room.used_milli >= r.milli &&
+         !(f.memory() > 0 && f.memory() - room.used_memory < MemoryCap(r, f.memory(), f.context_reserve())) &&
+         !(r.kind == SliceKind::kMps && room.clients >= f.mps_limit());
+}
+
+// RoomHolds()'s fields of a device.
+struct DeviceFields {
+  const DeviceView& d;
+  Bytes memory() const { return d.memory; }
+  Bytes context_reserve() const { return d.context_reserve; }
+  int mps_limit() const { return MpsLimit(d); }
+};
+
+}  // namespace gpuslice::sched
