@@ -122,15 +122,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceGeneric(const Resol
     const std::size_t pos = scratch_gpus_.size();
     const std::string_view model = it->second.model;
     for (; it != devices_.end() && it->first.node == nid; ++it) {
-      const DeviceView& d = it->second;
-      bool ok = r.kind == SliceKind::kWhole
-                    ? (Schedulable(d) && d.mode == DeviceMode::kFree && ModelOk(r, d))
-                    : SharedFits(r, d);
-      GpuView g;
-      g.usable = ok;
-      g.free_milli = ok ? kOneGpu - d.used_milli : 0;
-      g.free_memory = ok ? std::max<Bytes>(d.memory - d.used_memory, 0) : 0;
-      scratch_gpus_.push_back(g);
+      scratch_gpus_.push_back(ViewOf(r, it->second));
       scratch_refs_.push_back(it->first);
     }
     NodeView v;
