@@ -1,6 +1,7 @@
-// Config reloads (ConfigReload, events.h): the queues' versions, and moving the jobs to the
-// new config's queues. Part of Scheduler::Impl (scheduler_impl.h); self-contained so that it
-// moves as one piece when the Impl is split into parts.
+// Config reloads (ConfigReload, events.h): installing the queues' versions (QueueVersions,
+// queue_versions.h), and moving the jobs to the new config's queues. Part of Scheduler::Impl
+// (scheduler_impl.h); self-contained so that it moves as one piece when the Impl is split into
+// parts.
 #include <cassert>
 #include <set>
 #include <vector>
@@ -10,32 +11,18 @@
 namespace gpuslice::sched {
 
 void Scheduler::Impl::InstallQueues() {
-  current_queues_.clear();
+  queues_.Install(config_.queues);
   for (const QueueConfig& q : config_.queues) {
-    const QueueConfig* version = &queue_versions_.emplace_back(q);
-    current_queues_.emplace(q.name, version);
-    auto p = MakePolicy(q.placement);
-    // ValidateConfig guarantees known names; an unknown one here is a caller bug.
-    assert(p.ok());
-    QueuePlacement& qp = placement_[version];
-    qp.order = FastOrderFor(q.placement);
-    if (p.ok()) {
-      if ((*p)->ScoresByNodeState()) by_state_.TurnOn();
-      qp.policy = std::move(p).value();
-    }
+    const PlacementPolicy* policy = queues_.PlacementOf(queues_.Current(q.name)).policy.get();
+    if (policy && policy->ScoresByNodeState()) by_state_.TurnOn();
     reservations_.NoteQueue(q);
   }
-}
-
-const QueueConfig* Scheduler::Impl::CurrentQueue(std::string_view name) const {
-  auto it = current_queues_.find(name);
-  return it == current_queues_.end() ? nullptr : it->second;
 }
 
 const QueueConfig* Scheduler::Impl::QueueOf(JobId job) const {
   if (auto r = resolved_.find(job); r != resolved_.end()) return r->second.queue;
   auto j = jobs_.find(job);
-  return j == jobs_.end() ? nullptr : CurrentQueue(j->second.queue);
+  return j == jobs_.end() ? nullptr : queues_.Current(j->second.queue);
 }
 
 int Scheduler::Impl::ShapeOf(const Resolved& r) {
@@ -69,7 +56,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     auto it = resolved_.find(id);
     if (it == resolved_.end()) continue;  // ended
     Resolved& r = it->second;
-    const QueueConfig* q = CurrentQueue(r.queue->name);
+    const QueueConfig* q = queues_.Current(r.queue->name);
     if (q == nullptr) continue;
     const IdlePolicy old_idle = r.queue->idle;
     r.queue = q;

@@ -10,7 +10,8 @@
 // against), MigBooks (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the
 // per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on), Reservations
 // (reservations.h, the devices kept for a whole-GPU job), ByStateEngine (by_state_placement.h,
-// placement by host state: HostStates, its PlacementMemo and working space).
+// placement by host state: HostStates, its PlacementMemo and working space), QueueVersions
+// (queue_versions.h, every version of every queue and its placement policy).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -40,6 +41,7 @@
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
+#include "sched/queue_versions.h"
 #include "sched/reservations.h"
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
@@ -49,16 +51,6 @@
 #include "sched/workload_model.h"
 
 namespace gpuslice::sched {
-
-// How the built-in policies order candidates (device level, see docs/config.md).
-enum class FastOrder { kNone, kTightest, kLoosest };
-
-inline FastOrder FastOrderFor(std::string_view policy) {
-  if (policy == "best-fit" || policy == "packing") return FastOrder::kTightest;
-  if (policy == "spread") return FastOrder::kLoosest;
-  return FastOrder::kNone;
-}
-
 
 // What could ever fit, per model ("" = all models): updated on DeviceAdded / DeviceRemoved.
 struct Capacity {
@@ -115,9 +107,9 @@ class Scheduler::Impl {
   std::optional<std::string> NeverFitsWhy(const Resolved& r) const;
 
   // ---- config reloads (scheduler_config.cc)
-  // Adds a version of every queue of config_ (queue_versions_, placement_, current_queues_).
+  // Adds a version of every queue of config_ to queues_, and tells the parts that depend on
+  // the queues' settings (by_state_, reservations_).
   void InstallQueues();
-  const QueueConfig* CurrentQueue(std::string_view name) const;
   // The shape id of a resolved request (jobs of one shape fit or fail together).
   int ShapeOf(const Resolved& r);
   void OnConfigReload(const ConfigReload& e);
@@ -330,19 +322,9 @@ class Scheduler::Impl {
   Micros now_ = 0;
   std::vector<Decision> out_;
   SchedulerStats stats_;
-  // Every version of every queue a job was resolved against (Resolved::queue points here): the
-  // queues of config_ and, after a ConfigReload, those of earlier configs. Never erased, so an
-  // address never names two versions (shape keys and memo slots hold them); a reload adds one
-  // entry per queue.
-  std::deque<QueueConfig> queue_versions_;
-  std::map<std::string, const QueueConfig*, std::less<>> current_queues_;  // config_'s, by name
-  // Per queue version: its placement policy and, for the built-in ones, the indexed order
-  // (looked up once, not by name per try).
-  struct QueuePlacement {
-    std::unique_ptr<PlacementPolicy> policy;
-    FastOrder order = FastOrder::kNone;
-  };
-  std::unordered_map<const QueueConfig*, QueuePlacement> placement_;
+  // Every version of every queue a job was resolved against (Resolved::queue points there),
+  // config_'s by name, and how each version places.
+  QueueVersions queues_;
 
   std::map<JobId, JobView> jobs_;
   std::deque<JobId> ended_;  // oldest first; see Remember()

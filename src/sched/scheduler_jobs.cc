@@ -21,7 +21,7 @@ Result<Resolved> Scheduler::Impl::Resolve(const Submit& e) const {
   r.user = e.user;
   r.submit = now_;
   const std::string& qname = e.queue.empty() ? config_.default_queue : e.queue;
-  r.queue = CurrentQueue(qname);
+  r.queue = queues_.Current(qname);
   if (!r.queue) return NotFound(fmt::format("queue '{}' does not exist", qname));
   const QueueConfig& q = *r.queue;
   const JobRequest& req = e.request;

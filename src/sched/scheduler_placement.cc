@@ -176,7 +176,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceMig(const Resolved&
 
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::TryPlace(const Resolved& r) {
   if (r.kind == SliceKind::kMig) return PlaceMig(r);
-  const QueuePlacement& q = placement_.at(r.queue);
+  const QueueVersions::Placement& q = queues_.PlacementOf(r.queue);
   const FastOrder order = q.order;
   if (order == FastOrder::kNone) {
     const PlacementPolicy& policy = *q.policy;
