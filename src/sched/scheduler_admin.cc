@@ -69,9 +69,9 @@ void Scheduler::Impl::StartAdminMigChange(DeviceView& d) {
 }
 
 void Scheduler::Impl::OnAdminHold(const AdminHold& e) {
-  auto it = resolved_.find(e.job);
-  if (it == resolved_.end() || it->second.view->state != JobState::kPending) return;
-  Resolved& r = it->second;
+  Resolved* rp = jobs_.FindRecord(e.job);
+  if (!rp || rp->view->state != JobState::kPending) return;
+  Resolved& r = *rp;
   if (r.view->held == e.held) return;
   r.view->held = e.held;
   if (e.held) {
@@ -88,9 +88,9 @@ void Scheduler::Impl::OnAdminHold(const AdminHold& e) {
 }
 
 void Scheduler::Impl::OnAdminRequeue(const AdminRequeue& e) {
-  auto it = resolved_.find(e.job);
-  if (it == resolved_.end() || it->second.view->state != JobState::kRunning) return;
-  out_.push_back(Preempt{e.job, it->second.view->slice,
+  const Resolved* r = jobs_.FindRecord(e.job);
+  if (!r || r->view->state != JobState::kRunning) return;
+  out_.push_back(Preempt{e.job, r->view->slice,
                          e.reason.empty() ? "requeued by an admin" : e.reason, /*requeue=*/true});
   ++stats_.preempted;
   EndRunning(e.job, "requeued", /*requeue=*/true);

@@ -20,9 +20,9 @@ void Scheduler::Impl::InstallQueues() {
 }
 
 const QueueConfig* Scheduler::Impl::QueueOf(JobId job) const {
-  if (auto r = resolved_.find(job); r != resolved_.end()) return r->second.queue;
-  auto j = jobs_.find(job);
-  return j == jobs_.end() ? nullptr : queues_.Current(j->second.queue);
+  if (const Resolved* r = jobs_.FindRecord(job)) return r->queue;
+  const JobView* j = jobs_.Find(job);
+  return j == nullptr ? nullptr : queues_.Current(j->queue);
 }
 
 int Scheduler::Impl::ShapeOf(const Resolved& r) {
@@ -42,7 +42,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   ReleaseReservation();
   std::set<JobId> pending;
   for (const auto& [k, r] : pending_.all()) pending.insert(k.job);
-  for (JobId id : pending) pending_.Remove(resolved_.at(id));
+  for (JobId id : pending) pending_.Remove(jobs_.RecordOf(id));
   // 2. The new queues.
   const bool was_by_state = by_state_.on();
   config_ = e.config;
@@ -52,10 +52,10 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   }
   // 3. Each job follows the new queue of its name, if there is one; else it keeps its queue's
   // last settings until it ends. In JobId order: shape ids are handed out in that order.
-  for (auto& [id, view] : jobs_) {
-    auto it = resolved_.find(id);
-    if (it == resolved_.end()) continue;  // ended
-    Resolved& r = it->second;
+  for (const auto& [id, view] : jobs_.views()) {
+    Resolved* rp = jobs_.FindRecord(id);
+    if (rp == nullptr) continue;  // ended
+    Resolved& r = *rp;
     const QueueConfig* q = queues_.Current(r.queue->name);
     if (q == nullptr) continue;
     const IdlePolicy old_idle = r.queue->idle;
@@ -78,14 +78,14 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   // 4. Per-user usage, for the queues now capped.
   user_caps_.Clear();
   for (const auto& [sid, s] : slices_) {
-    const Resolved& r = resolved_.at(s.job);
+    const Resolved& r = jobs_.RecordOf(s.job);
     user_caps_.Add(*r.queue, r.view->user, SliceUsage(s));
   }
   teams_.Clear(now_);
   teams_.SetHalfLife(config_.teams.half_life, now_);
-  for (const auto& [sid, s] : slices_) CountTeam(resolved_.at(s.job), s, +1);
+  for (const auto& [sid, s] : slices_) CountTeam(jobs_.RecordOf(s.job), s, +1);
   // 5. Back in the pending books, and a pass under the new rules.
-  for (JobId id : pending) pending_.Add(&resolved_.at(id));
+  for (JobId id : pending) pending_.Add(&jobs_.RecordOf(id));
   Schedule(std::nullopt);
 }
 

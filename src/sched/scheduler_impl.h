@@ -3,11 +3,12 @@
 // live by section: scheduler.cc (construction, Handle(), views), scheduler_reasons.cc,
 // scheduler_devices.cc, scheduler_placement.cc, scheduler_jobs.cc, scheduler_reclaim.cc,
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
-// Owned parts with their own interfaces and tests: PendingQueue (pending_queue.h, the waiting
-// jobs and their subsets), SliceTimers (slice_timers.h, the timers and the slices reclaimable
-// on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks, take-back candidates and
-// fair-share levels), WorkloadModel (workload_model.h, the learned workload policies score
-// against), MigBooks (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the
+// Owned parts with their own interfaces and tests: JobBooks (job_books.h, every kept job's view,
+// the ended history and the live jobs' Resolved records), PendingQueue (pending_queue.h, the
+// waiting jobs and their subsets), SliceTimers (slice_timers.h, the timers and the slices
+// reclaimable on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks, take-back
+// candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload policies
+// score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the
 // per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on), Reservations
 // (reservations.h, the devices kept for a whole-GPU job), ByStateEngine (by_state_placement.h,
 // placement by host state: HostStates, its PlacementMemo and working space), QueueVersions
@@ -37,6 +38,7 @@
 #include "sched/capacity_index.h"
 #include "sched/device_rules.h"
 #include "sched/failed_shapes.h"
+#include "sched/job_books.h"
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
@@ -72,7 +74,7 @@ class Scheduler::Impl {
 
   // ---- views
   const Config& config() const { return config_; }
-  const std::map<JobId, JobView>& jobs() const { return jobs_; }
+  const std::map<JobId, JobView>& jobs() const { return jobs_.views(); }
   const std::map<SliceId, SliceView>& slices() const { return slices_; }
   const std::map<DeviceRef, DeviceView>& devices() const { return devices_; }
   const SchedulerStats& stats() const { return stats_; }
@@ -215,9 +217,6 @@ class Scheduler::Impl {
 
   Status Feasible(const Resolved& r) const;
   void OnSubmit(const Submit& e);
-  void EndJob(JobView& j, std::string_view reason);
-  static constexpr std::size_t kEndedHistory = 10000;  // see Remember()
-  void Remember(JobId ended);
   void RejectPending(JobId id, const Status& st);
   void OnCancel(const Cancel& e);
   void OnEnd(JobId id, std::string_view reason);
@@ -314,7 +313,7 @@ class Scheduler::Impl {
   // window (active) or grace (warned); SliceTimers::kNever: none. Before it, TickSlice does nothing.
   static Micros NextTimer(const SliceView& s, const QueueConfig& q);
   // Re-files a slice in timers_ after its timer fields changed (or it started).
-  void Retime(const SliceView& s) { timers_.Set(s.slice, NextTimer(s, *resolved_.at(s.job).queue)); }
+  void Retime(const SliceView& s) { timers_.Set(s.slice, NextTimer(s, *jobs_.RecordOf(s.job).queue)); }
 
   // ---------------------------------------------------------------- state
   Config config_;
@@ -326,9 +325,7 @@ class Scheduler::Impl {
   // config_'s by name, and how each version places.
   QueueVersions queues_;
 
-  std::map<JobId, JobView> jobs_;
-  std::deque<JobId> ended_;  // oldest first; see Remember()
-  std::unordered_map<JobId, Resolved> resolved_;  // pending and running jobs (stable addresses)
+  JobBooks jobs_;  // every kept job's view; pending and running jobs' Resolved records
   std::map<SliceId, SliceView> slices_;
   std::map<DeviceRef, DeviceView> devices_;
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
@@ -363,8 +360,6 @@ class Scheduler::Impl {
   CapacityIndex index_;
   // Nodes of erased entries of the books above, for their next inserts: a step of a busy
   // cluster ends a job and starts one (node_pool.h).
-  NodePool<std::map<JobId, JobView>> job_nodes_;
-  NodePool<std::unordered_map<JobId, Resolved>> resolved_nodes_;
   NodePool<std::map<SliceId, SliceView>> slice_nodes_;
 
   WorkloadModel workload_;  // what fragmentation-aware policies score against

@@ -101,8 +101,8 @@ Status Scheduler::Impl::CheckInvariants() const {
                                   ref.node.value(), ref.index.value(), d.reserved_for.value()));
   }
   if (reservation) {
-    auto j = jobs_.find(reservation->job);
-    if (j == jobs_.end() || j->second.state != JobState::kPending || j->second.kind != SliceKind::kWhole)
+    const JobView* j = jobs_.Find(reservation->job);
+    if (j == nullptr || j->state != JobState::kPending || j->kind != SliceKind::kWhole)
       return Internal(fmt::format("reservation for job {} that is not a waiting whole-GPU job",
                                   reservation->job.value()));
     if (reserved != reservation->devices.size())
@@ -110,7 +110,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   }
   std::size_t timed = 0;
   for (const auto& [sid, s] : slices_) {
-    const Micros want = NextTimer(s, *resolved_.at(s.job).queue);
+    const Micros want = NextTimer(s, *jobs_.RecordOf(s.job).queue);
     const std::optional<Micros> at = timers_.At(sid);
     if (want != SliceTimers::kNever) ++timed;
     if ((want == SliceTimers::kNever) != !at.has_value() || (at && *at != want))
@@ -126,8 +126,8 @@ Status Scheduler::Impl::CheckInvariants() const {
   }
   if (reclaimable != timers_.reclaimable().size()) return Internal("reclaimable set holds slices that are not running");
   for (const auto& [sid, s] : slices_) {
-    auto j = jobs_.find(s.job);
-    if (j == jobs_.end() || j->second.state != JobState::kRunning || j->second.slice != sid)
+    const JobView* j = jobs_.Find(s.job);
+    if (j == nullptr || j->state != JobState::kRunning || j->slice != sid)
       return Internal(fmt::format("slice {} does not belong to a running job", sid.value()));
     for (DeviceIndex di : s.devices) {
       auto d = devices_.find({s.node, di});
@@ -152,7 +152,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (mig != pending_.mig().size()) return Internal("MIG queue holds jobs that are not pending");
   // Every pending job is in the books but those an admin holds, which are not.
   std::size_t pending = 0, held = 0;
-  for (const auto& [id, r] : resolved_) {
+  for (const auto& [id, r] : jobs_.records()) {
     if (r.view->state != JobState::kPending) continue;
     ++pending;
     held += r.view->held;
@@ -172,7 +172,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (config_.teams.enabled()) {
     std::size_t takeable = 0;
     for (const auto& [sid, s] : slices_) {
-      const Resolved& r = resolved_.at(s.job);
+      const Resolved& r = jobs_.RecordOf(s.job);
       if (!r.queue->preemptible) continue;
       ++takeable;
       const TeamShares::TakeBackIndex& index = teams_.take_back();
@@ -192,7 +192,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   // Each team's books are the sum of its running slices.
   std::vector<std::map<std::string, MilliGpu, std::less<>>> team_held(static_cast<std::size_t>(teams_.size()));
   for (const auto& [sid, s] : slices_) {
-    const Resolved& r = resolved_.at(s.job);
+    const Resolved& r = jobs_.RecordOf(s.job);
     if (r.team >= 0) team_held[static_cast<std::size_t>(r.team)][r.queue->name] += SliceUsage(s);
   }
   for (int t = 0; t < teams_.size(); ++t) {

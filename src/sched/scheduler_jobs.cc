@@ -103,8 +103,8 @@ Status Scheduler::Impl::Feasible(const Resolved& r) const {
 }
 
 void Scheduler::Impl::OnSubmit(const Submit& e) {
-  const auto at = jobs_.lower_bound(e.job);  // where the job goes (jobs_ is not changed before)
-  if (at != jobs_.end() && at->first == e.job) {
+  const auto at = jobs_.Where(e.job);  // where the job goes (jobs_ is not changed before)
+  if (jobs_.Has(at, e.job)) {
     out_.push_back(Reject{e.job, AlreadyExists(fmt::format("job {} already submitted", e.job.value()))});
     ++stats_.rejected;
     return;
@@ -132,70 +132,46 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
     if (auto why = NeverFitsWhy(*r)) st = ResourceExhausted(*why);
   }
   if (!st.ok()) {
-    JobView& rec = job_nodes_.InsertAt(jobs_, at, e.job, std::move(j))->second;
-    EndJob(rec, "rejected");
+    jobs_.End(jobs_.AddView(at, std::move(j)), now_, "rejected");
     out_.push_back(Reject{e.job, st.WithContext(fmt::format("job {}", e.job.value()))});
     ++stats_.rejected;
     return;
   }
   j.kind = r->kind;
   r->shape = ShapeOf(*r);
-  JobView* view = &job_nodes_.InsertAt(jobs_, at, e.job, std::move(j))->second;
-  Resolved* rp = &resolved_nodes_.Insert(resolved_, e.job, std::move(r).value()).first->second;
-  rp->view = view;
+  Resolved* rp = &jobs_.Add(at, std::move(j), std::move(r).value());
   if (rp->kind != SliceKind::kMig) workload_.Count(rp->gpus, rp->milli);
   pending_.Add(rp);
   Schedule(e.job);
 }
 
-// The pending set, also kept per shape (a pass visits shapes, not every job) and with the
-// MIG jobs apart (the planner looks at the first few of them).
-void Scheduler::Impl::EndJob(JobView& j, std::string_view reason) {
-  j.state = JobState::kEnded;
-  j.end_time = now_;
-  j.end_reason = std::string(reason);
-  Remember(j.job);
-}
-
-// Ended jobs stay visible for a while (API, metrics), then are forgotten so that a
-// long-running daemon or simulation does not grow without bound.
-void Scheduler::Impl::Remember(JobId ended) {
-  ended_.push_back(ended);
-  while (ended_.size() > kEndedHistory) {
-    job_nodes_.Erase(jobs_, ended_.front());
-    ended_.pop_front();
-  }
-}
-
 void Scheduler::Impl::RejectPending(JobId id, const Status& st) {
-  const Resolved& r = resolved_.at(id);
+  const Resolved& r = jobs_.RecordOf(id);
   ReleaseReservationOf(id);
   pending_.Remove(r);
-  resolved_nodes_.Erase(resolved_, id);
-  EndJob(jobs_.at(id), "rejected");
+  jobs_.End(*r.view, now_, "rejected");  // drops r
   out_.push_back(Reject{id, st.WithContext(fmt::format("job {}", id.value()))});
   ++stats_.rejected;
 }
 
 void Scheduler::Impl::OnCancel(const Cancel& e) {
-  auto it = jobs_.find(e.job);
-  if (it == jobs_.end() || it->second.state == JobState::kEnded) return;
-  if (it->second.state == JobState::kPending) {
-    const Resolved& r = resolved_.at(e.job);
+  JobView* j = jobs_.Find(e.job);
+  if (j == nullptr || j->state == JobState::kEnded) return;
+  if (j->state == JobState::kPending) {
+    const Resolved& r = jobs_.RecordOf(e.job);
     const bool kept = reservations_.Holds(e.job);
     ReleaseReservationOf(e.job);
-    if (it->second.held) {
+    if (j->held) {
       --held_;  // out of the pending books already
-      it->second.held = false;
+      j->held = false;
     } else {
       pending_.Remove(r);
     }
-    resolved_nodes_.Erase(resolved_, e.job);
-    EndJob(it->second, "cancelled");
+    jobs_.End(*j, now_, "cancelled");  // drops r
     if (kept) Schedule(std::nullopt);  // the kept devices are free for others again
     return;
   }
-  out_.push_back(Stop{e.job, it->second.slice, StopReason::kCancelled});
+  out_.push_back(Stop{e.job, j->slice, StopReason::kCancelled});
   ++stats_.stopped;
   OnEnd(e.job, "cancelled");
 }
@@ -203,8 +179,8 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
 // A running job ends (finished, cancelled): release, then reschedule.
 void Scheduler::Impl::OnEnd(JobId id, std::string_view reason) {
   // Running jobs are among the resolved ones (a hash lookup, not one among every job kept).
-  auto it = resolved_.find(id);
-  if (it == resolved_.end() || it->second.view->state != JobState::kRunning) return;
+  const Resolved* r = jobs_.FindRecord(id);
+  if (r == nullptr || r->view->state != JobState::kRunning) return;
   EndRunning(id, reason);
   Schedule(std::nullopt);
 }
@@ -212,15 +188,15 @@ void Scheduler::Impl::OnEnd(JobId id, std::string_view reason) {
 // A running job that never ran its command goes back to pending, keeping its key (priority,
 // submit time, JobId): its place in the queue. Then reschedule, as its capacity is free.
 void Scheduler::Impl::OnRequeue(const Requeue& e) {
-  auto it = jobs_.find(e.job);
-  if (it == jobs_.end() || it->second.state != JobState::kRunning) return;
+  const JobView* j = jobs_.Find(e.job);
+  if (j == nullptr || j->state != JobState::kRunning) return;
   EndRunning(e.job, e.reason, /*requeue=*/true);
   Schedule(std::nullopt);
 }
 
 // Releases a running job's slice; the job is ended (or pending again when `requeue`).
 void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue) {
-  Resolved& r = resolved_.at(id);
+  Resolved& r = jobs_.RecordOf(id);
   JobView& j = *r.view;
   auto sit = r.slice;
   const SliceView& s = sit->second;  // erased below, after its last use
@@ -250,8 +226,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
     j.state = JobState::kPending;
     pending_.Add(&r);
   } else {
-    EndJob(j, reason);
-    resolved_nodes_.Erase(resolved_, id);
+    jobs_.End(j, now_, reason);  // drops r
   }
   // A draining device that became empty is reconfigured now.
   for (DeviceView* dv : devs) MaybeFinishDrain(*dv);
@@ -261,7 +236,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
 void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   JobId id = r.job;
   JobView& j = *r.view;
-  Resolved& rw = resolved_.at(id);
+  Resolved& rw = jobs_.RecordOf(id);
   ReleaseReservationOf(id);  // before the devices change: they become schedulable again
   pending_.Remove(r);
   // The devices, looked up once (rw.devices: the running job's, from now on).
@@ -390,7 +365,7 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     return true;
   };
   if (only) {
-    attempt(resolved_.at(*only));
+    attempt(jobs_.RecordOf(*only));
   } else {
     // Jobs are tried in global queue order, skipping shapes that already failed in this
     // pass, by merging the per-shape queues: only the head job of each live shape is

@@ -109,7 +109,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
     std::vector<SliceId> victims = devices_.at(best->ref).slices;
     for (SliceId s : victims) {
       JobId job = slices_.at(s).job;
-      if (!resolved_.at(job).queue->preemptible) continue;
+      if (!jobs_.RecordOf(job).queue->preemptible) continue;
       out_.push_back(Preempt{job, s, "drain for MIG reconfiguration", true});
       ++stats_.preempted;
       EndRunning(job, "preempted", /*requeue=*/true);

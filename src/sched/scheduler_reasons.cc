@@ -28,11 +28,11 @@ struct Scheduler::Impl::ReasonScan {
 };
 
 std::optional<WaitReason> Scheduler::Impl::PendingReason(JobId job) const {
-  auto it = resolved_.find(job);
-  if (it == resolved_.end() || it->second.view->state != JobState::kPending) return std::nullopt;
-  if (it->second.view->held) return Held{};
+  const Resolved* r = jobs_.FindRecord(job);
+  if (r == nullptr || r->view->state != JobState::kPending) return std::nullopt;
+  if (r->view->held) return Held{};
   ReasonScan scan;
-  return ReasonFor(it->second, scan);
+  return ReasonFor(*r, scan);
 }
 
 // The same answers as PendingReason() for every pending job, counted by shape: O(live shapes
@@ -46,7 +46,7 @@ std::array<std::int64_t, kWaitReasonKinds> Scheduler::Impl::PendingReasonCounts(
     const Resolved& head = *jobs.begin()->second;
     const QueueConfig& q = *head.queue;
     const Reservations::Reservation* res = reservations_.held();
-    const bool holder_here = res && resolved_.at(res->job).shape == shape;
+    const bool holder_here = res && jobs_.RecordOf(res->job).shape == shape;
     if (q.user_max_milli > 0 || q.user_max_jobs > 0) {
       // Within a shape the cap depends only on the user: one answer per user.
       std::unordered_map<std::string_view, std::size_t> by_user;

@@ -26,15 +26,15 @@ bool Scheduler::Impl::ReclaimOnDemand(std::optional<JobId> only) {
   std::vector<const SliceView*> cands;
   for (SliceId sid : timers_.reclaimable()) cands.push_back(&slices_.at(sid));
   auto idle_since = [&](const SliceView* v) {
-    return EffectiveLastActive(resolved_.at(v->job).queue->idle, *v, now_);
+    return EffectiveLastActive(jobs_.RecordOf(v->job).queue->idle, *v, now_);
   };
   std::sort(cands.begin(), cands.end(), [&](const SliceView* a, const SliceView* b) {
     return std::pair(idle_since(a), a->slice) < std::pair(idle_since(b), b->slice);
   });
   std::vector<const Resolved*> wanting;
   if (only) {
-    auto it = resolved_.find(*only);
-    if (it != resolved_.end() && it->second.view->state == JobState::kPending) wanting.push_back(&it->second);
+    const Resolved* r = jobs_.FindRecord(*only);
+    if (r != nullptr && r->view->state == JobState::kPending) wanting.push_back(r);
   } else {
     std::vector<std::pair<PendingKey, const Resolved*>> heads;
     for (int shape : pending_.live_shapes()) {
@@ -54,7 +54,7 @@ bool Scheduler::Impl::ReclaimOnDemand(std::optional<JobId> only) {
     std::vector<std::pair<JobId, Micros>> take;
     for (const SliceView* v : need) take.emplace_back(v->job, idle_since(v));
     for (const auto& [job, since] : take) {
-      const Resolved& victim = resolved_.at(job);
+      const Resolved& victim = jobs_.RecordOf(job);
       out_.push_back(Reclaim{job, victim.slice->first,
                              fmt::format("idle for {}; reclaimed on demand for job {}",
                                          FormatDuration(now_ - since), r->job.value())});

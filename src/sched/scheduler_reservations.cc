@@ -86,7 +86,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::ReservationFor(const Res
 void Scheduler::Impl::ServeReservation() {
   const Reservations::Reservation* res = reservations_.held();
   if (!res) return;
-  const Resolved& r = resolved_.at(res->job);
+  const Resolved& r = jobs_.RecordOf(res->job);
   for (DeviceIndex di : res->devices) {
     const DeviceView& d = devices_.at({res->node, di});
     if (!d.slices.empty() || d.mode != DeviceMode::kFree) return;

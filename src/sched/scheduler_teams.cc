@@ -129,7 +129,7 @@ bool Scheduler::Impl::TakeBack() {
   std::vector<JobId> victims;
   for (const SliceView* v : need) victims.push_back(v->job);
   for (JobId job : victims) {
-    out_.push_back(Preempt{job, resolved_.at(job).slice->first,
+    out_.push_back(Preempt{job, jobs_.RecordOf(job).slice->first,
                            fmt::format("taken back for team {}: job {} is within the team's guarantee in queue '{}'",
                                        team, want->job.value(), want->queue->name),
                            /*requeue=*/true});

@@ -19,7 +19,7 @@ void Scheduler::Impl::OnSample(const Sample& e) {
     auto it = slices_.find(s.slice);
     if (it == slices_.end()) continue;
     SliceView& sv = it->second;
-    const Activity a = ClassifySample(resolved_.at(sv.job).queue->idle, s).activity;
+    const Activity a = ClassifySample(jobs_.RecordOf(sv.job).queue->idle, s).activity;
     if (a == Activity::kActive) {
       if (sv.idle != IdleState::kActive) {
         // The owner was told the slice is idle (and, when warned, that it will be taken):
@@ -64,10 +64,10 @@ void Scheduler::Impl::OnSample(const Sample& e) {
 // active now" every few seconds used to keep a slice from its reclaim forever. One that shows
 // activity now withdraws an idle warning, as an active sample does.
 void Scheduler::Impl::OnActivityReport(const ActivityReport& e) {
-  auto rit = resolved_.find(e.job);
-  if (rit == resolved_.end() || rit->second.view->state != JobState::kRunning) return;
-  SliceView& sv = rit->second.slice->second;
-  const IdlePolicy& p = rit->second.queue->idle;
+  const Resolved* r = jobs_.FindRecord(e.job);
+  if (r == nullptr || r->view->state != JobState::kRunning) return;
+  SliceView& sv = r->slice->second;
+  const IdlePolicy& p = r->queue->idle;
   SliceReport n;
   n.source = e.source;
   n.busy = e.busy;
@@ -111,7 +111,7 @@ void Scheduler::Impl::OnTick() {
 
 // One slice's timers at now_; true if it ends (listed in `ended`).
 bool Scheduler::Impl::TickSlice(SliceId sid, SliceView& s, std::vector<std::pair<JobId, std::string>>& ended) {
-  const Resolved& r = resolved_.at(s.job);
+  const Resolved& r = jobs_.RecordOf(s.job);
   const JobView& j = *r.view;
   const QueueConfig& q = *r.queue;
   if (s.deadline > 0) {
