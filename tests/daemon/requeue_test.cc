@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -61,7 +62,17 @@ class RequeueTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  // A job a test leaves running may still create files in dir_ (its log) while it is removed:
+  // remove_all then fails ("Directory not empty", seen under load); try again a few times.
+  void TearDown() override {
+    std::error_code ec;
+    for (int i = 0; i < 50; ++i) {
+      fs::remove_all(dir_, ec);
+      if (!ec) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ADD_FAILURE() << "cannot remove " << dir_ << ": " << ec.message();
+  }
 
   std::string StateDir() const { return (dir_ / "state").string(); }
 
