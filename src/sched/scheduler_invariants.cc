@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -189,6 +191,26 @@ Status Scheduler::Impl::CheckInvariants() const {
   } else if (!teams_.take_back().empty()) {
     return Internal("take-back candidates without teams");
   }
+  // The per-user caps' books are the sum of the running slices of capped queues.
+  std::map<std::pair<std::string, std::string>, UserCaps::Usage> capped;
+  for (const auto& [sid, s] : slices_) {
+    const Resolved& r = jobs_.RecordOf(s.job);
+    if (!UserCaps::Capped(*r.queue)) continue;
+    UserCaps::Usage& u = capped[{r.queue->name, r.view->user}];
+    u.milli += SliceUsage(s);
+    ++u.jobs;
+  }
+  for (const auto& [key, u] : user_caps_.all()) {
+    auto it = capped.find(key);
+    const UserCaps::Usage want = it == capped.end() ? UserCaps::Usage{} : it->second;
+    if (u.milli != want.milli || u.jobs != want.jobs)
+      return Internal(fmt::format("user {} in queue {}: caps count {} jobs holding {} milli-GPU, running {} holding {}",
+                                  key.second, key.first, u.jobs, u.milli, want.jobs, want.milli));
+    if (it != capped.end()) capped.erase(it);
+  }
+  if (!capped.empty())
+    return Internal(fmt::format("user {} in queue {}: runs in a capped queue but the caps do not count it",
+                                capped.begin()->first.second, capped.begin()->first.first));
   // Each team's books are the sum of its running slices.
   std::vector<std::map<std::string, MilliGpu, std::less<>>> team_held(static_cast<std::size_t>(teams_.size()));
   for (const auto& [sid, s] : slices_) {

@@ -48,6 +48,8 @@ class UserCaps {
   std::optional<UserCap> Reason(const QueueConfig& q, const std::string& user, MilliGpu milli) const;
 
   Usage Of(const std::string& queue, const std::string& user) const;
+  // Every (queue, user) booked so far, ended users' zeros included (the invariants' recount).
+  const std::map<std::pair<std::string, std::string>, Usage>& all() const { return usage_; }
 
  private:
   void Count(const std::string& queue, const std::string& user, MilliGpu milli, int jobs);
