@@ -119,14 +119,10 @@ std::optional<ByStateEngine::Pick> ByStateEngine::Place(const Resolved& r, const
                                   : !states_.MayTakeShare(r.milli)) {
     return std::nullopt;
   }
-  // What the policy is shown (as the generic path shows it): the request, the RNG for ties and
-  // the workload, brought up to date first, as the slots are for the workload it will see.
-  PlacementRequest req;
-  req.num_gpus = r.gpus;
-  req.milli_per_gpu = r.milli;
-  PlacementContext ctx;
-  ctx.rng = &rng;
-  ctx.workload = workload.Shapes();
+  // The workload is brought up to date first, as the slots are for the workload it will see.
+  const PolicyInput in = PolicyInputFor(r, rng, workload);
+  const PlacementRequest& req = in.req;
+  const PlacementContext& ctx = in.ctx;
   const PlacementMemo::Ticket ticket = memo_.Select(r, policy, workload.version());
   sc.model = r.model.empty() ? kAnyModel : states_.FindModelId(r.model);
   // The states of the best score, in one pass; their hosts are the ties Place() would collect.

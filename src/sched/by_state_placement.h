@@ -23,6 +23,22 @@
 
 namespace gpuslice::sched {
 
+// What a placement policy is shown of request `r`: its GPUs and share, the RNG for ties and the
+// workload, brought up to date first. The generic path and ByStateEngine both build it here, so
+// that the two paths show a policy the same thing (their decisions must be the same).
+struct PolicyInput {
+  PlacementRequest req;
+  PlacementContext ctx;
+};
+inline PolicyInput PolicyInputFor(const Resolved& r, std::mt19937_64& rng, WorkloadModel& workload) {
+  PolicyInput in;
+  in.req.num_gpus = r.gpus;
+  in.req.milli_per_gpu = r.milli;
+  in.ctx.rng = &rng;
+  in.ctx.workload = workload.Shapes();
+  return in;
+}
+
 class ByStateEngine {
  public:
   // A host and the devices on it that Place() chose (sorted).

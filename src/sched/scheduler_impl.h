@@ -177,10 +177,7 @@ class Scheduler::Impl {
   }
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
-  struct PolicyInput {
-    PlacementRequest req;
-    PlacementContext ctx;
-  };
+  // PolicyInputFor(r) with the scheduler's RNG and workload; counts the placement attempt.
   PolicyInput InputFor(const Resolved& r);
   std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;

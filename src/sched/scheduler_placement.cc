@@ -85,14 +85,9 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceWholeFast(const Res
 
 // What a policy is shown of request `r`: the request, and the context (the RNG for ties and
 // the learned workload); one more placement attempt counted.
-Scheduler::Impl::PolicyInput Scheduler::Impl::InputFor(const Resolved& r) {
-  PolicyInput in;
-  in.req.num_gpus = r.gpus;
-  in.req.milli_per_gpu = r.milli;
-  in.ctx.rng = &rng_;
-  in.ctx.workload = workload_.Shapes();
+PolicyInput Scheduler::Impl::InputFor(const Resolved& r) {
   ++stats_.placement_attempts;
-  return in;
+  return PolicyInputFor(r, rng_, workload_);
 }
 
 // Other policies (fgd, gpuslice, ...): Filter/Score over every host, via placement.h.
