@@ -54,6 +54,9 @@ class ByStateEngine {
   void TurnOn() { on_ = true; }
   // Tests and benchmarks: the scheduler places with the generic path instead (same decisions).
   void set_reference(bool on) { reference_ = on; }
+  // Reference placement: every policy, the built-in indexed ones too, scores every candidate
+  // host through its plugin (PlaceGeneric); tests and benchmarks compare it with the fast paths.
+  bool reference() const { return reference_; }
   // Whether the scheduler places requests of `policy` with Place().
   bool Serves(const PlacementPolicy& policy) const { return on_ && !reference_ && policy.ScoresByNodeState(); }
 

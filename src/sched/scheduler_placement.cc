@@ -173,6 +173,9 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::TryPlace(const Resolved&
   if (r.kind == SliceKind::kMig) return PlaceMig(r);
   const QueueVersions::Placement& q = queues_.PlacementOf(r.queue);
   const FastOrder order = q.order;
+  // The indexed paths are the plugins of the same name (simple.cc) found without scoring every
+  // host; the reference placement asks the plugin itself.
+  if (order != FastOrder::kNone && by_state_.reference()) return PlaceGeneric(r, *q.policy);
   if (order == FastOrder::kNone) {
     const PlacementPolicy& policy = *q.policy;
     if (by_state_.Serves(policy)) {

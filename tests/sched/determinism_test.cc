@@ -123,6 +123,34 @@ TEST(ByStatePlacement, TakesTheReferencePathsDecisions) {
   }
 }
 
+// best-fit, packing and spread run on the scheduler's indexes (FastOrder); the reference
+// placement scores every candidate host with the plugin of the same name (simple.cc). One name
+// is one policy: both take the same decisions on a long random mix of shares, MPS, whole GPUs,
+// memory limits, models and MIG, with per-user caps.
+class IndexedPathTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(IndexedPathTest, TakesThePluginsDecisions) {
+  for (std::uint64_t seed : {3u, 4u}) {
+    std::string v1, v2;
+    const auto fast = RunRandom(seed, GetParam(), MigDrainPolicy::kPreempt, &v1, 2000, false, 2);
+    const auto ref = RunRandom(seed, GetParam(), MigDrainPolicy::kPreempt, &v2, 2000, true, 2);
+    EXPECT_EQ(v1, "");
+    EXPECT_EQ(v2, "");
+    std::size_t starts = 0;
+    for (const std::string& line : ref) starts += line.rfind("start", 0) == 0;
+    ASSERT_GT(starts, 200u);
+    EXPECT_EQ(fast, ref) << GetParam() << ", seed " << seed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, IndexedPathTest, ::testing::Values("best-fit", "packing", "spread"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
 // The gpuslice policy on every queue, MPS allowed in "interactive", no per-user caps.
 Config UncappedGpusliceConfig() {
   Config c = DefaultConfig();

@@ -87,16 +87,39 @@ INSTANTIATE_TEST_SUITE_P(
         PolicyCase{"best-fit", {{1000, 1000, 1000, 1000}, {1000, 1000, 0, 0}}, Whole(2), 1, {0, 1}},
         // ties: lowest node index.
         PolicyCase{"best-fit", {{1000}, {1000}}, Frac(100), 0, {0}},
-        // spread: the loosest host.
+        // best-fit: a share that needs a free GPU takes it from the host with the fewest.
+        PolicyCase{"best-fit", {{1000, 1000, 1000}, {0, 1000, 1000}, {0, 300, 1000}}, Frac(500), 2, {2}},
+        // best-fit: equal GPUs on one host: the lowest.
+        PolicyCase{"best-fit", {{1000, 600, 600}}, Frac(500), 0, {1}},
+        // spread: free GPUs first, from the host with the most; the lowest of them.
         PolicyCase{"spread", {{1000, 200}, {1000, 1000}}, Frac(100), 1, {0}},
-        // packing: the most used host.
-        PolicyCase{"packing", {{1000, 1000}, {1000, 200}}, Frac(100), 1, {1}}),
+        // spread: no free GPU: the loosest share; equal ones: the highest node, highest GPU.
+        PolicyCase{"spread", {{0, 600, 600}, {600, 600, 0}, {300, 0, 0}}, Frac(100), 1, {1}},
+        PolicyCase{"spread", {{0, 600, 600}, {500, 0, 0}}, Frac(100), 0, {2}},
+        // spread whole: the host with the most free GPUs; equal hosts: the highest.
+        PolicyCase{"spread", {{1000, 1000, 0}, {1000, 1000, 1000}, {1000, 0, 1000}}, Whole(2), 1, {0, 1}},
+        PolicyCase{"spread", {{1000, 1000}, {1000, 1000}}, Whole(1), 1, {0}},
+        // packing is best-fit under a second name.
+        PolicyCase{"packing", {{1000, 1000}, {1000, 200}}, Frac(100), 1, {1}},
+        PolicyCase{"packing", {{1000, 1000, 1000, 1000}, {1000, 1000, 0, 0}}, Whole(2), 1, {0, 1}}),
     [](const ::testing::TestParamInfo<PolicyCase>& info) {
       std::string n = std::string(info.param.policy) + "_" + std::to_string(info.index);
       for (char& ch : n)
         if (ch == '-') ch = '_';
       return n;
     });
+
+// Scores a node by its first GPU's free share alone, so equal nodes tie (the simple policies
+// order every host and never tie): what Place() does with ties is the framework's rule.
+class FirstGpuTightest final : public PlacementPolicy {
+ public:
+  std::string_view name() const override { return "first-gpu-tightest"; }
+  std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
+                                  const PlacementContext&) const override {
+    if (node.gpus.empty() || node.gpus[0].free_milli < req.milli_per_gpu) return std::nullopt;
+    return NodeChoice{-static_cast<double>(node.gpus[0].free_milli), {0}};
+  }
+};
 
 TEST(PlaceTest, NothingFitsGivesNullopt) {
   Cluster c({{200}, {300}});
@@ -107,13 +130,12 @@ TEST(PlaceTest, NothingFitsGivesNullopt) {
 
 TEST(PlaceTest, RandomTieBreakIsSeeded) {
   Cluster c({{1000}, {1000}, {1000}, {1000}});
-  auto policy = MakePolicy("best-fit");
-  ASSERT_TRUE(policy.ok());
+  const FirstGpuTightest policy;
   std::vector<std::uint32_t> a, b;
   std::mt19937_64 r1(7), r2(7);
   for (int i = 0; i < 20; ++i) {
-    a.push_back(Place(**policy, Frac(100), c.nodes, PlacementContext{{}, &r1})->node_index);
-    b.push_back(Place(**policy, Frac(100), c.nodes, PlacementContext{{}, &r2})->node_index);
+    a.push_back(Place(policy, Frac(100), c.nodes, PlacementContext{{}, &r1})->node_index);
+    b.push_back(Place(policy, Frac(100), c.nodes, PlacementContext{{}, &r2})->node_index);
   }
   EXPECT_EQ(a, b);
   std::sort(a.begin(), a.end());
@@ -123,16 +145,15 @@ TEST(PlaceTest, RandomTieBreakIsSeeded) {
 // Ties among the best score: each tied node equally likely, chosen by one draw over them all
 // (not one per tie on the way), and nodes below the best score are never chosen.
 TEST(PlaceTest, RandomTieBreakIsOneUniformDrawOverTheBestNodes) {
-  // best-fit prefers the tightest GPU: nodes 0, 2 and 3 tie, node 1 is looser.
+  // The tightest first GPU: nodes 0, 2 and 3 tie, node 1 is looser.
   Cluster c({{400}, {1000}, {400}, {400}});
-  auto policy = MakePolicy("best-fit");
-  ASSERT_TRUE(policy.ok());
+  const FirstGpuTightest policy;
   std::map<std::uint32_t, int> seen;
   std::mt19937_64 rng(11);
   constexpr int kTrials = 3000;
   for (int i = 0; i < kTrials; ++i) {
     std::mt19937_64 before = rng;
-    ++seen[Place(**policy, Frac(100), c.nodes, PlacementContext{{}, &rng})->node_index];
+    ++seen[Place(policy, Frac(100), c.nodes, PlacementContext{{}, &rng})->node_index];
     // One draw of a uniform index over the three ties.
     std::uniform_int_distribution<std::uint64_t>(0, 2)(before);
     EXPECT_EQ(before, rng) << "trial " << i;
