@@ -46,11 +46,11 @@ build-fuzz: deps $(BUILD_FUZZ)/build.ninja
 run: build
 	scripts/run
 
-# Every test, in the normal build.
 # The simulator: the FGD paper's protocol on the bundled openb trace, every policy, seeds 42-51.
 sim: build
 	$(BUILD)/apps/gpuslice/gpuslice sim fgd
 
+# Every test, in the normal build.
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 

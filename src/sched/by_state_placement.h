@@ -18,7 +18,7 @@
 #include "sched/placement/placement.h"
 #include "sched/placement_memo.h"
 #include "sched/resolved.h"
-#include "sched/scheduler.h"
+#include "sched/views.h"
 #include "sched/workload_model.h"
 
 namespace gpuslice::sched {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "mig/planner.h"
+#include "sched/mig_plan.h"
 
 namespace gpuslice::sched {
 
@@ -27,7 +27,7 @@ const std::vector<int>& CapacityIndex::PlaceableBeside(const DeviceFacts& f) con
   const MigLayout in_use(f.in_use.begin(), f.in_use.end());
   for (const MigProfile& p : f.model->mig_profiles) {
     if (p.media_extensions) continue;  // the planner sizes requests without +me
-    if (mig::HasFreePlacement(*f.model, in_use, p.id)) ok.push_back(p.id);
+    if (HasFreeMigPlacement(*f.model, in_use, p.id)) ok.push_back(p.id);
   }
   return placeable_memo_.emplace(key, std::move(ok)).first->second;
 }

@@ -16,7 +16,7 @@
 
 #include "core/catalogue.h"
 #include "sched/node_pool.h"
-#include "sched/scheduler.h"
+#include "sched/views.h"
 
 namespace gpuslice::sched {
 

@@ -5,7 +5,7 @@
 // Stateless functions; thread-safe.
 
 #include "sched/resolved.h"
-#include "sched/scheduler.h"
+#include "sched/views.h"
 
 namespace gpuslice::sched {
 

@@ -35,7 +35,7 @@
 #include "core/ids.h"
 #include "core/units.h"
 #include "sched/placement/placement.h"
-#include "sched/scheduler.h"
+#include "sched/views.h"
 
 namespace gpuslice::sched {
 

@@ -17,7 +17,7 @@
 
 #include "sched/node_pool.h"
 #include "sched/resolved.h"
-#include "sched/scheduler.h"
+#include "sched/views.h"
 
 namespace gpuslice::sched {
 

@@ -17,7 +17,7 @@
 #include "core/catalogue.h"
 #include "core/ids.h"
 #include "core/units.h"
-#include "sched/scheduler.h"
+#include "sched/views.h"
 
 namespace gpuslice::sched {
 

@@ -10,4 +10,8 @@ Result<MigPlanResult> PlanMigLayout(const DeviceModel& model, const MigLayout& i
   return MigPlanResult{std::move(plan.layout), static_cast<int>(plan.satisfied.size())};
 }
 
+bool HasFreeMigPlacement(const DeviceModel& model, const MigLayout& in_use, int profile_id) {
+  return mig::HasFreePlacement(model, in_use, profile_id);
+}
+
 }  // namespace gpuslice::sched

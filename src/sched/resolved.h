@@ -7,7 +7,7 @@
 #include <tuple>
 #include <vector>
 
-#include "sched/scheduler.h"
+#include "sched/views.h"
 
 namespace gpuslice::sched {
 

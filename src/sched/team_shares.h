@@ -17,7 +17,7 @@
 #include "core/units.h"
 #include "sched/config.h"
 #include "sched/resolved.h"
-#include "sched/scheduler.h"
+#include "sched/views.h"
 #include "sched/team_books.h"
 
 namespace gpuslice::sched {
