@@ -48,7 +48,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   config_ = e.config;
   InstallQueues();
   if (by_state_.on() && !was_by_state) {
-    for (const auto& [node, devices] : nodes_) by_state_.MarkDirty(node, /*devices_changed=*/true);
+    for (const auto& [node, devices] : cluster_.nodes()) by_state_.MarkDirty(node, /*devices_changed=*/true);
   }
   // 3. Each job follows the new queue of its name, if there is one; else it keeps its queue's
   // last settings until it ends. In JobId order: shape ids are handed out in that order.

@@ -15,14 +15,14 @@
 namespace gpuslice::sched {
 
 Status Scheduler::Impl::CheckInvariants() const {
-  if (!violation_.empty()) return Internal(violation_);
+  if (!cluster_.violation().empty()) return Internal(cluster_.violation());
   auto where = [](const DeviceView& d) {
     return fmt::format("device {}/{}", d.ref.node.value(), d.ref.index.value());
   };
   CapacityIndex fresh;
-  fresh.ShareMemo(index_);
+  fresh.ShareMemo(cluster_.index());
   int in_flight = 0, planner_in_flight = 0;
-  for (const auto& [ref, d] : devices_) {
+  for (const auto& [ref, d] : cluster_.devices()) {
     MilliGpu milli = 0;
     Bytes mem = 0;
     std::set<std::pair<int, int>> instances;
@@ -79,21 +79,21 @@ Status Scheduler::Impl::CheckInvariants() const {
     }
     if (mig_.InUse(d) != InUseFromSlices(d))
       return Internal(fmt::format("{}: MIG in-use record disagrees with its slices", where(d)));
-    fresh.Add(d, Facts(d));
+    fresh.Add(d, cluster_.Facts(d));
   }
-  if (!(fresh == index_)) return Internal("placement indexes disagree with the device records");
+  if (!(fresh == cluster_.index())) return Internal("placement indexes disagree with the device records");
   if (in_flight != static_cast<int>(mig_.changing().size()))
     return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_.changing().size()));
   // The planner changes one GPU at a time; an admin's orders (AdminMigMode) go beside it.
   if (planner_in_flight > 1)
     return Internal(fmt::format("{} devices changing MIG layout at once", planner_in_flight));
-  const auto mig_mode = std::count_if(devices_.begin(), devices_.end(),
+  const auto mig_mode = std::count_if(cluster_.devices().begin(), cluster_.devices().end(),
                                       [](const auto& kv) { return kv.second.mode == DeviceMode::kMig; });
   if (mig_mode != mig_.mig_mode_devices())
     return Internal(fmt::format("{} devices in MIG mode, counted {}", mig_mode, mig_.mig_mode_devices()));
   std::size_t reserved = 0;
   const Reservations::Reservation* reservation = reservations_.held();
-  for (const auto& [ref, d] : devices_) {
+  for (const auto& [ref, d] : cluster_.devices()) {
     if (!d.reserved_for.valid()) continue;
     ++reserved;
     if (!reservation || reservation->job != d.reserved_for || reservation->node != ref.node ||
@@ -132,8 +132,8 @@ Status Scheduler::Impl::CheckInvariants() const {
     if (j == nullptr || j->state != JobState::kRunning || j->slice != sid)
       return Internal(fmt::format("slice {} does not belong to a running job", sid.value()));
     for (DeviceIndex di : s.devices) {
-      auto d = devices_.find({s.node, di});
-      if (d == devices_.end() ||
+      auto d = cluster_.devices().find({s.node, di});
+      if (d == cluster_.devices().end() ||
           std::find(d->second.slices.begin(), d->second.slices.end(), sid) == d->second.slices.end())
         return Internal(fmt::format("slice {} not recorded on its device {}/{}", sid.value(),
                                     s.node.value(), di.value()));

@@ -77,31 +77,6 @@ Result<Resolved> Scheduler::Impl::Resolve(const Submit& e) const {
   return r;
 }
 
-// "Could ever fit": on the devices present, ignoring what runs now.
-Status Scheduler::Impl::Feasible(const Resolved& r) const {
-  std::string what = r.model.empty() ? "" : r.model + " ";
-  auto it = capacity_.find(r.model);
-  const Capacity* c = it == capacity_.end() ? nullptr : &it->second;
-  switch (r.kind) {
-    case SliceKind::kWhole:
-      if (c && !c->host_counts.empty() && *c->host_counts.rbegin() >= r.gpus) return Status::Ok();
-      return ResourceExhausted(fmt::format("no host has {} {}devices", r.gpus, what));
-    case SliceKind::kShared:
-    case SliceKind::kMps:
-      if (c && !c->memories.empty() && *c->memories.rbegin() >= r.memory) return Status::Ok();
-      return ResourceExhausted(fmt::format("no {}device has {} of memory", what, FormatBytes(r.memory)));
-    case SliceKind::kMig:
-      for (const auto& [name, cap] : capacity_) {
-        if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
-        if (!r.model.empty() && name != r.model) continue;
-        if (cap.model->SmallestProfileFor(r.mig_need)) return Status::Ok();
-      }
-      return ResourceExhausted(fmt::format("no MIG-capable {}device has an instance with {}", what,
-                                           FormatBytes(r.mig_need)));
-  }
-  return Internal("unknown kind");
-}
-
 void Scheduler::Impl::OnSubmit(const Submit& e) {
   const auto at = jobs_.Where(e.job);  // where the job goes (jobs_ is not changed before)
   if (jobs_.Has(at, e.job)) {
@@ -116,7 +91,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   j.request = e.request;
   j.submit_time = now_;
   auto r = Resolve(e);
-  Status st = r.ok() ? Feasible(*r) : r.status();
+  Status st = r.ok() ? cluster_.Feasible(*r) : r.status();
   if (st.ok()) {
     auto team = TeamFor(e);
     if (team.ok()) {
@@ -200,12 +175,12 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
   JobView& j = *r.view;
   auto sit = r.slice;
   const SliceView& s = sit->second;  // erased below, after its last use
-  std::vector<DeviceView*> devs = std::move(r.devices);
+  std::vector<const DeviceView*> devs = std::move(r.devices);
   r.devices.clear();
   user_caps_.Remove(*r.queue, j.user, SliceUsage(s));
   CountTeam(r, s, -1);
-  for (DeviceView* dv : devs) {
-    Mutate(*dv, [&](DeviceView& d) {
+  for (const DeviceView* dv : devs) {
+    cluster_.Mutate(*dv, [&](DeviceView& d) {
       d.slices.erase(std::find(d.slices.begin(), d.slices.end(), s.slice));
       d.clients -= 1;
       if (s.kind != SliceKind::kMig) {
@@ -214,7 +189,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
       } else {
         mig_.RemoveInUse(d, *s.mig);
       }
-      if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
+      if (d.slices.empty() && d.mode != DeviceMode::kMig) cluster_.SetMode(d, DeviceMode::kFree);
       if (d.slices.empty()) d.mps_user.clear();  // its MPS server stops with the last client
     });
     mig_.NoteUse(*dv, now_);
@@ -229,7 +204,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
     jobs_.End(j, now_, reason);  // drops r
   }
   // A draining device that became empty is reconfigured now.
-  for (DeviceView* dv : devs) MaybeFinishDrain(*dv);
+  for (const DeviceView* dv : devs) MaybeFinishDrain(*dv);
 }
 
 // ---------------------------------------------------------------- starting jobs
@@ -241,8 +216,8 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   pending_.Remove(r);
   // The devices, looked up once (rw.devices: the running job's, from now on).
   rw.devices.reserve(c.devices.size());
-  for (DeviceIndex di : c.devices) rw.devices.push_back(&devices_.at({c.node, di}));
-  DeviceView& first = *rw.devices.front();
+  for (DeviceIndex di : c.devices) rw.devices.push_back(&cluster_.devices().at({c.node, di}));
+  const DeviceView& first = *rw.devices.front();
   SliceView s;
   s.slice = SliceId(++last_slice_);
   s.job = id;
@@ -292,10 +267,10 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   rw.slice = slice_nodes_.Insert(slices_, s.slice, std::move(s)).first;
   SliceView& rec = rw.slice->second;
   timers_.Set(rec.slice, NextTimer(rec, *r.queue));
-  for (DeviceView* target : rw.devices) {
-    Mutate(*target, [&](DeviceView& dv) {
+  for (const DeviceView* target : rw.devices) {
+    cluster_.Mutate(*target, [&](DeviceView& dv) {
       d.uuids.push_back(dv.uuid);
-      if (dv.mode == DeviceMode::kFree) SetMode(dv, ModeFor(r.kind));
+      if (dv.mode == DeviceMode::kFree) cluster_.SetMode(dv, ModeFor(r.kind));
       dv.slices.insert(std::upper_bound(dv.slices.begin(), dv.slices.end(), rec.slice), rec.slice);
       dv.clients += 1;
       if (r.kind == SliceKind::kMps) dv.mps_user = j.user;

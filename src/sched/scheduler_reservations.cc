@@ -30,7 +30,7 @@ void Scheduler::Impl::MaybeReserve() {
     reservations_.Hold({r.job, c->node, c->devices});
     for (DeviceIndex di : c->devices) {
       // (`job` by value: clang 14, the fuzz build's compiler, cannot capture a binding.)
-      Mutate({c->node, di}, [job = r.job](DeviceView& d) { d.reserved_for = job; });
+      cluster_.Mutate(DeviceRef{c->node, di}, [job = r.job](DeviceView& d) { d.reserved_for = job; });
     }
     std::vector<std::uint32_t> devs;
     for (DeviceIndex di : c->devices) devs.push_back(di.value());
@@ -56,10 +56,10 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::ReservationFor(const Res
     return c;
   };
   std::optional<std::pair<Cost, Choice>> best;
-  for (const auto& [nid, indices] : nodes_) {
+  for (const auto& [nid, indices] : cluster_.nodes()) {
     std::vector<std::pair<Cost, DeviceIndex>> usable;
     for (DeviceIndex di : indices) {
-      const DeviceView& d = devices_.at({nid, di});
+      const DeviceView& d = cluster_.devices().at({nid, di});
       if (d.mode == DeviceMode::kMig || d.draining || d.reconfiguring || d.admin_drained || !ModelOk(r, d))
         continue;
       usable.emplace_back(cost_of(d), di);
@@ -88,7 +88,7 @@ void Scheduler::Impl::ServeReservation() {
   if (!res) return;
   const Resolved& r = jobs_.RecordOf(res->job);
   for (DeviceIndex di : res->devices) {
-    const DeviceView& d = devices_.at({res->node, di});
+    const DeviceView& d = cluster_.devices().at({res->node, di});
     if (!d.slices.empty() || d.mode != DeviceMode::kFree) return;
   }
   if (CapBlocks(r)) return;
@@ -100,8 +100,8 @@ void Scheduler::Impl::ReleaseReservation() {
   std::optional<Reservations::Reservation> res = reservations_.Release();
   if (!res) return;
   for (DeviceIndex di : res->devices) {
-    auto it = devices_.find({res->node, di});
-    if (it != devices_.end()) Mutate(it->second, [](DeviceView& d) { d.reserved_for = JobId(); });
+    auto it = cluster_.devices().find({res->node, di});
+    if (it != cluster_.devices().end()) cluster_.Mutate(it->second, [](DeviceView& d) { d.reserved_for = JobId(); });
   }
 }
 void Scheduler::Impl::ReleaseReservationOf(JobId job) {
