@@ -47,6 +47,99 @@ void ClusterState::RemoveDevice(const DeviceRef& ref) {
   devices_.erase(it);
 }
 
+Result<ClusterState::Allocation> ClusterState::TryAllocate(const Resolved& r, NodeId node,
+                                                          const std::vector<DeviceIndex>& devices,
+                                                          const std::optional<MigPlacement>& mig) {
+  if (devices.empty() || (r.kind == SliceKind::kMig && (devices.size() != 1 || !mig)))
+    return InvalidArgument(fmt::format("job {}: a {} slice on {} device(s){}", r.job.value(), SliceKindName(r.kind),
+                                       devices.size(), mig ? " and a MIG instance" : ""));
+  // Every device is checked before any changes.
+  Allocation a;
+  a.devices.reserve(devices.size());
+  for (DeviceIndex di : devices) {
+    auto it = devices_.find(DeviceRef{node, di});
+    if (it == devices_.end() || !Holds(r, it->second, mig) ||
+        std::find(a.devices.begin(), a.devices.end(), &it->second) != a.devices.end())
+      return FailedPrecondition(fmt::format("device {}/{} cannot hold a {} slice of job {}", node.value(), di.value(),
+                                            SliceKindName(r.kind), r.job.value()));
+    a.devices.push_back(&it->second);
+  }
+  const DeviceView& first = *a.devices.front();
+  SliceView s;
+  s.slice = SliceId(++last_slice_);
+  s.job = r.job;
+  s.kind = r.kind;
+  s.node = node;
+  s.devices = devices;
+  s.mig = mig;
+  switch (r.kind) {
+    case SliceKind::kWhole:
+      // Each device is reserved in full (ReservedOn); the slice's figure is what the job can
+      // count on on every one of its devices, which may be of different models.
+      s.milli = kOneGpu;
+      s.memory = first.memory;
+      for (const DeviceView* dv : a.devices) s.memory = std::min(s.memory, dv->memory);
+      break;
+    case SliceKind::kShared:
+    case SliceKind::kMps:
+      s.milli = r.milli;
+      s.memory = MemoryCap(r, first);
+      break;
+    case SliceKind::kMig: {
+      const DeviceModel* m = first.catalogue;
+      const MigProfile* p = m->FindProfileById(mig->profile_id);
+      s.milli = p && m->mig_compute_slices > 0 ? kOneGpu * p->compute_slices / m->mig_compute_slices : 0;
+      s.memory = p ? p->memory : 0;
+      break;
+    }
+  }
+  // The slice is recorded before the devices change.
+  a.slice = slice_nodes_.Insert(slices_, s.slice, std::move(s)).first;
+  const SliceView& rec = a.slice->second;
+  for (const DeviceView* target : a.devices) {
+    Mutate(*target, [&](DeviceView& dv) {
+      if (dv.mode == DeviceMode::kFree) SetMode(dv, ModeFor(r.kind));
+      dv.slices.insert(std::upper_bound(dv.slices.begin(), dv.slices.end(), rec.slice), rec.slice);
+      dv.clients += 1;
+      if (r.kind == SliceKind::kMps) dv.mps_user = r.user;
+      if (r.kind != SliceKind::kMig) {
+        dv.used_milli += rec.milli;
+        dv.used_memory += ReservedOn(rec, dv);
+      } else {
+        mig_.AddInUse(dv, *rec.mig);
+      }
+    });
+  }
+  return a;
+}
+
+void ClusterState::Release(std::map<SliceId, SliceView>::iterator slice, std::span<const DeviceView* const> devices) {
+  const SliceView& s = slice->second;
+  for (const DeviceView* dv : devices) {
+    Mutate(*dv, [&](DeviceView& d) {
+      d.slices.erase(std::find(d.slices.begin(), d.slices.end(), s.slice));
+      d.clients -= 1;
+      if (s.kind != SliceKind::kMig) {
+        d.used_milli -= s.milli;
+        d.used_memory -= ReservedOn(s, d);
+      } else {
+        mig_.RemoveInUse(d, *s.mig);
+      }
+      if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
+      if (d.slices.empty()) d.mps_user.clear();  // its MPS server stops with the last client
+    });
+  }
+  slice_nodes_.Erase(slices_, slice);
+}
+
+bool ClusterState::Holds(const Resolved& r, const DeviceView& d, const std::optional<MigPlacement>& mig) const {
+  if (!CanHold(r, d, RoomOf(d)) || MpsServesOther(r, d)) return false;
+  if (r.kind != SliceKind::kMig) return true;
+  const MigLayout& in_use = mig_.InUse(d);
+  return d.mode == DeviceMode::kMig && std::find(d.layout.begin(), d.layout.end(), *mig) != d.layout.end() &&
+         std::find(in_use.begin(), in_use.end(), *mig) == in_use.end();
+}
+
 void ClusterState::SetMode(DeviceView& d, DeviceMode mode) {
   mig_.CountMigMode((mode == DeviceMode::kMig) - (d.mode == DeviceMode::kMig));
   if (d.mode != mode && !d.slices.empty() && violation_.empty()) {

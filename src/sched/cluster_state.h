@@ -1,7 +1,9 @@
 #pragma once
 // Internal to the scheduler: the cluster's state. The devices (by node and index), each host's
-// device list, the placement indexes over the devices (CapacityIndex) and what could ever fit,
-// per model (Capacity). Every change to a device goes through Mutate(), the one place that
+// device list, the running slices, the placement indexes over the devices (CapacityIndex) and
+// what could ever fit, per model (Capacity). A slice is booked on its devices all or nothing
+// (TryAllocate: every device holds it by the one rule, CanHold(), or nothing changes) and given
+// back exactly (Release). Every change to a device goes through Mutate(), the one place that
 // keeps the indexes exact and tells the books kept beside this part: the MIG controller's
 // (MigBooks: the devices changing layout, how many are in MIG mode, and the MIG instances in
 // use, which the index reads) and placement by host state (the `host_changed` callback: which
@@ -12,10 +14,12 @@
 #include <cassert>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/catalogue.h"
 #include "core/ids.h"
@@ -24,6 +28,7 @@
 #include "sched/device_rules.h"
 #include "sched/events.h"
 #include "sched/mig_books.h"
+#include "sched/node_pool.h"
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
 
@@ -55,6 +60,13 @@ class ClusterState {
 
   // ---- the records
   const std::map<DeviceRef, DeviceView>& devices() const { return devices_; }
+  const std::map<SliceId, SliceView>& slices() const { return slices_; }
+  // A running slice, to change what is its job's: its timers, activity and report. What it
+  // books (devices, share, memory, instance) stays as TryAllocate() set it. nullptr: none.
+  SliceView* FindSlice(SliceId id) {
+    auto it = slices_.find(id);
+    return it == slices_.end() ? nullptr : &it->second;
+  }
   const std::map<NodeId, std::set<DeviceIndex>>& nodes() const { return nodes_; }
   const CapacityIndex& index() const { return index_; }
   // By model name; "" = every model.
@@ -64,8 +76,26 @@ class ClusterState {
   // Adds the device an agent announced (its catalogue entry, usable memory, MIG mode); false
   // when it is known already (agents re-announce).
   bool AddDevice(const DeviceAdded& e);
-  // Forgets a device with no slice on it (the scheduler ends them first).
+  // Forgets a device with no slice on it (the scheduler releases them first).
   void RemoveDevice(const DeviceRef& ref);
+
+  // ---- slices
+  // A booked slice: its record and its devices, in the order of SliceView::devices.
+  struct Allocation {
+    std::map<SliceId, SliceView>::iterator slice;
+    std::vector<const DeviceView*> devices;
+  };
+  // Books a new slice of `r` for r.job on `devices` of `node` (a MIG slice: on instance `mig`
+  // of its one device), all or nothing: each device must be present, listed once and hold the
+  // slice as it stands (CanHold(), another user's MPS server, a free instance in the layout),
+  // else nothing changes and the error names the device. The slice's timer fields are the
+  // caller's to set. Whether the devices may be used at all (drains, reservations) is the
+  // caller's, as for CanHold().
+  Result<Allocation> TryAllocate(const Resolved& r, NodeId node, const std::vector<DeviceIndex>& devices,
+                                 const std::optional<MigPlacement>& mig);
+  // Gives back what a slice booked on each of its devices (its Allocation's) and forgets the
+  // slice: each device is as it was before the slice came, but a device in MIG mode stays so.
+  void Release(std::map<SliceId, SliceView>::iterator slice, std::span<const DeviceView* const> devices);
 
   // ---- every change to a device
   // Applies f(DeviceView&) to `d` (one of devices()) and keeps the index and the books beside
@@ -111,11 +141,18 @@ class ClusterState {
     return d.mode == DeviceMode::kMig ? std::span<const MigPlacement>(mig_.InUse(d)) : std::span<const MigPlacement>();
   }
   void CountCapacity(const DeviceView& d, int delta);
+  // `d` holds a new slice of `r` (on instance `mig`) as it stands (TryAllocate's rule).
+  bool Holds(const Resolved& r, const DeviceView& d, const std::optional<MigPlacement>& mig) const;
 
   MigBooks& mig_;
   HostChanged host_changed_;
   std::map<DeviceRef, DeviceView> devices_;
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
+  std::map<SliceId, SliceView> slices_;
+  std::uint64_t last_slice_ = 0;
+  // Nodes of erased slices for the next inserts: a step of a busy cluster ends a job and starts
+  // one (node_pool.h).
+  NodePool<std::map<SliceId, SliceView>> slice_nodes_;
   CapacityIndex index_;
   std::map<std::string, Capacity> capacity_;
   std::map<NodeId, std::map<std::string, int>> host_model_count_;  // CountCapacity's devices per host and model

@@ -77,13 +77,13 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   }
   // 4. Per-user usage, for the queues now capped.
   user_caps_.Clear();
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const Resolved& r = jobs_.RecordOf(s.job);
     user_caps_.Add(*r.queue, r.view->user, SliceUsage(s));
   }
   teams_.Clear(now_);
   teams_.SetHalfLife(config_.teams.half_life, now_);
-  for (const auto& [sid, s] : slices_) CountTeam(jobs_.RecordOf(s.job), s, +1);
+  for (const auto& [sid, s] : cluster_.slices()) CountTeam(jobs_.RecordOf(s.job), s, +1);
   // 5. Back in the pending books, and a pass under the new rules.
   for (JobId id : pending) pending_.Add(&jobs_.RecordOf(id));
   Schedule(std::nullopt);

@@ -18,7 +18,7 @@ namespace gpuslice::sched {
 MigLayout Scheduler::Impl::InUseFromSlices(const DeviceView& d) const {
   MigLayout in_use;
   for (SliceId s : d.slices) {
-    const SliceView& sv = slices_.at(s);
+    const SliceView& sv = cluster_.slices().at(s);
     if (sv.mig) in_use.push_back(*sv.mig);
   }
   MigBooks::SortByStart(in_use);
@@ -38,7 +38,7 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   if (it == cluster_.devices().end()) return;
   std::vector<SliceId> lost = it->second.slices;
   for (SliceId s : lost) {
-    const JobId job = slices_.at(s).job;
+    const JobId job = cluster_.slices().at(s).job;
     if (std::find(e.requeue.begin(), e.requeue.end(), job) != e.requeue.end()) {
       EndRunning(job, "requeued", /*requeue=*/true);
       continue;

@@ -13,8 +13,9 @@
 // (reservations.h, the devices kept for a whole-GPU job), ByStateEngine (by_state_placement.h,
 // placement by host state: HostStates, its PlacementMemo and working space), QueueVersions
 // (queue_versions.h, every version of every queue and its placement policy).
-// ClusterState (cluster_state.h, the devices, the indexes over them and what could ever fit;
-// every change to a device goes through its Mutate()).
+// ClusterState (cluster_state.h, the devices, the running slices, the indexes over them and what
+// could ever fit; slices booked all or nothing, and every change to a device through its
+// Mutate()).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -65,7 +66,7 @@ class Scheduler::Impl {
   // ---- views
   const Config& config() const { return config_; }
   const std::map<JobId, JobView>& jobs() const { return jobs_.views(); }
-  const std::map<SliceId, SliceView>& slices() const { return slices_; }
+  const std::map<SliceId, SliceView>& slices() const { return cluster_.slices(); }
   const std::map<DeviceRef, DeviceView>& devices() const { return cluster_.devices(); }
   const SchedulerStats& stats() const { return stats_; }
   Micros now() const { return now_; }
@@ -132,11 +133,6 @@ class Scheduler::Impl {
   bool SharedFits(const Resolved& r, const DeviceView& d) const;
   // SharedFits() but for the device's MPS user: room, mode and model.
   bool SharedRoom(const Resolved& r, const DeviceView& d) const;
-  // The device runs another user's MPS server (DeviceView::mps_user): an mps slice of `r`
-  // cannot go there until that user's last mps slice on it ends.
-  static bool MpsServesOther(const Resolved& r, const DeviceView& d) {
-    return r.kind == SliceKind::kMps && !d.mps_user.empty() && d.mps_user != r.user;
-  }
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
   // PolicyInputFor(r) with the scheduler's RNG and workload; counts the placement attempt.
@@ -156,37 +152,12 @@ class Scheduler::Impl {
     return r.kind == SliceKind::kMig ? 0 : r.milli * r.gpus;
   }
 
-  bool ModelOk(const Resolved& r, const DeviceView& d) const {
-    return r.model.empty() || d.model == r.model;
-  }
-
-  // What a shared / MPS slice of `r` books on `d` (sched::MemoryCap, device_rules.h).
-  Bytes MemoryCap(const Resolved& r, const DeviceView& d) const {
-    return sched::MemoryCap(r, d.memory, d.context_reserve);
-  }
-
-  static Room RoomOf(const DeviceView& d) { return Room{d.mode, d.used_milli, d.used_memory, d.clients}; }
-  // The one rule for a shared or MPS slice of `r` on `d` holding `room` (RoomHolds(),
-  // device_rules.h), and the device's model. Whether the device may be used at all (drains,
-  // reservations) and whose MPS server runs there are the callers' (placement, pending
-  // reasons, on-demand reclaim).
-  bool CanHold(const Resolved& r, const DeviceView& d, const Room& room) const {
-    return ModelOk(r, d) && RoomHolds(r, DeviceFields{d}, room);
-  }
-
   void OnSubmit(const Submit& e);
   void RejectPending(JobId id, const Status& st);
   void OnCancel(const Cancel& e);
   void OnEnd(JobId id, std::string_view reason);
   void OnRequeue(const Requeue& e);
   void EndRunning(JobId id, std::string_view reason, bool requeue = false);
-
-  // The memory a (non-MIG) slice holds on one of its devices. A whole slice holds all of each
-  // device, its own size: booking one figure on every device over-commits the smaller ones
-  // when a multi-device job spans models (an 80GB H100 and a 40GB A100).
-  static Bytes ReservedOn(const SliceView& s, const DeviceView& d) {
-    return s.kind == SliceKind::kWhole ? d.memory : s.memory;
-  }
 
   static MilliGpu SliceUsage(const SliceView& s) {
     return s.milli * static_cast<MilliGpu>(s.devices.size());
@@ -284,7 +255,6 @@ class Scheduler::Impl {
   QueueVersions queues_;
 
   JobBooks jobs_;  // every kept job's view; pending and running jobs' Resolved records
-  std::map<SliceId, SliceView> slices_;
   PendingQueue pending_;  // waiting jobs, not held
   // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
   // right-sized MIG requests make about one shape per job, each looked up at its submit.
@@ -304,23 +274,20 @@ class Scheduler::Impl {
   UserCaps user_caps_;  // what each user holds in each capped queue
   // What each team holds and has used, the take-back candidates and the pass's fair-share levels.
   TeamShares teams_;
-  std::uint64_t last_slice_ = 0;
   Reservations reservations_;  // the devices kept for a whole-GPU job, and the search for the next
   SliceTimers timers_;  // each running slice's next timer (NextTimer()); the reclaimable ones
   // The MIG controller's books: instances in use, devices changing layout or refusing to, MIG
   // mode count, and since when MIG devices stand empty (MaybeLeaveMig's hold).
   MigBooks mig_;
-  // Nodes of erased entries of the books above, for their next inserts: a step of a busy
-  // cluster ends a job and starts one (node_pool.h).
-  NodePool<std::map<SliceId, SliceView>> slice_nodes_;
+  std::string violation_;  // the first broken invariant seen outside the parts; empty: none
 
   WorkloadModel workload_;  // what fragmentation-aware policies score against
 
   // PlaceGeneric's decisions for policies that ScoresByNodeState(), per distinct host state.
   ByStateEngine by_state_;
 
-  // The devices, the indexes over them and what could ever fit; tells mig_ and by_state_ of
-  // every change to a device.
+  // The devices, the running slices, the indexes over them and what could ever fit; tells mig_
+  // and by_state_ of every change to a device.
   ClusterState cluster_{mig_,
                         [this](NodeId node, bool devices_changed) { by_state_.MarkDirty(node, devices_changed); }};
 

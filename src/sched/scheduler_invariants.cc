@@ -15,6 +15,7 @@
 namespace gpuslice::sched {
 
 Status Scheduler::Impl::CheckInvariants() const {
+  if (!violation_.empty()) return Internal(violation_);
   if (!cluster_.violation().empty()) return Internal(cluster_.violation());
   auto where = [](const DeviceView& d) {
     return fmt::format("device {}/{}", d.ref.node.value(), d.ref.index.value());
@@ -27,8 +28,8 @@ Status Scheduler::Impl::CheckInvariants() const {
     Bytes mem = 0;
     std::set<std::pair<int, int>> instances;
     for (SliceId sid : d.slices) {
-      auto it = slices_.find(sid);
-      if (it == slices_.end())
+      auto it = cluster_.slices().find(sid);
+      if (it == cluster_.slices().end())
         return Internal(fmt::format("{}: unknown slice {}", where(d), sid.value()));
       const SliceView& s = it->second;
       if (ModeFor(s.kind) != d.mode)
@@ -111,7 +112,7 @@ Status Scheduler::Impl::CheckInvariants() const {
       return Internal(fmt::format("reservation of {} devices marks {}", reservation->devices.size(), reserved));
   }
   std::size_t timed = 0;
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const Micros want = NextTimer(s, *jobs_.RecordOf(s.job).queue);
     const std::optional<Micros> at = timers_.At(sid);
     if (want != SliceTimers::kNever) ++timed;
@@ -121,13 +122,13 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (timed != timers_.size() || !timers_.Consistent())
     return Internal("timer index holds slices that are not running");
   std::size_t reclaimable = 0;
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     if ((s.idle == IdleState::kReclaimable) != timers_.reclaimable().contains(sid))
       return Internal(fmt::format("slice {}: reclaimable set disagrees with its idle state", sid.value()));
     reclaimable += s.idle == IdleState::kReclaimable;
   }
   if (reclaimable != timers_.reclaimable().size()) return Internal("reclaimable set holds slices that are not running");
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const JobView* j = jobs_.Find(s.job);
     if (j == nullptr || j->state != JobState::kRunning || j->slice != sid)
       return Internal(fmt::format("slice {} does not belong to a running job", sid.value()));
@@ -173,7 +174,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   // With teams, the take-back candidates are the running slices of preemptible queues.
   if (config_.teams.enabled()) {
     std::size_t takeable = 0;
-    for (const auto& [sid, s] : slices_) {
+    for (const auto& [sid, s] : cluster_.slices()) {
       const Resolved& r = jobs_.RecordOf(s.job);
       if (!r.queue->preemptible) continue;
       ++takeable;
@@ -193,7 +194,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   }
   // The per-user caps' books are the sum of the running slices of capped queues.
   std::map<std::pair<std::string, std::string>, UserCaps::Usage> capped;
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const Resolved& r = jobs_.RecordOf(s.job);
     if (!UserCaps::Capped(*r.queue)) continue;
     UserCaps::Usage& u = capped[{r.queue->name, r.view->user}];
@@ -213,7 +214,7 @@ Status Scheduler::Impl::CheckInvariants() const {
                                 capped.begin()->first.second, capped.begin()->first.first));
   // Each team's books are the sum of its running slices.
   std::vector<std::map<std::string, MilliGpu, std::less<>>> team_held(static_cast<std::size_t>(teams_.size()));
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const Resolved& r = jobs_.RecordOf(s.job);
     if (r.team >= 0) team_held[static_cast<std::size_t>(r.team)][r.queue->name] += SliceUsage(s);
   }

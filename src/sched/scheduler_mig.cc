@@ -108,7 +108,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
   if (config_.mig.drain == MigDrainPolicy::kPreempt) {
     std::vector<SliceId> victims = cluster_.devices().at(best->ref).slices;
     for (SliceId s : victims) {
-      JobId job = slices_.at(s).job;
+      JobId job = cluster_.slices().at(s).job;
       if (!jobs_.RecordOf(job).queue->preemptible) continue;
       out_.push_back(Preempt{job, s, "drain for MIG reconfiguration", true});
       ++stats_.preempted;

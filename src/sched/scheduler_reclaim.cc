@@ -24,7 +24,7 @@ namespace gpuslice::sched {
 // cap); one job is served per call. True: slices were reclaimed.
 bool Scheduler::Impl::ReclaimOnDemand(std::optional<JobId> only) {
   std::vector<const SliceView*> cands;
-  for (SliceId sid : timers_.reclaimable()) cands.push_back(&slices_.at(sid));
+  for (SliceId sid : timers_.reclaimable()) cands.push_back(&cluster_.slices().at(sid));
   auto idle_since = [&](const SliceView* v) {
     return EffectiveLastActive(jobs_.RecordOf(v->job).queue->idle, *v, now_);
   };

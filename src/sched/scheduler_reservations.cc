@@ -49,7 +49,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::ReservationFor(const Res
   auto cost_of = [&](const DeviceView& d) {
     Cost c{0, 0, static_cast<int>(d.slices.size())};
     for (SliceId sid : d.slices) {
-      const SliceView& sv = slices_.at(sid);
+      const SliceView& sv = cluster_.slices().at(sid);
       if (sv.deadline == 0) ++std::get<0>(c);
       std::get<1>(c) = std::max(std::get<1>(c), sv.deadline);
     }

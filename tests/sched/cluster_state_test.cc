@@ -1,10 +1,13 @@
-// ClusterState (the cluster's devices, the indexes over them and what could ever fit): devices
-// are counted per host by model as they come and go, "could ever fit" follows what is present,
-// and every change through Mutate() leaves the index equal to one rebuilt from the records while
-// telling the MIG books and placement what they must know.
+// ClusterState (the cluster's devices, slices, the indexes over them and what could ever fit):
+// devices are counted per host by model as they come and go, "could ever fit" follows what is
+// present, every change through Mutate() leaves the index equal to one rebuilt from the records
+// while telling the MIG books and placement what they must know, a slice is booked all or
+// nothing, and releasing it restores each device exactly.
 #include "sched/cluster_state.h"
 
 #include <set>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -34,8 +37,32 @@ struct Cluster {
   }
 };
 
+// What a device books, as a comparable value.
+auto Books(const Cluster& c, const DeviceRef& ref) {
+  const DeviceView& d = c.state.devices().at(ref);
+  return std::make_tuple(d.mode, d.used_milli, d.used_memory, d.clients, d.slices, d.mps_user, d.layout,
+                         c.mig.InUse(d));
+}
+
+Resolved Shared(MilliGpu milli, Bytes memory, SliceKind kind = SliceKind::kShared, std::string user = "ann") {
+  Resolved r;
+  r.job = JobId(1);
+  r.kind = kind;
+  r.milli = milli;
+  r.memory = memory;
+  r.user = std::move(user);
+  return r;
+}
+
+std::vector<DeviceIndex> Indices(std::initializer_list<int> l) {
+  std::vector<DeviceIndex> v;
+  for (int i : l) v.emplace_back(i);
+  return v;
+}
+
 Resolved Whole(int gpus, std::string model = "") {
   Resolved r;
+  r.job = JobId(2);
   r.kind = SliceKind::kWhole;
   r.gpus = gpus;
   r.milli = kOneGpu;
@@ -144,6 +171,121 @@ TEST(ClusterState, SetModeCountsMigModeAndFlagsADeviceThatChangesModeWithSlices)
   });
   EXPECT_EQ(c.mig.mig_mode_devices(), 0);
   EXPECT_NE(c.state.violation(), "");
+}
+
+TEST(ClusterState, ReleaseRestoresEachDeviceExactly) {
+  Cluster c;
+  c.AddHost("2xH100-80GB", 1);
+  c.AddHost("1xA100-40GB mig", 2);
+  c.state.Mutate(Ref(2, 0), [](DeviceView& d) { d.layout = MigLayout{{19, 0}, {19, 1}}; });  // two 1g.5gb
+  const auto before0 = Books(c, Ref(1, 0)), before1 = Books(c, Ref(1, 1)), before_mig = Books(c, Ref(2, 0));
+  Resolved mig;
+  mig.job = JobId(3);
+  mig.kind = SliceKind::kMig;
+  mig.mig_need = 4 * kGiB;
+  struct Case {
+    Resolved r;
+    NodeId node;
+    std::vector<DeviceIndex> devices;
+    std::optional<MigPlacement> instance;
+  };
+  for (const Case& k : {Case{Shared(250, 10 * kGiB), NodeId(1), Indices({1}), std::nullopt},
+                        Case{Shared(500, 0, SliceKind::kMps), NodeId(1), Indices({0}), std::nullopt},
+                        Case{Whole(2), NodeId(1), Indices({0, 1}), std::nullopt},
+                        Case{mig, NodeId(2), Indices({0}), MigPlacement{19, 1}}}) {
+    SCOPED_TRACE(SliceKindName(k.r.kind));
+    auto a = c.state.TryAllocate(k.r, k.node, k.devices, k.instance);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    const SliceView& s = a->slice->second;
+    EXPECT_EQ(s.job, k.r.job);
+    EXPECT_EQ(s.devices, k.devices);
+    ASSERT_EQ(a->devices.size(), k.devices.size());
+    EXPECT_EQ(a->devices.front()->slices, std::vector<SliceId>{s.slice});
+    EXPECT_EQ(a->devices.front()->mode, ModeFor(k.r.kind));
+    EXPECT_TRUE(c.IndexExact());
+    c.state.Release(a->slice, a->devices);
+    EXPECT_TRUE(c.state.slices().empty());
+    EXPECT_EQ(Books(c, Ref(1, 0)), before0);
+    EXPECT_EQ(Books(c, Ref(1, 1)), before1);
+    EXPECT_EQ(Books(c, Ref(2, 0)), before_mig);
+    EXPECT_TRUE(c.IndexExact());
+  }
+}
+
+TEST(ClusterState, ASliceBooksItsShareMemoryAndUser) {
+  Cluster c;
+  c.AddHost("1xH100-80GB", 1);
+  const Bytes usable = c.state.devices().at(Ref(1, 0)).memory;
+  auto a = c.state.TryAllocate(Shared(250, 0, SliceKind::kMps), NodeId(1), Indices({0}), std::nullopt);
+  ASSERT_TRUE(a.ok());
+  const DeviceView& d = *a->devices.front();
+  EXPECT_EQ(a->slice->second.memory, usable / 4);  // its share of the device's memory
+  EXPECT_EQ(d.used_milli, 250);
+  EXPECT_EQ(d.used_memory, usable / 4);
+  EXPECT_EQ(d.clients, 1);
+  EXPECT_EQ(d.mps_user, "ann");
+}
+
+TEST(ClusterState, AWholeSliceHoldsAllOfEachOfItsDevicesAcrossModels) {
+  Cluster c;
+  DeviceAdded h100 = testing::AddHost(testing::Host("1xH100-80GB"), NodeId(1))[0];
+  DeviceAdded a100 = testing::AddHost(testing::Host("1xA100-40GB"), NodeId(1))[0];
+  a100.device.index = DeviceIndex(1);
+  c.state.AddDevice(h100);
+  c.state.AddDevice(a100);
+  const auto before0 = Books(c, Ref(1, 0)), before1 = Books(c, Ref(1, 1));
+  auto a = c.state.TryAllocate(Whole(2), NodeId(1), Indices({0, 1}), std::nullopt);
+  ASSERT_TRUE(a.ok());
+  const DeviceView& big = c.state.devices().at(Ref(1, 0));
+  const DeviceView& small = c.state.devices().at(Ref(1, 1));
+  EXPECT_EQ(a->slice->second.memory, small.memory);  // what the job can count on on each
+  EXPECT_EQ(big.used_memory, big.memory);
+  EXPECT_EQ(small.used_memory, small.memory);
+  c.state.Release(a->slice, a->devices);
+  EXPECT_EQ(Books(c, Ref(1, 0)), before0);
+  EXPECT_EQ(Books(c, Ref(1, 1)), before1);
+}
+
+TEST(ClusterState, ATryAllocateOneDeviceCannotHoldChangesNothing) {
+  Cluster c;
+  c.AddHost("3xH100-80GB", 1);
+  ASSERT_TRUE(c.state.TryAllocate(Shared(500, 0), NodeId(1), Indices({1}), std::nullopt).ok());
+  const auto before0 = Books(c, Ref(1, 0)), before1 = Books(c, Ref(1, 1)), before2 = Books(c, Ref(1, 2));
+  c.changed.clear();
+  // A whole slice on three devices, the middle one shared.
+  EXPECT_FALSE(c.state.TryAllocate(Whole(3), NodeId(1), Indices({0, 1, 2}), std::nullopt).ok());
+  // Too big a share on the device with half taken.
+  EXPECT_FALSE(c.state.TryAllocate(Shared(600, 0), NodeId(1), Indices({1}), std::nullopt).ok());
+  // A device listed twice, and one that is not there.
+  EXPECT_FALSE(c.state.TryAllocate(Whole(2), NodeId(1), Indices({0, 0}), std::nullopt).ok());
+  EXPECT_FALSE(c.state.TryAllocate(Whole(2), NodeId(1), Indices({2, 3}), std::nullopt).ok());
+  // Another model than the request names.
+  EXPECT_FALSE(c.state.TryAllocate(Whole(1, "A100-40GB"), NodeId(1), Indices({0}), std::nullopt).ok());
+  EXPECT_EQ(c.state.slices().size(), 1u);
+  EXPECT_EQ(Books(c, Ref(1, 0)), before0);
+  EXPECT_EQ(Books(c, Ref(1, 1)), before1);
+  EXPECT_EQ(Books(c, Ref(1, 2)), before2);
+  EXPECT_TRUE(c.changed.empty());
+  EXPECT_TRUE(c.IndexExact());
+  EXPECT_TRUE(c.state.TryAllocate(Whole(2), NodeId(1), Indices({0, 2}), std::nullopt).ok());
+}
+
+TEST(ClusterState, AnotherUsersMpsServerOrAnInstanceInUseRefuses) {
+  Cluster c;
+  c.AddHost("1xH100-80GB", 1);
+  c.AddHost("1xA100-40GB mig", 2);
+  ASSERT_TRUE(c.state.TryAllocate(Shared(250, 0, SliceKind::kMps, "ann"), NodeId(1), Indices({0}), std::nullopt).ok());
+  EXPECT_FALSE(c.state.TryAllocate(Shared(250, 0, SliceKind::kMps, "bob"), NodeId(1), Indices({0}), std::nullopt).ok());
+  EXPECT_TRUE(c.state.TryAllocate(Shared(250, 0, SliceKind::kMps, "ann"), NodeId(1), Indices({0}), std::nullopt).ok());
+
+  c.state.Mutate(Ref(2, 0), [](DeviceView& d) { d.layout = MigLayout{{19, 0}}; });
+  Resolved mig;
+  mig.kind = SliceKind::kMig;
+  mig.mig_need = 4 * kGiB;
+  EXPECT_FALSE(c.state.TryAllocate(mig, NodeId(2), Indices({0}), MigPlacement{19, 1}).ok());  // not in the layout
+  EXPECT_TRUE(c.state.TryAllocate(mig, NodeId(2), Indices({0}), MigPlacement{19, 0}).ok());
+  EXPECT_FALSE(c.state.TryAllocate(mig, NodeId(2), Indices({0}), MigPlacement{19, 0}).ok());  // in use
+  EXPECT_EQ(c.mig.InUse(c.state.devices().at(Ref(2, 0))), (MigLayout{{19, 0}}));
 }
 
 }  // namespace
