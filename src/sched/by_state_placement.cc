@@ -85,7 +85,7 @@ void ByStateEngine::RefileHost(NodeId nid, const std::map<DeviceRef, DeviceView>
     // that is free (no clients) or in MPS mode.
     k.clients = d.mode == DeviceMode::kMps ? d.clients : 0;
     k.mps_limit = d.mode == DeviceMode::kShared ? 0 : MpsLimit(d);
-    // Whose MPS server it runs (Scheduler::Impl::MpsServesOther): set only in MPS mode.
+    // Whose MPS server it runs (MpsServesOther(), device_rules.h): set only in MPS mode.
     k.mps_user = d.mps_user.empty() ? -1 : states_.UserId(d.mps_user);
     // Necessary conditions of ViewOf() fitting, for HostStates' quick reject.
     const bool free = d.mode == DeviceMode::kFree;

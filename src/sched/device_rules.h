@@ -73,4 +73,32 @@ struct DeviceFields {
   int mps_limit() const { return MpsLimit(d); }
 };
 
+inline bool ModelOk(const Resolved& r, const DeviceView& d) { return r.model.empty() || d.model == r.model; }
+
+// What a shared / MPS slice of `r` books on `d`.
+inline Bytes MemoryCap(const Resolved& r, const DeviceView& d) { return MemoryCap(r, d.memory, d.context_reserve); }
+
+inline Room RoomOf(const DeviceView& d) { return Room{d.mode, d.used_milli, d.used_memory, d.clients}; }
+
+// The one rule for a slice of `r` on `d` holding `room` (RoomHolds()), and the device's model:
+// for a whole slice, a free device. Whether the device may be used at all (drains,
+// reservations) and whose MPS server runs there are the callers' (placement, pending reasons,
+// on-demand reclaim, ClusterState::TryAllocate).
+inline bool CanHold(const Resolved& r, const DeviceView& d, const Room& room) {
+  return ModelOk(r, d) && RoomHolds(r, DeviceFields{d}, room);
+}
+
+// The device runs another user's MPS server (DeviceView::mps_user): an mps slice of `r` cannot
+// go there until that user's last mps slice on it ends.
+inline bool MpsServesOther(const Resolved& r, const DeviceView& d) {
+  return r.kind == SliceKind::kMps && !d.mps_user.empty() && d.mps_user != r.user;
+}
+
+// The memory a (non-MIG) slice holds on one of its devices. A whole slice holds all of each
+// device, its own size: booking one figure on every device over-commits the smaller ones when a
+// multi-device job spans models (an 80GB H100 and a 40GB A100).
+inline Bytes ReservedOn(const SliceView& s, const DeviceView& d) {
+  return s.kind == SliceKind::kWhole ? d.memory : s.memory;
+}
+
 }  // namespace gpuslice::sched

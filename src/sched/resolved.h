@@ -32,7 +32,7 @@ struct Resolved {
   // Cached addresses (std::map nodes are stable) so the hot path avoids tree walks.
   JobView* view = nullptr;
   std::map<SliceId, SliceView>::iterator slice;  // while running
-  std::vector<DeviceView*> devices;              // while running
+  std::vector<const DeviceView*> devices;        // while running
   auto ShapeKey() const { return std::tie(kind, gpus, milli, memory, mig_need, model, queue, mps_user, team); }
 };
 

@@ -19,10 +19,10 @@ std::string_view MigAdminName(MigAdmin m) {
 }
 
 void Scheduler::Impl::OnAdminDrain(const AdminDrain& e) {
-  auto it = devices_.find(e.device);
-  if (it == devices_.end()) return;
+  auto it = cluster_.devices().find(e.device);
+  if (it == cluster_.devices().end()) return;
   if (e.drained && it->second.reserved_for.valid()) ReleaseReservation();  // kept elsewhere
-  Mutate(it->second, [&](DeviceView& d) {
+  cluster_.Mutate(it->second, [&](DeviceView& d) {
     d.admin_drained = e.drained;
     d.drain_reason = e.drained ? e.reason : "";
   });
@@ -34,15 +34,17 @@ void Scheduler::Impl::OnAdminDrain(const AdminDrain& e) {
 }
 
 void Scheduler::Impl::OnAdminMigMode(const AdminMigMode& e) {
-  auto it = devices_.find(e.device);
-  if (it == devices_.end() || !it->second.mig_capable) return;
-  DeviceView& d = it->second;
-  d.mig_admin = !e.enabled ? MigAdmin::kAuto : *e.enabled ? MigAdmin::kOn : MigAdmin::kOff;
+  auto it = cluster_.devices().find(e.device);
+  if (it == cluster_.devices().end() || !it->second.mig_capable) return;
+  const DeviceView& d = it->second;
+  cluster_.Mutate(d, [&](DeviceView& dv) {
+    dv.mig_admin = !e.enabled ? MigAdmin::kAuto : *e.enabled ? MigAdmin::kOn : MigAdmin::kOff;
+  });
   if (!e.enabled) {
     // Given back to the planner: a drain the admin's order started (not yet a layout change)
     // is called off, so that the planner still changes one GPU at a time.
     if (d.draining && !d.reconfiguring) {
-      Mutate(d, [](DeviceView& dv) {
+      cluster_.Mutate(d, [](DeviceView& dv) {
         dv.draining = false;
         dv.target_layout.clear();
       });
@@ -53,13 +55,13 @@ void Scheduler::Impl::OnAdminMigMode(const AdminMigMode& e) {
   StartAdminMigChange(d);
 }
 
-void Scheduler::Impl::StartAdminMigChange(DeviceView& d) {
+void Scheduler::Impl::StartAdminMigChange(const DeviceView& d) {
   if (d.mig_admin == MigAdmin::kAuto || mig_.broken(d.ref)) return;
   const bool want = d.mig_admin == MigAdmin::kOn;
   // Already so, or on its way: a drain in flight ends as MaybeFinishDrain decides (it reads
   // mig_admin); a layout change in flight calls this again when done (OnReconfigureDone).
   if (want == (d.mode == DeviceMode::kMig) || d.draining || d.reconfiguring) return;
-  Mutate(d, [](DeviceView& dv) {
+  cluster_.Mutate(d, [](DeviceView& dv) {
     dv.draining = true;
     dv.target_layout.clear();
   });

@@ -48,7 +48,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   config_ = e.config;
   InstallQueues();
   if (by_state_.on() && !was_by_state) {
-    for (const auto& [node, devices] : nodes_) by_state_.MarkDirty(node, /*devices_changed=*/true);
+    for (const auto& [node, devices] : cluster_.nodes()) by_state_.MarkDirty(node, /*devices_changed=*/true);
   }
   // 3. Each job follows the new queue of its name, if there is one; else it keeps its queue's
   // last settings until it ends. In JobId order: shape ids are handed out in that order.
@@ -77,13 +77,13 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   }
   // 4. Per-user usage, for the queues now capped.
   user_caps_.Clear();
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const Resolved& r = jobs_.RecordOf(s.job);
     user_caps_.Add(*r.queue, r.view->user, SliceUsage(s));
   }
   teams_.Clear(now_);
   teams_.SetHalfLife(config_.teams.half_life, now_);
-  for (const auto& [sid, s] : slices_) CountTeam(jobs_.RecordOf(s.job), s, +1);
+  for (const auto& [sid, s] : cluster_.slices()) CountTeam(jobs_.RecordOf(s.job), s, +1);
   // 5. Back in the pending books, and a pass under the new rules.
   for (JobId id : pending) pending_.Add(&jobs_.RecordOf(id));
   Schedule(std::nullopt);

@@ -13,6 +13,9 @@
 // (reservations.h, the devices kept for a whole-GPU job), ByStateEngine (by_state_placement.h,
 // placement by host state: HostStates, its PlacementMemo and working space), QueueVersions
 // (queue_versions.h, every version of every queue and its placement policy).
+// ClusterState (cluster_state.h, the devices, the running slices, the indexes over them and what
+// could ever fit; slices booked all or nothing, and every change to a device through its
+// Mutate()).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -36,6 +39,7 @@
 
 #include "sched/by_state_placement.h"
 #include "sched/capacity_index.h"
+#include "sched/cluster_state.h"
 #include "sched/device_rules.h"
 #include "sched/failed_shapes.h"
 #include "sched/job_books.h"
@@ -54,19 +58,6 @@
 
 namespace gpuslice::sched {
 
-// What could ever fit, per model ("" = all models): updated on DeviceAdded / DeviceRemoved.
-struct Capacity {
-  const DeviceModel* model = nullptr;
-  std::multiset<int> host_counts;   // devices per host (hosts with at least one)
-  std::multiset<Bytes> memories;    // per device; LLONG_MAX when unknown (not tracked)
-  int mig_capable = 0;
-};
-
-inline int ModelIndex(const DeviceModel* m) {
-  if (!m) return -1;
-  return static_cast<int>(m - AllModels().data());
-}
-
 class Scheduler::Impl {
  public:
   Impl(Config config, std::uint64_t seed);
@@ -75,8 +66,8 @@ class Scheduler::Impl {
   // ---- views
   const Config& config() const { return config_; }
   const std::map<JobId, JobView>& jobs() const { return jobs_.views(); }
-  const std::map<SliceId, SliceView>& slices() const { return slices_; }
-  const std::map<DeviceRef, DeviceView>& devices() const { return devices_; }
+  const std::map<SliceId, SliceView>& slices() const { return cluster_.slices(); }
+  const std::map<DeviceRef, DeviceView>& devices() const { return cluster_.devices(); }
   const SchedulerStats& stats() const { return stats_; }
   Micros now() const { return now_; }
   std::vector<TeamStanding> TeamStandings() const;  // scheduler_teams.cc
@@ -121,43 +112,15 @@ class Scheduler::Impl {
   void OnAdminMigMode(const AdminMigMode& e);
   // Drains `d` towards the MIG mode an admin ordered (then MaybeFinishDrain changes it), unless
   // it is in that mode, on its way, out of the admin's hands (kAuto) or refuses layouts.
-  void StartAdminMigChange(DeviceView& d);
+  void StartAdminMigChange(const DeviceView& d);
   void OnAdminHold(const AdminHold& e);
   void OnAdminRequeue(const AdminRequeue& e);
   std::size_t held_ = 0;  // pending jobs an admin holds (JobView::held), out of the pending books
 
   // ---- devices and indexes (scheduler_devices.cc)
-  const DeviceModel* ModelOf(const DeviceRef& ref) const { return devices_.at(ref).catalogue; }
+  const DeviceModel* ModelOf(const DeviceRef& ref) const { return cluster_.devices().at(ref).catalogue; }
 
   MigLayout InUseFromSlices(const DeviceView& d) const;
-  DeviceFacts Facts(const DeviceView& d) const;
-  // Facts(d).in_use.
-  std::span<const MigPlacement> InUseFact(const DeviceView& d) const {
-    return d.mode == DeviceMode::kMig ? std::span<const MigPlacement>(mig_.InUse(d)) : std::span<const MigPlacement>();
-  }
-
-  // Every change to a device goes through here so the indexes stay exact.
-  template <typename F>
-  void Mutate(const DeviceRef& ref, F f) {
-    Mutate(devices_.at(ref), std::move(f));
-  }
-  // A device that no request can use while it stays so (the MIG instances of a device in MIG
-  // mode come and go): its HostStates key is InertKey(model) before and after, so its host
-  // keeps its state and is not refiled.
-  template <typename F>
-  void Mutate(DeviceView& d, F f) {
-    bool was_changing = d.draining || d.reconfiguring;
-    const bool was_inert = InertForPlacement(d);
-    DeviceFacts facts = Facts(d);
-    index_.Remove(d, facts);
-    f(d);
-    facts.in_use = InUseFact(d);  // of the facts, only these change with what runs there
-    index_.Add(d, facts);
-    if (!(was_inert && InertForPlacement(d))) by_state_.MarkDirty(d.ref.node);
-    if (const bool changing = d.draining || d.reconfiguring; changing != was_changing) mig_.SetChanging(d.ref, changing);
-  }
-  void SetMode(DeviceView& d, DeviceMode mode);
-  void CountCapacity(const DeviceView& d, int delta);
   void OnDeviceAdded(const DeviceAdded& e);
   void OnDeviceRemoved(const DeviceRemoved& e);
 
@@ -170,11 +133,6 @@ class Scheduler::Impl {
   bool SharedFits(const Resolved& r, const DeviceView& d) const;
   // SharedFits() but for the device's MPS user: room, mode and model.
   bool SharedRoom(const Resolved& r, const DeviceView& d) const;
-  // The device runs another user's MPS server (DeviceView::mps_user): an mps slice of `r`
-  // cannot go there until that user's last mps slice on it ends.
-  static bool MpsServesOther(const Resolved& r, const DeviceView& d) {
-    return r.kind == SliceKind::kMps && !d.mps_user.empty() && d.mps_user != r.user;
-  }
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
   // PolicyInputFor(r) with the scheduler's RNG and workload; counts the placement attempt.
@@ -194,38 +152,12 @@ class Scheduler::Impl {
     return r.kind == SliceKind::kMig ? 0 : r.milli * r.gpus;
   }
 
-  bool ModelOk(const Resolved& r, const DeviceView& d) const {
-    return r.model.empty() || d.model == r.model;
-  }
-
-  // What a shared / MPS slice of `r` books on `d` (sched::MemoryCap, device_rules.h).
-  Bytes MemoryCap(const Resolved& r, const DeviceView& d) const {
-    return sched::MemoryCap(r, d.memory, d.context_reserve);
-  }
-
-  static Room RoomOf(const DeviceView& d) { return Room{d.mode, d.used_milli, d.used_memory, d.clients}; }
-  // The one rule for a shared or MPS slice of `r` on `d` holding `room` (RoomHolds(),
-  // device_rules.h), and the device's model. Whether the device may be used at all (drains,
-  // reservations) and whose MPS server runs there are the callers' (placement, pending
-  // reasons, on-demand reclaim).
-  bool CanHold(const Resolved& r, const DeviceView& d, const Room& room) const {
-    return ModelOk(r, d) && RoomHolds(r, DeviceFields{d}, room);
-  }
-
-  Status Feasible(const Resolved& r) const;
   void OnSubmit(const Submit& e);
   void RejectPending(JobId id, const Status& st);
   void OnCancel(const Cancel& e);
   void OnEnd(JobId id, std::string_view reason);
   void OnRequeue(const Requeue& e);
   void EndRunning(JobId id, std::string_view reason, bool requeue = false);
-
-  // The memory a (non-MIG) slice holds on one of its devices. A whole slice holds all of each
-  // device, its own size: booking one figure on every device over-commits the smaller ones
-  // when a multi-device job spans models (an 80GB H100 and a 40GB A100).
-  static Bytes ReservedOn(const SliceView& s, const DeviceView& d) {
-    return s.kind == SliceKind::kWhole ? d.memory : s.memory;
-  }
 
   static MilliGpu SliceUsage(const SliceView& s) {
     return s.milli * static_cast<MilliGpu>(s.devices.size());
@@ -269,7 +201,7 @@ class Scheduler::Impl {
   // `mig_mode` false: out of MIG mode (`layout` empty); true: in MIG mode with `layout`, which
   // is empty when an admin put the GPU in MIG mode before any MIG work came.
   void Reconfigure(const DeviceRef& ref, const MigLayout& layout, bool mig_mode = true);
-  void MaybeFinishDrain(DeviceView& d);
+  void MaybeFinishDrain(const DeviceView& d);
   void OnReconfigureDone(const ReconfigureDone& e);
   // A GPU in MIG mode with no instance in use for kMigReleaseAfter, no pending MIG request it
   // could serve, and other work waiting for a GPU of its model leaves MIG mode (an empty
@@ -323,9 +255,6 @@ class Scheduler::Impl {
   QueueVersions queues_;
 
   JobBooks jobs_;  // every kept job's view; pending and running jobs' Resolved records
-  std::map<SliceId, SliceView> slices_;
-  std::map<DeviceRef, DeviceView> devices_;
-  std::map<NodeId, std::set<DeviceIndex>> nodes_;
   PendingQueue pending_;  // waiting jobs, not held
   // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
   // right-sized MIG requests make about one shape per job, each looked up at its submit.
@@ -345,24 +274,22 @@ class Scheduler::Impl {
   UserCaps user_caps_;  // what each user holds in each capped queue
   // What each team holds and has used, the take-back candidates and the pass's fair-share levels.
   TeamShares teams_;
-  std::map<std::string, Capacity> capacity_;                     // by model; "" = all
-  std::map<NodeId, std::map<std::string, int>> host_model_count_;
-  std::uint64_t last_slice_ = 0;
   Reservations reservations_;  // the devices kept for a whole-GPU job, and the search for the next
   SliceTimers timers_;  // each running slice's next timer (NextTimer()); the reclaimable ones
   // The MIG controller's books: instances in use, devices changing layout or refusing to, MIG
   // mode count, and since when MIG devices stand empty (MaybeLeaveMig's hold).
   MigBooks mig_;
-  std::string violation_;
-  CapacityIndex index_;
-  // Nodes of erased entries of the books above, for their next inserts: a step of a busy
-  // cluster ends a job and starts one (node_pool.h).
-  NodePool<std::map<SliceId, SliceView>> slice_nodes_;
+  std::string violation_;  // the first broken invariant seen outside the parts; empty: none
 
   WorkloadModel workload_;  // what fragmentation-aware policies score against
 
   // PlaceGeneric's decisions for policies that ScoresByNodeState(), per distinct host state.
   ByStateEngine by_state_;
+
+  // The devices, the running slices, the indexes over them and what could ever fit; tells mig_
+  // and by_state_ of every change to a device.
+  ClusterState cluster_{mig_,
+                        [this](NodeId node, bool devices_changed) { by_state_.MarkDirty(node, devices_changed); }};
 
   // Scratch (reused to avoid allocation per event).
   FailedShapes failed_shapes_;  // SchedulePass: the shapes that failed in this pass

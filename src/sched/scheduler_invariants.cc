@@ -16,19 +16,20 @@ namespace gpuslice::sched {
 
 Status Scheduler::Impl::CheckInvariants() const {
   if (!violation_.empty()) return Internal(violation_);
+  if (!cluster_.violation().empty()) return Internal(cluster_.violation());
   auto where = [](const DeviceView& d) {
     return fmt::format("device {}/{}", d.ref.node.value(), d.ref.index.value());
   };
   CapacityIndex fresh;
-  fresh.ShareMemo(index_);
+  fresh.ShareMemo(cluster_.index());
   int in_flight = 0, planner_in_flight = 0;
-  for (const auto& [ref, d] : devices_) {
+  for (const auto& [ref, d] : cluster_.devices()) {
     MilliGpu milli = 0;
     Bytes mem = 0;
     std::set<std::pair<int, int>> instances;
     for (SliceId sid : d.slices) {
-      auto it = slices_.find(sid);
-      if (it == slices_.end())
+      auto it = cluster_.slices().find(sid);
+      if (it == cluster_.slices().end())
         return Internal(fmt::format("{}: unknown slice {}", where(d), sid.value()));
       const SliceView& s = it->second;
       if (ModeFor(s.kind) != d.mode)
@@ -79,21 +80,21 @@ Status Scheduler::Impl::CheckInvariants() const {
     }
     if (mig_.InUse(d) != InUseFromSlices(d))
       return Internal(fmt::format("{}: MIG in-use record disagrees with its slices", where(d)));
-    fresh.Add(d, Facts(d));
+    fresh.Add(d, cluster_.Facts(d));
   }
-  if (!(fresh == index_)) return Internal("placement indexes disagree with the device records");
+  if (!(fresh == cluster_.index())) return Internal("placement indexes disagree with the device records");
   if (in_flight != static_cast<int>(mig_.changing().size()))
     return Internal(fmt::format("{} devices changing MIG layout, counted {}", in_flight, mig_.changing().size()));
   // The planner changes one GPU at a time; an admin's orders (AdminMigMode) go beside it.
   if (planner_in_flight > 1)
     return Internal(fmt::format("{} devices changing MIG layout at once", planner_in_flight));
-  const auto mig_mode = std::count_if(devices_.begin(), devices_.end(),
+  const auto mig_mode = std::count_if(cluster_.devices().begin(), cluster_.devices().end(),
                                       [](const auto& kv) { return kv.second.mode == DeviceMode::kMig; });
   if (mig_mode != mig_.mig_mode_devices())
     return Internal(fmt::format("{} devices in MIG mode, counted {}", mig_mode, mig_.mig_mode_devices()));
   std::size_t reserved = 0;
   const Reservations::Reservation* reservation = reservations_.held();
-  for (const auto& [ref, d] : devices_) {
+  for (const auto& [ref, d] : cluster_.devices()) {
     if (!d.reserved_for.valid()) continue;
     ++reserved;
     if (!reservation || reservation->job != d.reserved_for || reservation->node != ref.node ||
@@ -111,7 +112,7 @@ Status Scheduler::Impl::CheckInvariants() const {
       return Internal(fmt::format("reservation of {} devices marks {}", reservation->devices.size(), reserved));
   }
   std::size_t timed = 0;
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const Micros want = NextTimer(s, *jobs_.RecordOf(s.job).queue);
     const std::optional<Micros> at = timers_.At(sid);
     if (want != SliceTimers::kNever) ++timed;
@@ -121,19 +122,19 @@ Status Scheduler::Impl::CheckInvariants() const {
   if (timed != timers_.size() || !timers_.Consistent())
     return Internal("timer index holds slices that are not running");
   std::size_t reclaimable = 0;
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     if ((s.idle == IdleState::kReclaimable) != timers_.reclaimable().contains(sid))
       return Internal(fmt::format("slice {}: reclaimable set disagrees with its idle state", sid.value()));
     reclaimable += s.idle == IdleState::kReclaimable;
   }
   if (reclaimable != timers_.reclaimable().size()) return Internal("reclaimable set holds slices that are not running");
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const JobView* j = jobs_.Find(s.job);
     if (j == nullptr || j->state != JobState::kRunning || j->slice != sid)
       return Internal(fmt::format("slice {} does not belong to a running job", sid.value()));
     for (DeviceIndex di : s.devices) {
-      auto d = devices_.find({s.node, di});
-      if (d == devices_.end() ||
+      auto d = cluster_.devices().find({s.node, di});
+      if (d == cluster_.devices().end() ||
           std::find(d->second.slices.begin(), d->second.slices.end(), sid) == d->second.slices.end())
         return Internal(fmt::format("slice {} not recorded on its device {}/{}", sid.value(),
                                     s.node.value(), di.value()));
@@ -173,7 +174,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   // With teams, the take-back candidates are the running slices of preemptible queues.
   if (config_.teams.enabled()) {
     std::size_t takeable = 0;
-    for (const auto& [sid, s] : slices_) {
+    for (const auto& [sid, s] : cluster_.slices()) {
       const Resolved& r = jobs_.RecordOf(s.job);
       if (!r.queue->preemptible) continue;
       ++takeable;
@@ -193,7 +194,7 @@ Status Scheduler::Impl::CheckInvariants() const {
   }
   // The per-user caps' books are the sum of the running slices of capped queues.
   std::map<std::pair<std::string, std::string>, UserCaps::Usage> capped;
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const Resolved& r = jobs_.RecordOf(s.job);
     if (!UserCaps::Capped(*r.queue)) continue;
     UserCaps::Usage& u = capped[{r.queue->name, r.view->user}];
@@ -213,7 +214,7 @@ Status Scheduler::Impl::CheckInvariants() const {
                                 capped.begin()->first.second, capped.begin()->first.first));
   // Each team's books are the sum of its running slices.
   std::vector<std::map<std::string, MilliGpu, std::less<>>> team_held(static_cast<std::size_t>(teams_.size()));
-  for (const auto& [sid, s] : slices_) {
+  for (const auto& [sid, s] : cluster_.slices()) {
     const Resolved& r = jobs_.RecordOf(s.job);
     if (r.team >= 0) team_held[static_cast<std::size_t>(r.team)][r.queue->name] += SliceUsage(s);
   }

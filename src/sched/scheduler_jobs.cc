@@ -77,31 +77,6 @@ Result<Resolved> Scheduler::Impl::Resolve(const Submit& e) const {
   return r;
 }
 
-// "Could ever fit": on the devices present, ignoring what runs now.
-Status Scheduler::Impl::Feasible(const Resolved& r) const {
-  std::string what = r.model.empty() ? "" : r.model + " ";
-  auto it = capacity_.find(r.model);
-  const Capacity* c = it == capacity_.end() ? nullptr : &it->second;
-  switch (r.kind) {
-    case SliceKind::kWhole:
-      if (c && !c->host_counts.empty() && *c->host_counts.rbegin() >= r.gpus) return Status::Ok();
-      return ResourceExhausted(fmt::format("no host has {} {}devices", r.gpus, what));
-    case SliceKind::kShared:
-    case SliceKind::kMps:
-      if (c && !c->memories.empty() && *c->memories.rbegin() >= r.memory) return Status::Ok();
-      return ResourceExhausted(fmt::format("no {}device has {} of memory", what, FormatBytes(r.memory)));
-    case SliceKind::kMig:
-      for (const auto& [name, cap] : capacity_) {
-        if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
-        if (!r.model.empty() && name != r.model) continue;
-        if (cap.model->SmallestProfileFor(r.mig_need)) return Status::Ok();
-      }
-      return ResourceExhausted(fmt::format("no MIG-capable {}device has an instance with {}", what,
-                                           FormatBytes(r.mig_need)));
-  }
-  return Internal("unknown kind");
-}
-
 void Scheduler::Impl::OnSubmit(const Submit& e) {
   const auto at = jobs_.Where(e.job);  // where the job goes (jobs_ is not changed before)
   if (jobs_.Has(at, e.job)) {
@@ -116,7 +91,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   j.request = e.request;
   j.submit_time = now_;
   auto r = Resolve(e);
-  Status st = r.ok() ? Feasible(*r) : r.status();
+  Status st = r.ok() ? cluster_.Feasible(*r) : r.status();
   if (st.ok()) {
     auto team = TeamFor(e);
     if (team.ok()) {
@@ -199,28 +174,14 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
   Resolved& r = jobs_.RecordOf(id);
   JobView& j = *r.view;
   auto sit = r.slice;
-  const SliceView& s = sit->second;  // erased below, after its last use
-  std::vector<DeviceView*> devs = std::move(r.devices);
+  const SliceView& s = sit->second;  // released below, after its last use
+  std::vector<const DeviceView*> devs = std::move(r.devices);
   r.devices.clear();
   user_caps_.Remove(*r.queue, j.user, SliceUsage(s));
   CountTeam(r, s, -1);
-  for (DeviceView* dv : devs) {
-    Mutate(*dv, [&](DeviceView& d) {
-      d.slices.erase(std::find(d.slices.begin(), d.slices.end(), s.slice));
-      d.clients -= 1;
-      if (s.kind != SliceKind::kMig) {
-        d.used_milli -= s.milli;
-        d.used_memory -= ReservedOn(s, d);
-      } else {
-        mig_.RemoveInUse(d, *s.mig);
-      }
-      if (d.slices.empty() && d.mode != DeviceMode::kMig) SetMode(d, DeviceMode::kFree);
-      if (d.slices.empty()) d.mps_user.clear();  // its MPS server stops with the last client
-    });
-    mig_.NoteUse(*dv, now_);
-  }
   timers_.Ended(s.slice);
-  slice_nodes_.Erase(slices_, sit);
+  cluster_.Release(sit, devs);
+  for (const DeviceView* dv : devs) mig_.NoteUse(*dv, now_);
   j.slice = SliceId();
   if (requeue) {
     j.state = JobState::kPending;
@@ -229,7 +190,7 @@ void Scheduler::Impl::EndRunning(JobId id, std::string_view reason, bool requeue
     jobs_.End(j, now_, reason);  // drops r
   }
   // A draining device that became empty is reconfigured now.
-  for (DeviceView* dv : devs) MaybeFinishDrain(*dv);
+  for (const DeviceView* dv : devs) MaybeFinishDrain(*dv);
 }
 
 // ---------------------------------------------------------------- starting jobs
@@ -238,75 +199,37 @@ void Scheduler::Impl::Start(const Resolved& r, Choice c) {
   JobView& j = *r.view;
   Resolved& rw = jobs_.RecordOf(id);
   ReleaseReservationOf(id);  // before the devices change: they become schedulable again
+  auto booked = cluster_.TryAllocate(r, c.node, c.devices, c.mig);
+  if (!booked.ok()) {
+    // Placement offers only devices that hold the job, by the same rule: a refusal is a bug,
+    // which CheckInvariants reports. The job keeps waiting.
+    if (violation_.empty()) violation_ = fmt::format("placement chose what cannot hold it: {}", booked.status().message());
+    return;
+  }
   pending_.Remove(r);
-  // The devices, looked up once (rw.devices: the running job's, from now on).
-  rw.devices.reserve(c.devices.size());
-  for (DeviceIndex di : c.devices) rw.devices.push_back(&devices_.at({c.node, di}));
-  DeviceView& first = *rw.devices.front();
-  SliceView s;
-  s.slice = SliceId(++last_slice_);
-  s.job = id;
-  s.kind = r.kind;
-  s.node = c.node;
-  s.devices = c.devices;
-  s.mig = c.mig;
-  s.start_time = now_;
-  s.last_active = now_;
-  s.deadline = r.limit > 0 ? now_ + r.limit : 0;
+  rw.slice = booked->slice;
+  rw.devices = std::move(booked->devices);  // the running job's, from now on
+  SliceView& rec = rw.slice->second;
+  rec.start_time = now_;
+  rec.last_active = now_;
+  rec.deadline = r.limit > 0 ? now_ + r.limit : 0;
+  timers_.Set(rec.slice, NextTimer(rec, *r.queue));
   StartSlice d;
   d.job = id;
-  d.slice = s.slice;
+  d.slice = rec.slice;
   d.kind = r.kind;
   d.queue = j.queue;
   d.user = j.user;
   d.node = c.node;
   d.mig = c.mig;
-  d.deadline = s.deadline;
-  d.uuids.reserve(c.devices.size());
-  switch (r.kind) {
-    case SliceKind::kWhole:
-      // Each device is reserved in full (ReservedOn); the slice's figure is what the job can
-      // count on on every one of its devices, which may be of different models.
-      s.milli = kOneGpu;
-      s.memory = first.memory;
-      for (const DeviceView* dv : rw.devices) s.memory = std::min(s.memory, dv->memory);
-      break;
-    case SliceKind::kShared:
-    case SliceKind::kMps:
-      s.milli = r.milli;
-      s.memory = MemoryCap(r, first);
-      d.memory_cap = s.memory;
-      if (r.kind == SliceKind::kMps) d.mps_thread_percent = static_cast<int>((r.milli + 9) / 10);
-      break;
-    case SliceKind::kMig: {
-      const DeviceModel* m = ModelOf(first.ref);
-      const MigProfile* p = m->FindProfileById(c.mig->profile_id);
-      s.milli = p && m->mig_compute_slices > 0 ? kOneGpu * p->compute_slices / m->mig_compute_slices : 0;
-      s.memory = p ? p->memory : 0;
-      d.memory_cap = s.memory;
-      break;
-    }
-  }
-  d.milli = s.milli;
-  // The slice is recorded before the devices change: the indexes read it (MIG in-use set).
-  rw.slice = slice_nodes_.Insert(slices_, s.slice, std::move(s)).first;
-  SliceView& rec = rw.slice->second;
-  timers_.Set(rec.slice, NextTimer(rec, *r.queue));
-  for (DeviceView* target : rw.devices) {
-    Mutate(*target, [&](DeviceView& dv) {
-      d.uuids.push_back(dv.uuid);
-      if (dv.mode == DeviceMode::kFree) SetMode(dv, ModeFor(r.kind));
-      dv.slices.insert(std::upper_bound(dv.slices.begin(), dv.slices.end(), rec.slice), rec.slice);
-      dv.clients += 1;
-      if (r.kind == SliceKind::kMps) dv.mps_user = j.user;
-      if (r.kind != SliceKind::kMig) {
-        dv.used_milli += rec.milli;
-        dv.used_memory += ReservedOn(rec, dv);
-      } else {
-        mig_.AddInUse(dv, *rec.mig);
-      }
-    });
-    mig_.NoteUse(*target, now_);
+  d.deadline = rec.deadline;
+  d.milli = rec.milli;
+  if (r.kind != SliceKind::kWhole) d.memory_cap = rec.memory;
+  if (r.kind == SliceKind::kMps) d.mps_thread_percent = static_cast<int>((r.milli + 9) / 10);
+  d.uuids.reserve(rw.devices.size());
+  for (const DeviceView* dv : rw.devices) {
+    d.uuids.push_back(dv->uuid);
+    mig_.NoteUse(*dv, now_);
   }
   user_caps_.Add(*r.queue, j.user, SliceUsage(rec));
   CountTeam(r, rec, +1);

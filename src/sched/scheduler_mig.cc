@@ -29,10 +29,10 @@ std::vector<Bytes> Scheduler::Impl::NeedsFor(const std::vector<const Resolved*>&
 // GPU to empty while another stands free, and lower-priority work does not take the free one.
 void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool allow_drain) {
   if (unmet.empty()) return;
-  DeviceView* draining = nullptr;
+  const DeviceView* draining = nullptr;
   if (!mig_.changing().empty()) {
-    for (const DeviceRef& ref : mig_.changing()) {  // in device order, as devices_ lists them
-      DeviceView& d = devices_.at(ref);
+    for (const DeviceRef& ref : mig_.changing()) {  // in device order, as the cluster state lists them
+      const DeviceView& d = cluster_.devices().at(ref);
       if (d.reconfiguring) return;  // a layout change is being applied: wait for it
       // A drain an admin ordered (AdminMigMode) is never called off by the planner.
       if (d.draining && d.mig_admin == MigAdmin::kAuto) draining = &d;
@@ -40,7 +40,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
     allow_drain = false;  // one drain at a time
   }
   std::set<DeviceRef> candidates;
-  for (const auto& [name, cap] : capacity_) {
+  for (const auto& [name, cap] : cluster_.capacity()) {
     if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
     int mi = ModelIndex(cap.model);
     std::set<int> profiles;
@@ -50,13 +50,13 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
     }
     if (profiles.empty()) continue;
     for (int p : profiles)
-      for (const DeviceRef& ref : index_.RelayoutCandidates(mi, p, kRelayoutCandidates))
+      for (const DeviceRef& ref : cluster_.index().RelayoutCandidates(mi, p, kRelayoutCandidates))
         candidates.insert(ref);
-    if (auto ref = index_.FirstMigCapableFree(mi)) candidates.insert(*ref);
+    if (auto ref = cluster_.index().FirstMigCapableFree(mi)) candidates.insert(*ref);
   }
   if (candidates.empty() && allow_drain) {
     // Only now look at devices that would need a drain.
-    for (const DeviceRef& ref : index_.mig_capable_busy()) {
+    for (const DeviceRef& ref : cluster_.index().mig_capable_busy()) {
       if (mig_.broken(ref)) continue;
       candidates.insert(ref);
       if (candidates.size() >= kDrainCandidates) break;
@@ -72,7 +72,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
   std::optional<Candidate> best;
   for (const DeviceRef& ref : candidates) {
     if (mig_.broken(ref)) continue;
-    const DeviceView& d = devices_.at(ref);
+    const DeviceView& d = cluster_.devices().at(ref);
     if (d.draining) continue;  // the drain under way is what a better candidate replaces
     // An admin decides this device's mode, or drained it.
     if (d.mig_admin == MigAdmin::kOff || d.admin_drained) continue;
@@ -90,7 +90,7 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
   if (!best) return;
   if (draining != nullptr) {
     // Called off: the device takes new slices again, and keeps its mode and what runs there.
-    Mutate(*draining, [](DeviceView& dv) {
+    cluster_.Mutate(*draining, [](DeviceView& dv) {
       dv.draining = false;
       dv.target_layout.clear();
     });
@@ -99,29 +99,29 @@ void Scheduler::Impl::PlanMig(const std::vector<const Resolved*>& unmet, bool al
     Reconfigure(best->ref, best->layout);
     return;
   }
-  Mutate(best->ref, [&](DeviceView& dv) {
+  cluster_.Mutate(best->ref, [&](DeviceView& dv) {
     dv.draining = true;
     dv.target_layout = best->layout;
   });
   out_.push_back(Drain{best->ref, fmt::format("MIG layout for {} pending inference request(s)",
                                               best->satisfied)});
   if (config_.mig.drain == MigDrainPolicy::kPreempt) {
-    std::vector<SliceId> victims = devices_.at(best->ref).slices;
+    std::vector<SliceId> victims = cluster_.devices().at(best->ref).slices;
     for (SliceId s : victims) {
-      JobId job = slices_.at(s).job;
+      JobId job = cluster_.slices().at(s).job;
       if (!jobs_.RecordOf(job).queue->preemptible) continue;
       out_.push_back(Preempt{job, s, "drain for MIG reconfiguration", true});
       ++stats_.preempted;
       EndRunning(job, "preempted", /*requeue=*/true);
     }
   }
-  MaybeFinishDrain(devices_.at(best->ref));
+  MaybeFinishDrain(cluster_.devices().at(best->ref));
 }
 
 void Scheduler::Impl::Reconfigure(const DeviceRef& ref, const MigLayout& layout, bool mig_mode) {
-  const DeviceView& d = devices_.at(ref);
+  const DeviceView& d = cluster_.devices().at(ref);
   MigLayout old = d.mode == DeviceMode::kMig ? d.layout : MigLayout{};
-  Mutate(ref, [&](DeviceView& dv) {
+  cluster_.Mutate(ref, [&](DeviceView& dv) {
     dv.reconfiguring = true;
     dv.draining = false;
     dv.target_layout = layout;
@@ -131,7 +131,7 @@ void Scheduler::Impl::Reconfigure(const DeviceRef& ref, const MigLayout& layout,
   ++stats_.reconfigurations;
 }
 
-void Scheduler::Impl::MaybeFinishDrain(DeviceView& d) {
+void Scheduler::Impl::MaybeFinishDrain(const DeviceView& d) {
   if (!d.draining || !d.slices.empty()) return;
   if (d.mig_admin == MigAdmin::kOff) {  // an admin takes it out of MIG mode
     Reconfigure(d.ref, {}, /*mig_mode=*/false);
@@ -149,8 +149,8 @@ void Scheduler::Impl::MaybeFinishDrain(DeviceView& d) {
 }
 
 void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
-  auto it = devices_.find(e.device);
-  if (it == devices_.end() || !it->second.reconfiguring) return;
+  auto it = cluster_.devices().find(e.device);
+  if (it == cluster_.devices().end() || !it->second.reconfiguring) return;
   // A reported layout that is illegal for the model (or drops an instance in use) is treated
   // as a failure: the books keep what they knew.
   const DeviceModel* m = it->second.catalogue;
@@ -160,7 +160,7 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
   bool ok = e.ok && legal;
   const bool leaving = it->second.leaving_mig;
   if (leaving) ok = e.ok && e.layout.empty();  // out of MIG mode: no instance may be left
-  Mutate(e.device, [&](DeviceView& d) {
+  cluster_.Mutate(e.device, [&](DeviceView& d) {
     d.reconfiguring = false;
     d.draining = false;
     d.leaving_mig = false;
@@ -168,9 +168,9 @@ void Scheduler::Impl::OnReconfigureDone(const ReconfigureDone& e) {
     if (ok && leaving) {
       // Out of MIG mode (MaybeLeaveMig, or an admin's order): whole, shared and MPS work again.
       d.layout.clear();
-      SetMode(d, d.slices.empty() ? DeviceMode::kFree : DeviceMode::kMig);
+      cluster_.SetMode(d, d.slices.empty() ? DeviceMode::kFree : DeviceMode::kMig);
     } else if (ok) {
-      SetMode(d, DeviceMode::kMig);
+      cluster_.SetMode(d, DeviceMode::kMig);
       d.layout = e.layout;
     } else if (d.mode == DeviceMode::kMig && legal) {
       d.layout = e.layout;  // what the device reports it has now
@@ -190,7 +190,7 @@ void Scheduler::Impl::MaybeLeaveMig() {
   // one released.
   for (const DeviceRef& ref : mig_.EmptyFor(now_, kMigReleaseAfter)) {
     if (mig_.broken(ref)) continue;
-    const DeviceView& d = devices_.at(ref);
+    const DeviceView& d = cluster_.devices().at(ref);
     if (d.mode != DeviceMode::kMig || !mig_.InUse(d).empty() || d.draining || d.reconfiguring) continue;
     if (d.mig_admin != MigAdmin::kAuto || d.admin_drained) continue;  // an admin's to decide
     // Whether some pending MIG request could use it, else some other request waits for it:

@@ -24,18 +24,18 @@ bool Scheduler::Impl::SharedRoom(const Resolved& r, const DeviceView& d) const {
 }
 
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceFractionalFast(const Resolved& r, FastOrder order) {
-  const auto& index = r.kind == SliceKind::kMps ? index_.mps() : index_.shared();
+  const auto& index = r.kind == SliceKind::kMps ? cluster_.index().mps() : cluster_.index().shared();
   auto try_node = [&](NodeId nid) -> std::optional<Choice> {
-    for (DeviceIndex di : index_.FreeOn(nid)) {
+    for (DeviceIndex di : cluster_.index().FreeOn(nid)) {
       ++stats_.placement_attempts;
-      if (SharedFits(r, devices_.at({nid, di}))) return Choice{nid, {di}, std::nullopt};
+      if (SharedFits(r, cluster_.devices().at({nid, di}))) return Choice{nid, {di}, std::nullopt};
     }
     return std::nullopt;
   };
   // A free device: best-fit takes it from the host with the fewest free devices (keeps whole
   // hosts free for multi-GPU jobs); spread from the host with the most.
   auto from_free = [&]() -> std::optional<Choice> {
-    const auto& hosts = index_.free_by_node();
+    const auto& hosts = cluster_.index().free_by_node();
     if (order == FastOrder::kLoosest) {
       for (auto it = hosts.rbegin(); it != hosts.rend(); ++it)
         if (auto c = try_node(it->second)) return c;
@@ -50,13 +50,13 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceFractionalFast(cons
     if (auto c = from_free()) return c;
     for (auto it = index.rbegin(); it != index.rend() && it->first >= r.milli; ++it) {
       ++stats_.placement_attempts;
-      if (SharedFits(r, devices_.at(it->second))) return at(it->second);
+      if (SharedFits(r, cluster_.devices().at(it->second))) return at(it->second);
     }
     return std::nullopt;
   }
   for (auto it = index.lower_bound({r.milli, DeviceRef{}}); it != index.end(); ++it) {
     ++stats_.placement_attempts;
-    if (SharedFits(r, devices_.at(it->second))) return at(it->second);
+    if (SharedFits(r, cluster_.devices().at(it->second))) return at(it->second);
   }
   return from_free();
 }
@@ -65,14 +65,14 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceWholeFast(const Res
   auto try_node = [&](NodeId nid) -> std::optional<Choice> {
     ++stats_.placement_attempts;
     Choice c{nid, {}, std::nullopt};
-    for (DeviceIndex di : index_.FreeOn(nid)) {
-      if (!ModelOk(r, devices_.at({nid, di}))) continue;
+    for (DeviceIndex di : cluster_.index().FreeOn(nid)) {
+      if (!ModelOk(r, cluster_.devices().at({nid, di}))) continue;
       c.devices.push_back(di);
       if (static_cast<int>(c.devices.size()) == r.gpus) return c;
     }
     return std::nullopt;
   };
-  const auto& hosts = index_.free_by_node();
+  const auto& hosts = cluster_.index().free_by_node();
   if (order == FastOrder::kLoosest) {
     for (auto it = hosts.rbegin(); it != hosts.rend() && it->first >= r.gpus; ++it)
       if (auto c = try_node(it->second)) return c;
@@ -99,24 +99,24 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceGeneric(const Resol
   scratch_nodes_.clear();
   scratch_refs_.clear();
   scratch_hosts_.clear();
-  for (const auto& [count, nid] : index_.free_by_node())
+  for (const auto& [count, nid] : cluster_.index().free_by_node())
     if (r.kind != SliceKind::kWhole || count >= r.gpus) scratch_hosts_.push_back(nid);
   if (r.kind != SliceKind::kWhole) {
-    const auto& idx = r.kind == SliceKind::kMps ? index_.mps() : index_.shared();
+    const auto& idx = r.kind == SliceKind::kMps ? cluster_.index().mps() : cluster_.index().shared();
     for (auto it = idx.lower_bound({r.milli, DeviceRef{}}); it != idx.end(); ++it)
       scratch_hosts_.push_back(it->second.node);
   }
   std::sort(scratch_hosts_.begin(), scratch_hosts_.end());
   scratch_hosts_.erase(std::unique(scratch_hosts_.begin(), scratch_hosts_.end()), scratch_hosts_.end());
-  // devices_ is ordered by (node, index): a host's devices are one run, found with one
-  // lookup (the same devices in the same order as nodes_ lists them). Reserved for every
+  // The devices are ordered by (node, index): a host's devices are one run, found with one
+  // lookup (the same devices in the same order as the host's list). Reserved for every
   // device so the spans below stay valid while the vector fills.
-  scratch_gpus_.reserve(devices_.size());
+  scratch_gpus_.reserve(cluster_.devices().size());
   for (NodeId nid : scratch_hosts_) {
-    auto it = devices_.lower_bound(DeviceRef{nid, DeviceIndex(0)});
+    auto it = cluster_.devices().lower_bound(DeviceRef{nid, DeviceIndex(0)});
     const std::size_t pos = scratch_gpus_.size();
     const std::string_view model = it->second.model;
-    for (; it != devices_.end() && it->first.node == nid; ++it) {
+    for (; it != cluster_.devices().end() && it->first.node == nid; ++it) {
       scratch_gpus_.push_back(ViewOf(r, it->second));
       scratch_refs_.push_back(it->first);
     }
@@ -156,13 +156,13 @@ GpuView Scheduler::Impl::ViewOf(const Resolved& r, const DeviceView& d) const {
 // MIG: a free instance of the smallest fitting profile (lowest device; deterministic).
 std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceMig(const Resolved& r) {
   std::optional<std::pair<DeviceRef, MigPlacement>> best;
-  for (const auto& [name, cap] : capacity_) {
+  for (const auto& [name, cap] : cluster_.capacity()) {
     if (name.empty() || cap.mig_capable == 0 || !cap.model) continue;
     if (!r.model.empty() && name != r.model) continue;
     const MigProfile* p = cap.model->SmallestProfileFor(r.mig_need);
     if (!p) continue;
     ++stats_.placement_attempts;
-    auto inst = index_.FirstFreeInstance(ModelIndex(cap.model), p->id);
+    auto inst = cluster_.index().FirstFreeInstance(ModelIndex(cap.model), p->id);
     if (inst && (!best || inst->first < best->first)) best = inst;
   }
   if (!best) return std::nullopt;
@@ -180,7 +180,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::TryPlace(const Resolved&
     const PlacementPolicy& policy = *q.policy;
     if (by_state_.Serves(policy)) {
       ++stats_.placement_attempts;  // one per decision, as PlaceGeneric's InputFor() counts
-      auto p = by_state_.Place(r, policy, devices_, workload_, rng_);
+      auto p = by_state_.Place(r, policy, cluster_.devices(), workload_, rng_);
       if (!p) return std::nullopt;
       return Choice{p->node, std::move(p->devices), std::nullopt};
     }

@@ -86,7 +86,7 @@ WaitReason Scheduler::Impl::ReasonFor(const Resolved& r, ReasonScan& scan) const
   if (const Reservations::Reservation* res = reservations_.held(); res && res->job == r.job) {
     WaitingForReservation w{res->node, res->devices, 0};
     for (DeviceIndex di : res->devices) {
-      const DeviceView& d = devices_.at({res->node, di});
+      const DeviceView& d = cluster_.devices().at({res->node, di});
       w.busy += !d.slices.empty() || d.mode != DeviceMode::kFree;
     }
     return w;
@@ -97,7 +97,7 @@ WaitReason Scheduler::Impl::ReasonFor(const Resolved& r, ReasonScan& scan) const
 const DeviceView* Scheduler::Impl::ChangingDevice(ReasonScan& scan) const {
   if (!scan.changing) {
     scan.changing = nullptr;
-    for (const DeviceRef& ref : mig_.changing()) scan.changing = &devices_.at(ref);
+    for (const DeviceRef& ref : mig_.changing()) scan.changing = &cluster_.devices().at(ref);
   }
   return *scan.changing;
 }
@@ -106,7 +106,7 @@ const DeviceView* Scheduler::Impl::ChangingDevice(ReasonScan& scan) const {
 bool Scheduler::Impl::FitsWith(const Resolved& r, NodeId node, const std::vector<const DeviceView*>& extra) const {
   if (r.kind == SliceKind::kWhole) {
     int n = 0;
-    for (DeviceIndex di : index_.FreeOn(node)) n += ModelOk(r, devices_.at({node, di}));
+    for (DeviceIndex di : cluster_.index().FreeOn(node)) n += ModelOk(r, cluster_.devices().at({node, di}));
     for (const DeviceView* d : extra)
       n += d->slices.empty() && d->mode == DeviceMode::kFree && ModelOk(r, *d);
     return n >= r.gpus;
@@ -115,11 +115,11 @@ bool Scheduler::Impl::FitsWith(const Resolved& r, NodeId node, const std::vector
 }
 
 WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) const {
-  if (Status st = Feasible(r); !st.ok()) return NeverFits{std::string(st.message())};
+  if (Status st = cluster_.Feasible(r); !st.ok()) return NeverFits{std::string(st.message())};
   if (auto why = NeverFitsWhy(r)) return NeverFits{*why};
   if (const Reservations::Reservation* res = reservations_.held(); res && r.kind != SliceKind::kMig) {
     std::vector<const DeviceView*> kept;
-    for (DeviceIndex di : res->devices) kept.push_back(&devices_.at({res->node, di}));
+    for (DeviceIndex di : res->devices) kept.push_back(&cluster_.devices().at({res->node, di}));
     if (FitsWith(r, res->node, kept)) return ReservedForOther{res->job, res->node, res->devices};
   }
   if (const DeviceView* d = ChangingDevice(scan)) {
@@ -127,7 +127,7 @@ WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) con
     if (helps) return DrainingForMig{d->ref, d->reconfiguring};
   }
   if (r.kind == SliceKind::kMps) {
-    for (const auto& [ref, d] : devices_)
+    for (const auto& [ref, d] : cluster_.devices())
       if (MpsServesOther(r, d) && SharedRoom(r, d)) return MpsServesOtherUser{ref, d.mps_user};
   }
   NoDeviceFits n{r.kind, r.model, r.gpus, r.milli, r.kind == SliceKind::kMig ? r.mig_need : r.memory};
@@ -161,9 +161,9 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
     // The device that took the last MIG request is tried first: it nearly always takes the
     // next one too, and the scan below visits every device before the MIG-capable ones of a
     // cluster that lists them last. (Any device that takes it gives the same answer.)
-    if (const auto w = devices_.find(mig_.never_fits_witness()); w != devices_.end() && takes(w->first, w->second))
+    if (const auto w = cluster_.devices().find(mig_.never_fits_witness()); w != cluster_.devices().end() && takes(w->first, w->second))
       return std::nullopt;
-    for (const auto& [ref, d] : devices_) {
+    for (const auto& [ref, d] : cluster_.devices()) {
       if (!takes(ref, d)) continue;
       mig_.set_never_fits_witness(ref);
       return std::nullopt;
@@ -183,10 +183,10 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
     // The first host with enough GPUs ends the scan (at submit it sees every host otherwise);
     // only a request that never fits needs the best count, for the message.
     int best = 0;
-    for (const auto& [node, indices] : nodes_) {
+    for (const auto& [node, indices] : cluster_.nodes()) {
       int n = 0;
       for (DeviceIndex di : indices) {
-        const DeviceView& d = devices_.at({node, di});
+        const DeviceView& d = cluster_.devices().at({node, di});
         n += !stuck(d) && ModelOk(r, d);
       }
       if (n >= r.gpus) return std::nullopt;
@@ -197,7 +197,7 @@ std::optional<std::string> Scheduler::Impl::NeverFitsWhy(const Resolved& r) cons
                        "mode only takes MIG slices, and these stay so: {})", r.gpus, what, best,
                        config_.mig.enabled ? "they refused a layout change" : "mig.enabled = false");
   }
-  for (const auto& [ref, d] : devices_) {
+  for (const auto& [ref, d] : cluster_.devices()) {
     if (stuck(d) || !ModelOk(r, d)) continue;
     if (d.memory == 0 || d.memory >= MemoryCap(r, d)) return std::nullopt;
   }

@@ -24,7 +24,7 @@ namespace gpuslice::sched {
 // cap); one job is served per call. True: slices were reclaimed.
 bool Scheduler::Impl::ReclaimOnDemand(std::optional<JobId> only) {
   std::vector<const SliceView*> cands;
-  for (SliceId sid : timers_.reclaimable()) cands.push_back(&slices_.at(sid));
+  for (SliceId sid : timers_.reclaimable()) cands.push_back(&cluster_.slices().at(sid));
   auto idle_since = [&](const SliceView* v) {
     return EffectiveLastActive(jobs_.RecordOf(v->job).queue->idle, *v, now_);
   };
@@ -48,7 +48,7 @@ bool Scheduler::Impl::ReclaimOnDemand(std::optional<JobId> only) {
     for (const auto& [k, r] : heads) wanting.push_back(r);
   }
   for (const Resolved* r : wanting) {
-    if (r->kind == SliceKind::kMig || CapBlocks(*r) || !Feasible(*r).ok()) continue;
+    if (r->kind == SliceKind::kMig || CapBlocks(*r) || !cluster_.Feasible(*r).ok()) continue;
     std::vector<const SliceView*> need = RoomFrom(*r, cands);
     if (need.empty()) continue;
     std::vector<std::pair<JobId, Micros>> take;
@@ -92,7 +92,7 @@ bool Scheduler::Impl::FitsAfter(const Resolved& r, const std::vector<const Slice
   std::map<const DeviceView*, Freed> freed;
   for (const SliceView* v : set) {
     for (DeviceIndex di : v->devices) {
-      const DeviceView& d = devices_.at({v->node, di});
+      const DeviceView& d = cluster_.devices().at({v->node, di});
       Freed& f = freed[&d];
       f.clients += 1;
       if (v->kind != SliceKind::kMig) {
@@ -114,8 +114,8 @@ bool Scheduler::Impl::FitsAfter(const Resolved& r, const std::vector<const Slice
   for (const auto& [d, f] : freed) hosts.insert(d->ref.node);
   for (NodeId h : hosts) {
     int n = 0;
-    for (DeviceIndex di : nodes_.at(h)) {
-      const DeviceView& d = devices_.at({h, di});
+    for (DeviceIndex di : cluster_.nodes().at(h)) {
+      const DeviceView& d = cluster_.devices().at({h, di});
       auto f = freed.find(&d);
       n += FitsFreed(r, d, f == freed.end() ? Freed{} : f->second);
     }

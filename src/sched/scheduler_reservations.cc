@@ -30,7 +30,7 @@ void Scheduler::Impl::MaybeReserve() {
     reservations_.Hold({r.job, c->node, c->devices});
     for (DeviceIndex di : c->devices) {
       // (`job` by value: clang 14, the fuzz build's compiler, cannot capture a binding.)
-      Mutate({c->node, di}, [job = r.job](DeviceView& d) { d.reserved_for = job; });
+      cluster_.Mutate(DeviceRef{c->node, di}, [job = r.job](DeviceView& d) { d.reserved_for = job; });
     }
     std::vector<std::uint32_t> devs;
     for (DeviceIndex di : c->devices) devs.push_back(di.value());
@@ -49,17 +49,17 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::ReservationFor(const Res
   auto cost_of = [&](const DeviceView& d) {
     Cost c{0, 0, static_cast<int>(d.slices.size())};
     for (SliceId sid : d.slices) {
-      const SliceView& sv = slices_.at(sid);
+      const SliceView& sv = cluster_.slices().at(sid);
       if (sv.deadline == 0) ++std::get<0>(c);
       std::get<1>(c) = std::max(std::get<1>(c), sv.deadline);
     }
     return c;
   };
   std::optional<std::pair<Cost, Choice>> best;
-  for (const auto& [nid, indices] : nodes_) {
+  for (const auto& [nid, indices] : cluster_.nodes()) {
     std::vector<std::pair<Cost, DeviceIndex>> usable;
     for (DeviceIndex di : indices) {
-      const DeviceView& d = devices_.at({nid, di});
+      const DeviceView& d = cluster_.devices().at({nid, di});
       if (d.mode == DeviceMode::kMig || d.draining || d.reconfiguring || d.admin_drained || !ModelOk(r, d))
         continue;
       usable.emplace_back(cost_of(d), di);
@@ -88,7 +88,7 @@ void Scheduler::Impl::ServeReservation() {
   if (!res) return;
   const Resolved& r = jobs_.RecordOf(res->job);
   for (DeviceIndex di : res->devices) {
-    const DeviceView& d = devices_.at({res->node, di});
+    const DeviceView& d = cluster_.devices().at({res->node, di});
     if (!d.slices.empty() || d.mode != DeviceMode::kFree) return;
   }
   if (CapBlocks(r)) return;
@@ -100,8 +100,8 @@ void Scheduler::Impl::ReleaseReservation() {
   std::optional<Reservations::Reservation> res = reservations_.Release();
   if (!res) return;
   for (DeviceIndex di : res->devices) {
-    auto it = devices_.find({res->node, di});
-    if (it != devices_.end()) Mutate(it->second, [](DeviceView& d) { d.reserved_for = JobId(); });
+    auto it = cluster_.devices().find({res->node, di});
+    if (it != cluster_.devices().end()) cluster_.Mutate(it->second, [](DeviceView& d) { d.reserved_for = JobId(); });
   }
 }
 void Scheduler::Impl::ReleaseReservationOf(JobId job) {

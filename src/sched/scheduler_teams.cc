@@ -82,7 +82,7 @@ bool Scheduler::Impl::TakeBack() {
     const auto& jobs = pending_.of_shape(shape);
     const Resolved& head = *jobs.begin()->second;
     if (want != nullptr && !(jobs.begin()->first < PendingKeyOf(*want))) continue;
-    if (head.kind == SliceKind::kMig || !WithinGuarantee(head) || !Feasible(head).ok()) continue;
+    if (head.kind == SliceKind::kMig || !WithinGuarantee(head) || !cluster_.Feasible(head).ok()) continue;
     for (const auto& [k, r] : jobs) {
       if (want != nullptr && !(k < PendingKeyOf(*want))) break;
       if (CapBlocks(*r)) continue;

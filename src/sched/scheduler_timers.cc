@@ -16,9 +16,9 @@ namespace gpuslice::sched {
 // ---------------------------------------------------------------- timers and samples
 void Scheduler::Impl::OnSample(const Sample& e) {
   for (const SliceSample& s : e.slices) {
-    auto it = slices_.find(s.slice);
-    if (it == slices_.end()) continue;
-    SliceView& sv = it->second;
+    SliceView* found = cluster_.FindSlice(s.slice);
+    if (found == nullptr) continue;
+    SliceView& sv = *found;
     const Activity a = ClassifySample(jobs_.RecordOf(sv.job).queue->idle, s).activity;
     if (a == Activity::kActive) {
       if (sv.idle != IdleState::kActive) {
@@ -95,7 +95,7 @@ void Scheduler::Impl::OnActivityReport(const ActivityReport& e) {
 void Scheduler::Impl::OnTick() {
   std::vector<std::pair<JobId, std::string>> ended;
   for (SliceId sid : timers_.Due(now_)) {
-    SliceView& s = slices_.at(sid);
+    SliceView& s = *cluster_.FindSlice(sid);  // due: running
     if (!TickSlice(sid, s, ended)) Retime(s);
   }
   for (const auto& [job, reason] : ended) EndRunning(job, reason);
