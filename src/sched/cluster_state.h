@@ -30,7 +30,7 @@
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
 #include "sched/resolved.h"
-#include "sched/scheduler.h"
+#include "sched/views.h"
 
 namespace gpuslice::sched {
 
