@@ -106,9 +106,11 @@ const DeviceView* Scheduler::Impl::ChangingDevice(ReasonScan& scan) const {
 bool Scheduler::Impl::FitsWith(const Resolved& r, NodeId node, const std::vector<const DeviceView*>& extra) const {
   if (r.kind == SliceKind::kWhole) {
     int n = 0;
-    for (DeviceIndex di : cluster_.index().FreeOn(node)) n += ModelOk(r, cluster_.devices().at({node, di}));
-    for (const DeviceView* d : extra)
-      n += d->slices.empty() && d->mode == DeviceMode::kFree && ModelOk(r, *d);
+    for (DeviceIndex di : cluster_.index().FreeOn(node)) {
+      const DeviceView& d = cluster_.devices().at({node, di});
+      n += CanHold(r, d, RoomOf(d));
+    }
+    for (const DeviceView* d : extra) n += CanHold(r, *d, RoomOf(*d));
     return n >= r.gpus;
   }
   return std::any_of(extra.begin(), extra.end(), [&](const DeviceView* d) { return CanHold(r, *d, RoomOf(*d)); });

@@ -78,10 +78,8 @@ bool Scheduler::Impl::FitsFreed(const Resolved& r, const DeviceView& d, const Fr
   // Devices kept for this very job (reserve_after) count: they are what it waits for.
   if (d.draining || d.reconfiguring || d.admin_drained || (d.reserved_for.valid() && d.reserved_for != r.job))
     return false;
-  if (!ModelOk(r, d)) return false;
   const int clients = d.clients - f.clients;
   const DeviceMode mode = clients == 0 && d.mode != DeviceMode::kMig ? DeviceMode::kFree : d.mode;
-  if (r.kind == SliceKind::kWhole) return clients == 0 && mode == DeviceMode::kFree;
   return CanHold(r, d, Room{mode, d.used_milli - f.milli, d.used_memory - f.memory, clients}) &&
          !(clients > 0 && MpsServesOther(r, d));
 }
