@@ -1,9 +1,10 @@
 #pragma once
-// Internal to the scheduler: the waiting jobs (those an admin holds are not here) in the order
-// they are served (PendingKey), with the subsets the scheduler walks instead of every waiting
-// job: the MIG requests, the whole-GPU jobs that may earn a reservation (per queue), and one
-// queue per request shape (jobs of a shape fit or fail together, so a pass visits each live
-// shape's head). The records are the scheduler's (Resolved, stable addresses). Not thread-safe.
+// Internal to the scheduler: the waiting jobs in the order they are served (PendingKey), with
+// the subsets the scheduler walks instead of every waiting job: the MIG requests, the whole-GPU
+// jobs that may earn a reservation (per queue), and one queue per request shape (jobs of a shape
+// fit or fail together, so a pass visits each live shape's head). The jobs an admin holds wait
+// too, but out of the queue until released; they are only counted here. The records are the
+// scheduler's (Resolved, stable addresses). Not thread-safe.
 
 #include <cstddef>
 #include <map>
@@ -27,6 +28,15 @@ class PendingQueue {
   // `r` no longer waits (it is in the queue).
   void Remove(const Resolved& r);
 
+  // An admin holds `r` (it is in the queue): it leaves the queue, flagged JobView::held, and
+  // waits for Release(), which puts it back in its old place (its key is unchanged).
+  void Hold(Resolved& r);
+  void Release(Resolved& r);
+  // A held job `r` no longer waits (cancelled): no longer held or counted.
+  void EndHeld(Resolved& r);
+  // Jobs an admin holds (none of them in the queue).
+  std::size_t held() const { return held_; }
+
   bool empty() const { return all_.empty(); }
   std::size_t size() const { return all_.size(); }
   bool contains(const Resolved& r) const { return all_.contains(PendingKeyOf(r)); }
@@ -48,6 +58,7 @@ class PendingQueue {
   std::map<const QueueConfig*, Book> reserving_;  // the MayReserve() subset, per queue
   std::vector<Book> by_shape_;                   // all_ split by shape id
   std::set<int> live_shapes_;                    // shapes with waiting jobs
+  std::size_t held_ = 0;                         // held jobs (JobView::held), out of all_
   // A step of a busy cluster ends a job and starts one: keep the nodes (node_pool.h).
   NodePool<Book, 8> book_nodes_;
   NodePool<std::set<int>> live_shape_nodes_;

@@ -5,8 +5,8 @@
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: JobBooks (job_books.h, every kept job's view,
 // the ended history and the live jobs' Resolved records), PendingQueue (pending_queue.h, the
-// waiting jobs and their subsets), SliceTimers (slice_timers.h, the timers and the slices
-// reclaimable on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks, take-back
+// waiting jobs, their subsets and the count of held ones), SliceTimers (slice_timers.h, the
+// timers and the slices reclaimable on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks, take-back
 // candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload policies
 // score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the
 // per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on), Reservations
@@ -124,7 +124,6 @@ class Scheduler::Impl {
   void StartAdminMigChange(DeviceView& d);
   void OnAdminHold(const AdminHold& e);
   void OnAdminRequeue(const AdminRequeue& e);
-  std::size_t held_ = 0;  // pending jobs an admin holds (JobView::held), out of the pending books
 
   // ---- devices and indexes (scheduler_devices.cc)
   const DeviceModel* ModelOf(const DeviceRef& ref) const { return devices_.at(ref).catalogue; }
@@ -326,7 +325,7 @@ class Scheduler::Impl {
   std::map<SliceId, SliceView> slices_;
   std::map<DeviceRef, DeviceView> devices_;
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
-  PendingQueue pending_;  // waiting jobs, not held
+  PendingQueue pending_;  // waiting jobs; those an admin holds are out of the queue, counted
   // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
   // right-sized MIG requests make about one shape per job, each looked up at its submit.
   using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string, int>;

@@ -158,12 +158,11 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
   JobView* j = jobs_.Find(e.job);
   if (j == nullptr || j->state == JobState::kEnded) return;
   if (j->state == JobState::kPending) {
-    const Resolved& r = jobs_.RecordOf(e.job);
+    Resolved& r = jobs_.RecordOf(e.job);
     const bool kept = reservations_.Holds(e.job);
     ReleaseReservationOf(e.job);
     if (j->held) {
-      --held_;  // out of the pending books already
-      j->held = false;
+      pending_.EndHeld(r);  // out of the queue already
     } else {
       pending_.Remove(r);
     }

@@ -1,4 +1,5 @@
-// PendingQueue: the waiting jobs in serving order, and the subsets the scheduler walks.
+// PendingQueue: the waiting jobs in serving order, the subsets the scheduler walks, and the
+// jobs an admin holds out of the queue.
 #include "sched/pending_queue.h"
 
 #include <deque>
@@ -12,6 +13,7 @@ namespace {
 struct Fixture {
   QueueConfig plain, urgent, reserving;
   std::deque<Resolved> records;  // stable addresses, as the scheduler's
+  std::deque<JobView> views;
   Fixture() {
     plain.name = "plain";
     urgent.name = "urgent";
@@ -26,6 +28,7 @@ struct Fixture {
     r.kind = kind;
     r.submit = submit;
     r.shape = shape;
+    r.view = &views.emplace_back();
     return &r;
   }
 };
@@ -89,6 +92,34 @@ TEST(PendingQueue, ARemovedJobAddedBackKeepsItsPlace) {
   q.Add(a);
   EXPECT_EQ(Ids(q.all()), (std::vector<std::uint64_t>{1, 2}));
   EXPECT_EQ(Ids(q.of_shape(0)), (std::vector<std::uint64_t>{1, 2}));
+}
+
+// A held job leaves the queue and its subsets, flagged and counted, and comes back in its old
+// place when released; a held job that ends is no longer counted.
+TEST(PendingQueue, HeldJobsWaitOutOfTheQueueAndComeBackInPlace) {
+  Fixture f;
+  PendingQueue q;
+  Resolved* a = f.Job(1, f.plain, SliceKind::kMig, 10, 0);
+  Resolved* b = f.Job(2, f.plain, SliceKind::kMig, 20, 0);
+  Resolved* c = f.Job(3, f.plain, SliceKind::kShared, 30, 1);
+  for (Resolved* r : {a, b, c}) q.Add(r);
+  q.Hold(*a);
+  q.Hold(*c);
+  EXPECT_EQ(q.held(), 2u);
+  EXPECT_TRUE(a->view->held);
+  EXPECT_FALSE(b->view->held);
+  EXPECT_EQ(Ids(q.all()), std::vector<std::uint64_t>{2});
+  EXPECT_EQ(Ids(q.mig()), std::vector<std::uint64_t>{2});
+  EXPECT_EQ(q.live_shapes(), std::set<int>{0}) << "shape 1's only job is held";
+  q.Release(*a);
+  EXPECT_EQ(q.held(), 1u);
+  EXPECT_FALSE(a->view->held);
+  EXPECT_EQ(Ids(q.all()), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(Ids(q.of_shape(0)), (std::vector<std::uint64_t>{1, 2}));
+  q.EndHeld(*c);
+  EXPECT_EQ(q.held(), 0u);
+  EXPECT_FALSE(c->view->held);
+  EXPECT_FALSE(q.contains(*c));
 }
 
 }  // namespace
