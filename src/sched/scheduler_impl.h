@@ -5,14 +5,14 @@
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: JobBooks (job_books.h, every kept job's view,
 // the ended history and the live jobs' Resolved records), PendingQueue (pending_queue.h, the
-// waiting jobs, their subsets and the count of held ones), SliceTimers (slice_timers.h, the
-// timers and the slices reclaimable on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks, take-back
-// candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload policies
-// score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the
-// per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on), Reservations
-// (reservations.h, the devices kept for a whole-GPU job), ByStateEngine (by_state_placement.h,
-// placement by host state: HostStates, its PlacementMemo and working space), QueueVersions
-// (queue_versions.h, every version of every queue and its placement policy).
+// waiting jobs, their subsets and the count of held ones), SliceTimers (slice_timers.h, the timers
+// and the slices reclaimable on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks,
+// take-back candidates and fair-share levels), WorkloadModel (workload_model.h, the learned
+// workload policies score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps
+// (user_caps.h, the per-user caps), ShapeBooks (shape_books.h, the shape ids and the shapes a pass
+// gave up on), Reservations (reservations.h, the devices kept for a whole-GPU job), ByStateEngine
+// (by_state_placement.h, placement by host state: HostStates, its PlacementMemo and working space),
+// QueueVersions (queue_versions.h, every version of every queue and its placement policy).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -29,15 +29,12 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "sched/by_state_placement.h"
 #include "sched/capacity_index.h"
 #include "sched/device_rules.h"
-#include "sched/failed_shapes.h"
 #include "sched/job_books.h"
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
@@ -47,6 +44,7 @@
 #include "sched/reservations.h"
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
+#include "sched/shape_books.h"
 #include "sched/slice_timers.h"
 #include "sched/team_shares.h"
 #include "sched/user_caps.h"
@@ -112,8 +110,6 @@ class Scheduler::Impl {
   // Adds a version of every queue of config_ to queues_, and tells the parts that depend on
   // the queues' settings (by_state_, reservations_).
   void InstallQueues();
-  // The shape id of a resolved request (jobs of one shape fit or fail together).
-  int ShapeOf(const Resolved& r);
   void OnConfigReload(const ConfigReload& e);
 
   // ---- an admin's orders (scheduler_admin.cc)
@@ -326,21 +322,7 @@ class Scheduler::Impl {
   std::map<DeviceRef, DeviceView> devices_;
   std::map<NodeId, std::set<DeviceIndex>> nodes_;
   PendingQueue pending_;  // waiting jobs; those an admin holds are out of the queue, counted
-  // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
-  // right-sized MIG requests make about one shape per job, each looked up at its submit.
-  using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string, int>;
-  struct ShapeKeyHash {
-    std::size_t operator()(const ShapeKey& k) const {
-      const auto& [kind, gpus, milli, memory, mig_need, model, queue, mps_user, team] = k;
-      std::size_t h = std::hash<std::string>()(model) ^ std::hash<std::string>()(mps_user) * 31;
-      for (std::size_t v : {static_cast<std::size_t>(kind), static_cast<std::size_t>(gpus), static_cast<std::size_t>(milli),
-                            static_cast<std::size_t>(memory), static_cast<std::size_t>(mig_need),
-                            std::hash<const QueueConfig*>()(queue), static_cast<std::size_t>(team)})
-        h = (h ^ v) * 0x100000001b3ULL;
-      return h;
-    }
-  };
-  std::unordered_map<ShapeKey, int, ShapeKeyHash> shapes_;
+  ShapeBooks shapes_;  // shape ids (Resolved::shape), and the shapes that failed in this pass
   UserCaps user_caps_;  // what each user holds in each capped queue
   // What each team holds and has used, the take-back candidates and the pass's fair-share levels.
   TeamShares teams_;
@@ -364,9 +346,6 @@ class Scheduler::Impl {
   ByStateEngine by_state_;
 
   // Scratch (reused to avoid allocation per event).
-  FailedShapes failed_shapes_;  // SchedulePass: the shapes that failed in this pass
-  // SchedulePass: the head job of each shape (its key, shape and record).
-  std::vector<std::tuple<PendingKey, int, const Resolved*>> scratch_heads_;
   std::vector<GpuView> scratch_gpus_;
   std::vector<NodeView> scratch_nodes_;
   std::vector<DeviceRef> scratch_refs_;

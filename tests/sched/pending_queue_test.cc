@@ -3,6 +3,7 @@
 #include "sched/pending_queue.h"
 
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -120,6 +121,37 @@ TEST(PendingQueue, HeldJobsWaitOutOfTheQueueAndComeBackInPlace) {
   EXPECT_EQ(q.held(), 0u);
   EXPECT_FALSE(c->view->held);
   EXPECT_FALSE(q.contains(*c));
+}
+
+// The walk shows the jobs in the given order, a shape's next job only after its head, and none
+// of a shape after its turn ends; the job shown may leave the queue (it started).
+TEST(PendingQueue, WalksByShapeInOrderUntilAShapeFails) {
+  Fixture f;
+  PendingQueue q;
+  // Shape 0: jobs 1, 4, 6; shape 1: 2, 5; shape 2: 3 (urgent, so first).
+  const std::vector<std::pair<std::uint64_t, int>> plain = {{1, 0}, {2, 1}, {4, 0}, {5, 1}, {6, 0}};
+  for (const auto& [id, shape] : plain) q.Add(f.Job(id, f.plain, SliceKind::kShared, 10 * static_cast<Micros>(id), shape));
+  q.Add(f.Job(3, f.urgent, SliceKind::kShared, 30, 2));
+  const auto later = [](const PendingQueue::Head& a, const PendingQueue::Head& b) { return a.key > b.key; };
+  std::vector<std::uint64_t> shown;
+  q.WalkByShape(later, [&](const Resolved& r) {
+    shown.push_back(r.job.value());
+    if (r.job == JobId(4)) return true;  // shape 0 fails at its second job
+    q.Remove(r);                          // the others start
+    return false;
+  });
+  EXPECT_EQ(shown, (std::vector<std::uint64_t>{3, 1, 2, 4, 5}));
+  EXPECT_EQ(Ids(q.all()), (std::vector<std::uint64_t>{4, 6})) << "shape 0's jobs from the failed one on wait";
+
+  // Another order: the newest first.
+  const auto older = [](const PendingQueue::Head& a, const PendingQueue::Head& b) { return a.key.submit < b.key.submit; };
+  q.Add(f.Job(7, f.plain, SliceKind::kShared, 70, 1));
+  shown.clear();
+  q.WalkByShape(older, [&](const Resolved& r) {
+    shown.push_back(r.job.value());
+    return false;  // nothing starts: a shape's jobs follow in the queue's order
+  });
+  EXPECT_EQ(shown, (std::vector<std::uint64_t>{7, 4, 6}));
 }
 
 }  // namespace
