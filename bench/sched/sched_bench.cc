@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
     std::printf("ratio indexed/naive scan: %.1fx\n", (fast.starts / fast.seconds) / naive);
   }
   // The fragmentation-aware default policy: scored once per distinct host state, against the
-  // reference path (every candidate host scored, PlaceGeneric) in the same run, on the same
+  // reference path (every candidate host scored, GenericPlacement) in the same run, on the same
   // seed; the two must take the same decisions (digest of every StartSlice).
   const std::uint64_t frag_steps = steps;
   Result frag = Run("gpuslice", frag_steps, 1);

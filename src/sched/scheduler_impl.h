@@ -12,6 +12,7 @@
 // (user_caps.h, the per-user caps), ShapeBooks (shape_books.h, the shape ids and the shapes a pass
 // gave up on), Reservations (reservations.h, the devices kept for a whole-GPU job), ByStateEngine
 // (by_state_placement.h, placement by host state: HostStates, its PlacementMemo and working space),
+// GenericPlacement (generic_placement.h, the generic Filter/Score path and its views),
 // QueueVersions (queue_versions.h, every version of every queue and its placement policy).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
@@ -35,6 +36,7 @@
 #include "sched/by_state_placement.h"
 #include "sched/capacity_index.h"
 #include "sched/device_rules.h"
+#include "sched/generic_placement.h"
 #include "sched/job_books.h"
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
@@ -172,9 +174,6 @@ class Scheduler::Impl {
   }
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
-  // PolicyInputFor(r) with the scheduler's RNG and workload; counts the placement attempt.
-  PolicyInput InputFor(const Resolved& r);
-  std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
 
   std::optional<Choice> PlaceMig(const Resolved& r);
@@ -342,14 +341,9 @@ class Scheduler::Impl {
 
   WorkloadModel workload_;  // what fragmentation-aware policies score against
 
-  // PlaceGeneric's decisions for policies that ScoresByNodeState(), per distinct host state.
+  // The generic path's decisions for policies that ScoresByNodeState(), per distinct host state.
   ByStateEngine by_state_;
-
-  // Scratch (reused to avoid allocation per event).
-  std::vector<GpuView> scratch_gpus_;
-  std::vector<NodeView> scratch_nodes_;
-  std::vector<DeviceRef> scratch_refs_;
-  std::vector<NodeId> scratch_hosts_;
+  GenericPlacement generic_;  // the generic Filter/Score path, for other policies (and reference mode)
 };
 
 }  // namespace gpuslice::sched
