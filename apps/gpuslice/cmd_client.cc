@@ -71,6 +71,10 @@ GPUSLICE_COMMAND(submit) {
   auto* kind_opt = sub->add_option("--kind", s->kind, "Slice kind: whole | mig | mps | shared (queue default)");
   auto* model_opt = sub->add_option("--model", s->model, "Device model, e.g. H100-80GB");
   auto* team_opt = sub->add_option("--team", s->team, "Team to run in, where the site has teams (default: yours)");
+  auto borrow = std::make_shared<bool>(false);
+  sub->add_flag("--borrow", *borrow,
+                "With --slurm: borrow idle GPUs past the team's share, requeued when a team needs them "
+                "(sbatch --qos=gpuslice-borrow; preemptible queues)");
   sub->add_option("--idempotency-key", s->idempotency_key,
                   "Key that makes a retried submit never run twice (default: a new random one, retried "
                   "with after a lost connection)");
@@ -82,7 +86,8 @@ GPUSLICE_COMMAND(submit) {
       "  gpuslice submit --fraction 0.5 --mem 20GiB --time 4h -- python dev.py\n"
       "  gpuslice submit --queue training --gpus 4 -- torchrun train.py\n"
       "  gpuslice submit --queue inference --mem 10GiB -- python serve.py   # MIG sized to 10GiB\n"
-      "  gpuslice submit --slurm --queue training --gpus 2 -- python train.py  # via sbatch");
+      "  gpuslice submit --slurm --queue training --gpus 2 -- python train.py  # via sbatch\n"
+      "  gpuslice submit --slurm --team nlp --borrow --queue training --gpus 2 -- python train.py");
   sub->callback([=] {
     if (g->count() > 0) s->gpus = *gpus;
     if (auto st = NoEmptyValues({queue_opt, f, mem_opt, time_opt, kind_opt, model_opt, team_opt}); !st.ok()) {
@@ -91,6 +96,11 @@ GPUSLICE_COMMAND(submit) {
     }
     if (auto st = api::CheckSubmitFlags(*s); !st.ok()) {
       *exit_code = cli::Finish(st, c->json);
+      return;
+    }
+    if (*borrow && !route->enabled) {
+      *exit_code = cli::Finish(gpuslice::InvalidArgument("--borrow: only with --slurm (the daemon lends idle GPUs by itself)"),
+                               c->json);
       return;
     }
     if (route->enabled) {
@@ -105,6 +115,7 @@ GPUSLICE_COMMAND(submit) {
       sf.kind = s->kind;
       sf.model = s->model;
       sf.team = s->team;
+      sf.borrow = *borrow;
       sf.command = s->command;
       *exit_code = cli::Finish(gpuslice::slurm::RunSlurmSubmit(sf, std::cout), c->json);
       return;

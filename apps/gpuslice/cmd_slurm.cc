@@ -142,6 +142,9 @@ GPUSLICE_COMMAND(slurm) {
   submit->add_option("--kind", sf->kind, "slice kind: whole | shared | mps | mig (default: from the amount, else the queue's)");
   submit->add_option("--model", sf->model, "whole GPUs of this model, e.g. H100-80GB (a typed gpu GRES)");
   submit->add_option("--team", sf->team, "a team of the policy's [teams]: sbatch --account (see `slurm teams`)");
+  submit->add_flag("--borrow", sf->borrow,
+                   "borrow idle GPUs past the team's share, requeued when a team needs them: sbatch "
+                   "--qos=gpuslice-borrow (preemptible queues)");
   submit->add_option("--name", sf->name, "job name");
   submit->add_option("--output", sf->output, "output file (Slurm patterns such as %j allowed)");
   submit->add_flag("--dry-run", sf->dry_run, "print the sbatch command and script instead of submitting");

@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
     CompareWithReference("indexed", fast, ref);
   }
   // The fragmentation-aware default policy: scored once per distinct host state, against the
-  // reference path (every candidate host scored, PlaceGeneric) in the same run, on the same
+  // reference path (every candidate host scored, GenericPlacement) in the same run, on the same
   // seed; the two must take the same decisions (digest of every StartSlice).
   const std::uint64_t frag_steps = steps;
   Result frag = Run("gpuslice", frag_steps, 1);

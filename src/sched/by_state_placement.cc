@@ -97,7 +97,7 @@ void ByStateEngine::RefileHost(NodeId nid, const std::map<DeviceRef, DeviceView>
   states_.Set(nid, keys, devs);
 }
 
-// Scheduler::Impl::PlaceGeneric's decision, computed per distinct host state (host_states.h) for policies that
+// GenericPlacement's decision, computed per distinct host state (host_states.h) for policies that
 // ScoresByNodeState(): each live state is scored once (memoised while the request shape and
 // the workload are unchanged), and the host is then chosen exactly as Place() would scan the
 // hosts in NodeId order: Place() collects the hosts of the best score in that order and

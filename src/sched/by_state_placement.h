@@ -1,7 +1,7 @@
 #pragma once
 // Internal to the scheduler: placement by host state, one owned part of Scheduler::Impl.
 // For policies that ScoresByNodeState() it makes the generic Filter/Score path's decision
-// (Scheduler::Impl::PlaceGeneric: Place() over every host in NodeId order, placement.h) by
+// (GenericPlacement: Place() over every host in NodeId order, placement.h) by
 // scoring each distinct host state once (host_states.h), with results memoised per request
 // shape and by GPU views (placement_memo.h). The scheduler tells it which hosts changed
 // (MarkDirty); it refiles them from the devices before the next Place().

@@ -4,7 +4,7 @@
 // only until one fails. A new pass forgets every failure in O(1): each shape keeps the number of
 // the pass it last failed in, instead of a flag cleared per shape (a shape is made per distinct
 // request, and MIG needs are bytes, so there can be as many as jobs). Not thread-safe (owned by
-// one Scheduler).
+// ShapeBooks, shape_books.h).
 
 #include <cstddef>
 #include <cstdint>

@@ -22,4 +22,20 @@ void PendingQueue::Remove(const Resolved& r) {
   if (q.empty()) live_shape_nodes_.Erase(live_shapes_, r.shape);
 }
 
+void PendingQueue::Hold(Resolved& r) {
+  Remove(r);
+  r.view->held = true;
+  ++held_;
+}
+
+void PendingQueue::Release(Resolved& r) {
+  EndHeld(r);
+  Add(&r);
+}
+
+void PendingQueue::EndHeld(Resolved& r) {
+  r.view->held = false;
+  --held_;
+}
+
 }  // namespace gpuslice::sched

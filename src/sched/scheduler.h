@@ -121,7 +121,7 @@ class Scheduler {
   Status CheckInvariants() const;
 
   // For tests and benchmarks only: true places with the reference path (every host shown to
-  // the policy, PlaceGeneric) instead of scoring each distinct host state once (ByStateEngine)
+  // the policy, GenericPlacement) instead of scoring each distinct host state once (ByStateEngine)
   // for policies that ScoresByNodeState(). The decisions are the same either way; this is how
   // that is checked and how the speed-up is measured.
   void SetReferencePlacement(bool on);

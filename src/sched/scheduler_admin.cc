@@ -2,7 +2,7 @@
 // Scheduler::Impl (scheduler_impl.h); self-contained so that it moves as one piece when the
 // Impl is split into parts. Each order only sets a flag the rest already honours: a drained
 // device is not Schedulable(), a device out of the planner's hands is skipped by PlanMig, a
-// held job is out of the pending books, a requeue is a preemption.
+// held job is out of the pending queue (PendingQueue::Hold), a requeue is a preemption.
 #include <fmt/format.h>
 
 #include "sched/scheduler_impl.h"
@@ -75,17 +75,14 @@ void Scheduler::Impl::OnAdminHold(const AdminHold& e) {
   if (!rp || rp->view->state != JobState::kPending) return;
   Resolved& r = *rp;
   if (r.view->held == e.held) return;
-  r.view->held = e.held;
   if (e.held) {
-    ++held_;
     const bool kept = reservations_.Holds(e.job);
     ReleaseReservationOf(e.job);
-    pending_.Remove(r);
+    pending_.Hold(r);
     if (kept) Schedule(std::nullopt);  // the kept devices are free for others again
     return;
   }
-  --held_;
-  pending_.Add(&r);  // in its old place: its key (priority, submit time, id) is unchanged
+  pending_.Release(r);  // in its old place: its key (priority, submit time, id) is unchanged
   Schedule(std::nullopt);
 }
 

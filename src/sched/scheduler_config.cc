@@ -25,13 +25,6 @@ const QueueConfig* Scheduler::Impl::QueueOf(JobId job) const {
   return j == nullptr ? nullptr : queues_.Current(j->queue);
 }
 
-int Scheduler::Impl::ShapeOf(const Resolved& r) {
-  auto [it, _] = shapes_.try_emplace(
-      std::make_tuple(r.kind, r.gpus, r.milli, r.memory, r.mig_need, r.model, r.queue, r.mps_user, r.team),
-      static_cast<int>(shapes_.size()));
-  return it->second;
-}
-
 void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   if (!ValidateConfig(e.config).ok()) {
     assert(false && "ConfigReload with an invalid config");
@@ -60,7 +53,7 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
     if (q == nullptr) continue;
     const IdlePolicy old_idle = r.queue->idle;
     r.queue = q;
-    r.shape = ShapeOf(r);
+    r.shape = shapes_.IdOf(r);
     if (view.state == JobState::kPending) {
       r.limit = q->EffectiveLimit(view.request.time_limit);
       continue;

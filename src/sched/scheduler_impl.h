@@ -5,14 +5,15 @@
 // scheduler_reservations.cc, scheduler_mig.cc, scheduler_timers.cc, scheduler_invariants.cc.
 // Owned parts with their own interfaces and tests: JobBooks (job_books.h, every kept job's view,
 // the ended history and the live jobs' Resolved records), PendingQueue (pending_queue.h, the
-// waiting jobs and their subsets), SliceTimers (slice_timers.h, the timers and the slices
-// reclaimable on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks, take-back
-// candidates and fair-share levels), WorkloadModel (workload_model.h, the learned workload policies
-// score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps (user_caps.h, the
-// per-user caps), FailedShapes (failed_shapes.h, the shapes a pass gave up on), Reservations
-// (reservations.h, the devices kept for a whole-GPU job), ByStateEngine (by_state_placement.h,
-// placement by host state: HostStates, its PlacementMemo and working space), QueueVersions
-// (queue_versions.h, every version of every queue and its placement policy).
+// waiting jobs, their subsets and the count of held ones), SliceTimers (slice_timers.h, the timers
+// and the slices reclaimable on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks,
+// take-back candidates and fair-share levels), WorkloadModel (workload_model.h, the learned
+// workload policies score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps
+// (user_caps.h, the per-user caps), ShapeBooks (shape_books.h, the shape ids and the shapes a pass
+// gave up on), Reservations (reservations.h, the devices kept for a whole-GPU job), ByStateEngine
+// (by_state_placement.h, placement by host state: HostStates, its PlacementMemo and working space),
+// GenericPlacement (generic_placement.h, the generic Filter/Score path and its views),
+// QueueVersions (queue_versions.h, every version of every queue and its placement policy),
 // ClusterState (cluster_state.h, the devices, the running slices, the indexes over them and what
 // could ever fit; slices booked all or nothing, and every change to a device through its
 // Mutate()).
@@ -32,8 +33,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <tuple>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -41,7 +40,7 @@
 #include "sched/capacity_index.h"
 #include "sched/cluster_state.h"
 #include "sched/device_rules.h"
-#include "sched/failed_shapes.h"
+#include "sched/generic_placement.h"
 #include "sched/job_books.h"
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
@@ -51,6 +50,7 @@
 #include "sched/reservations.h"
 #include "sched/resolved.h"
 #include "sched/scheduler.h"
+#include "sched/shape_books.h"
 #include "sched/slice_timers.h"
 #include "sched/team_shares.h"
 #include "sched/user_caps.h"
@@ -103,8 +103,6 @@ class Scheduler::Impl {
   // Adds a version of every queue of config_ to queues_, and tells the parts that depend on
   // the queues' settings (by_state_, reservations_).
   void InstallQueues();
-  // The shape id of a resolved request (jobs of one shape fit or fail together).
-  int ShapeOf(const Resolved& r);
   void OnConfigReload(const ConfigReload& e);
 
   // ---- an admin's orders (scheduler_admin.cc)
@@ -115,7 +113,6 @@ class Scheduler::Impl {
   void StartAdminMigChange(const DeviceView& d);
   void OnAdminHold(const AdminHold& e);
   void OnAdminRequeue(const AdminRequeue& e);
-  std::size_t held_ = 0;  // pending jobs an admin holds (JobView::held), out of the pending books
 
   // ---- devices and indexes (scheduler_devices.cc)
   const DeviceModel* ModelOf(const DeviceRef& ref) const { return cluster_.devices().at(ref).catalogue; }
@@ -135,9 +132,6 @@ class Scheduler::Impl {
   bool SharedRoom(const Resolved& r, const DeviceView& d) const;
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
-  // PolicyInputFor(r) with the scheduler's RNG and workload; counts the placement attempt.
-  PolicyInput InputFor(const Resolved& r);
-  std::optional<Choice> PlaceGeneric(const Resolved& r, const PlacementPolicy& policy);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
 
   std::optional<Choice> PlaceMig(const Resolved& r);
@@ -255,22 +249,8 @@ class Scheduler::Impl {
   QueueVersions queues_;
 
   JobBooks jobs_;  // every kept job's view; pending and running jobs' Resolved records
-  PendingQueue pending_;  // waiting jobs, not held
-  // Shape ids by key (ShapeOf()), numbered in order of first use. Hashed: a what-if's
-  // right-sized MIG requests make about one shape per job, each looked up at its submit.
-  using ShapeKey = std::tuple<SliceKind, int, MilliGpu, Bytes, Bytes, std::string, const QueueConfig*, std::string, int>;
-  struct ShapeKeyHash {
-    std::size_t operator()(const ShapeKey& k) const {
-      const auto& [kind, gpus, milli, memory, mig_need, model, queue, mps_user, team] = k;
-      std::size_t h = std::hash<std::string>()(model) ^ std::hash<std::string>()(mps_user) * 31;
-      for (std::size_t v : {static_cast<std::size_t>(kind), static_cast<std::size_t>(gpus), static_cast<std::size_t>(milli),
-                            static_cast<std::size_t>(memory), static_cast<std::size_t>(mig_need),
-                            std::hash<const QueueConfig*>()(queue), static_cast<std::size_t>(team)})
-        h = (h ^ v) * 0x100000001b3ULL;
-      return h;
-    }
-  };
-  std::unordered_map<ShapeKey, int, ShapeKeyHash> shapes_;
+  PendingQueue pending_;  // waiting jobs; those an admin holds are out of the queue, counted
+  ShapeBooks shapes_;  // shape ids (Resolved::shape), and the shapes that failed in this pass
   UserCaps user_caps_;  // what each user holds in each capped queue
   // What each team holds and has used, the take-back candidates and the pass's fair-share levels.
   TeamShares teams_;
@@ -283,22 +263,14 @@ class Scheduler::Impl {
 
   WorkloadModel workload_;  // what fragmentation-aware policies score against
 
-  // PlaceGeneric's decisions for policies that ScoresByNodeState(), per distinct host state.
+  // The generic path's decisions for policies that ScoresByNodeState(), per distinct host state.
   ByStateEngine by_state_;
+  GenericPlacement generic_;  // the generic Filter/Score path, for other policies (and reference mode)
 
   // The devices, the running slices, the indexes over them and what could ever fit; tells mig_
   // and by_state_ of every change to a device.
   ClusterState cluster_{mig_,
                         [this](NodeId node, bool devices_changed) { by_state_.MarkDirty(node, devices_changed); }};
-
-  // Scratch (reused to avoid allocation per event).
-  FailedShapes failed_shapes_;  // SchedulePass: the shapes that failed in this pass
-  // SchedulePass: the head job of each shape (its key, shape and record).
-  std::vector<std::tuple<PendingKey, int, const Resolved*>> scratch_heads_;
-  std::vector<GpuView> scratch_gpus_;
-  std::vector<NodeView> scratch_nodes_;
-  std::vector<DeviceRef> scratch_refs_;
-  std::vector<NodeId> scratch_hosts_;
 };
 
 }  // namespace gpuslice::sched

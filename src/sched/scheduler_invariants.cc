@@ -162,8 +162,9 @@ Status Scheduler::Impl::CheckInvariants() const {
     if (pending_.contains(r) == r.view->held)
       return Internal(fmt::format("pending job {} is {} the books", id.value(), r.view->held ? "held but in" : "not in"));
   }
-  if (held != held_ || pending - held != pending_.size())
-    return Internal(fmt::format("{} pending, {} held (counted {}), {} in the books", pending, held, held_, pending_.size()));
+  if (held != pending_.held() || pending - held != pending_.size())
+    return Internal(fmt::format("{} pending, {} held (counted {}), {} in the books", pending, held, pending_.held(),
+                                pending_.size()));
   for (std::size_t i = 0; i < per_shape.size(); ++i) {
     const std::size_t queued = pending_.count_of_shape(static_cast<int>(i));
     if (queued != static_cast<std::size_t>(per_shape[i]))

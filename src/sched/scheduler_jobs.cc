@@ -113,7 +113,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
     return;
   }
   j.kind = r->kind;
-  r->shape = ShapeOf(*r);
+  r->shape = shapes_.IdOf(*r);
   Resolved* rp = &jobs_.Add(at, std::move(j), std::move(r).value());
   if (rp->kind != SliceKind::kMig) workload_.Count(rp->gpus, rp->milli);
   pending_.Add(rp);
@@ -133,12 +133,11 @@ void Scheduler::Impl::OnCancel(const Cancel& e) {
   JobView* j = jobs_.Find(e.job);
   if (j == nullptr || j->state == JobState::kEnded) return;
   if (j->state == JobState::kPending) {
-    const Resolved& r = jobs_.RecordOf(e.job);
+    Resolved& r = jobs_.RecordOf(e.job);
     const bool kept = reservations_.Holds(e.job);
     ReleaseReservationOf(e.job);
     if (j->held) {
-      --held_;  // out of the pending books already
-      j->held = false;
+      pending_.EndHeld(r);  // out of the queue already
     } else {
       pending_.Remove(r);
     }
@@ -259,7 +258,7 @@ void Scheduler::Impl::Schedule(std::optional<JobId> only) {
 }
 
 void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
-  failed_shapes_.NewPass(shapes_.size());
+  shapes_.NewPass();
   bool mig_failed = false;
   auto unmet_mig = [&] {
     std::vector<const Resolved*> unmet;
@@ -271,12 +270,12 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
   };
   auto attempt = [&](const Resolved& r) -> bool {  // true: failed
     if (CapBlocks(r)) return false;
-    if (failed_shapes_.Failed(r.shape)) return false;
+    if (shapes_.Failed(r.shape)) return false;
     if (auto c = TryPlace(r)) {
       Start(r, std::move(*c));
       return false;
     }
-    failed_shapes_.MarkFailed(r.shape);
+    shapes_.MarkFailed(r.shape);
     if (r.kind == SliceKind::kMig && !mig_failed) {
       mig_failed = true;
       // Plan at once, before the jobs after it in queue order are placed: a GPU that is free
@@ -291,53 +290,29 @@ void Scheduler::Impl::SchedulePass(std::optional<JobId> only) {
     attempt(jobs_.RecordOf(*only));
   } else {
     // Jobs are tried in global queue order, skipping shapes that already failed in this
-    // pass, by merging the per-shape queues: only the head job of each live shape is
-    // visited, so a pass costs O(shapes + starts), not O(waiting jobs).
-    // A min-heap in a reused vector (the pairs are distinct: same order as a std::set,
-    // without a node allocation per head). Not re-entered: attempt() does not schedule.
-    // The keys are distinct, so the order is theirs (shape and record never compared).
+    // pass, by merging the per-shape queues (PendingQueue::WalkByShape): a pass costs
+    // O(shapes + starts), not O(waiting jobs). attempt() does not schedule (not re-entered).
     // With teams, a first merge tries only jobs within their team's guarantee in their queue
     // (docs/teams.md): they go before everything else. A shape is one team, queue and ask, and
     // a team only grows within a pass, so a head beyond its guarantee ends its shape's turn.
     // The second merge is the over-quota pool: within a queue priority, teams in fair-share
     // order (TeamShares::ComputeLevels; jobs of no team last), then queue order.
-    std::vector<std::tuple<PendingKey, int, const Resolved*>>& heads = scratch_heads_;
-    const auto later = [](const auto& a, const auto& b) { return std::get<0>(a) > std::get<0>(b); };
-    const auto later_fair = [this](const auto& a, const auto& b) {
-      const PendingKey& ka = std::get<0>(a);
-      const PendingKey& kb = std::get<0>(b);
-      if (ka.neg_priority != kb.neg_priority) return ka.neg_priority > kb.neg_priority;
-      const double la = LevelOf(*std::get<2>(a)), lb = LevelOf(*std::get<2>(b));
+    using Head = PendingQueue::Head;
+    const auto later = [](const Head& a, const Head& b) { return a.key > b.key; };
+    const auto later_fair = [this](const Head& a, const Head& b) {
+      if (a.key.neg_priority != b.key.neg_priority) return a.key.neg_priority > b.key.neg_priority;
+      const double la = LevelOf(*a.r), lb = LevelOf(*b.r);
       if (la != lb) return la > lb;
-      return ka > kb;
+      return a.key > b.key;
     };
-    auto merge = [&](bool guaranteed_only, const auto& after) {
-      heads.clear();
-      for (int shape : pending_.live_shapes()) {
-        const auto& [key, r] = *pending_.of_shape(shape).begin();
-        heads.emplace_back(key, shape, r);
-      }
-      std::make_heap(heads.begin(), heads.end(), after);
-      while (!heads.empty()) {
-        std::pop_heap(heads.begin(), heads.end(), after);
-        const auto [key, shape, r] = heads.back();
-        heads.pop_back();
-        if (guaranteed_only && !WithinGuarantee(*r)) continue;
-        if (attempt(*r)) continue;  // the shape failed: its later jobs would too
-        const auto& q = pending_.of_shape(shape);
-        auto next = q.upper_bound(key);  // Start() may have erased `key`
-        if (next != q.end()) {
-          heads.emplace_back(next->first, shape, next->second);
-          std::push_heap(heads.begin(), heads.end(), after);
-        }
-      }
-    };
+    // true: the shape's turn ends (it failed: its later jobs would too).
+    const auto guaranteed = [&](const Resolved& r) { return !WithinGuarantee(r) || attempt(r); };
     if (config_.teams.enabled()) {
-      merge(/*guaranteed_only=*/true, later);
+      pending_.WalkByShape(later, guaranteed);
       teams_.ComputeLevels(config_.teams, now_);
-      merge(/*guaranteed_only=*/false, later_fair);
+      pending_.WalkByShape(later_fair, attempt);
     } else {
-      merge(/*guaranteed_only=*/false, later);
+      pending_.WalkByShape(later, attempt);
     }
   }
   if (!only) {

@@ -39,7 +39,7 @@ std::optional<WaitReason> Scheduler::Impl::PendingReason(JobId job) const {
 // + pending jobs of capped queues), not O(pending), since the simulator asks at every instant.
 std::array<std::int64_t, kWaitReasonKinds> Scheduler::Impl::PendingReasonCounts() const {
   std::array<std::int64_t, kWaitReasonKinds> n{};
-  n[WaitReason(Held{}).index()] = static_cast<std::int64_t>(held_);  // out of the pending books
+  n[WaitReason(Held{}).index()] = static_cast<std::int64_t>(pending_.held());  // out of the queue
   ReasonScan scan;
   for (int shape : pending_.live_shapes()) {
     const auto& jobs = pending_.of_shape(shape);

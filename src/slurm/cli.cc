@@ -110,6 +110,7 @@ Status RunSlurmSubmit(const SubmitFlags& f, std::ostream& out) {
   }
   r.model = f.model;
   r.team = f.team;
+  r.borrow = f.borrow;
   r.job_name = f.name;
   r.output = f.output;
   r.command = f.command;

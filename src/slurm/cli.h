@@ -46,6 +46,7 @@ struct SubmitFlags {
   std::string kind;          // "whole" | "shared" | "mps" | "mig"; empty: from the amount / queue
   std::string model;         // whole GPUs of this model, e.g. "H100-80GB"; empty: any
   std::string team;          // a team of the policy: its Slurm account; empty: the default account
+  bool borrow = false;       // run in the borrowing QOS (SlurmSubmitRequest::borrow)
   std::string name;
   std::string output;
   bool dry_run = false;

@@ -10,6 +10,7 @@
 #include "core/text.h"
 #include "slurm/config_gen.h"
 #include "slurm/process.h"
+#include "slurm/teams_setup.h"
 
 namespace gpuslice::slurm {
 namespace {
@@ -247,6 +248,12 @@ Result<SlurmSubmission> PlanSlurmSubmission(const SlurmSubmitRequest& r) {
                                        ForTerminal(r.team)));
   if (!r.team.empty() && policy.teams.Find(r.team) == nullptr)
     return NotFound(fmt::format("--team '{}': no such team in the policy's [teams]", ForTerminal(r.team)));
+  if (r.borrow && !policy.teams.enabled())
+    return InvalidArgument("--borrow: the policy has no [teams] (give --policy with the site's config)");
+  if (r.borrow && !q->preemptible)
+    return InvalidArgument(fmt::format("--borrow: queue '{}' is not preemptible: borrowed GPUs are taken back only "
+                                       "in preemptible queues",
+                                       q->name));
   GPUSLICE_ASSIGN_OR_RETURN(SliceKind kind, ChooseKind(r, *q));
 
   if (!r.model.empty() && kind != SliceKind::kWhole)
@@ -341,6 +348,7 @@ Result<SlurmSubmission> PlanSlurmSubmission(const SlurmSubmitRequest& r) {
                    fmt::format("--comment=gpuslice queue={} kind={}", q->name, sched::SliceKindName(kind))};
   if (!s.time_limit.empty()) s.sbatch_args.push_back("--time=" + s.time_limit);
   if (!r.team.empty()) s.sbatch_args.push_back("--account=" + r.team);
+  if (r.borrow) s.sbatch_args.push_back(std::string("--qos=") + kBorrowQos);
   if (!workdir.empty()) s.sbatch_args.push_back("--chdir=" + workdir);
   s.sbatch_args.insert(s.sbatch_args.end(), r.sbatch_extra.begin(), r.sbatch_extra.end());
 

@@ -36,6 +36,10 @@ struct SlurmSubmitRequest {
   // A team of the policy's [teams]: the job runs in its Slurm account (`gpuslice slurm teams`
   // makes one per team). "": the user's default account.
   std::string team;
+  // The job borrows: it runs in QOS gpuslice-borrow (kBorrowQos, teams_setup.h), on idle GPUs
+  // past its team's share, and is requeued when a team's job needs them. Only in a preemptible
+  // queue of a policy with [teams] (where `gpuslice slurm teams` makes that QOS).
+  bool borrow = false;
   std::vector<std::string> command;     // argv; run by a /bin/sh batch script with exec
   std::string job_name;                 // default: "gpuslice-<queue>"
   std::string output;                   // default: "<workdir>/gpuslice-%j.out"

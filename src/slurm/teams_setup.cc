@@ -18,8 +18,6 @@ namespace {
 
 using sched::SliceKind;
 
-constexpr const char* kTeamQos = "gpuslice-team";
-constexpr const char* kBorrowQos = "gpuslice-borrow";
 constexpr std::size_t kMaxName = 64;
 
 bool Lower(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }

@@ -44,6 +44,12 @@ using GroupMembers = std::function<std::optional<std::vector<std::string>>(const
 // This host's groups (getgrnam_r, and getpwent for primary groups). Not thread-safe (getpwent).
 GroupMembers SystemGroupMembers();
 
+// The QOS of borrowing in preemptible queues: a job of kBorrowQos (`submit --slurm --borrow`)
+// runs on idle GPUs past its team's share and is requeued when a job of kTeamQos, the teams'
+// default, needs the room.
+inline constexpr const char* kTeamQos = "gpuslice-team";
+inline constexpr const char* kBorrowQos = "gpuslice-borrow";
+
 struct TeamsSetupOptions {
   std::string cluster;  // Cluster= on accounts and users; empty: every cluster slurmdbd knows
   SharingGres sharing = SharingGres::kShard;  // as given to `gpuslice slurm config`

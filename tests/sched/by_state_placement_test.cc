@@ -5,18 +5,18 @@
 // only its own user.
 #include "sched/by_state_placement.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <gtest/gtest.h>
+
+#include "tests/sched/every_host.h"
 
 namespace gpuslice::sched {
 namespace {
@@ -140,57 +140,6 @@ TEST(ByStateEngine, AnMpsServerServesOnlyItsOwnUser) {
   EXPECT_FALSE(e.engine.Place(Share(0, SliceKind::kMps, 250, "bob"), *policy, devices, workload, rng));
 }
 
-// What Place() is shown of `d` for a whole or shared request (the scheduler's PlaceGeneric;
-// the devices here track no memory).
-GpuView OracleView(const Resolved& r, const DeviceView& d) {
-  const bool open = !d.draining && (r.model.empty() || d.model == r.model);
-  const bool ok = r.kind == SliceKind::kWhole
-                      ? open && d.mode == DeviceMode::kFree
-                      : open && (d.mode == DeviceMode::kFree || d.mode == DeviceMode::kShared) &&
-                            kOneGpu - d.used_milli >= r.milli;
-  return GpuView{ok ? kOneGpu - d.used_milli : 0, 0, ok};
-}
-
-// Place() over every host of `devices` in NodeId order, as the scheduler's generic path shows
-// them, in the engine's terms.
-std::optional<ByStateEngine::Pick> PlaceOverEveryHost(const Resolved& r, const PlacementPolicy& policy,
-                                                      const Devices& devices, WorkloadModel& workload,
-                                                      std::mt19937_64& rng) {
-  std::vector<GpuView> gpus;
-  std::vector<NodeView> nodes;
-  std::vector<DeviceRef> refs;
-  gpus.reserve(devices.size());  // the spans below stay valid
-  for (auto it = devices.begin(); it != devices.end();) {
-    const NodeId node = it->first.node;
-    NodeView v;
-    v.index = static_cast<std::uint32_t>(nodes.size());
-    v.model = it->second.model;
-    v.cpu_milli_free = v.cpu_milli_total = 1 << 30;
-    v.memory_free = v.memory_total = Bytes{1} << 50;
-    const std::size_t first = gpus.size();
-    for (; it != devices.end() && it->first.node == node; ++it) {
-      gpus.push_back(OracleView(r, it->second));
-      refs.push_back(it->first);
-    }
-    v.gpus = std::span<const GpuView>(gpus.data() + first, gpus.size() - first);
-    nodes.push_back(v);
-  }
-  PlacementRequest req;
-  req.num_gpus = r.gpus;
-  req.milli_per_gpu = r.milli;
-  PlacementContext ctx;
-  ctx.rng = &rng;
-  ctx.workload = workload.Shapes();
-  const std::optional<Placement> p = Place(policy, req, nodes, ctx);
-  if (!p) return std::nullopt;
-  std::size_t first = 0;
-  for (std::uint32_t i = 0; i < p->node_index; ++i) first += nodes[i].gpus.size();
-  ByStateEngine::Pick pick{refs[first].node, {}};
-  for (int g : p->gpu_indices) pick.devices.push_back(refs[first + g].index);
-  std::sort(pick.devices.begin(), pick.devices.end());
-  return pick;
-}
-
 // The engine's choice for `r` and PlaceOverEveryHost()'s, each drawing from its own copy of
 // one RNG: the same host and GPUs, and the same draws. Returns whether `r` was placed.
 bool ExpectSameAsEveryHost(ByStateEngine& engine, const Resolved& r, const PlacementPolicy& policy,
@@ -227,19 +176,7 @@ TEST(ByStateEngine, ChoosesAndDrawsAsPlaceOverEveryHost) {
     for (std::uint32_t i = 0; i < n; ++i) AddDevice(devices, h, i, model);
     workload.HostResized(0, n);
   }
-  auto randomize = [&](DeviceView& d) {
-    static constexpr MilliGpu kShares[] = {0, 0, 250, 500, 750};
-    d.mode = DeviceMode::kFree;
-    d.used_milli = 0;
-    d.draining = gen() % 20 == 0;
-    if (gen() % 4 == 0) {
-      d.mode = DeviceMode::kWhole;
-      d.used_milli = kOneGpu;
-    } else if (MilliGpu used = kShares[gen() % 5]; used > 0) {
-      d.mode = DeviceMode::kShared;
-      d.used_milli = used;
-    }
-  };
+  auto randomize = [&](DeviceView& d) { RandomizeDevice(gen, d); };
   for (auto& [ref, d] : devices) randomize(d);
   Engine e(devices);
   int placed = 0;

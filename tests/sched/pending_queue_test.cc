@@ -1,7 +1,9 @@
-// PendingQueue: the waiting jobs in serving order, and the subsets the scheduler walks.
+// PendingQueue: the waiting jobs in serving order, the subsets the scheduler walks, and the
+// jobs an admin holds out of the queue.
 #include "sched/pending_queue.h"
 
 #include <deque>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@ namespace {
 struct Fixture {
   QueueConfig plain, urgent, reserving;
   std::deque<Resolved> records;  // stable addresses, as the scheduler's
+  std::deque<JobView> views;
   Fixture() {
     plain.name = "plain";
     urgent.name = "urgent";
@@ -26,6 +29,7 @@ struct Fixture {
     r.kind = kind;
     r.submit = submit;
     r.shape = shape;
+    r.view = &views.emplace_back();
     return &r;
   }
 };
@@ -89,6 +93,65 @@ TEST(PendingQueue, ARemovedJobAddedBackKeepsItsPlace) {
   q.Add(a);
   EXPECT_EQ(Ids(q.all()), (std::vector<std::uint64_t>{1, 2}));
   EXPECT_EQ(Ids(q.of_shape(0)), (std::vector<std::uint64_t>{1, 2}));
+}
+
+// A held job leaves the queue and its subsets, flagged and counted, and comes back in its old
+// place when released; a held job that ends is no longer counted.
+TEST(PendingQueue, HeldJobsWaitOutOfTheQueueAndComeBackInPlace) {
+  Fixture f;
+  PendingQueue q;
+  Resolved* a = f.Job(1, f.plain, SliceKind::kMig, 10, 0);
+  Resolved* b = f.Job(2, f.plain, SliceKind::kMig, 20, 0);
+  Resolved* c = f.Job(3, f.plain, SliceKind::kShared, 30, 1);
+  for (Resolved* r : {a, b, c}) q.Add(r);
+  q.Hold(*a);
+  q.Hold(*c);
+  EXPECT_EQ(q.held(), 2u);
+  EXPECT_TRUE(a->view->held);
+  EXPECT_FALSE(b->view->held);
+  EXPECT_EQ(Ids(q.all()), std::vector<std::uint64_t>{2});
+  EXPECT_EQ(Ids(q.mig()), std::vector<std::uint64_t>{2});
+  EXPECT_EQ(q.live_shapes(), std::set<int>{0}) << "shape 1's only job is held";
+  q.Release(*a);
+  EXPECT_EQ(q.held(), 1u);
+  EXPECT_FALSE(a->view->held);
+  EXPECT_EQ(Ids(q.all()), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(Ids(q.of_shape(0)), (std::vector<std::uint64_t>{1, 2}));
+  q.EndHeld(*c);
+  EXPECT_EQ(q.held(), 0u);
+  EXPECT_FALSE(c->view->held);
+  EXPECT_FALSE(q.contains(*c));
+}
+
+// The walk shows the jobs in the given order, a shape's next job only after its head, and none
+// of a shape after its turn ends; the job shown may leave the queue (it started).
+TEST(PendingQueue, WalksByShapeInOrderUntilAShapeFails) {
+  Fixture f;
+  PendingQueue q;
+  // Shape 0: jobs 1, 4, 6; shape 1: 2, 5; shape 2: 3 (urgent, so first).
+  const std::vector<std::pair<std::uint64_t, int>> plain = {{1, 0}, {2, 1}, {4, 0}, {5, 1}, {6, 0}};
+  for (const auto& [id, shape] : plain) q.Add(f.Job(id, f.plain, SliceKind::kShared, 10 * static_cast<Micros>(id), shape));
+  q.Add(f.Job(3, f.urgent, SliceKind::kShared, 30, 2));
+  const auto later = [](const PendingQueue::Head& a, const PendingQueue::Head& b) { return a.key > b.key; };
+  std::vector<std::uint64_t> shown;
+  q.WalkByShape(later, [&](const Resolved& r) {
+    shown.push_back(r.job.value());
+    if (r.job == JobId(4)) return true;  // shape 0 fails at its second job
+    q.Remove(r);                          // the others start
+    return false;
+  });
+  EXPECT_EQ(shown, (std::vector<std::uint64_t>{3, 1, 2, 4, 5}));
+  EXPECT_EQ(Ids(q.all()), (std::vector<std::uint64_t>{4, 6})) << "shape 0's jobs from the failed one on wait";
+
+  // Another order: the newest first.
+  const auto older = [](const PendingQueue::Head& a, const PendingQueue::Head& b) { return a.key.submit < b.key.submit; };
+  q.Add(f.Job(7, f.plain, SliceKind::kShared, 70, 1));
+  shown.clear();
+  q.WalkByShape(older, [&](const Resolved& r) {
+    shown.push_back(r.job.value());
+    return false;  // nothing starts: a shape's jobs follow in the queue's order
+  });
+  EXPECT_EQ(shown, (std::vector<std::uint64_t>{7, 4, 6}));
 }
 
 }  // namespace

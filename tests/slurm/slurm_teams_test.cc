@@ -194,7 +194,7 @@ TEST_F(SlurmTeamsTest, AJobOverItsTeamsLimitPendsAndABorrowingJobIsRequeuedForAT
 
   // nlp (no limit) borrows both GPUs with the borrowing QOS; a vision job takes one back.
   auto borrow = Request("nlp", 2);
-  borrow.sbatch_extra = {"--qos=gpuslice-borrow"};
+  borrow.borrow = true;
   const std::string borrower = Submit(borrow);
   WaitFor(borrower, "JobState", "RUNNING");
   const std::string owner = Submit(Request("vision", 1));

@@ -300,6 +300,46 @@ TEST(PlanSlurmSubmission, ATeamMustBeOneOfThePolicys) {
   EXPECT_THAT(s.status().message(), HasSubstr("--team 'nope': the policy has no [teams]"));
 }
 
+// `submit --slurm --borrow` runs in the borrowing QOS that `slurm teams` makes, and only where
+// it makes it: a preemptible queue of a policy with teams (checked before Slurm is asked).
+TEST(PlanSlurmSubmission, ABorrowingJobRunsInTheBorrowQosOfAPreemptibleQueue) {
+  namespace fs = std::filesystem;
+  const fs::path bin = ::testing::TempDir() + "plan_borrow_" + std::to_string(::getpid());
+  fs::create_directories(bin);
+  std::ofstream(bin / "sinfo") << "#!/bin/sh\necho gpu:fake:2\n";  // the partition's GRES
+  fs::permissions(bin / "sinfo", fs::perms::owner_all);
+  SlurmSubmitRequest r;
+  r.queue = "training";
+  r.gpus = 1;
+  r.command = {"true"};
+  r.team = "nlp";
+  r.borrow = true;
+  r.policy = Policy(kTwoTeams);
+  r.slurm.bin_dir = bin.string();
+  auto s = PlanSlurmSubmission(r);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_THAT(s->sbatch_args, ::testing::IsSupersetOf({"--account=nlp", "--qos=gpuslice-borrow"}))
+      << ShellJoin(s->sbatch_args);
+  r.borrow = false;
+  s = PlanSlurmSubmission(r);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_THAT(s->sbatch_args, Not(::testing::Contains(HasSubstr("--qos")))) << "the team's QOS is the default";
+
+  r.borrow = true;
+  r.queue = "interactive";
+  s = PlanSlurmSubmission(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.status().message(), HasSubstr("--borrow: queue 'interactive' is not preemptible"));
+  r.queue = "training";
+  r.team = "";
+  r.policy = Policy("");
+  s = PlanSlurmSubmission(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("--borrow: the policy has no [teams]"));
+  fs::remove_all(bin);
+}
+
 TEST(RunSlurmTeams, PrintsBothPartsOrWritesThemWithWarningsOnStderr) {
   namespace fs = std::filesystem;
   const fs::path dir = ::testing::TempDir() + "slurm_teams_" + std::to_string(::getpid());
