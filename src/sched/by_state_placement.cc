@@ -27,19 +27,15 @@ struct KeyFields {
 }  // namespace
 
 // Scheduler::Impl::ViewOf() from a device's HostStates key (RefileHost() below), without
-// reading the device: the same rules (RoomHolds() for a shared or MPS slice), on the key's
+// reading the device: the same rules (RoomHolds()), on the key's
 // copies of the fields they read. `model`: HostStates' id of r.model, kAnyModel when empty, -1
 // when no device has that model; `user`: HostStates' id of r.user (-1: none, so every MPS user
 // is another).
 inline GpuView ByStateEngine::ViewOfKey(const Resolved& r, int model, int user, const DeviceStateKey& k) {
-  bool ok = k.schedulable && (model == kAnyModel || k.model == model);
-  const auto mode = static_cast<DeviceMode>(k.mode);
-  if (ok && r.kind == SliceKind::kWhole) {
-    ok = mode == DeviceMode::kFree;
-  } else if (ok) {  // SharedFits()
-    ok = RoomHolds(r, KeyFields{k}, Room{mode, k.used_milli, k.used_memory, k.clients}) &&
-         !(r.kind == SliceKind::kMps && k.mps_user >= 0 && k.mps_user != user);
-  }
+  // Scheduler::Impl::Takes(): may be used, the model, the one rule, and the MPS user.
+  const bool ok = k.schedulable && (model == kAnyModel || k.model == model) &&
+                  RoomHolds(r, KeyFields{k}, Room{static_cast<DeviceMode>(k.mode), k.used_milli, k.used_memory, k.clients}) &&
+                  !(r.kind == SliceKind::kMps && k.mps_user >= 0 && k.mps_user != user);
   GpuView g;
   g.usable = ok;
   g.free_milli = ok ? kOneGpu - k.used_milli : 0;
@@ -81,7 +77,7 @@ void ByStateEngine::RefileHost(NodeId nid, const std::map<DeviceRef, DeviceView>
     k.memory = d.memory;
     k.context_reserve = d.context_reserve;
     k.used_memory = d.used_memory;
-    // Only an MPS slice reads the clients and their limit (SharedFits), and only on a device
+    // Only an MPS slice reads the clients and their limit (Takes), and only on a device
     // that is free (no clients) or in MPS mode.
     k.clients = d.mode == DeviceMode::kMps ? d.clients : 0;
     k.mps_limit = d.mode == DeviceMode::kShared ? 0 : MpsLimit(d);

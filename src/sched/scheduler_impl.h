@@ -127,9 +127,12 @@ class Scheduler::Impl {
     std::vector<DeviceIndex> devices;
     std::optional<MigPlacement> mig;
   };
-  bool SharedFits(const Resolved& r, const DeviceView& d) const;
-  // SharedFits() but for the device's MPS user: room, mode and model.
-  bool SharedRoom(const Resolved& r, const DeviceView& d) const;
+  // Device `d` takes a slice of `r` now (not MIG): it may be used (Schedulable), holds it by
+  // the one rule (CanHold) and does not run another user's MPS server. What placement, the
+  // policies' views and the indexed paths all ask.
+  bool Takes(const Resolved& r, const DeviceView& d) const;
+  // Takes() but for the device's MPS user: room, mode and model.
+  bool TakesButForMpsUser(const Resolved& r, const DeviceView& d) const;
   std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
   std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
   GpuView ViewOf(const Resolved& r, const DeviceView& d) const;

@@ -16,11 +16,11 @@
 namespace gpuslice::sched {
 
 // ---------------------------------------------------------------- placement
-bool Scheduler::Impl::SharedFits(const Resolved& r, const DeviceView& d) const {
-  return SharedRoom(r, d) && !MpsServesOther(r, d);
+bool Scheduler::Impl::Takes(const Resolved& r, const DeviceView& d) const {
+  return TakesButForMpsUser(r, d) && !MpsServesOther(r, d);
 }
 
-bool Scheduler::Impl::SharedRoom(const Resolved& r, const DeviceView& d) const {
+bool Scheduler::Impl::TakesButForMpsUser(const Resolved& r, const DeviceView& d) const {
   return Schedulable(d) && CanHold(r, d, RoomOf(d));
 }
 
@@ -29,7 +29,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceFractionalFast(cons
   auto try_node = [&](NodeId nid) -> std::optional<Choice> {
     for (DeviceIndex di : cluster_.index().FreeOn(nid)) {
       ++stats_.placement_attempts;
-      if (SharedFits(r, cluster_.devices().at({nid, di}))) return Choice{nid, {di}, std::nullopt};
+      if (Takes(r, cluster_.devices().at({nid, di}))) return Choice{nid, {di}, std::nullopt};
     }
     return std::nullopt;
   };
@@ -51,13 +51,13 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceFractionalFast(cons
     if (auto c = from_free()) return c;
     for (auto it = index.rbegin(); it != index.rend() && it->first >= r.milli; ++it) {
       ++stats_.placement_attempts;
-      if (SharedFits(r, cluster_.devices().at(it->second))) return at(it->second);
+      if (Takes(r, cluster_.devices().at(it->second))) return at(it->second);
     }
     return std::nullopt;
   }
   for (auto it = index.lower_bound({r.milli, DeviceRef{}}); it != index.end(); ++it) {
     ++stats_.placement_attempts;
-    if (SharedFits(r, cluster_.devices().at(it->second))) return at(it->second);
+    if (Takes(r, cluster_.devices().at(it->second))) return at(it->second);
   }
   return from_free();
 }
@@ -87,8 +87,7 @@ std::optional<Scheduler::Impl::Choice> Scheduler::Impl::PlaceWholeFast(const Res
 // The GPU view of device `d` for request `r`, as the policy sees it (GenericPlacement;
 // ByStateEngine shows the same from a device's HostStates key).
 GpuView Scheduler::Impl::ViewOf(const Resolved& r, const DeviceView& d) const {
-  bool ok = r.kind == SliceKind::kWhole ? (Schedulable(d) && d.mode == DeviceMode::kFree && ModelOk(r, d))
-                                        : SharedFits(r, d);
+  const bool ok = Takes(r, d);
   GpuView g;
   g.usable = ok;
   g.free_milli = ok ? kOneGpu - d.used_milli : 0;

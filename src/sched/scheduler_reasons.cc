@@ -130,7 +130,7 @@ WaitReason Scheduler::Impl::ShapeReason(const Resolved& r, ReasonScan& scan) con
   }
   if (r.kind == SliceKind::kMps) {
     for (const auto& [ref, d] : cluster_.devices())
-      if (MpsServesOther(r, d) && SharedRoom(r, d)) return MpsServesOtherUser{ref, d.mps_user};
+      if (MpsServesOther(r, d) && TakesButForMpsUser(r, d)) return MpsServesOtherUser{ref, d.mps_user};
   }
   NoDeviceFits n{r.kind, r.model, r.gpus, r.milli, r.kind == SliceKind::kMig ? r.mig_need : r.memory};
   if (r.kind == SliceKind::kWhole) n.memory = 0;
