@@ -219,6 +219,8 @@ class Scheduler::Impl {
   // The job's team, with it, holds no more than its guarantee in the job's queue.
   bool WithinGuarantee(const Resolved& r) const;
   bool TakeBack();
+  // Freeing MIG slice `v` gives MIG request `r` room, and keeps `r`'s team within its guarantee.
+  bool TakesBackFor(const Resolved& r, const SliceView& v) const;
   static constexpr int kTakeBackRounds = 16;
   // The over-quota pool's order (TeamShares::ComputeLevels, once per pass).
   double LevelOf(const Resolved& r) const { return teams_.LevelOf(r.team); }

@@ -71,7 +71,7 @@ std::vector<TeamStanding> Scheduler::Impl::TeamStandings() const {
 // queues only (they are requeued), of a team other than its own, newest first, and never so
 // many of one team's that it would hold less than its guarantee in that queue (a job without a
 // team is all borrowed). The slices taken are the fewest that make room (RoomFrom, as on-demand
-// reclaim). MIG requests do not take back (an instance's shape is not a sum of freed shares).
+// reclaim). A MIG request takes the one instance PlaceMig would place it on (TakesBackFor).
 // One job is served per call; true: slices were taken back.
 bool Scheduler::Impl::TakeBack() {
   // The first waiting job in queue order that may take back. The jobs of a shape share team,
@@ -82,7 +82,12 @@ bool Scheduler::Impl::TakeBack() {
     const auto& jobs = pending_.of_shape(shape);
     const Resolved& head = *jobs.begin()->second;
     if (want != nullptr && !(jobs.begin()->first < PendingKeyOf(*want))) continue;
-    if (head.kind == SliceKind::kMig || !WithinGuarantee(head) || !cluster_.Feasible(head).ok()) continue;
+    if (!WithinGuarantee(head) || !cluster_.Feasible(head).ok()) continue;
+    // A MIG request's share is known only with its instance (UsageMilli() counts 0) and is never
+    // 0: a team at its guarantee has no room for one.
+    if (head.kind == SliceKind::kMig &&
+        teams_.Held(head.team, head.queue->name) >= TeamConfigOf(head)->GuaranteeIn(head.queue->name))
+      continue;
     for (const auto& [k, r] : jobs) {
       if (want != nullptr && !(k < PendingKeyOf(*want))) break;
       if (CapBlocks(*r)) continue;
@@ -91,6 +96,11 @@ bool Scheduler::Impl::TakeBack() {
     }
   }
   if (want == nullptr) return false;
+  // A layout being applied may be the one the MIG planner chose for this request: wait for it
+  // (its ReconfigureDone schedules again) rather than take a slice back as well.
+  if (want->kind == SliceKind::kMig)
+    for (const DeviceRef& ref : mig_.changing())
+      if (cluster_.devices().at(ref).reconfiguring) return false;
   // Candidates, newest first, drawn only as far as RoomFromNext needs: slices of other teams,
   // each team giving no more than it holds past its guarantee in the queue (a job of no team:
   // all). A (team, queue) with nothing left to give is not walked at all.
@@ -109,7 +119,8 @@ bool Scheduler::Impl::TakeBack() {
     }
     if (left > 0) givers.push_back(Giver{slices.begin(), slices.end(), left});
   }
-  auto next = [&]() -> const SliceView* {
+  // The newest candidate its team may give and `takes` accepts (one it refuses costs nothing).
+  auto next_that = [&](const auto& takes) -> const SliceView* {
     for (;;) {
       Giver* newest = nullptr;
       for (Giver& g : givers)
@@ -117,13 +128,18 @@ bool Scheduler::Impl::TakeBack() {
       if (newest == nullptr) return nullptr;
       const SliceView* v = (newest->at++)->view;
       const MilliGpu usage = SliceUsage(*v);
-      if (usage > newest->left) continue;
+      if (usage > newest->left || !takes(*v)) continue;
       newest->left -= usage;
       if (newest->left <= 0) newest->at = newest->end;
       return v;
     }
   };
-  std::vector<const SliceView*> need = RoomFromNext(*want, next);
+  std::vector<const SliceView*> need;
+  if (want->kind == SliceKind::kMig) {
+    if (const SliceView* v = next_that([&](const SliceView& c) { return TakesBackFor(*want, c); })) need.push_back(v);
+  } else {
+    need = RoomFromNext(*want, [&]() { return next_that([](const SliceView&) { return true; }); });
+  }
   if (need.empty()) return false;
   const std::string team = teams_.name(want->team);
   std::vector<JobId> victims;
@@ -137,6 +153,20 @@ bool Scheduler::Impl::TakeBack() {
     EndRunning(job, "preempted", /*requeue=*/true);
   }
   return true;
+}
+
+// A MIG request is placed on a free instance of exactly its smallest fitting profile on a device
+// of its model (PlaceMig): freeing `v` gives it room when `v` holds such an instance on a device
+// new slices may take. Its team stays within its guarantee with it: the instance it would get is
+// of `v`'s profile and model, so it counts what `v` counts.
+bool Scheduler::Impl::TakesBackFor(const Resolved& r, const SliceView& v) const {
+  if (v.kind != SliceKind::kMig || !v.mig) return false;
+  const DeviceView& d = cluster_.devices().at({v.node, v.devices.front()});
+  if (!Schedulable(d) || !ModelOk(r, d) || d.catalogue == nullptr) return false;
+  const MigProfile* p = d.catalogue->SmallestProfileFor(r.mig_need);
+  if (p == nullptr || p->id != v.mig->profile_id) return false;
+  const TeamConfig* t = TeamConfigOf(r);
+  return t != nullptr && teams_.Held(r.team, r.queue->name) + SliceUsage(v) <= t->GuaranteeIn(r.queue->name);
 }
 
 }  // namespace gpuslice::sched

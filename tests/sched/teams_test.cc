@@ -2,6 +2,7 @@
 // their team's guarantee first, and capacity lent to other teams taken back. Every case runs
 // through SchedHarness (invariants after every event, the team books included).
 #include <numbers>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -191,6 +192,176 @@ TEST(Teams, TakeBackTakesNewestFirstAcrossLenders) {
   ASSERT_EQ(pre.size(), 1u);
   EXPECT_EQ(pre[0].job, alice[2]) << "then vision's newest, the one GPU past its guarantee";
   EXPECT_EQ(StateOf(h, alice[1]), JobState::kRunning);
+  EXPECT_EQ(h.violation(), "");
+}
+
+// MIG take-back: vision (alice) and nlp (bob) in a queue of MIG slices, preemptible or not, each
+// guaranteed the given amount there (a 7g instance counts 1 GPU).
+Config MigTeamsConfig(bool preemptible, const std::string& vision, const std::string& nlp) {
+  const std::string text = fmt::format(R"(
+default_queue = "inference"
+[queues.inference]
+kinds = ["mig"]
+preemptible = {}
+[teams.vision]
+members = ["alice"]
+guarantee = {{ inference = {} }}
+[teams.nlp]
+members = ["bob"]
+guarantee = {{ inference = {} }}
+)", preemptible ? "true" : "false", vision, nlp);
+  auto c = ParseConfig(text, "mig-teams.toml");
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return *c;
+}
+
+// Feeds the ReconfigureDone of every layout change in `ds` (and of those that follow).
+void ApplyLayouts(SchedHarness& h, std::vector<Decision> ds) {
+  for (auto rc = Only<ReconfigureMig>(ds); !rc.empty(); rc = Only<ReconfigureMig>(ds)) {
+    ds.clear();
+    for (const ReconfigureMig& r : rc) {
+      std::vector<Decision> more = h.Feed(ReconfigureDone{h.now(), r.device, true, r.layout, ""});
+      ds.insert(ds.end(), more.begin(), more.end());
+    }
+  }
+}
+
+struct MigTakeBackCase {
+  std::string name;
+  std::vector<std::string> hosts;
+  bool preemptible;
+  std::string vision_guarantee, nlp_guarantee;
+  std::vector<std::string> alice;  // started in order, a minute apart, each on its own instance
+  std::string bob;                 // nlp holds nothing when it comes
+  int taken;                       // the index in `alice` of the slice taken back; -1: none
+  int drained = -1;                // an admin drains the device of this slice of `alice` first
+};
+void PrintTo(const MigTakeBackCase& c, std::ostream* os) { *os << c.name; }
+
+class TeamsMigTakeBack : public ::testing::TestWithParam<MigTakeBackCase> {};
+
+TEST_P(TeamsMigTakeBack, TakesTheNewestBorrowedInstanceOfItsProfileOnItsModel) {
+  const MigTakeBackCase& c = GetParam();
+  SchedHarness h(MigTeamsConfig(c.preemptible, c.vision_guarantee, c.nlp_guarantee));
+  for (const std::string& host : c.hosts) h.AddHost(host);
+  std::vector<JobId> alice;
+  for (const std::string& spec : c.alice) {
+    ApplyLayouts(h, h.Submit(spec));
+    alice.push_back(h.last_job());
+    ASSERT_EQ(StateOf(h, alice.back()), JobState::kRunning) << spec;
+    h.Advance(kMinute);  // distinct start times: "newest" is well defined
+  }
+  if (c.drained >= 0) {
+    const SliceView& s = h.scheduler().slices().at(
+        h.scheduler().jobs().at(alice[static_cast<std::size_t>(c.drained)]).slice);
+    h.Feed(AdminDrain{h.now(), DeviceRef{s.node, s.devices.front()}, true, "bad fan"});
+  }
+  std::vector<Decision> ds = h.Submit(c.bob);
+  const JobId bob = h.last_job();
+  std::vector<Preempt> pre = Only<Preempt>(ds);
+  if (c.taken < 0) {
+    EXPECT_TRUE(pre.empty()) << "taken back: job " << pre.front().job.value();
+    EXPECT_EQ(StateOf(h, bob), JobState::kPending);
+    for (JobId a : alice) EXPECT_EQ(StateOf(h, a), JobState::kRunning);
+  } else {
+    ASSERT_EQ(pre.size(), 1u) << "one instance makes room";
+    EXPECT_EQ(pre[0].job, alice[static_cast<std::size_t>(c.taken)]);
+    EXPECT_TRUE(pre[0].requeue);
+    EXPECT_THAT(pre[0].reason, HasSubstr(fmt::format(
+                                   "taken back for team nlp: job {} is within the team's guarantee in queue 'inference'",
+                                   bob.value())));
+    EXPECT_EQ(StateOf(h, bob), JobState::kRunning) << "on the instance given back";
+    EXPECT_EQ(StateOf(h, pre[0].job), JobState::kPending) << "requeued, not ended";
+  }
+  EXPECT_EQ(h.violation(), "");
+}
+
+// 30GiB: a 7g.40gb on an A100-40GB (the whole GPU); 4GiB: a 1g.5gb; 70GiB: a 7g.80gb on an
+// A100-80GB or an H100-80GB, the same profile id on both.
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TeamsMigTakeBack,
+    ::testing::Values(
+        MigTakeBackCase{"NewestInstanceOfItsProfile", {"3xA100-40GB"}, true, "0.5", "1",
+                        {"inference user=alice mem=30GiB", "inference user=alice mem=30GiB",
+                         "inference user=alice mem=4GiB"},
+                        "inference user=bob mem=30GiB", 1},
+        MigTakeBackCase{"NoInstanceOfItsProfile", {"2xA100-40GB"}, true, "0.5", "1",
+                        {"inference user=alice mem=30GiB", "inference user=alice mem=30GiB"},
+                        "inference user=bob mem=4GiB", -1},
+        MigTakeBackCase{"NewestOnItsModel", {"1xH100-80GB", "1xA100-80GB"}, true, "0", "1",
+                        {"inference user=alice mem=70GiB model=H100-80GB",
+                         "inference user=alice mem=70GiB model=A100-80GB"},
+                        "inference user=bob mem=70GiB model=H100-80GB", 0},
+        MigTakeBackCase{"NotOnADeviceAnAdminDrained", {"3xA100-40GB"}, true, "0", "1",
+                        {"inference user=alice mem=30GiB", "inference user=alice mem=30GiB",
+                         "inference user=alice mem=30GiB"},
+                        "inference user=bob mem=30GiB", 1, /*drained=*/2},
+        MigTakeBackCase{"NotFromANonPreemptibleQueue", {"2xA100-40GB"}, false, "0.5", "1",
+                        {"inference user=alice mem=30GiB", "inference user=alice mem=30GiB"},
+                        "inference user=bob mem=30GiB", -1},
+        MigTakeBackCase{"NeverBelowTheLendersGuarantee", {"3xA100-40GB"}, true, "2", "1",
+                        {"inference user=alice mem=30GiB", "inference user=alice mem=30GiB",
+                         "inference user=alice mem=4GiB"},
+                        "inference user=bob mem=30GiB", -1},
+        MigTakeBackCase{"NotPastTheTakersGuaranteeWithTheInstance", {"2xA100-40GB"}, true, "0.5", "0.5",
+                        {"inference user=alice mem=30GiB", "inference user=alice mem=30GiB"},
+                        "inference user=bob mem=30GiB", -1}),
+    [](const ::testing::TestParamInfo<MigTakeBackCase>& i) { return i.param.name; });
+
+TEST(Teams, AMigRequestWaitsForTheLayoutBeingAppliedRatherThanTakeBack) {
+  SchedHarness h(MigTeamsConfig(true, "0", "1"));
+  h.AddHost("2xA100-40GB");
+  ApplyLayouts(h, h.Submit("inference user=alice mem=30GiB"));  // the first GPU, whole, borrowed
+  const JobId alice = h.last_job();
+  ASSERT_EQ(StateOf(h, alice), JobState::kRunning);
+  h.Advance(kMinute);
+  // The second GPU is free: the planner lays it out for bob, and nothing is taken back for him.
+  std::vector<Decision> ds = h.Submit("inference user=bob mem=30GiB");
+  const JobId bob = h.last_job();
+  EXPECT_TRUE(Only<Preempt>(ds).empty());
+  auto rc = Only<ReconfigureMig>(ds);
+  ASSERT_EQ(rc.size(), 1u);
+  auto started = Only<StartSlice>(h.Feed(ReconfigureDone{h.now(), rc[0].device, true, rc[0].layout, ""}));
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_EQ(started[0].job, bob);
+  EXPECT_EQ(StateOf(h, alice), JobState::kRunning);
+  EXPECT_EQ(h.violation(), "");
+}
+
+TEST(Teams, AMigRequestOfATeamAtItsGuaranteeDoesNotHoldBackALaterTakeBack) {
+  auto c = ParseConfig(R"(
+default_queue = "training"
+[queues.inference]
+kinds = ["mig"]
+preemptible = true
+[queues.training]
+kinds = ["whole"]
+reserve_after = "0"
+preemptible = true
+[teams.vision]
+members = ["alice"]
+[teams.nlp]
+members = ["bob"]
+guarantee = { inference = 1, training = 1 }
+)", "two-queues.toml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  SchedHarness h(*c);
+  h.AddHost("2xA100-40GB");
+  h.Feed(AdminMigMode{h.now(), DeviceRef{NodeId(1), DeviceIndex(1)}, false});  // whole GPUs only
+  ApplyLayouts(h, h.Submit("inference user=bob mem=30GiB"));  // nlp at its guarantee there
+  ASSERT_EQ(StateOf(h, h.last_job()), JobState::kRunning);
+  h.Submit("training user=alice");  // the other GPU, borrowed
+  const JobId alice = h.last_job();
+  ASSERT_EQ(StateOf(h, alice), JobState::kRunning);
+  h.Advance(kMinute);
+  EXPECT_TRUE(Only<Preempt>(h.Submit("inference user=bob mem=30GiB")).empty()) << "past nlp's guarantee";
+  // The MIG request, first in queue order, would pass nlp's guarantee with any instance: the
+  // training job after it, within nlp's guarantee there, takes its GPU back.
+  auto pre = Only<Preempt>(h.Submit("training user=bob"));
+  ASSERT_EQ(pre.size(), 1u);
+  EXPECT_EQ(pre[0].job, alice);
+  EXPECT_THAT(pre[0].reason, HasSubstr("queue 'training'"));
+  EXPECT_EQ(StateOf(h, h.last_job()), JobState::kRunning);
   EXPECT_EQ(h.violation(), "");
 }
 
