@@ -54,6 +54,43 @@ void Placer::StateKey(const SimNode& n, std::string& key) {
   key += n.model;  // last: the fixed-size fields before it delimit it
 }
 
+Scored& ScoreBook::Find(std::uint64_t key, bool& added) {
+  if (2 * (size_ + 1) > slots_.size()) Grow();
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = Home(key);; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (s.key == key) {
+      added = false;
+      return s.scored;
+    }
+    if (s.key == kEmpty) {
+      s.key = key;
+      ++size_;
+      added = true;
+      return s.scored;
+    }
+  }
+}
+
+void ScoreBook::Grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.empty() ? 1024 : 2 * old.size(), Slot{});
+  shift_ = 64 - std::countr_zero(slots_.size());
+  const std::size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.key == kEmpty) continue;
+    std::size_t i = Home(s.key);
+    while (slots_[i].key != kEmpty) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+}
+
+void ScoreBook::clear() {
+  slots_.clear();
+  shift_ = 64;
+  size_ = 0;
+}
+
 std::uint32_t Placer::StateOf(const Cluster& cluster, std::size_t i) {
   if (node_state_.size() != cluster.size()) node_state_.assign(cluster.size(), NodeState{});
   NodeState& ns = node_state_[i];
@@ -110,8 +147,8 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
           node_state_.assign(cluster.size(), NodeState{});
         }
         const std::uint64_t key = static_cast<std::uint64_t>(request_class) << 32 | StateOf(cluster, i);
-        auto [it, added] = scores_.try_emplace(key);
-        Scored& sc = it->second;
+        bool added = false;
+        Scored& sc = scores_.Find(key, added);
         if (added) {
           const sched::NodeView view = cluster.View(i);
           if (prepared_.size() != cluster.size()) prepared_.resize(cluster.size());

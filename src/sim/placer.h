@@ -54,6 +54,40 @@ struct Chosen {
   std::vector<int> gpus;
 };
 
+// A policy's result for one request class on one node state, as the Placer keeps it.
+struct Scored {
+  bool refused = false;
+  double score = 0;
+  std::uint64_t gpu_mask = 0;
+};
+
+// The Placer's scores by 64-bit key (request class << 32 | state id): open addressing with
+// linear probing in a table of a power of two slots, at most half full. std::unordered_map,
+// with a heap node per score and a division per lookup, made these lookups the placer's slowest
+// lines: a policy that meets many states (gpuslice) looks up hundreds of thousands per run,
+// each a cache miss or two. Not thread-safe (a value).
+class ScoreBook {
+ public:
+  // The score of `key` (any value but ~0); `added`: it was not there, and is now a Scored{}
+  // for the caller to fill in. The reference is valid until the next Find() or clear().
+  Scored& Find(std::uint64_t key, bool& added);
+  std::size_t size() const { return size_; }
+  void clear();
+
+ private:
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+  struct Slot {
+    std::uint64_t key = kEmpty;
+    Scored scored;
+  };
+  // Fibonacci hashing: the top bits of key x 2^64/phi.
+  std::size_t Home(std::uint64_t key) const { return (key * 0x9E3779B97F4A7C15ULL) >> shift_; }
+  void Grow();
+  std::vector<Slot> slots_;
+  int shift_ = 64;
+  std::size_t size_ = 0;
+};
+
 class Placer {
  public:
   // `tie_rng` drives kRandom (it may be ctx.rng).
@@ -96,15 +130,10 @@ class Placer {
     std::uint32_t version = 0;  // 0: not known
     std::uint32_t id = 0;
   };
-  struct Scored {
-    bool refused = false;
-    double score = 0;
-    std::uint64_t gpu_mask = 0;
-  };
   static constexpr std::size_t kMaxScores = std::size_t{1} << 20;
   std::vector<NodeState> node_state_;                    // [node]
   std::unordered_map<std::string, std::uint32_t> state_ids_;
-  std::unordered_map<std::uint64_t, Scored> scores_;     // by request class << 32 | state id
+  ScoreBook scores_;                                     // by request class << 32 | state id
   std::string key_;                                      // StateKey()'s scratch
   std::uint64_t scored_ = 0;
   bool last_fitted_ = false;
