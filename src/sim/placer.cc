@@ -54,41 +54,20 @@ void Placer::StateKey(const SimNode& n, std::string& key) {
   key += n.model;  // last: the fixed-size fields before it delimit it
 }
 
-Scored& ScoreBook::Find(std::uint64_t key, bool& added) {
-  if (2 * (size_ + 1) > slots_.size()) Grow();
-  const std::size_t mask = slots_.size() - 1;
-  for (std::size_t i = Home(key);; i = (i + 1) & mask) {
-    Slot& s = slots_[i];
-    if (s.key == key) {
-      added = false;
-      return s.scored;
-    }
-    if (s.key == kEmpty) {
-      s.key = key;
-      ++size_;
-      added = true;
-      return s.scored;
-    }
+Scored& ClassScores::Find(std::uint32_t state, bool& added) {
+  if (state >= slot_.size()) slot_.resize(std::max<std::size_t>(state + 1, 2 * slot_.size()), 0);
+  std::uint32_t& slot = slot_[state];
+  added = slot == 0;
+  if (added) {
+    scores_.emplace_back();
+    slot = static_cast<std::uint32_t>(scores_.size());
   }
+  return scores_[slot - 1];
 }
 
-void ScoreBook::Grow() {
-  std::vector<Slot> old = std::move(slots_);
-  slots_.assign(old.empty() ? 1024 : 2 * old.size(), Slot{});
-  shift_ = 64 - std::countr_zero(slots_.size());
-  const std::size_t mask = slots_.size() - 1;
-  for (const Slot& s : old) {
-    if (s.key == kEmpty) continue;
-    std::size_t i = Home(s.key);
-    while (slots_[i].key != kEmpty) i = (i + 1) & mask;
-    slots_[i] = s;
-  }
-}
-
-void ScoreBook::clear() {
-  slots_.clear();
-  shift_ = 64;
-  size_ = 0;
+void ClassScores::clear() {
+  slot_.clear();
+  scores_.clear();
 }
 
 std::uint32_t Placer::StateOf(const Cluster& cluster, std::size_t i) {
@@ -108,7 +87,10 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
   const bool use_cache = pure_ && request_class >= 0;
   std::vector<Entry>* entries = nullptr;
   if (use_cache) {
-    if (static_cast<std::size_t>(request_class) >= cache_.size()) cache_.resize(request_class + 1);
+    if (static_cast<std::size_t>(request_class) >= cache_.size()) {
+      cache_.resize(request_class + 1);
+      scores_.resize(request_class + 1);
+    }
     entries = &cache_[request_class];
     if (entries->size() != cluster.size()) entries->assign(cluster.size(), Entry{});
   }
@@ -141,15 +123,20 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
       Entry& e = (*entries)[i];
       const std::uint32_t version = cluster.node(i).version;
       if (e.version != version) {
-        if (scores_.size() >= kMaxScores) {
-          scores_.clear();
+        if (scores_total_ >= kMaxScores || slots_total_ >= kMaxSlots) {
+          for (ClassScores& book : scores_) book.clear();
+          scores_total_ = 0;
+          slots_total_ = 0;
           state_ids_.clear();
           node_state_.assign(cluster.size(), NodeState{});
         }
-        const std::uint64_t key = static_cast<std::uint64_t>(request_class) << 32 | StateOf(cluster, i);
+        ClassScores& book = scores_[request_class];
+        const std::size_t slots = book.slots();
         bool added = false;
-        Scored& sc = scores_.Find(key, added);
+        Scored& sc = book.Find(StateOf(cluster, i), added);
+        slots_total_ += book.slots() - slots;
         if (added) {
+          ++scores_total_;
           const sched::NodeView view = cluster.View(i);
           if (prepared_.size() != cluster.size()) prepared_.resize(cluster.size());
           Prepared& p = prepared_[i];

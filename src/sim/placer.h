@@ -61,31 +61,25 @@ struct Scored {
   std::uint64_t gpu_mask = 0;
 };
 
-// The Placer's scores by 64-bit key (request class << 32 | state id): open addressing with
-// linear probing in a table of a power of two slots, at most half full. std::unordered_map,
-// with a heap node per score and a division per lookup, made these lookups the placer's slowest
-// lines: a policy that meets many states (gpuslice) looks up hundreds of thousands per run,
-// each a cache miss or two. Not thread-safe (a value).
-class ScoreBook {
+// The Placer's scores of one request class, by node state id (dense, numbered from 0 in order
+// of first sight): a direct index into the scores the class has met. One book per class keeps
+// a placement's lookups (all of one class) in a few kilobytes; one hash table of every class's
+// scores spread them over megabytes (gpuslice meets ~84k (class, state) pairs per run and looks
+// them up ~260k times), and those lookups were the placer's slowest lines. Not thread-safe (a
+// value).
+class ClassScores {
  public:
-  // The score of `key` (any value but ~0); `added`: it was not there, and is now a Scored{}
-  // for the caller to fill in. The reference is valid until the next Find() or clear().
-  Scored& Find(std::uint64_t key, bool& added);
-  std::size_t size() const { return size_; }
+  // The score of `state`; `added`: it was not there, and is now a Scored{} for the caller to
+  // fill in. The reference is valid until the next Find() or clear().
+  Scored& Find(std::uint32_t state, bool& added);
+  std::size_t size() const { return scores_.size(); }
+  // The states the book has a slot for (its direct index's length).
+  std::size_t slots() const { return slot_.size(); }
   void clear();
 
  private:
-  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
-  struct Slot {
-    std::uint64_t key = kEmpty;
-    Scored scored;
-  };
-  // Fibonacci hashing: the top bits of key x 2^64/phi.
-  std::size_t Home(std::uint64_t key) const { return (key * 0x9E3779B97F4A7C15ULL) >> shift_; }
-  void Grow();
-  std::vector<Slot> slots_;
-  int shift_ = 64;
-  std::size_t size_ = 0;
+  std::vector<std::uint32_t> slot_;  // [state id]: 1 + the index of its score in scores_; 0: none
+  std::vector<Scored> scores_;
 };
 
 class Placer {
@@ -122,8 +116,9 @@ class Placer {
   std::vector<Prepared> prepared_;  // [node], for the cached path
   // The cached path's node states: each node's state id as of its version, and the scores of
   // (request class, state) pairs. Ids number the distinct states in order of first sight, by
-  // StateKey(); both books start over past kMaxScores scores (the results are the same either
-  // way: a score is only looked up, never assumed), so a long replay's memory stays bounded.
+  // StateKey(); both books start over past kMaxScores scores or kMaxSlots slots of the classes'
+  // books (the results are the same either way: a score is only looked up, never assumed), so a
+  // long replay's memory stays bounded.
   std::uint32_t StateOf(const Cluster& cluster, std::size_t i);
   static void StateKey(const SimNode& n, std::string& key);
   struct NodeState {
@@ -131,9 +126,12 @@ class Placer {
     std::uint32_t id = 0;
   };
   static constexpr std::size_t kMaxScores = std::size_t{1} << 20;
+  static constexpr std::size_t kMaxSlots = std::size_t{1} << 24;  // 64 MiB
   std::vector<NodeState> node_state_;                    // [node]
   std::unordered_map<std::string, std::uint32_t> state_ids_;
-  ScoreBook scores_;                                     // by request class << 32 | state id
+  std::vector<ClassScores> scores_;                      // [request class], as many as cache_
+  std::size_t scores_total_ = 0;                         // over every class
+  std::size_t slots_total_ = 0;                          // ClassScores::slots() over every class
   std::string key_;                                      // StateKey()'s scratch
   std::uint64_t scored_ = 0;
   bool last_fitted_ = false;
