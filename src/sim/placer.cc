@@ -54,6 +54,22 @@ void Placer::StateKey(const SimNode& n, std::string& key) {
   key += n.model;  // last: the fixed-size fields before it delimit it
 }
 
+Scored& ClassScores::Find(std::uint32_t state, bool& added) {
+  if (state >= slot_.size()) slot_.resize(std::max<std::size_t>(state + 1, 2 * slot_.size()), 0);
+  std::uint32_t& slot = slot_[state];
+  added = slot == 0;
+  if (added) {
+    scores_.emplace_back();
+    slot = static_cast<std::uint32_t>(scores_.size());
+  }
+  return scores_[slot - 1];
+}
+
+void ClassScores::clear() {
+  slot_.clear();
+  scores_.clear();
+}
+
 std::uint32_t Placer::StateOf(const Cluster& cluster, std::size_t i) {
   if (node_state_.size() != cluster.size()) node_state_.assign(cluster.size(), NodeState{});
   NodeState& ns = node_state_[i];
@@ -71,7 +87,10 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
   const bool use_cache = pure_ && request_class >= 0;
   std::vector<Entry>* entries = nullptr;
   if (use_cache) {
-    if (static_cast<std::size_t>(request_class) >= cache_.size()) cache_.resize(request_class + 1);
+    if (static_cast<std::size_t>(request_class) >= cache_.size()) {
+      cache_.resize(request_class + 1);
+      scores_.resize(request_class + 1);
+    }
     entries = &cache_[request_class];
     if (entries->size() != cluster.size()) entries->assign(cluster.size(), Entry{});
   }
@@ -104,15 +123,20 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
       Entry& e = (*entries)[i];
       const std::uint32_t version = cluster.node(i).version;
       if (e.version != version) {
-        if (scores_.size() >= kMaxScores) {
-          scores_.clear();
+        if (scores_total_ >= kMaxScores || slots_total_ >= kMaxSlots) {
+          for (ClassScores& book : scores_) book.clear();
+          scores_total_ = 0;
+          slots_total_ = 0;
           state_ids_.clear();
           node_state_.assign(cluster.size(), NodeState{});
         }
-        const std::uint64_t key = static_cast<std::uint64_t>(request_class) << 32 | StateOf(cluster, i);
-        auto [it, added] = scores_.try_emplace(key);
-        Scored& sc = it->second;
+        ClassScores& book = scores_[request_class];
+        const std::size_t slots = book.slots();
+        bool added = false;
+        Scored& sc = book.Find(StateOf(cluster, i), added);
+        slots_total_ += book.slots() - slots;
         if (added) {
+          ++scores_total_;
           const sched::NodeView view = cluster.View(i);
           if (prepared_.size() != cluster.size()) prepared_.resize(cluster.size());
           Prepared& p = prepared_[i];

@@ -54,6 +54,34 @@ struct Chosen {
   std::vector<int> gpus;
 };
 
+// A policy's result for one request class on one node state, as the Placer keeps it.
+struct Scored {
+  bool refused = false;
+  double score = 0;
+  std::uint64_t gpu_mask = 0;
+};
+
+// The Placer's scores of one request class, by node state id (dense, numbered from 0 in order
+// of first sight): a direct index into the scores the class has met. One book per class keeps
+// a placement's lookups (all of one class) in a few kilobytes; one hash table of every class's
+// scores spread them over megabytes (gpuslice meets ~84k (class, state) pairs per run and looks
+// them up ~260k times), and those lookups were the placer's slowest lines. Not thread-safe (a
+// value).
+class ClassScores {
+ public:
+  // The score of `state`; `added`: it was not there, and is now a Scored{} for the caller to
+  // fill in. The reference is valid until the next Find() or clear().
+  Scored& Find(std::uint32_t state, bool& added);
+  std::size_t size() const { return scores_.size(); }
+  // The states the book has a slot for (its direct index's length).
+  std::size_t slots() const { return slot_.size(); }
+  void clear();
+
+ private:
+  std::vector<std::uint32_t> slot_;  // [state id]: 1 + the index of its score in scores_; 0: none
+  std::vector<Scored> scores_;
+};
+
 class Placer {
  public:
   // `tie_rng` drives kRandom (it may be ctx.rng).
@@ -88,23 +116,22 @@ class Placer {
   std::vector<Prepared> prepared_;  // [node], for the cached path
   // The cached path's node states: each node's state id as of its version, and the scores of
   // (request class, state) pairs. Ids number the distinct states in order of first sight, by
-  // StateKey(); both books start over past kMaxScores scores (the results are the same either
-  // way: a score is only looked up, never assumed), so a long replay's memory stays bounded.
+  // StateKey(); both books start over past kMaxScores scores or kMaxSlots slots of the classes'
+  // books (the results are the same either way: a score is only looked up, never assumed), so a
+  // long replay's memory stays bounded.
   std::uint32_t StateOf(const Cluster& cluster, std::size_t i);
   static void StateKey(const SimNode& n, std::string& key);
   struct NodeState {
     std::uint32_t version = 0;  // 0: not known
     std::uint32_t id = 0;
   };
-  struct Scored {
-    bool refused = false;
-    double score = 0;
-    std::uint64_t gpu_mask = 0;
-  };
   static constexpr std::size_t kMaxScores = std::size_t{1} << 20;
+  static constexpr std::size_t kMaxSlots = std::size_t{1} << 24;  // 64 MiB
   std::vector<NodeState> node_state_;                    // [node]
   std::unordered_map<std::string, std::uint32_t> state_ids_;
-  std::unordered_map<std::uint64_t, Scored> scores_;     // by request class << 32 | state id
+  std::vector<ClassScores> scores_;                      // [request class], as many as cache_
+  std::size_t scores_total_ = 0;                         // over every class
+  std::size_t slots_total_ = 0;                          // ClassScores::slots() over every class
   std::string key_;                                      // StateKey()'s scratch
   std::uint64_t scored_ = 0;
   bool last_fitted_ = false;

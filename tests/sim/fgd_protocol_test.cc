@@ -471,6 +471,44 @@ TEST(Placer, EqualNodeStatesAreScoredOncePerClass) {
   }
 }
 
+// A class's score book finds every state it was given, with what was stored, whatever order the
+// states come in (sparse ids far apart, then the gaps) and through its growth; a state never
+// given is added, not found; after clear() nothing is found.
+TEST(ClassScores, FindsEveryStateGivenAndNoOther) {
+  ClassScores book;
+  std::vector<std::uint32_t> states;
+  for (std::uint32_t s = 0; s < 5000; s += 7) states.push_back(s);
+  states.push_back(100000);
+  for (std::uint32_t s = 3; s < 5000; s += 7) states.push_back(s);
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    bool added = false;
+    Scored& sc = book.Find(states[i], added);
+    ASSERT_TRUE(added) << states[i];
+    sc.score = static_cast<double>(i);
+    sc.gpu_mask = states[i] ^ 0x5555u;
+    sc.refused = i % 7 == 0;
+  }
+  EXPECT_EQ(book.size(), states.size());
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    bool added = true;
+    const Scored& sc = book.Find(states[i], added);
+    ASSERT_FALSE(added) << states[i];
+    ASSERT_EQ(sc.score, static_cast<double>(i)) << states[i];
+    ASSERT_EQ(sc.gpu_mask, states[i] ^ 0x5555u) << states[i];
+    ASSERT_EQ(sc.refused, i % 7 == 0) << states[i];
+  }
+  bool added = false;
+  const Scored& fresh = book.Find(1, added);
+  EXPECT_TRUE(added);
+  EXPECT_EQ(fresh.score, 0);
+  EXPECT_EQ(fresh.gpu_mask, 0u);
+  EXPECT_EQ(book.size(), states.size() + 1);
+  book.clear();
+  EXPECT_EQ(book.size(), 0u);
+  book.Find(states[5], added);
+  EXPECT_TRUE(added);
+}
+
 TEST(Placer, ArtifactOrderInterleavesSixteenChunks) {
   // n = 1213: chunks of 34; the first nodes in order are 0, 34, 68, ... (offset 0 of 16 chunks).
   std::vector<std::size_t> idx(1213);

@@ -209,7 +209,10 @@ class GpusliceFragPolicy final : public PlacementPolicy {
                                           const PlacementContext& ctx, const NodePrep* prep) const override {
     // `prep` comes from Prepare() above (placement.h).
     if (prep == nullptr) return Score(req, node, ctx);
-    return Choose(req, node, *static_cast<const NodeEvals*>(prep));
+    const NodeEvals& evals = *static_cast<const NodeEvals*>(prep);
+    evals.eval.Prefetch();
+    if (evals.demand_eval && IsShare(req)) evals.demand_eval->Prefetch();
+    return Choose(req, node, evals);
   }
 
  private:
