@@ -26,13 +26,13 @@ struct KeyFields {
 
 }  // namespace
 
-// Scheduler::Impl::ViewOf() from a device's HostStates key (RefileHost() below), without
+// ViewOf() (device_rules.h) from a device's HostStates key (RefileHost() below), without
 // reading the device: the same rules (RoomHolds()), on the key's
 // copies of the fields they read. `model`: HostStates' id of r.model, kAnyModel when empty, -1
 // when no device has that model; `user`: HostStates' id of r.user (-1: none, so every MPS user
 // is another).
 inline GpuView ByStateEngine::ViewOfKey(const Resolved& r, int model, int user, const DeviceStateKey& k) {
-  // Scheduler::Impl::Takes(): may be used, the model, the one rule, and the MPS user.
+  // Takes() (device_rules.h): may be used, the model, the one rule, and the MPS user.
   const bool ok = k.schedulable && (model == kAnyModel || k.model == model) &&
                   RoomHolds(r, KeyFields{k}, Room{static_cast<DeviceMode>(k.mode), k.used_milli, k.used_memory, k.clients}) &&
                   !(r.kind == SliceKind::kMps && k.mps_user >= 0 && k.mps_user != user);

@@ -1,9 +1,13 @@
 #pragma once
-// Internal to the scheduler: the rules on one device that both Scheduler::Impl and its
-// placement by host state (by_state_placement.h) apply, kept in one place so the two cannot
-// drift apart (a host state's key must show a request what the device itself would).
+// Internal to the scheduler: the rules on one device that Scheduler::Impl, its placement engine
+// (placement_engine.h) and placement by host state (by_state_placement.h) all apply, kept in one
+// place so that they cannot drift apart (a host state's key must show a request what the device
+// itself would).
 // Stateless functions; thread-safe.
 
+#include <algorithm>
+
+#include "sched/placement/placement.h"
 #include "sched/resolved.h"
 #include "sched/views.h"
 
@@ -92,6 +96,27 @@ inline bool CanHold(const Resolved& r, const DeviceView& d, const Room& room) {
 // go there until that user's last mps slice on it ends.
 inline bool MpsServesOther(const Resolved& r, const DeviceView& d) {
   return r.kind == SliceKind::kMps && !d.mps_user.empty() && d.mps_user != r.user;
+}
+
+// Device `d` takes a slice of `r` now (not MIG) but for its MPS user: it may be used
+// (Schedulable), and holds the slice by the one rule (CanHold).
+inline bool TakesButForMpsUser(const Resolved& r, const DeviceView& d) {
+  return Schedulable(d) && CanHold(r, d, RoomOf(d));
+}
+
+// Device `d` takes a slice of `r` now (not MIG): TakesButForMpsUser() and it does not run
+// another user's MPS server. What placement, the policies' views and the indexed paths all ask.
+inline bool Takes(const Resolved& r, const DeviceView& d) { return TakesButForMpsUser(r, d) && !MpsServesOther(r, d); }
+
+// The GPU view of device `d` for request `r`, as a policy sees it (GenericPlacement;
+// ByStateEngine shows the same from a device's HostStates key).
+inline GpuView ViewOf(const Resolved& r, const DeviceView& d) {
+  const bool ok = Takes(r, d);
+  GpuView g;
+  g.usable = ok;
+  g.free_milli = ok ? kOneGpu - d.used_milli : 0;
+  g.free_memory = ok ? std::max<Bytes>(d.memory - d.used_memory, 0) : 0;
+  return g;
 }
 
 // The memory a (non-MIG) slice holds on one of its devices. A whole slice holds all of each

@@ -13,8 +13,7 @@ namespace gpuslice::sched {
 void Scheduler::Impl::InstallQueues() {
   queues_.Install(config_.queues);
   for (const QueueConfig& q : config_.queues) {
-    const PlacementPolicy* policy = queues_.PlacementOf(queues_.Current(q.name)).policy.get();
-    if (policy && policy->ScoresByNodeState()) by_state_.TurnOn();
+    placement_.UsePolicy(queues_.PlacementOf(queues_.Current(q.name)).policy.get(), cluster_);
     reservations_.NoteQueue(q);
   }
 }
@@ -37,12 +36,8 @@ void Scheduler::Impl::OnConfigReload(const ConfigReload& e) {
   for (const auto& [k, r] : pending_.all()) pending.insert(k.job);
   for (JobId id : pending) pending_.Remove(jobs_.RecordOf(id));
   // 2. The new queues.
-  const bool was_by_state = by_state_.on();
   config_ = e.config;
   InstallQueues();
-  if (by_state_.on() && !was_by_state) {
-    for (const auto& [node, devices] : cluster_.nodes()) by_state_.MarkDirty(node, /*devices_changed=*/true);
-  }
   // 3. Each job follows the new queue of its name, if there is one; else it keeps its queue's
   // last settings until it ends. In JobId order: shape ids are handed out in that order.
   for (const auto& [id, view] : jobs_.views()) {

@@ -28,7 +28,7 @@ MigLayout Scheduler::Impl::InUseFromSlices(const DeviceView& d) const {
 void Scheduler::Impl::OnDeviceAdded(const DeviceAdded& e) {
   if (!cluster_.AddDevice(e)) return;  // idempotent: agents re-announce
   const std::size_t host = cluster_.nodes().at(e.device.node).size();
-  workload_.HostResized(host - 1, host);  // the learned shapes' supply shares
+  placement_.HostResized(host - 1, host);  // the learned shapes' supply shares
   mig_.NoteUse(cluster_.devices().at(e.device), now_);
   Schedule(/*only=*/std::nullopt);
 }
@@ -50,7 +50,7 @@ void Scheduler::Impl::OnDeviceRemoved(const DeviceRemoved& e) {
   if (it->second.reserved_for.valid()) ReleaseReservation();  // chosen again later, elsewhere
   const std::size_t host = cluster_.nodes().at(e.device.node).size();
   cluster_.RemoveDevice(e.device);
-  workload_.HostResized(host, host - 1);
+  placement_.HostResized(host, host - 1);
   // Pending jobs that can no longer ever fit are rejected now rather than waiting forever.
   std::vector<std::pair<JobId, Status>> doomed;
   for (const auto& [k, r] : pending_.all()) {

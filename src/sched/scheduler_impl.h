@@ -7,16 +7,15 @@
 // the ended history and the live jobs' Resolved records), PendingQueue (pending_queue.h, the
 // waiting jobs, their subsets and the count of held ones), SliceTimers (slice_timers.h, the timers
 // and the slices reclaimable on demand), CapacityIndex, TeamShares (team_shares.h: the TeamBooks,
-// take-back candidates and fair-share levels), WorkloadModel (workload_model.h, the learned
-// workload policies score against), MigBooks (mig_books.h, the MIG controller's books), UserCaps
-// (user_caps.h, the per-user caps), ShapeBooks (shape_books.h, the shape ids and the shapes a pass
-// gave up on), Reservations (reservations.h, the devices kept for a whole-GPU job), ByStateEngine
-// (by_state_placement.h, placement by host state: HostStates, its PlacementMemo and working space),
-// GenericPlacement (generic_placement.h, the generic Filter/Score path and its views),
-// QueueVersions (queue_versions.h, every version of every queue and its placement policy),
-// ClusterState (cluster_state.h, the devices, the running slices, the indexes over them and what
-// could ever fit; slices booked all or nothing, and every change to a device through its
-// Mutate()).
+// take-back candidates and fair-share levels), MigBooks (mig_books.h, the MIG controller's
+// books), UserCaps (user_caps.h, the per-user caps), ShapeBooks (shape_books.h, the shape ids and
+// the shapes a pass gave up on), Reservations (reservations.h, the devices kept for a whole-GPU
+// job), PlacementEngine (placement_engine.h, where requests go: the indexed paths, MIG instances,
+// placement by host state (ByStateEngine), the generic Filter/Score path (GenericPlacement) and
+// the learned workload policies score against (WorkloadModel)), QueueVersions (queue_versions.h,
+// every version of every queue and its placement policy), ClusterState (cluster_state.h, the
+// devices, the running slices, the indexes over them and what could ever fit; slices booked all
+// or nothing, and every change to a device through its Mutate()).
 // Not thread-safe, like Scheduler (scheduler.h).
 #pragma once
 
@@ -36,16 +35,15 @@
 #include <utility>
 #include <vector>
 
-#include "sched/by_state_placement.h"
 #include "sched/capacity_index.h"
 #include "sched/cluster_state.h"
 #include "sched/device_rules.h"
-#include "sched/generic_placement.h"
 #include "sched/job_books.h"
 #include "sched/mig_books.h"
 #include "sched/node_pool.h"
 #include "sched/placement/placement.h"
 #include "sched/pending_queue.h"
+#include "sched/placement_engine.h"
 #include "sched/queue_versions.h"
 #include "sched/reservations.h"
 #include "sched/resolved.h"
@@ -54,7 +52,6 @@
 #include "sched/slice_timers.h"
 #include "sched/team_shares.h"
 #include "sched/user_caps.h"
-#include "sched/workload_model.h"
 
 namespace gpuslice::sched {
 
@@ -77,7 +74,7 @@ class Scheduler::Impl {
 
   Status CheckInvariants() const;
 
-  void set_reference_placement(bool on) { by_state_.set_reference(on); }
+  void set_reference_placement(bool on) { placement_.set_reference(on); }
 
   // ---- config reloads (scheduler_config.cc)
   const QueueConfig* QueueOf(JobId job) const;
@@ -101,7 +98,7 @@ class Scheduler::Impl {
 
   // ---- config reloads (scheduler_config.cc)
   // Adds a version of every queue of config_ to queues_, and tells the parts that depend on
-  // the queues' settings (by_state_, reservations_).
+  // the queues' settings (placement_, reservations_).
   void InstallQueues();
   void OnConfigReload(const ConfigReload& e);
 
@@ -122,22 +119,8 @@ class Scheduler::Impl {
   void OnDeviceRemoved(const DeviceRemoved& e);
 
   // ---- placement (scheduler_placement.cc)
-  struct Choice {
-    NodeId node;
-    std::vector<DeviceIndex> devices;
-    std::optional<MigPlacement> mig;
-  };
-  // Device `d` takes a slice of `r` now (not MIG): it may be used (Schedulable), holds it by
-  // the one rule (CanHold) and does not run another user's MPS server. What placement, the
-  // policies' views and the indexed paths all ask.
-  bool Takes(const Resolved& r, const DeviceView& d) const;
-  // Takes() but for the device's MPS user: room, mode and model.
-  bool TakesButForMpsUser(const Resolved& r, const DeviceView& d) const;
-  std::optional<Choice> PlaceFractionalFast(const Resolved& r, FastOrder order);
-  std::optional<Choice> PlaceWholeFast(const Resolved& r, FastOrder order);
-  GpuView ViewOf(const Resolved& r, const DeviceView& d) const;
-
-  std::optional<Choice> PlaceMig(const Resolved& r);
+  using Choice = PlacementChoice;
+  // Where `r` goes now, by placement_ under its queue's placement; counts the attempts.
   std::optional<Choice> TryPlace(const Resolved& r);
 
   // ---- jobs (scheduler_jobs.cc)
@@ -266,16 +249,14 @@ class Scheduler::Impl {
   MigBooks mig_;
   std::string violation_;  // the first broken invariant seen outside the parts; empty: none
 
-  WorkloadModel workload_;  // what fragmentation-aware policies score against
-
-  // The generic path's decisions for policies that ScoresByNodeState(), per distinct host state.
-  ByStateEngine by_state_;
-  GenericPlacement generic_;  // the generic Filter/Score path, for other policies (and reference mode)
+  // Where requests go: the indexed paths, MIG instances, placement by host state and the
+  // generic path, and the learned workload policies score against.
+  PlacementEngine placement_;
 
   // The devices, the running slices, the indexes over them and what could ever fit; tells mig_
-  // and by_state_ of every change to a device.
+  // and placement_ of every change to a device.
   ClusterState cluster_{mig_,
-                        [this](NodeId node, bool devices_changed) { by_state_.MarkDirty(node, devices_changed); }};
+                        [this](NodeId node, bool devices_changed) { placement_.MarkDirty(node, devices_changed); }};
 };
 
 }  // namespace gpuslice::sched

@@ -115,7 +115,7 @@ void Scheduler::Impl::OnSubmit(const Submit& e) {
   j.kind = r->kind;
   r->shape = shapes_.IdOf(*r);
   Resolved* rp = &jobs_.Add(at, std::move(j), std::move(r).value());
-  if (rp->kind != SliceKind::kMig) workload_.Count(rp->gpus, rp->milli);
+  if (rp->kind != SliceKind::kMig) placement_.CountRequest(rp->gpus, rp->milli);
   pending_.Add(rp);
   Schedule(e.job);
 }

@@ -71,7 +71,8 @@ std::vector<TeamStanding> Scheduler::Impl::TeamStandings() const {
 // queues only (they are requeued), of a team other than its own, newest first, and never so
 // many of one team's that it would hold less than its guarantee in that queue (a job without a
 // team is all borrowed). The slices taken are the fewest that make room (RoomFrom, as on-demand
-// reclaim). A MIG request takes the one instance PlaceMig would place it on (TakesBackFor).
+// reclaim). A MIG request takes the one instance PlacementEngine::PlaceMig would place it on
+// (TakesBackFor).
 // One job is served per call; true: slices were taken back.
 bool Scheduler::Impl::TakeBack() {
   // The first waiting job in queue order that may take back. The jobs of a shape share team,
@@ -156,8 +157,8 @@ bool Scheduler::Impl::TakeBack() {
 }
 
 // A MIG request is placed on a free instance of exactly its smallest fitting profile on a device
-// of its model (PlaceMig): freeing `v` gives it room when `v` holds such an instance on a device
-// new slices may take. Its team stays within its guarantee with it: the instance it would get is
+// of its model (PlacementEngine::PlaceMig): freeing `v` gives it room when `v` holds such an
+// instance on a device new slices may take. Its team stays within its guarantee with it: the instance it would get is
 // of `v`'s profile and model, so it counts what `v` counts.
 bool Scheduler::Impl::TakesBackFor(const Resolved& r, const SliceView& v) const {
   if (v.kind != SliceKind::kMig || !v.mig) return false;
