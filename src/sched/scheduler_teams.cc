@@ -158,8 +158,8 @@ bool Scheduler::Impl::TakeBack() {
 
 // A MIG request is placed on a free instance of exactly its smallest fitting profile on a device
 // of its model (PlacementEngine::PlaceMig): freeing `v` gives it room when `v` holds such an
-// instance on a device new slices may take. Its team stays within its guarantee with it: the instance it would get is
-// of `v`'s profile and model, so it counts what `v` counts.
+// instance on a device new slices may take. Its team stays within its guarantee with it: the
+// instance it would get is of `v`'s profile and model, so it counts what `v` counts.
 bool Scheduler::Impl::TakesBackFor(const Resolved& r, const SliceView& v) const {
   if (v.kind != SliceKind::kMig || !v.mig) return false;
   const DeviceView& d = cluster_.devices().at({v.node, v.devices.front()});
