@@ -56,10 +56,12 @@ bool Cluster::Fits(const sched::PlacementRequest& req, std::size_t i) const {
   const SimNode& n = nodes_[i];
   if (n.cpu_free < req.cpu_milli || n.memory_free < req.host_memory) return false;
   if (req.num_gpus == 0) return true;
-  if (!sched::ModelAllowed(req.allowed_models, n.model)) return false;
+  if (!req.allowed_models.empty() && !sched::ModelAllowed(req.allowed_models, n.model)) return false;
+  // Counted without a branch per GPU: free shares vary from GPU to GPU, and this runs for every
+  // node at every placement.
   int enough = 0;
   for (const sched::GpuView& g : n.gpus) {
-    if (g.usable && g.free_milli >= req.milli_per_gpu) ++enough;
+    enough += static_cast<int>(g.usable) & static_cast<int>(g.free_milli >= req.milli_per_gpu);
   }
   return enough >= req.num_gpus;
 }
