@@ -31,7 +31,12 @@ bool ScoreIsPure(std::string_view policy) {
 
 Placer::Placer(const sched::PlacementPolicy& policy, const sched::PlacementContext& ctx, TieBreak tie,
                std::mt19937_64* tie_rng)
-    : policy_(policy), ctx_(ctx), pure_(ScoreIsPure(policy.name())), tie_(tie), tie_rng_(tie_rng) {}
+    : policy_(policy),
+      ctx_(ctx),
+      workload_prep_(policy.PrepareWorkload(ctx_)),
+      pure_(ScoreIsPure(policy.name())),
+      tie_(tie),
+      tie_rng_(tie_rng) {}
 
 void Placer::StateKey(const SimNode& n, std::string& key) {
   key.clear();
@@ -141,7 +146,7 @@ std::optional<Chosen> Placer::Place(const Cluster& cluster, const sched::Placeme
           if (prepared_.size() != cluster.size()) prepared_.resize(cluster.size());
           Prepared& p = prepared_[i];
           if (p.version != version) {
-            p.prep = policy_.Prepare(view, ctx_);
+            p.prep = policy_.Prepare(view, ctx_, workload_prep_.get());
             p.version = version;
           }
           fresh = policy_.ScorePrepared(req, view, ctx_, p.prep.get());

@@ -6,7 +6,8 @@
 // (ScoreIsPure), each node's NodeChoice is cached per request class and node version, so a
 // placement re-scores only the nodes that changed since that class was last placed; and what
 // the policy computes of a node alone (PlacementPolicy::Prepare()) is kept per node version and
-// shared by every request class scored on it. A changed node is scored only when its new state
+// shared by every request class scored on it (and what it computes of the workload alone,
+// PrepareWorkload(), once). A changed node is scored only when its new state
 // (everything a pure policy reads: model, CPU, memory, each GPU's free share, the kinds of pods
 // it runs) is one that class has not been scored on yet: many nodes of a cluster are alike (of
 // one type, filled by the same kinds of pod), and a pure score of equal states is equal.
@@ -104,6 +105,7 @@ class Placer {
   };
   const sched::PlacementPolicy& policy_;
   sched::PlacementContext ctx_;
+  std::unique_ptr<sched::WorkloadPrep> workload_prep_;  // of ctx_, for every Prepare()
   bool pure_;
   TieBreak tie_;
   std::mt19937_64* tie_rng_;

@@ -297,7 +297,7 @@ TEST(Admission, KeepCpuRefusesCpuOnlyPodsThatWouldLeaveFreeGpusWithoutCpu) {
   const std::vector<WorkloadShape> daemon = {Shape(0, 1, kOneGpu, 1.0)};
   EXPECT_TRUE((*keep)->Score(cpu_only, short_node.view, PlacementContext{daemon, nullptr}).has_value());
   // The prepared path (the simulator's) refuses the same pods.
-  auto prep = (*keep)->Prepare(short_node.view, ctx);
+  auto prep = (*keep)->Prepare(short_node.view, ctx, nullptr);
   EXPECT_FALSE((*keep)->ScorePrepared(cpu_only, short_node.view, ctx, prep.get()).has_value());
 }
 
@@ -344,8 +344,10 @@ TEST(GpuslicePolicy, PreparedScoresAreScoresBitForBit) {
   std::vector<WorkloadShape> shapes = {Shape(8000, 1, kOneGpu, 0.3), Shape(4000, 1, 470, 0.3), Shape(3000, 1, 810, 0.2),
                                        Shape(32000, 2, kOneGpu, 0.1), Shape(12000, 0, 0, 0.1)};
   for (WorkloadShape& s : shapes) s.host_memory = 16 * kGiB;
+  shapes[3].supply_share = 0.5;  // so that the supply weights are not the frequencies
   std::vector<WorkloadShape> demand = shapes;
   demand.push_back(Shape(64000, 8, kOneGpu, 0.01));
+  demand.back().supply_share = 0.25;
   for (int trial = 0; trial < 300; ++trial) {
     std::vector<MilliGpu> free;
     const int gpus = 1 + static_cast<int>(rng() % 8);
@@ -354,7 +356,10 @@ TEST(GpuslicePolicy, PreparedScoresAreScoresBitForBit) {
     n.view.memory_free = static_cast<Bytes>(rng() % 16) * 16 * kGiB;
     const PlacementContext ctx{shapes, nullptr, trial % 2 == 0 ? std::span<const WorkloadShape>(demand)
                                                                : std::span<const WorkloadShape>()};
-    auto prep = (*policy)->Prepare(n.view, ctx);
+    // With the context's shared weights (as the simulator prepares), and without.
+    auto tables = (*policy)->PrepareWorkload(ctx);
+    ASSERT_NE(tables, nullptr);
+    auto prep = (*policy)->Prepare(n.view, ctx, trial % 3 == 0 ? nullptr : tables.get());
     ASSERT_NE(prep, nullptr);
     for (int r = 0; r < 8; ++r) {
       PlacementRequest req;

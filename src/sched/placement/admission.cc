@@ -24,8 +24,12 @@ class AdmissionPolicy final : public PlacementPolicy {
     if (req.num_gpus == 0 && Refuses(req, node, ctx)) return std::nullopt;
     return inner_->Score(req, node, ctx);
   }
-  std::unique_ptr<NodePrep> Prepare(const NodeView& node, const PlacementContext& ctx) const override {
-    return inner_->Prepare(node, ctx);
+  std::unique_ptr<NodePrep> Prepare(const NodeView& node, const PlacementContext& ctx,
+                                    const WorkloadPrep* workload) const override {
+    return inner_->Prepare(node, ctx, workload);
+  }
+  std::unique_ptr<WorkloadPrep> PrepareWorkload(const PlacementContext& ctx) const override {
+    return inner_->PrepareWorkload(ctx);
   }
   std::optional<NodeChoice> ScorePrepared(const PlacementRequest& req, const NodeView& node,
                                           const PlacementContext& ctx, const NodePrep* prep) const override {

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <new>
 
 namespace gpuslice::sched {
 
@@ -194,24 +195,59 @@ double StrandedTerm(std::int64_t pods, std::int64_t k, MilliGpu below, MilliGpu 
   return k;
 }
 
-FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
-                                     Resources resources, ExtraMeasures extra, ShapeWeights weights)
-    : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory), demand_(extra.demand) {
-  const bool stranded = extra.stranded;
-  storage_.reset(new Counts[shapes.size()]);  // default-initialised: left uninitialised
-  counts_ = storage_.get();
+ShapeTable::ShapeTable(std::span<const WorkloadShape> shapes, ShapeWeights weights)
+    : shapes_(shapes), weights_(2 * shapes.size()) {
+  Fill(shapes, weights, /*with_demand=*/true, weights_);
+}
+
+void ShapeTable::Fill(std::span<const WorkloadShape> shapes, ShapeWeights weights, bool with_demand,
+                      std::span<double> out) {
   // Each shape's weight (SupplyWeighted()'s arithmetic, in its order).
   const double supply_total =
       weights == ShapeWeights::kSupply && !AllSupplyOne(shapes) ? SupplyNormaliser(shapes) : 0;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
-    counts_[i].weight = supply_total > 0 ? s.frequency / s.supply_share / supply_total : s.frequency;
+    out[2 * i] = supply_total > 0 ? s.frequency / s.supply_share / supply_total : s.frequency;
   }
+  if (!with_demand) return;
   // The demand weights: weight x GPU asked, normalised over the shapes that ask a GPU.
   double demand_total = 0;
-  if (demand_) {
-    for (std::size_t i = 0; i < shapes.size(); ++i) demand_total += DemandOf(shapes[i], counts_[i].weight);
+  for (std::size_t i = 0; i < shapes.size(); ++i) demand_total += DemandOf(shapes[i], out[2 * i]);
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    out[2 * i + 1] = demand_total > 0 ? DemandOf(shapes[i], out[2 * i]) / demand_total : 0;
   }
+}
+
+FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
+                                     Resources resources, ExtraMeasures extra, ShapeWeights weights)
+    : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory), demand_(extra.demand) {
+  Init(nullptr, weights, extra.stranded);
+}
+
+FragmentationEval::FragmentationEval(const NodeView& node, const ShapeTable& table, Resources resources,
+                                     ExtraMeasures extra)
+    : node_(node),
+      shapes_(table.shapes()),
+      count_memory_(resources == Resources::kCpuAndMemory),
+      demand_(extra.demand) {
+  Init(table.weights(), ShapeWeights::kFrequency, extra.stranded);
+}
+
+void FragmentationEval::Init(const double* weights, ShapeWeights mode, bool stranded) {
+  const NodeView& node = node_;
+  const std::span<const WorkloadShape> shapes = shapes_;
+  // Counts, then (without a table) the weights; both 8-byte aligned, left uninitialised (an
+  // array of std::byte creates the objects in it).
+  const std::size_t counts_bytes = shapes.size() * sizeof(Counts);
+  const std::size_t bytes = counts_bytes + (weights == nullptr ? 2 * shapes.size() * sizeof(double) : 0);
+  storage_.reset(new std::byte[bytes]);
+  counts_ = std::launder(reinterpret_cast<Counts*>(storage_.get()));
+  if (weights == nullptr) {
+    double* own = std::launder(reinterpret_cast<double*>(storage_.get() + counts_bytes));
+    ShapeTable::Fill(shapes, mode, demand_, std::span<double>(own, 2 * shapes.size()));
+    weights = own;
+  }
+  weights_ = weights;
   // The usable GPUs' free shares, ascending, with prefix sums: a shape's counts are then the
   // position of its share among them (integers, so any way of counting gives the same).
   constexpr int kSorted = 16;
@@ -253,23 +289,22 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
         int below = 0;
         while (below < n && sorted[below] < s.milli_per_gpu) ++below;
         c.enough = n - below;
-        c.below = prefix[below];
+        c.below = static_cast<std::int32_t>(prefix[below]);
       } else {
         for (const GpuView& g : node.gpus) {
           if (!g.usable) continue;
           if (g.free_milli >= s.milli_per_gpu) {
             ++c.enough;
           } else {
-            c.below += g.free_milli;
+            c.below += static_cast<std::int32_t>(g.free_milli);
           }
         }
       }
     }
     const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
-    frag += c.weight * static_cast<double>(fits ? c.below : free_total_);
+    frag += weight(i) * static_cast<double>(fits ? c.below : free_total_);
     if (demand_) {
-      c.demand_weight = demand_total > 0 ? DemandOf(s, c.weight) / demand_total : 0;
-      before_demand_ += c.demand_weight * static_cast<double>(fits ? c.below : free_total_);
+      before_demand_ += demand_weight(i) * static_cast<double>(fits ? c.below : free_total_);
     }
     // The stranded measure can differ only if a shape that needs a GPU asks CPU or memory.
     strands_ = strands_ || (stranded && s.milli_per_gpu > 0 && (s.cpu_milli > 0 || (count_memory_ && s.host_memory > 0)));
@@ -284,10 +319,10 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
     Counts& c = counts_[i];
     if (c.eligible && IsShareShape(s)) {
       for (const GpuView& g : node.gpus) {
-        if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += g.free_milli / s.milli_per_gpu;
+        if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += static_cast<std::int32_t>(g.free_milli / s.milli_per_gpu);
       }
     }
-    stranded_frag += c.weight * (c.eligible ? StrandedTerm(PodsOnGpus(s, c), FedUpTo(s, PodsOnGpus(s, c), node.cpu_milli_free, node.memory_free),
+    stranded_frag += weight(i) * (c.eligible ? StrandedTerm(PodsOnGpus(s, c), FedUpTo(s, PodsOnGpus(s, c), node.cpu_milli_free, node.memory_free),
                                                               c.below, free_total_)
                                                : static_cast<double>(free_total_));
   }
@@ -355,12 +390,12 @@ double FragmentationEval::AfterStranded(std::int64_t cpu, std::span<const int> g
   for (std::size_t k = 0; k < shapes_.size(); ++k) {
     const WorkloadShape& s = shapes_[k];
     if (!counts_[k].eligible) {
-      frag += counts_[k].weight * static_cast<double>(total);
+      frag += weight(k) * static_cast<double>(total);
       continue;
     }
     const MovedCounts c = Moved<true>(s, counts_[k], chosen, milli);
     const std::int64_t pods = PodsOnGpus(s, c);
-    frag += counts_[k].weight * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
+    frag += weight(k) * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
   }
   return frag;
 }
@@ -386,8 +421,8 @@ double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, Mil
       fits = c.enough >= s.num_gpus;
     }
     const double term = static_cast<double>(fits ? below : total);
-    frag += counts_[k].weight * term;
-    if (with_demand) demand_frag += counts_[k].demand_weight * term;
+    frag += weight(k) * term;
+    if (with_demand) demand_frag += demand_weight(k) * term;
   }
   if (with_demand) *demand = demand_frag;
   return frag;
@@ -419,21 +454,21 @@ double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, 
       const bool starved = (s.cpu_milli > 0 && cpu_free < s.cpu_milli) ||
                            (count_memory_ && s.host_memory > 0 && memory_free < s.host_memory);
       if (starved) {
-        if (with_stranded) stranded_frag += before.weight * term;
+        if (with_stranded) stranded_frag += weight(k) * term;
       } else if (with_stranded) {
         const MovedCounts c = Moved<true>(s, before, chosen, milli);
         if (host && c.enough >= s.num_gpus) term = static_cast<double>(c.below);
         const std::int64_t pods = PodsOnGpus(s, c);
-        stranded_frag += before.weight * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
+        stranded_frag += weight(k) * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
       } else if (host) {
         const MovedCounts c = Moved<false>(s, before, chosen, milli);
         if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
       }
     } else if (with_stranded) {
-      stranded_frag += before.weight * static_cast<double>(total);
+      stranded_frag += weight(k) * static_cast<double>(total);
     }
-    frag += before.weight * term;
-    if (with_demand) demand_frag += before.demand_weight * term;
+    frag += weight(k) * term;
+    if (with_demand) demand_frag += demand_weight(k) * term;
   }
   if (with_demand) *demand = demand_frag;
   if (stranded != nullptr) *stranded = with_stranded ? stranded_frag : frag;

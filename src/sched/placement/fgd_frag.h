@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -99,6 +100,28 @@ std::vector<int> BestFitGpus(const PlacementRequest& req, const NodeView& node);
 std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node,
                                std::mt19937_64* rng);
 
+// Each shape's weight in a FragmentationEval's measures: its ShapeWeights weight, and its weight
+// in the demand-weighted measure (NodeDemandFragmentation()). They depend on the workload
+// alone, so a caller that keeps evaluations of many nodes against one workload
+// (PlacementPolicy::PrepareWorkload()) builds them once and passes them to each: an evaluation
+// then keeps per node only the counts, and the simulator keeps one per node. Holds a view of
+// `shapes` (it must outlive the table, unchanged). A value; thread-safe to share once built.
+class ShapeTable {
+ public:
+  ShapeTable(std::span<const WorkloadShape> shapes, ShapeWeights weights);
+  std::span<const WorkloadShape> shapes() const { return shapes_; }
+  // [2k]: shape k's weight, [2k + 1]: its demand weight.
+  const double* weights() const { return weights_.data(); }
+  // Writes the weights of `shapes` into `out` (2 x shapes.size()) as weights() lists them; the
+  // demand weights only `with_demand`.
+  static void Fill(std::span<const WorkloadShape> shapes, ShapeWeights weights, bool with_demand,
+                   std::span<double> out);
+
+ private:
+  std::span<const WorkloadShape> shapes_;
+  std::vector<double> weights_;
+};
+
 // The measures a FragmentationEval evaluates besides FGD's.
 struct ExtraMeasures {
   bool stranded = false;  // NodeStrandedFragmentation(): before_stranded(), AfterStranded()
@@ -117,11 +140,13 @@ class FragmentationEval {
  public:
   // `extra`: the measures besides FGD's to evaluate; `weights`: how every measure weighs the
   // shapes (kSupply: the same as evaluating SupplyWeighted(shapes) with kFrequency). The weights
-  // are recomputed for each node (a pass over the shapes): they depend only on the workload, so
-  // a caller evaluating many nodes could pass SupplyWeighted() shapes once instead.
+  // are computed for this evaluation (a pass over the shapes).
   FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
                     Resources resources = Resources::kCpu, ExtraMeasures extra = {},
                     ShapeWeights weights = ShapeWeights::kFrequency);
+  // The same measures, with the shapes and weights of `table` (it must outlive the evaluation).
+  FragmentationEval(const NodeView& node, const ShapeTable& table, Resources resources = Resources::kCpu,
+                    ExtraMeasures extra = {});
   FragmentationEval(const FragmentationEval&) = delete;
   FragmentationEval& operator=(const FragmentationEval&) = delete;
 
@@ -175,15 +200,19 @@ class FragmentationEval {
 
  private:
   // Left uninitialised (the constructor sets every field of the ones it uses): zeroing them on
-  // every call cost more than counting.
+  // every call cost more than counting. 16 bytes, 32-bit counts (a node's free milli-GPU is
+  // below 2^31 by far): the simulator keeps one per shape per node, and the passes over them
+  // wait on memory, so their size is their speed.
   struct Counts {
-    bool eligible;   // needs GPU share, and its model is allowed on the node
-    int enough;      // usable GPUs with free >= the shape's milli_per_gpu
-    MilliGpu below;  // free milli of the other usable GPUs
-    std::int64_t share_pods;  // stranded only: pods of a share the usable GPUs could take
-    double demand_weight;     // demand only: the shape's weight in NodeDemandFragmentation()
-    double weight;            // the shape's weight in every measure (its ShapeWeights weight)
+    bool eligible;            // needs GPU share, and its model is allowed on the node
+    std::int32_t enough;      // usable GPUs with free >= the shape's milli_per_gpu
+    std::int32_t below;       // free milli of the other usable GPUs
+    std::int32_t share_pods;  // stranded only: pods of a share the usable GPUs could take
   };
+  static_assert(sizeof(Counts) == 16);
+  // The shared part of both constructors: `weights` is ShapeTable::weights()'s layout, or null
+  // to compute it into this evaluation's storage (as `mode` says).
+  void Init(const double* weights, ShapeWeights mode, bool stranded);
   // Whether shape `s` gets its host resources with `cpu_free` CPU and `memory_free` memory.
   bool HostFits(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const {
     return cpu_free >= s.cpu_milli && (!count_memory_ || memory_free >= s.host_memory);
@@ -228,11 +257,15 @@ class FragmentationEval {
   MilliGpu free_total_ = 0;
   double before_ = 0;
   double before_stranded_ = 0;
-  // One per shape, sized exactly: a caller that keeps many evaluations (the simulator keeps one
-  // per node, PlacementPolicy::Prepare()) then keeps only what they use, which measurably
-  // speeds up the passes over them; an inline buffer of a fixed size did not pay for itself.
-  std::unique_ptr<Counts[]> storage_;
+  // One Counts per shape, sized exactly: a caller that keeps many evaluations (the simulator
+  // keeps one per node, PlacementPolicy::Prepare()) then keeps only what they use, which
+  // measurably speeds up the passes over them; an inline buffer of a fixed size did not pay
+  // for itself. Built from shapes, the weights follow in the same allocation.
+  std::unique_ptr<std::byte[]> storage_;
   Counts* counts_ = nullptr;
+  const double* weights_ = nullptr;  // ShapeTable::weights()'s layout
+  double weight(std::size_t k) const { return weights_[2 * k]; }
+  double demand_weight(std::size_t k) const { return weights_[2 * k + 1]; }
 };
 
 // Fragmentation drop (before - after; higher is better) of placing `req` on `gpus` of `node`.

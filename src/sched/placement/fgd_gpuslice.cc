@@ -90,26 +90,61 @@ double WithSecondary(const FragmentationEval& eval, const PlacementRequest& req,
   return Combine(eval, q, drop, demand_after, stranded_after);
 }
 
+// The shapes' weights of every evaluation below, once per context (PrepareWorkload()): the
+// typical shapes' and the demand shapes'.
+struct WorkloadTables final : WorkloadPrep {
+  explicit WorkloadTables(const PlacementContext& ctx)
+      : typical(ctx.workload, ShapeWeights::kSupply), demand(ctx.demand_workload, ShapeWeights::kSupply) {}
+  const ShapeTable typical;
+  const ShapeTable demand;
+};
+
+constexpr Resources kResources = Resources::kCpuAndMemory;
+constexpr ExtraMeasures kTypicalMeasures{.stranded = true, .demand = true};
+
 // The evaluations of one node: against the typical shapes (every measure), and for a share's
-// first key against the demand shapes where the context has them.
-struct NodeEvals final : NodePrep {
-  NodeEvals(const NodeView& node, const PlacementContext& ctx, bool share)
-      : eval(node, ctx.workload, Resources::kCpuAndMemory, {.stranded = true, .demand = true}, ShapeWeights::kSupply) {
-    if (share && !ctx.demand_workload.empty()) {
-      demand_eval.emplace(node, ctx.demand_workload, Resources::kCpuAndMemory, ExtraMeasures{}, ShapeWeights::kSupply);
+// first key against the demand shapes where the context has them. With `tables` (of the same
+// ctx; they must outlive this) the evaluations share their weights.
+class NodeEvals final : public NodePrep {
+ public:
+  NodeEvals(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables)
+      : eval(tables != nullptr ? FragmentationEval(node, tables->typical, kResources, kTypicalMeasures)
+                               : FragmentationEval(node, ctx.workload, kResources, kTypicalMeasures,
+                                                   ShapeWeights::kSupply)),
+        tables_(tables) {}
+  const FragmentationEval eval;
+  // The evaluation against ctx's demand shapes, for shares; null where it has none. Built on
+  // the first share scored on this node (`node` and `ctx` are the constructor's): a kept
+  // evaluation (Prepare()) serves every request class, and on about a third of the node
+  // states the simulator keeps, no share is scored.
+  const FragmentationEval* DemandEval(const NodeView& node, const PlacementContext& ctx) const {
+    if (!demand_built_) {
+      demand_built_ = true;
+      if (tables_ != nullptr && !tables_->demand.shapes().empty()) {
+        demand_eval_.emplace(node, tables_->demand, kResources);
+      } else if (tables_ == nullptr && !ctx.demand_workload.empty()) {
+        demand_eval_.emplace(node, ctx.demand_workload, kResources, ExtraMeasures{}, ShapeWeights::kSupply);
+      }
     }
+    return demand_eval_ ? &*demand_eval_ : nullptr;
   }
-  FragmentationEval eval;
-  std::optional<FragmentationEval> demand_eval;
+
+ private:
+  const WorkloadTables* tables_;
+  mutable bool demand_built_ = false;
+  mutable std::optional<FragmentationEval> demand_eval_;
 };
 
 // A share's GPU: the best score (FGD's, against the demand shapes where there are some, then
 // the secondary drop), then the smallest exact FGD fragmentation growth, then best fit. The
 // secondary key adds less than one FGD step (kSecondaryScale < 1), so it is evaluated only for
 // the GPUs of the best FGD score: the others cannot win.
-std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node, const NodeEvals& evals) {
+std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node, const PlacementContext& ctx,
+                                      const NodeEvals& evals) {
   const FragmentationEval& eval = evals.eval;
-  const FragmentationEval& primary = evals.demand_eval ? *evals.demand_eval : eval;
+  const FragmentationEval* demand = evals.DemandEval(node, ctx);
+  const FragmentationEval& primary = demand != nullptr ? *demand : eval;
+  primary.Prefetch();
   // A GPU's scores depend only on its free share: one entry per distinct free share, in order
   // of first appearance (at most one per GPU).
   struct Share {
@@ -198,12 +233,16 @@ class GpusliceFragPolicy final : public PlacementPolicy {
 
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
-    const NodeEvals evals(node, ctx, IsShare(req));
-    return Choose(req, node, evals);
+    const NodeEvals evals(node, ctx, nullptr);
+    return Choose(req, node, ctx, evals);
   }
-  // Both evaluations, so that the prep serves shares and whole requests alike.
-  std::unique_ptr<NodePrep> Prepare(const NodeView& node, const PlacementContext& ctx) const override {
-    return std::make_unique<NodeEvals>(node, ctx, /*share=*/true);
+  std::unique_ptr<WorkloadPrep> PrepareWorkload(const PlacementContext& ctx) const override {
+    return std::make_unique<WorkloadTables>(ctx);
+  }
+  std::unique_ptr<NodePrep> Prepare(const NodeView& node, const PlacementContext& ctx,
+                                    const WorkloadPrep* workload) const override {
+    // `workload` comes from PrepareWorkload() above (placement.h).
+    return std::make_unique<NodeEvals>(node, ctx, static_cast<const WorkloadTables*>(workload));
   }
   std::optional<NodeChoice> ScorePrepared(const PlacementRequest& req, const NodeView& node,
                                           const PlacementContext& ctx, const NodePrep* prep) const override {
@@ -211,13 +250,14 @@ class GpusliceFragPolicy final : public PlacementPolicy {
     if (prep == nullptr) return Score(req, node, ctx);
     const NodeEvals& evals = *static_cast<const NodeEvals*>(prep);
     evals.eval.Prefetch();
-    if (evals.demand_eval && IsShare(req)) evals.demand_eval->Prefetch();
-    return Choose(req, node, evals);
+    return Choose(req, node, ctx, evals);
   }
 
  private:
-  static std::optional<NodeChoice> Choose(const PlacementRequest& req, const NodeView& node, const NodeEvals& evals) {
-    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, evals) : WholeChoice(req, node, evals);
+  static std::optional<NodeChoice> Choose(const PlacementRequest& req, const NodeView& node,
+                                          const PlacementContext& ctx, const NodeEvals& evals) {
+    std::optional<NodeChoice> choice =
+        IsShare(req) ? ShareChoice(req, node, ctx, evals) : WholeChoice(req, node, evals);
     if (!choice) return std::nullopt;
     const bool empty = FreeMilli(node) == static_cast<MilliGpu>(node.gpus.size()) * kOneGpu;
     choice->score += (empty ? 0 : kUsedNodeBonus) +

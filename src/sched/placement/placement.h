@@ -106,6 +106,14 @@ class NodePrep {
   virtual ~NodePrep() = default;
 };
 
+// What a policy computes of a context alone (its workload), to reuse for every node it prepares
+// against that context (PlacementPolicy::PrepareWorkload()). Each policy derives its own;
+// callers only hold it.
+class WorkloadPrep {
+ public:
+  virtual ~WorkloadPrep() = default;
+};
+
 class PlacementPolicy {
  public:
   virtual ~PlacementPolicy() = default;
@@ -117,10 +125,16 @@ class PlacementPolicy {
   // each request class on every node that changed): Prepare() computes what Score() computes
   // of the node alone, and ScorePrepared() with it returns exactly what Score() returns, as
   // long as the node (its view and the GPU states it points to) and ctx are unchanged since.
-  // The prep holds views into the node's GPUs and ctx's workload. Default: nothing to prepare.
-  virtual std::unique_ptr<NodePrep> Prepare(const NodeView& /*node*/, const PlacementContext& /*ctx*/) const {
+  // The prep holds views into the node's GPUs and ctx's workload. `workload`: what
+  // PrepareWorkload() gave for this ctx (it must outlive the prep), or null. Default: nothing
+  // to prepare.
+  virtual std::unique_ptr<NodePrep> Prepare(const NodeView& /*node*/, const PlacementContext& /*ctx*/,
+                                            const WorkloadPrep* /*workload*/) const {
     return nullptr;
   }
+  // What Prepare() computes of ctx alone, once for every node prepared against ctx (unchanged
+  // since). Default: nothing.
+  virtual std::unique_ptr<WorkloadPrep> PrepareWorkload(const PlacementContext& /*ctx*/) const { return nullptr; }
   virtual std::optional<NodeChoice> ScorePrepared(const PlacementRequest& req, const NodeView& node,
                                                   const PlacementContext& ctx, const NodePrep* /*prep*/) const {
     return Score(req, node, ctx);
