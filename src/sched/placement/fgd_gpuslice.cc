@@ -115,8 +115,8 @@ class NodeEvals final : public NodePrep {
   const FragmentationEval eval;
   // The evaluation against ctx's demand shapes, for shares; null where it has none. Built on
   // the first share scored on this node (`node` and `ctx` are the constructor's): a kept
-  // evaluation (Prepare()) serves every request class, and on about a third of the node
-  // states the simulator keeps, no share is scored.
+  // evaluation (Prepare()) serves every request class, and on 28% of the node states the
+  // simulator keeps no share is scored. (Not thread-safe: a prep is its caller's.)
   const FragmentationEval* DemandEval(const NodeView& node, const PlacementContext& ctx) const {
     if (!demand_built_) {
       demand_built_ = true;
