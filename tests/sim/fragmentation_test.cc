@@ -124,6 +124,54 @@ TEST(Fragmentation, StrandedIsFgdWhereShapesAskNoHostResources) {
   EXPECT_EQ(NodeStrandedFragmentation(n.view, shapes, Resources::kCpuAndMemory), NodeFragmentation(n.view, shapes));
 }
 
+// The pooled stranded measure: the CPU the shapes' mix needs per milli-GPU to fill the free GPU,
+// against what the node has.
+TEST(Fragmentation, PooledCountsWhatTheMixCannotFeed) {
+  TestNode n({1000, 1000, 1000, 1000}, 24000);
+  const std::vector<WorkloadShape> shapes = {Shape(6000, 1, kOneGpu, 0.5), Shape(6000, 1, 500, 0.5)};
+  // FGD: both fit, nothing is fragment. The mix brings 6000 CPU per 750 milli-GPU: 32 CPUs for
+  // the 4 free GPUs, of which 24 are free, so a quarter of the 4000 usable is fragment. The
+  // stranded measure, shape by shape: 4 whole-GPU pods are fed; 8 half-GPU pods would need 48
+  // CPUs, 24 feed 4 of them, so half of the 4000, at weight 0.5.
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, shapes), 0.0);
+  EXPECT_DOUBLE_EQ(NodePooledFragmentation(n.view, shapes), 1000.0);
+  EXPECT_DOUBLE_EQ(NodeStrandedFragmentation(n.view, shapes), 1000.0);
+  // A CPU-only pod of 8 CPUs: 16 of 32 (2000). Shape by shape, 2 of 8 half-GPU pods fed (1500),
+  // and 2 of 4 whole-GPU ones (1000).
+  const FragmentationEval eval(n.view, shapes, Resources::kCpu, {.stranded = true, .pooled = true});
+  ASSERT_TRUE(eval.pools());
+  double stranded = -1, pooled = -1;
+  EXPECT_DOUBLE_EQ(eval.AfterAll(8000, std::vector<int>{}, 0, 0, nullptr, &stranded, &pooled), 0.0);
+  EXPECT_DOUBLE_EQ(pooled, 2000.0);
+  EXPECT_DOUBLE_EQ(stranded, 2500.0);
+  // A half-GPU pod of 6 CPUs on GPU 0: the 500m left there fits only the half-GPU shape, 12
+  // CPUs per GPU's worth (6), and the three whole GPUs need 8 each: 30 CPUs for the 18 free,
+  // 0.6 fed. FGD's fragment is that 500m, for the whole-GPU shape (0.5 x 500); of the 3500 -
+  // 250 the shapes could use, 0.4 is fragment.
+  EXPECT_DOUBLE_EQ(eval.AfterAll(6000, std::vector<int>{0}, 500, 0, nullptr, nullptr, &pooled), 250.0);
+  EXPECT_DOUBLE_EQ(pooled, 250.0 + 3250.0 * 0.4);
+  // A CPU-only shape is FGD's fragment everywhere (all 4000 free, at its weight) and needs no
+  // GPU: the part of the free GPU the mix cannot feed is as before.
+  std::vector<WorkloadShape> with_cpu_only = shapes;
+  with_cpu_only.push_back(Shape(4000, 0, 0, 0.5));
+  EXPECT_DOUBLE_EQ(NodeFragmentation(n.view, with_cpu_only), 2000.0);
+  EXPECT_DOUBLE_EQ(NodePooledFragmentation(n.view, with_cpu_only), 2000.0 + 1000.0);
+  // Holes no shape fits need no CPU: with 400m free on each GPU and no CPU, FGD counts all
+  // 1600 (no shape fits), and the pooled measure adds nothing to it.
+  TestNode holes({400, 400, 400, 400}, 0);
+  EXPECT_DOUBLE_EQ(NodePooledFragmentation(holes.view, shapes), 1600.0);
+  // Only the shapes that fit a free share count for its need: 500m free on each GPU fit the
+  // half-GPU pods alone, 12 CPUs per GPU's worth, 24 for the 2000 free; 12 free feed half.
+  TestNode halves({500, 500, 500, 500}, 12000);
+  EXPECT_DOUBLE_EQ(NodeFragmentation(halves.view, shapes), 0.5 * 2000.0);
+  EXPECT_DOUBLE_EQ(NodePooledFragmentation(halves.view, shapes), 0.5 * 2000.0 + 0.5 * 2000.0 * 0.5);
+  // Where no shape that needs a GPU asks CPU or memory (the daemon) it is FGD's measure.
+  const std::vector<WorkloadShape> daemon = {Shape(0, 1, 500, 0.6), Shape(0, 1, kOneGpu, 0.4)};
+  const FragmentationEval plain(halves.view, daemon, Resources::kCpuAndMemory, {.pooled = true});
+  EXPECT_FALSE(plain.pools());
+  EXPECT_EQ(plain.before_pooled(), plain.before());
+}
+
 // The demand-weighted measure weighs a shape by the GPU its pods bring, not by their count: an
 // 8-GPU shape arriving a tenth as often as a 1-GPU one weighs 8/9 of the GPU pods' demand.
 TEST(Fragmentation, DemandWeighsShapesByTheGpuTheyBring) {
@@ -417,12 +465,28 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       shapes.back().host_memory = static_cast<Bytes>(rng() % 6) * 16 * kGiB;
       if (rng() % 3 != 0) shapes.back().supply_share = static_cast<double>(1 + rng() % 100) / 100.0;
     }
-    const FragmentationEval eval(n.view, shapes, resources, {.stranded = true, .demand = true}, weights);
+    constexpr ExtraMeasures kAll{.stranded = true, .demand = true, .pooled = true};
+    const FragmentationEval eval(n.view, shapes, resources, kAll, weights);
+    // With the weights of a ShapeTable (as the simulator keeps them), every measure the same,
+    // the pooled one's steps from the table where no shape that names a model is eligible.
+    const ShapeTable table(shapes, weights);
+    const FragmentationEval tabled(n.view, table, resources, kAll);
     // With supply weights the eval measures what the plain measures give for SupplyWeighted().
     const std::vector<WorkloadShape> weighted = weights == ShapeWeights::kSupply ? SupplyWeighted(shapes) : shapes;
     ASSERT_EQ(bits(eval.before()), bits(NodeFragmentation(n.view, weighted, resources))) << "trial " << trial;
     ASSERT_EQ(bits(eval.before_demand()), bits(NodeDemandFragmentation(n.view, weighted, resources))) << "trial " << trial;
     ASSERT_EQ(bits(eval.before_stranded()), bits(NodeStrandedFragmentation(n.view, weighted, resources))) << "trial " << trial;
+    ASSERT_EQ(bits(eval.before_pooled()), bits(NodePooledFragmentation(n.view, weighted, resources))) << "trial " << trial;
+    ASSERT_EQ(bits(tabled.before_pooled()), bits(eval.before_pooled())) << "trial " << trial;
+    // The pooled measure after a placement (AfterAll() only), with and without the table.
+    auto pooled_matches = [&](const NodeView& v, std::span<const int> chosen, MilliGpu milli, std::int64_t c,
+                              Bytes mem) {
+      double pooled = -1, tabled_pooled = -1;
+      eval.AfterAll(c, chosen, milli, mem, nullptr, nullptr, &pooled);
+      tabled.AfterAll(c, chosen, milli, mem, nullptr, nullptr, &tabled_pooled);
+      const double fresh = NodePooledFragmentation(v, weighted, resources);
+      return bits(pooled) == bits(fresh) && bits(tabled_pooled) == bits(fresh);
+    };
     // A share on each GPU it fits, and the first k fully free usable GPUs.
     const MilliGpu share = 50 * static_cast<MilliGpu>(1 + rng() % 19);
     const std::int64_t cpu = static_cast<std::int64_t>(rng() % 4) * 1000;
@@ -447,6 +511,8 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
                 bits(NodeFragmentation(v, weighted, resources)));
       ASSERT_EQ(bits(all_demand), bits(demand)) << "trial " << trial << " gpu " << i;
       ASSERT_EQ(bits(all_stranded), bits(NodeStrandedFragmentation(v, weighted, resources))) << "trial " << trial;
+      const int one[1] = {i};
+      ASSERT_TRUE(pooled_matches(v, one, share, cpu, memory)) << "trial " << trial << " gpu " << i;
     }
     {
       // `share` from several GPUs at once, of different free shares (unusable ones listed too:
@@ -473,6 +539,7 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
                 bits(NodeFragmentation(v, weighted, resources)));
       ASSERT_EQ(bits(all_demand), bits(demand)) << "trial " << trial;
       ASSERT_EQ(bits(all_stranded), bits(NodeStrandedFragmentation(v, weighted, resources))) << "trial " << trial;
+      ASSERT_TRUE(pooled_matches(v, several, share, cpu, memory)) << "trial " << trial;
     }
     std::vector<int> whole;
     std::vector<GpuView> after = n.gpus;
@@ -495,6 +562,7 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
                 bits(NodeFragmentation(v, weighted, resources)));
       ASSERT_EQ(bits(all_demand), bits(demand)) << "trial " << trial;
       ASSERT_EQ(bits(all_stranded), bits(NodeStrandedFragmentation(v, weighted, resources))) << "trial " << trial;
+      ASSERT_TRUE(pooled_matches(v, whole, kOneGpu, cpu, memory)) << "trial " << trial;
     }
   }
   }

@@ -151,6 +151,11 @@ double NodeStrandedFragmentation(const NodeView& node, std::span<const WorkloadS
   return eval.before_stranded();
 }
 
+double NodePooledFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
+  const FragmentationEval eval(node, shapes, resources, {.pooled = true});
+  return eval.before_pooled();
+}
+
 double NodeDemandFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
   const FragmentationEval eval(node, shapes, resources, {.demand = true});
   return eval.before_demand();
@@ -195,9 +200,44 @@ double StrandedTerm(std::int64_t pods, std::int64_t k, MilliGpu below, MilliGpu 
   return k;
 }
 
+namespace {
+// The pooled measure's steps (HoleStep) of the shapes `eligible(i)` says are eligible, with the
+// weights `weights` (ShapeTable::weights()'s layout), into `out`.
+template <typename Eligible>
+void BuildHoleSteps(std::span<const WorkloadShape> shapes, const double* weights, Eligible eligible,
+                    std::vector<HoleStep>& out) {
+  // The eligible shapes by share, ascending (equal shares in shape order), then running sums:
+  // a free share takes every shape whose share is at most it.
+  struct Fit {
+    MilliGpu milli;
+    std::size_t shape;
+  };
+  std::vector<Fit> fits;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    if (eligible(i)) fits.push_back({shapes[i].milli_per_gpu, i});
+  }
+  std::stable_sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.milli < b.milli; });
+  double cpu = 0;
+  double memory = 0;
+  double gpu = 0;
+  for (std::size_t j = 0; j < fits.size(); ++j) {
+    const WorkloadShape& s = shapes[fits[j].shape];
+    const double w = weights[2 * fits[j].shape];
+    cpu += w * static_cast<double>(s.cpu_milli);
+    memory += w * static_cast<double>(s.host_memory);
+    gpu += w * static_cast<double>(s.milli_per_gpu) * static_cast<double>(std::max(1, s.num_gpus));
+    if (j + 1 < fits.size() && fits[j + 1].milli == fits[j].milli) continue;
+    out.push_back({fits[j].milli, gpu > 0 ? cpu / gpu : 0, gpu > 0 ? memory / gpu : 0});
+  }
+}
+}  // namespace
+
 ShapeTable::ShapeTable(std::span<const WorkloadShape> shapes, ShapeWeights weights)
     : shapes_(shapes), weights_(2 * shapes.size()) {
   Fill(shapes, weights, /*with_demand=*/true, weights_);
+  BuildHoleSteps(
+      shapes, weights_.data(),
+      [&](std::size_t i) { return shapes[i].milli_per_gpu > 0 && shapes[i].allowed_models.empty(); }, steps_);
 }
 
 void ShapeTable::Fill(std::span<const WorkloadShape> shapes, ShapeWeights weights, bool with_demand,
@@ -221,7 +261,7 @@ void ShapeTable::Fill(std::span<const WorkloadShape> shapes, ShapeWeights weight
 FragmentationEval::FragmentationEval(const NodeView& node, std::span<const WorkloadShape> shapes,
                                      Resources resources, ExtraMeasures extra, ShapeWeights weights)
     : node_(node), shapes_(shapes), count_memory_(resources == Resources::kCpuAndMemory), demand_(extra.demand) {
-  Init(nullptr, weights, extra.stranded);
+  Init(nullptr, nullptr, weights, extra);
 }
 
 FragmentationEval::FragmentationEval(const NodeView& node, const ShapeTable& table, Resources resources,
@@ -230,18 +270,21 @@ FragmentationEval::FragmentationEval(const NodeView& node, const ShapeTable& tab
       shapes_(table.shapes()),
       count_memory_(resources == Resources::kCpuAndMemory),
       demand_(extra.demand) {
-  Init(table.weights(), ShapeWeights::kFrequency, extra.stranded);
+  Init(&table, table.weights(), ShapeWeights::kFrequency, extra);
 }
 
-void FragmentationEval::Init(const double* weights, ShapeWeights mode, bool stranded) {
+void FragmentationEval::Init(const ShapeTable* table, const double* weights, ShapeWeights mode, ExtraMeasures extra) {
   const NodeView& node = node_;
   const std::span<const WorkloadShape> shapes = shapes_;
   // Counts, then (without a table) the weights; both 8-byte aligned, left uninitialised (an
   // array of std::byte creates the objects in it).
+  // With the pooled measure, each GPU's need follows them.
   const std::size_t counts_bytes = shapes.size() * sizeof(Counts);
-  const std::size_t bytes = counts_bytes + (weights == nullptr ? 2 * shapes.size() * sizeof(double) : 0);
+  const std::size_t weights_bytes = weights == nullptr ? 2 * shapes.size() * sizeof(double) : 0;
+  const std::size_t bytes = counts_bytes + weights_bytes + (extra.pooled ? node.gpus.size() * sizeof(HostNeed) : 0);
   storage_.reset(new std::byte[bytes]);
   counts_ = std::launder(reinterpret_cast<Counts*>(storage_.get()));
+  if (extra.pooled) gpu_need_ = std::launder(reinterpret_cast<HostNeed*>(storage_.get() + counts_bytes + weights_bytes));
   if (weights == nullptr) {
     double* own = std::launder(reinterpret_cast<double*>(storage_.get() + counts_bytes));
     ShapeTable::Fill(shapes, mode, demand_, std::span<double>(own, 2 * shapes.size()));
@@ -276,6 +319,8 @@ void FragmentationEval::Init(const double* weights, ShapeWeights mode, bool stra
   // Each shape's counts, and its term of the fragmentation as NodeFragmentation() sums them
   // (the same products in the same order).
   double frag = 0;
+  bool hosts = false;        // some shape that needs a GPU asks CPU or counted memory
+  bool constrained = false;  // some shape that names models is eligible
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
@@ -306,11 +351,32 @@ void FragmentationEval::Init(const double* weights, ShapeWeights mode, bool stra
     if (demand_) {
       before_demand_ += demand_weight(i) * static_cast<double>(fits ? c.below : free_total_);
     }
-    // The stranded measure can differ only if a shape that needs a GPU asks CPU or memory.
-    strands_ = strands_ || (stranded && s.milli_per_gpu > 0 && (s.cpu_milli > 0 || (count_memory_ && s.host_memory > 0)));
+    // The stranded measures can differ only if a shape that needs a GPU asks CPU or memory.
+    hosts = hosts || (s.milli_per_gpu > 0 && (s.cpu_milli > 0 || (count_memory_ && s.host_memory > 0)));
+    constrained = constrained || (c.eligible && !s.allowed_models.empty());
+    if (extra.pooled) weight_sum_ += weight(i);
   }
+  strands_ = extra.stranded && hosts;
+  pools_ = extra.pooled && hosts;
   before_ = free_total_ == 0 ? 0 : frag;
   if (free_total_ == 0) before_demand_ = 0;
+  if (pools_) {
+    if (table != nullptr && !constrained) {
+      hole_steps_ = table->unconstrained_steps();
+    } else {
+      BuildHoleSteps(shapes, weights_, [&](std::size_t i) { return counts_[i].eligible; }, own_steps_);
+      hole_steps_ = own_steps_;
+    }
+    for (std::size_t i = 0; i < node.gpus.size(); ++i) {
+      const GpuView& g = node.gpus[i];
+      gpu_need_[i] = g.usable ? HoleNeed(g.free_milli) : HostNeed{};
+      if (!g.usable) continue;
+      need_.cpu += gpu_need_[i].cpu;
+      need_.memory += gpu_need_[i].memory;
+    }
+    before_pooled_ =
+        free_total_ == 0 ? 0 : before_ + Pooled(before_, free_total_, need_, node.cpu_milli_free, node.memory_free);
+  }
   if (!strands_) return;
   // The stranded measure (a second pass, only where it can differ: not in the daemon).
   double stranded_frag = 0;
@@ -327,6 +393,42 @@ void FragmentationEval::Init(const double* weights, ShapeWeights mode, bool stra
                                                : static_cast<double>(free_total_));
   }
   before_stranded_ = free_total_ == 0 ? 0 : stranded_frag;
+}
+
+FragmentationEval::HostNeed FragmentationEval::HoleNeed(MilliGpu free) const {
+  std::size_t j = 0;
+  while (j < hole_steps_.size() && hole_steps_[j].from <= free) ++j;
+  if (j == 0) return {};
+  const double f = static_cast<double>(free);
+  return {f * hole_steps_[j - 1].cpu, count_memory_ ? f * hole_steps_[j - 1].memory : 0};
+}
+
+FragmentationEval::HostNeed FragmentationEval::NeedAfter(const Chosen& chosen, MilliGpu milli) const {
+  if (chosen.usable == 0) return need_;
+  // The chosen GPUs' needs at their new free shares (once where they are alike), the others'
+  // as counted, summed in GPU order as a fresh evaluation of the node after sums them.
+  const HostNeed moved = chosen.uniform ? HoleNeed(chosen.free - milli) : HostNeed{};
+  HostNeed need;
+  for (std::size_t g = 0; g < node_.gpus.size(); ++g) {
+    const GpuView& v = node_.gpus[g];
+    if (!v.usable) continue;
+    HostNeed h = gpu_need_[g];
+    if (std::find(chosen.gpus.begin(), chosen.gpus.end(), static_cast<int>(g)) != chosen.gpus.end()) {
+      h = chosen.uniform ? moved : HoleNeed(v.free_milli - milli);
+    }
+    need.cpu += h.cpu;
+    need.memory += h.memory;
+  }
+  return need;
+}
+
+double FragmentationEval::Pooled(double frag, MilliGpu total, HostNeed need, std::int64_t cpu_free,
+                                 Bytes memory_free) const {
+  double fed = 1;
+  if (need.cpu > 0) fed = std::min(fed, static_cast<double>(std::max<std::int64_t>(0, cpu_free)) / need.cpu);
+  if (need.memory > 0) fed = std::min(fed, static_cast<double>(std::max<Bytes>(0, memory_free)) / need.memory);
+  // weight_sum_ x total - frag: each fitting shape's weighted free milli at or above its share.
+  return (weight_sum_ * static_cast<double>(total) - frag) * (1 - fed);
 }
 
 FragmentationEval::Chosen FragmentationEval::Summarise(std::span<const int> gpus) const {
@@ -429,11 +531,12 @@ double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, Mil
 }
 
 double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory,
-                                   double* demand, double* stranded) const {
+                                   double* demand, double* stranded, double* pooled) const {
   const Chosen chosen = Summarise(gpus);
   const MilliGpu total = FreeAfter(chosen, milli);
   if (demand != nullptr) *demand = 0;
   if (stranded != nullptr) *stranded = 0;
+  if (pooled != nullptr) *pooled = 0;
   if (total == 0) return 0;
   const bool with_demand = demand_ && demand != nullptr;
   const bool with_stranded = strands_ && stranded != nullptr;
@@ -472,6 +575,11 @@ double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, 
   }
   if (with_demand) *demand = demand_frag;
   if (stranded != nullptr) *stranded = with_stranded ? stranded_frag : frag;
+  if (pooled != nullptr && pools_) {
+    *pooled = frag + Pooled(frag, total, NeedAfter(chosen, milli), cpu_free, memory_free);
+  } else if (pooled != nullptr) {
+    *pooled = frag;
+  }
   return frag;
 }
 

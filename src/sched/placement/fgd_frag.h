@@ -44,6 +44,21 @@ enum class Resources { kCpu, kCpuAndMemory };
 double NodeStrandedFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
                                  Resources resources = Resources::kCpu);
 
+// Pooled stranded fragmentation (gpuslice's third measure): the GPU a node's host cannot feed
+// when the workload's mix fills what is free, every shape drawing on one pool of CPU and memory.
+// Each usable GPU's free share f needs f times the CPU (memory) per milli-GPU that the shapes
+// fitting in f bring (their weighted CPU over their weighted GPU; nothing where no shape fits).
+// If the node's free CPU (memory) is only a fraction `fed` of what its GPUs need, the measure is
+// FGD's plus the fraction 1 - fed of what FGD counts as usable (each fitting shape's free milli
+// at or above its share). The stranded measure above lets each shape claim all of the node's
+// CPU for as many pods as the free GPU holds of it: a share small enough for the holes beside
+// larger shares makes a node look short of CPU for pods that will mostly not come (the holes go
+// to other shapes, or to none), and shapes that each fit do not see that together they do not.
+// This one sees both, but counts CPU below one pod as feeding part of one, which the stranded
+// measure does not. Where no shape that needs a GPU asks CPU or memory it is FGD's measure.
+double NodePooledFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
+                               Resources resources = Resources::kCpu);
+
 // Demand-weighted fragmentation (gpuslice's second key). FGD weighs each shape by how often its
 // pods arrive; a shape of eight whole GPUs then counts as much as one of a tenth of a GPU, though
 // each of its pods brings 80 times the GPU demand. This measure is FGD's (with the same
@@ -100,6 +115,16 @@ std::vector<int> BestFitGpus(const PlacementRequest& req, const NodeView& node);
 std::vector<int> RandomFitGpus(const PlacementRequest& req, const NodeView& node,
                                std::mt19937_64* rng);
 
+// The pooled measure's need of a free share (NodePooledFragmentation()) as steps, ascending by
+// `from`: a free share of f milli needs f x (cpu, memory) of the last step with from <= f (the
+// shapes that fit in f: their weighted CPU and host memory over their weighted milli-GPU), and
+// nothing below the first step.
+struct HoleStep {
+  MilliGpu from;
+  double cpu;
+  double memory;
+};
+
 // Each shape's weight in a FragmentationEval's measures: its ShapeWeights weight, and its weight
 // in the demand-weighted measure (NodeDemandFragmentation()). They depend on the workload
 // alone, so a caller that keeps evaluations of many nodes against one workload
@@ -112,6 +137,9 @@ class ShapeTable {
   std::span<const WorkloadShape> shapes() const { return shapes_; }
   // [2k]: shape k's weight, [2k + 1]: its demand weight.
   const double* weights() const { return weights_.data(); }
+  // The pooled measure's steps on a node where the shapes that need a GPU and name no model are
+  // the eligible ones (every node, where no shape names a model).
+  std::span<const HoleStep> unconstrained_steps() const { return steps_; }
   // Writes the weights of `shapes` into `out` (2 x shapes.size()) as weights() lists them; the
   // demand weights only `with_demand`.
   static void Fill(std::span<const WorkloadShape> shapes, ShapeWeights weights, bool with_demand,
@@ -120,12 +148,14 @@ class ShapeTable {
  private:
   std::span<const WorkloadShape> shapes_;
   std::vector<double> weights_;
+  std::vector<HoleStep> steps_;
 };
 
 // The measures a FragmentationEval evaluates besides FGD's.
 struct ExtraMeasures {
   bool stranded = false;  // NodeStrandedFragmentation(): before_stranded(), AfterStranded()
   bool demand = false;    // NodeDemandFragmentation(): before_demand(), After()'s `demand`
+  bool pooled = false;    // NodePooledFragmentation(): before_pooled(), AfterAll()'s `pooled`
 };
 
 // A node's fragmentation against a workload, and the fragmentation after hypothetical
@@ -188,14 +218,21 @@ class FragmentationEval {
     const int one[1] = {gpu};
     return AfterStranded(cpu, one, milli, memory);
   }
-  // After(), with *demand (if not null) as After() gives it and *stranded (if not null) as
-  // AfterStranded() gives it, all three from one pass over the shapes; each bit-identical to
-  // the separate call.
+  // As strands(), for ExtraMeasures::pooled: when false, before_pooled() and AfterAll()'s
+  // `pooled` are FGD's measure.
+  bool pools() const { return pools_; }
+  // NodePooledFragmentation(node, shapes, resources); needs ExtraMeasures::pooled.
+  double before_pooled() const { return pools_ ? before_pooled_ : before_; }
+  // After(), with *demand (if not null) as After() gives it, *stranded (if not null) as
+  // AfterStranded() gives it and *pooled (if not null) NodePooledFragmentation() of the node
+  // after (needs ExtraMeasures::pooled), from one pass over the shapes; each bit-identical to
+  // the separate call or to a fresh evaluation of the node after.
   double AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory, double* demand,
-                  double* stranded) const;
-  double AfterAllOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory, double* demand, double* stranded) const {
+                  double* stranded, double* pooled = nullptr) const;
+  double AfterAllOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory, double* demand, double* stranded,
+                     double* pooled = nullptr) const {
     const int one[1] = {gpu};
-    return AfterAll(cpu, one, milli, memory, demand, stranded);
+    return AfterAll(cpu, one, milli, memory, demand, stranded, pooled);
   }
 
  private:
@@ -212,7 +249,8 @@ class FragmentationEval {
   static_assert(sizeof(Counts) == 16);
   // The shared part of both constructors: `weights` is ShapeTable::weights()'s layout, or null
   // to compute it into this evaluation's storage (as `mode` says).
-  void Init(const double* weights, ShapeWeights mode, bool stranded);
+  // `table`: the ShapeTable `weights` come from, if any.
+  void Init(const ShapeTable* table, const double* weights, ShapeWeights mode, ExtraMeasures extra);
   // Whether shape `s` gets its host resources with `cpu_free` CPU and `memory_free` memory.
   bool HostFits(const WorkloadShape& s, std::int64_t cpu_free, Bytes memory_free) const {
     return cpu_free >= s.cpu_milli && (!count_memory_ || memory_free >= s.host_memory);
@@ -242,6 +280,21 @@ class FragmentationEval {
   };
   template <bool kSharePods>
   MovedCounts Moved(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
+  // The pooled measure's CPU and host memory needs.
+  struct HostNeed {
+    double cpu = 0;
+    double memory = 0;
+  };
+  // What a free share of `free` milli needs: `free` times the CPU (memory) per milli-GPU of the
+  // eligible shapes that fit in it (NodePooledFragmentation()); zero where none fits.
+  HostNeed HoleNeed(MilliGpu free) const;
+  // The usable GPUs' needs after `milli` is taken from each of the chosen ones, summed as
+  // Init() sums need_ (so bit-identical to a fresh evaluation of the node after).
+  HostNeed NeedAfter(const Chosen& chosen, MilliGpu milli) const;
+
+  // NodePooledFragmentation() less FGD's: `frag` is FGD's fragmentation of the node, `total` its
+  // free milli, `need` what its GPUs' free shares need, `cpu_free` and `memory_free` what the host has.
+  double Pooled(double frag, MilliGpu total, HostNeed need, std::int64_t cpu_free, Bytes memory_free) const;
   // Pods of shape `s` its usable GPUs could take, from its counts (share_pods counted).
   static std::int64_t PodsOnGpus(const WorkloadShape& s, int enough, std::int64_t share_pods);
   template <typename C>
@@ -257,6 +310,16 @@ class FragmentationEval {
   MilliGpu free_total_ = 0;
   double before_ = 0;
   double before_stranded_ = 0;
+  bool pools_ = false;
+  double before_pooled_ = 0;
+  double weight_sum_ = 0;  // pooled only: every shape's weight(), summed
+  // Pooled only: HoleNeed()'s steps (the table's where they are this node's), what each GPU's
+  // free share needs (in storage_, after the counts and weights; zero for unusable GPUs) and
+  // what the usable ones need together.
+  std::span<const HoleStep> hole_steps_;
+  std::vector<HoleStep> own_steps_;
+  HostNeed* gpu_need_ = nullptr;
+  HostNeed need_;
   // One Counts per shape, sized exactly: a caller that keeps many evaluations (the simulator
   // keeps one per node, PlacementPolicy::Prepare()) then keeps only what they use, which
   // measurably speeds up the passes over them; an inline buffer of a fixed size did not pay

@@ -28,7 +28,7 @@
 // measure, a typical shape counts as unable to use the node when the node lacks its host memory
 // (its median), as when it lacks its CPU: GPUs stranded behind exhausted memory are fragment too.
 // Then, among placements FGD scores equal:
-//   1. the exact drop, in milli-GPU, of the sum of two more measures of the node (fgd_frag.h):
+//   1. the exact drop, in milli-GPU, of the sum of three more measures of the node (fgd_frag.h):
 //      - the *demand-weighted* fragmentation: FGD's with each shape weighted by the GPU its pods
 //        bring (frequency x GPUs x share) instead of by their count. FGD's weights make an
 //        8-GPU shape, a few pods in a hundred but a large part of the GPU asked, nearly
@@ -36,15 +36,26 @@
 //      - the *stranded* fragmentation: besides FGD's fragment, the part of a node's free GPU
 //        that its CPU and memory cannot feed pod by pod. FGD only sees stranding when the last
 //        pod no longer fits; this keeps CPU and memory beside free GPUs before that, which is
-//        where CPU-heavy workloads lose GPUs.
-//      Both are in milli-GPU of expected loss, so they add without a weight;
+//        where CPU-heavy workloads lose GPUs;
+//      - the *pooled stranded* fragmentation: the same, with the CPU and memory that the
+//        workload's mix needs to fill the node's free GPU: each shape alone (the measure
+//        above) claims all of the node's CPU, in whole pods, for as many pods as the free GPU
+//        holds of it, so a share small enough for the holes beside larger shares keeps CPU
+//        beside them for pods that mostly do not come, and shapes that each fit do not see
+//        that together they do not; the pooled measure sees both, but not that CPU below one
+//        pod feeds none, which the one above sees. With it, judged on traces drawn after it
+//        was written, every family of workload gained (docs/evaluation.md, issue 35's fourth
+//        round); where no shape asks CPU or memory (the daemon) it is left out, as it could
+//        only count FGD's drop again.
+//      All three are in milli-GPU of expected loss, so they add without a weight;
 //   2. a node already in use beats an empty node (an empty node is the only place a request as
 //      large as the node can go);
 //   3. then the node with fewer GPUs (same reason, one size down).
 // Within a node, a share goes on the GPU with the best score; among equals, on the one whose
 // exact FGD fragmentation grows least, then the least free one (best fit) — FGD takes the first
 // index. Remaining ties are left to the framework's tie-break. Nothing here depends on a trace.
-// Where no shape asks CPU or memory (the daemon) the stranded measure is FGD's.
+// Where no shape asks CPU or memory (the daemon) the stranded measure is FGD's and the pooled
+// one is not counted, so the daemon's decisions are what they were without it.
 
 #include <array>
 #include <vector>
@@ -75,9 +86,13 @@ constexpr double kDropEpsilon = 1e-9;
 // FGD's quantised score `q` of the primary drop `drop`, plus the secondary key: the drop of the
 // demand-weighted plus the stranded fragmentation of `eval`, in milli-GPU, from the measures
 // after the placement (`demand_after`, `stranded_after`: AfterAll()).
-double Combine(const FragmentationEval& eval, double q, double drop, double demand_after, double stranded_after) {
+double Combine(const FragmentationEval& eval, double q, double drop, double demand_after, double stranded_after,
+               double pooled_after) {
   const double stranded_drop = eval.strands() ? eval.before_stranded() - stranded_after : drop;
-  const double secondary = (eval.before_demand() - demand_after) + stranded_drop;
+  // Where the pooled measure cannot differ from FGD's (no shape asks CPU or memory: the daemon)
+  // it is left out rather than counting FGD's drop a second time.
+  const double pooled_drop = eval.pools() ? eval.before_pooled() - pooled_after : 0;
+  const double secondary = (eval.before_demand() - demand_after) + stranded_drop + pooled_drop;
   return q + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
 }
 // Combine() for a placement of `req` on `gpus`.
@@ -85,9 +100,10 @@ double WithSecondary(const FragmentationEval& eval, const PlacementRequest& req,
                      double drop) {
   double demand_after = 0;
   double stranded_after = 0;
+  double pooled_after = 0;
   eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after,
-                eval.strands() ? &stranded_after : nullptr);
-  return Combine(eval, q, drop, demand_after, stranded_after);
+                eval.strands() ? &stranded_after : nullptr, eval.pools() ? &pooled_after : nullptr);
+  return Combine(eval, q, drop, demand_after, stranded_after, pooled_after);
 }
 
 // The shapes' weights of every evaluation below, once per context (PrepareWorkload()): the
@@ -100,7 +116,7 @@ struct WorkloadTables final : WorkloadPrep {
 };
 
 constexpr Resources kResources = Resources::kCpuAndMemory;
-constexpr ExtraMeasures kTypicalMeasures{.stranded = true, .demand = true};
+constexpr ExtraMeasures kTypicalMeasures{.stranded = true, .demand = true, .pooled = true};
 
 // The evaluations of one node: against the typical shapes (every measure), and for a share's
 // first key against the demand shapes where the context has them. With `tables` (of the same
@@ -218,9 +234,12 @@ std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeVie
   const FragmentationEval& eval = evals.eval;
   double demand_after = 0;
   double stranded_after = 0;
-  const double drop = eval.before() - eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory,
-                                                    &demand_after, eval.strands() ? &stranded_after : nullptr);
-  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, demand_after, stranded_after), std::move(gpus)};
+  double pooled_after = 0;
+  const double drop =
+      eval.before() - eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after,
+                                    eval.strands() ? &stranded_after : nullptr, eval.pools() ? &pooled_after : nullptr);
+  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, demand_after, stranded_after, pooled_after),
+                    std::move(gpus)};
 }
 
 class GpusliceFragPolicy final : public PlacementPolicy {
