@@ -279,6 +279,31 @@ TEST(GpuslicePolicy, KeepsHostMemoryBesideFreeGpusForTheTypicalPod) {
 // Two nodes FGD cannot tell apart for a CPU-only pod: one more pod of the typical shape fits on
 // both afterwards. On the CPU-poor one the pod leaves CPU for only two of its four free GPUs;
 // gpuslice sends it to the other.
+// Where each shape alone still gets its pods (the stranded measure ties), the mix of shapes may
+// not: a CPU-only pod goes where it leaves the node's free GPUs the most of what the mix needs.
+TEST(GpuslicePolicy, KeepsTheCpuTheMixNeedsBesideFreeGpus) {
+  auto ours = MakePolicy("gpuslice");
+  ASSERT_TRUE(ours.ok());
+  // Whole GPUs and half GPUs, 8 CPUs each: 2000 free milli need 21.3 CPUs together.
+  const std::vector<WorkloadShape> shapes = {Shape(8000, 1, kOneGpu, 0.5), Shape(8000, 1, 500, 0.5)};
+  TestNode short_node({kOneGpu, kOneGpu}, 20000), fed_node({kOneGpu, kOneGpu}, 22000);
+  PlacementRequest cpu_only;
+  cpu_only.cpu_milli = 1000;
+  const PlacementContext ctx{shapes, nullptr};
+  // Shape by shape nothing changes on either node (2 whole-GPU pods fed before and after; 2 of 4
+  // half-GPU pods), and one more pod of each still fits: FGD's score and the stranded measure tie.
+  const FragmentationEval a(short_node.view, shapes, Resources::kCpuAndMemory, {.stranded = true});
+  const FragmentationEval b(fed_node.view, shapes, Resources::kCpuAndMemory, {.stranded = true});
+  const std::vector<int> none;
+  EXPECT_EQ(a.before_stranded() - a.AfterStranded(1000, none, 0), 0.0);
+  EXPECT_EQ(b.before_stranded() - b.AfterStranded(1000, none, 0), 0.0);
+  auto on_short = (*ours)->Score(cpu_only, short_node.view, ctx), on_fed = (*ours)->Score(cpu_only, fed_node.view, ctx);
+  ASSERT_TRUE(on_short && on_fed);
+  EXPECT_EQ(std::floor(on_short->score), std::floor(on_fed->score));  // FGD's score ties
+  // Pooled: the short node loses 94 milli-GPU of fed GPU, the fed one 31.
+  EXPECT_GT(on_fed->score, on_short->score);
+}
+
 TEST(GpuslicePolicy, KeepsCpuBesideFreeGpus) {
   auto fgd = MakePolicy("fgd");
   auto ours = MakePolicy("gpuslice");
