@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
   for (std::size_t p = 0; p < made.size(); ++p) {
     if (policies[p] != "gpuslice" || fgd_cpu <= 0) continue;
     const double ratio = figures[p].cpu / fgd_cpu;
-    fmt::print("target: gpuslice at most 1.2x fgd's CPU time in the same run -> {:.2f}x, {}\n", ratio,
+    fmt::print("target: gpuslice at most 1.2x fgd's CPU time in the same run -> {:.3f}x, {}\n", ratio,
                ratio <= 1.2 ? "met" : "NOT met");
   }
   return 0;
