@@ -276,9 +276,8 @@ FragmentationEval::FragmentationEval(const NodeView& node, const ShapeTable& tab
 void FragmentationEval::Init(const ShapeTable* table, const double* weights, ShapeWeights mode, ExtraMeasures extra) {
   const NodeView& node = node_;
   const std::span<const WorkloadShape> shapes = shapes_;
-  // Counts, then (without a table) the weights; both 8-byte aligned, left uninitialised (an
-  // array of std::byte creates the objects in it).
-  // With the pooled measure, each GPU's need follows them.
+  // Counts, then (without a table) the weights, then (with the pooled measure) each GPU's need;
+  // all 8-byte aligned, left uninitialised (an array of std::byte creates the objects in it).
   const std::size_t counts_bytes = shapes.size() * sizeof(Counts);
   const std::size_t weights_bytes = weights == nullptr ? 2 * shapes.size() * sizeof(double) : 0;
   const std::size_t bytes = counts_bytes + weights_bytes + (extra.pooled ? node.gpus.size() * sizeof(HostNeed) : 0);

@@ -291,7 +291,6 @@ class FragmentationEval {
   // The usable GPUs' needs after `milli` is taken from each of the chosen ones, summed as
   // Init() sums need_ (so bit-identical to a fresh evaluation of the node after).
   HostNeed NeedAfter(const Chosen& chosen, MilliGpu milli) const;
-
   // NodePooledFragmentation() less FGD's: `frag` is FGD's fragmentation of the node, `total` its
   // free milli, `need` what its GPUs' free shares need, `cpu_free` and `memory_free` what the host has.
   double Pooled(double frag, MilliGpu total, HostNeed need, std::int64_t cpu_free, Bytes memory_free) const;

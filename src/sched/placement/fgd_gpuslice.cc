@@ -84,8 +84,9 @@ constexpr double kMaxGpusPerNode = 64;
 constexpr double kDropEpsilon = 1e-9;
 
 // FGD's quantised score `q` of the primary drop `drop`, plus the secondary key: the drop of the
-// demand-weighted plus the stranded fragmentation of `eval`, in milli-GPU, from the measures
-// after the placement (`demand_after`, `stranded_after`: AfterAll()).
+// demand-weighted, the stranded and the pooled stranded fragmentation of `eval`, in milli-GPU,
+// from the measures after the placement (`demand_after`, `stranded_after`, `pooled_after`:
+// AfterAll()).
 double Combine(const FragmentationEval& eval, double q, double drop, double demand_after, double stranded_after,
                double pooled_after) {
   const double stranded_drop = eval.strands() ? eval.before_stranded() - stranded_after : drop;
