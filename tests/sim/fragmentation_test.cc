@@ -276,9 +276,6 @@ TEST(GpuslicePolicy, KeepsHostMemoryBesideFreeGpusForTheTypicalPod) {
   EXPECT_GT(gr->score, gt->score + 1);     // a whole FGD score step or more for gpuslice
 }
 
-// Two nodes FGD cannot tell apart for a CPU-only pod: one more pod of the typical shape fits on
-// both afterwards. On the CPU-poor one the pod leaves CPU for only two of its four free GPUs;
-// gpuslice sends it to the other.
 // Where each shape alone still gets its pods (the stranded measure ties), the mix of shapes may
 // not: a CPU-only pod goes where it leaves the node's free GPUs the most of what the mix needs.
 TEST(GpuslicePolicy, KeepsTheCpuTheMixNeedsBesideFreeGpus) {
@@ -304,6 +301,9 @@ TEST(GpuslicePolicy, KeepsTheCpuTheMixNeedsBesideFreeGpus) {
   EXPECT_GT(on_fed->score, on_short->score);
 }
 
+// Two nodes FGD cannot tell apart for a CPU-only pod: one more pod of the typical shape fits on
+// both afterwards. On the CPU-poor one the pod leaves CPU for only two of its four free GPUs;
+// gpuslice sends it to the other.
 TEST(GpuslicePolicy, KeepsCpuBesideFreeGpus) {
   auto fgd = MakePolicy("fgd");
   auto ours = MakePolicy("gpuslice");
