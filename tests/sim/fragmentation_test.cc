@@ -301,9 +301,9 @@ TEST(GpuslicePolicy, KeepsTheCpuTheMixNeedsBesideFreeGpus) {
   EXPECT_GT(on_fed->score, on_short->score);
 }
 
-// Two nodes FGD cannot tell apart for a CPU-only pod: one more pod of the typical shape fits on
-// both afterwards. On the CPU-poor one the pod leaves CPU for only two of its four free GPUs;
-// gpuslice sends it to the other.
+// Two nodes FGD cannot tell apart for a GPU pod that asks twice the typical CPU: one more pod of
+// the typical shape fits on both afterwards. On the CPU-poor one the pod leaves CPU for only two
+// of its three other free GPUs; gpuslice sends it to the other.
 TEST(GpuslicePolicy, KeepsCpuBesideFreeGpus) {
   auto fgd = MakePolicy("fgd");
   auto ours = MakePolicy("gpuslice");
