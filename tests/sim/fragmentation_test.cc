@@ -512,10 +512,24 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       const double fresh = NodePooledFragmentation(v, weighted, resources);
       return bits(pooled) == bits(fresh) && bits(tabled_pooled) == bits(fresh);
     };
-    // A share on each GPU it fits, and the first k fully free usable GPUs.
+    // CPU-only work (no GPU moves), a share on each GPU it fits, and the first k fully free
+    // usable GPUs.
     const MilliGpu share = 50 * static_cast<MilliGpu>(1 + rng() % 19);
     const std::int64_t cpu = static_cast<std::int64_t>(rng() % 4) * 1000;
     const Bytes memory = static_cast<Bytes>(rng() % 3) * 16 * kGiB;
+    {
+      NodeView v = n.view;
+      v.cpu_milli_free -= cpu;
+      v.memory_free -= memory;
+      const std::vector<int> none;
+      double all_demand = -1, all_stranded = -1;
+      ASSERT_EQ(bits(eval.AfterAll(cpu, none, 0, memory, &all_demand, &all_stranded)),
+                bits(NodeFragmentation(v, weighted, resources)))
+          << "trial " << trial;
+      ASSERT_EQ(bits(all_demand), bits(NodeDemandFragmentation(v, weighted, resources))) << "trial " << trial;
+      ASSERT_EQ(bits(all_stranded), bits(NodeStrandedFragmentation(v, weighted, resources))) << "trial " << trial;
+      ASSERT_TRUE(pooled_matches(v, none, 0, cpu, memory)) << "trial " << trial;
+    }
     for (int i = 0; i < gpus; ++i) {
       if (!n.gpus[i].usable || n.gpus[i].free_milli < share) continue;
       std::vector<GpuView> after = n.gpus;

@@ -328,6 +328,7 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
     c.enough = 0;
     c.share_pods = 0;
     c.below = 0;
+    c.whole_pods = c.eligible && IsShareShape(s) ? static_cast<std::uint16_t>(kOneGpu / s.milli_per_gpu) : 0;
     if (c.eligible) {
       if (small) {
         int below = 0;
@@ -452,21 +453,19 @@ template <bool kSharePods>
   // Only the chosen GPUs change: move each one's contribution from its old free share to its
   // new one (across the shape's threshold or not). share_pods is read only for shares.
   MovedCounts out{c.enough, c.below, c.share_pods};
-  const bool share_pods = kSharePods && IsShareShape(s);
-  // One GPU's move, `times` times.
+  const bool share_pods = kSharePods && c.whole_pods != 0;  // IsShareShape(s) (c is eligible)
+  // One GPU's move, `times` times. Which side of the shape's share each free share falls is
+  // what varies from shape to shape, so the counts move without a branch on it.
   auto move = [&](MilliGpu before, int times) {
+    const MilliGpu m = s.milli_per_gpu;
     const MilliGpu after = before - milli;
-    if (before >= s.milli_per_gpu) {
-      out.enough -= times;
-      if (share_pods) out.share_pods -= times * (before / s.milli_per_gpu);
-    } else {
-      out.below -= times * before;
-    }
-    if (after >= s.milli_per_gpu) {
-      out.enough += times;
-      if (share_pods) out.share_pods += times * (after / s.milli_per_gpu);
-    } else {
-      out.below += times * after;
+    const bool had = before >= m;
+    const bool has = after >= m;
+    out.enough += times * (static_cast<int>(has) - static_cast<int>(had));
+    out.below += times * ((has ? 0 : after) - (had ? 0 : before));
+    if (share_pods) {
+      if (had) out.share_pods -= times * (before / m);
+      if (has) out.share_pods += times * (after / m);
     }
   };
   if (chosen.uniform) {
@@ -529,6 +528,95 @@ double FragmentationEval::After(std::int64_t cpu, std::span<const int> gpus, Mil
   return frag;
 }
 
+template <FragmentationEval::Move kMove>
+[[gnu::always_inline]] inline FragmentationEval::MovedCounts FragmentationEval::MovedBy(const WorkloadShape& s,
+                                                                                      const Counts& c,
+                                                                                      const Chosen& chosen,
+                                                                                      MilliGpu milli) const {
+  if constexpr (kMove == Move::kNone) {
+    return {c.enough, c.below, c.share_pods};
+  } else if constexpr (kMove == Move::kWhole) {
+    // Whole free GPUs taken whole: each leaves every shape's count of GPUs with its share free
+    // (every share up to a whole GPU fits in one) and adds nothing below it; a share shape
+    // loses the pods a whole GPU holds.
+    if (s.milli_per_gpu > kOneGpu) return Moved<true>(s, c, chosen, milli);
+    return {c.enough - chosen.usable, c.below, c.share_pods - std::int64_t{chosen.usable} * c.whole_pods};
+  } else {
+    return Moved<true>(s, c, chosen, milli);
+  }
+}
+
+FragmentationEval::Sums FragmentationEval::AfterAllSums(const Chosen& chosen, MilliGpu milli, MilliGpu total,
+                                                        std::int64_t cpu_free, Bytes memory_free, bool with_demand,
+                                                        bool with_stranded) const {
+  // The same terms in the same order as After() and AfterStranded(), in three sums.
+  Sums sums;
+  for (std::size_t k = 0; k < shapes_.size(); ++k) {
+    const WorkloadShape& s = shapes_[k];
+    const Counts& before = counts_[k];
+    double term = static_cast<double>(total);
+    if (before.eligible) {
+      const bool host = HostFits(s, cpu_free, memory_free);
+      // Short of the CPU or memory the shape asks for one pod: every free milli in every
+      // measure (not HostFits(), and FedUpTo() is 0).
+      const bool starved = (s.cpu_milli > 0 && cpu_free < s.cpu_milli) ||
+                           (count_memory_ && s.host_memory > 0 && memory_free < s.host_memory);
+      if (starved) {
+        if (with_stranded) sums.stranded += weight(k) * term;
+      } else if (with_stranded) {
+        const MovedCounts c = Moved<true>(s, before, chosen, milli);
+        if (host && c.enough >= s.num_gpus) term = static_cast<double>(c.below);
+        const std::int64_t pods = PodsOnGpus(s, c);
+        sums.stranded += weight(k) * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
+      } else if (host) {
+        const MovedCounts c = Moved<false>(s, before, chosen, milli);
+        if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
+      }
+    } else if (with_stranded) {
+      sums.stranded += weight(k) * static_cast<double>(total);
+    }
+    sums.frag += weight(k) * term;
+    if (with_demand) sums.demand += demand_weight(k) * term;
+  }
+  return sums;
+}
+
+template <FragmentationEval::Move kMove>
+FragmentationEval::Sums FragmentationEval::AfterAllFast(const Chosen& chosen, MilliGpu milli, MilliGpu total,
+                                                        std::int64_t cpu_free, Bytes memory_free) const {
+  // AfterAllSums() with memory counted, every measure asked, and the host's free CPU and memory
+  // not negative: a shape is then short of one pod's CPU or memory exactly where it does not
+  // get them (HostFits()), and the host feeds a shape that asks none of either without limit.
+  // The same terms in the same order.
+  Sums sums;
+  const double all = static_cast<double>(total);
+  for (std::size_t k = 0; k < shapes_.size(); ++k) {
+    const WorkloadShape& s = shapes_[k];
+    const Counts& before = counts_[k];
+    double term = all;
+    if (!before.eligible) {
+      sums.stranded += weight(k) * all;
+    } else if (cpu_free < s.cpu_milli || memory_free < s.host_memory) {
+      sums.stranded += weight(k) * all;
+    } else {
+      const MovedCounts c = MovedBy<kMove>(s, before, chosen, milli);
+      if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
+      std::int64_t pods = before.whole_pods != 0 ? c.share_pods : s.num_gpus <= 1 ? c.enough : c.enough / s.num_gpus;
+      // FedUpTo() without its guards: where the host cannot feed `pods` pods, the shape asks
+      // some of what runs short (a positive divisor), and what the host has is not negative.
+      std::int64_t fed = pods;
+      if (fed > 0) {
+        if (cpu_free < fed * s.cpu_milli) fed = cpu_free / s.cpu_milli;
+        if (memory_free < fed * s.host_memory) fed = memory_free / s.host_memory;
+      }
+      sums.stranded += weight(k) * StrandedTerm(pods, fed, c.below, total);
+    }
+    sums.frag += weight(k) * term;
+    sums.demand += demand_weight(k) * term;
+  }
+  return sums;
+}
+
 double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory,
                                    double* demand, double* stranded, double* pooled) const {
   const Chosen chosen = Summarise(gpus);
@@ -541,39 +629,22 @@ double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, 
   const bool with_stranded = strands_ && stranded != nullptr;
   const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
   const Bytes memory_free = node_.memory_free - memory;
-  // The same terms in the same order as After() and AfterStranded(), in three sums.
-  double frag = 0;
-  double demand_frag = 0;
-  double stranded_frag = 0;
-  for (std::size_t k = 0; k < shapes_.size(); ++k) {
-    const WorkloadShape& s = shapes_[k];
-    const Counts& before = counts_[k];
-    double term = static_cast<double>(total);
-    if (before.eligible) {
-      const bool host = HostFits(s, cpu_free, memory_free);
-      // Short of the CPU or memory the shape asks for one pod: every free milli in every
-      // measure (not HostFits(), and FedUpTo() is 0).
-      const bool starved = (s.cpu_milli > 0 && cpu_free < s.cpu_milli) ||
-                           (count_memory_ && s.host_memory > 0 && memory_free < s.host_memory);
-      if (starved) {
-        if (with_stranded) stranded_frag += weight(k) * term;
-      } else if (with_stranded) {
-        const MovedCounts c = Moved<true>(s, before, chosen, milli);
-        if (host && c.enough >= s.num_gpus) term = static_cast<double>(c.below);
-        const std::int64_t pods = PodsOnGpus(s, c);
-        stranded_frag += weight(k) * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
-      } else if (host) {
-        const MovedCounts c = Moved<false>(s, before, chosen, milli);
-        if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
-      }
-    } else if (with_stranded) {
-      stranded_frag += weight(k) * static_cast<double>(total);
+  Sums sums;
+  if (count_memory_ && with_demand && with_stranded && cpu_free >= 0 && memory_free >= 0) {
+    // The simulator's case, one loop for each way the GPUs move (CPU-only work moves none).
+    if (chosen.usable == 0) {
+      sums = AfterAllFast<Move::kNone>(chosen, milli, total, cpu_free, memory_free);
+    } else if (chosen.uniform && chosen.free == kOneGpu && milli == kOneGpu) {
+      sums = AfterAllFast<Move::kWhole>(chosen, milli, total, cpu_free, memory_free);
+    } else {
+      sums = AfterAllFast<Move::kAny>(chosen, milli, total, cpu_free, memory_free);
     }
-    frag += weight(k) * term;
-    if (with_demand) demand_frag += demand_weight(k) * term;
+  } else {
+    sums = AfterAllSums(chosen, milli, total, cpu_free, memory_free, with_demand, with_stranded);
   }
-  if (with_demand) *demand = demand_frag;
-  if (stranded != nullptr) *stranded = with_stranded ? stranded_frag : frag;
+  const double frag = sums.frag;
+  if (with_demand) *demand = sums.demand;
+  if (stranded != nullptr) *stranded = with_stranded ? sums.stranded : frag;
   if (pooled != nullptr && pools_) {
     *pooled = frag + Pooled(frag, total, NeedAfter(chosen, milli), cpu_free, memory_free);
   } else if (pooled != nullptr) {

@@ -242,6 +242,7 @@ class FragmentationEval {
   // wait on memory, so their size is their speed.
   struct Counts {
     bool eligible;            // needs GPU share, and its model is allowed on the node
+    std::uint16_t whole_pods; // a share shape's pods in a whole GPU (kOneGpu / its share); else 0
     std::int32_t enough;      // usable GPUs with free >= the shape's milli_per_gpu
     std::int32_t below;       // free milli of the other usable GPUs
     std::int32_t share_pods;  // stranded only: pods of a share the usable GPUs could take
@@ -280,6 +281,26 @@ class FragmentationEval {
   };
   template <bool kSharePods>
   MovedCounts Moved(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
+  // AfterAll()'s three sums.
+  struct Sums {
+    double frag = 0;
+    double demand = 0;
+    double stranded = 0;
+  };
+  // AfterAll()'s three sums over the shapes (`with_demand`, `with_stranded`: which are asked).
+  Sums AfterAllSums(const Chosen& chosen, MilliGpu milli, MilliGpu total, std::int64_t cpu_free, Bytes memory_free,
+                    bool with_demand, bool with_stranded) const;
+  // How a placement moves the chosen GPUs: not at all (CPU-only work), whole free GPUs taken
+  // whole, or any other way.
+  enum class Move { kNone, kWhole, kAny };
+  // Moved<true>(), knowing how the GPUs move.
+  template <Move kMove>
+  MovedCounts MovedBy(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
+  // AfterAllSums() where memory counts, every measure is asked and the host's free CPU and
+  // memory after the placement are not negative (the simulator's case), the same bits.
+  template <Move kMove>
+  Sums AfterAllFast(const Chosen& chosen, MilliGpu milli, MilliGpu total, std::int64_t cpu_free,
+                    Bytes memory_free) const;
   // The pooled measure's CPU and host memory needs.
   struct HostNeed {
     double cpu = 0;
