@@ -503,14 +503,51 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
     ASSERT_EQ(bits(eval.before_stranded()), bits(NodeStrandedFragmentation(n.view, weighted, resources))) << "trial " << trial;
     ASSERT_EQ(bits(eval.before_pooled()), bits(NodePooledFragmentation(n.view, weighted, resources))) << "trial " << trial;
     ASSERT_EQ(bits(tabled.before_pooled()), bits(eval.before_pooled())) << "trial " << trial;
-    // The pooled measure after a placement (AfterAll() only), with and without the table.
+    // A wider workload: the shapes, then a few more (or, every other trial, the shapes weighing
+    // nothing and then others: how the policy widens demand shapes that do not start with the
+    // typical ones), each with a weight of its own. FGD's measure against it comes with every
+    // other measure unchanged.
+    std::vector<WorkloadShape> wide_shapes = shapes;
+    std::vector<double> wide_weights;
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      wide_weights.push_back(trial % 2 == 0 ? static_cast<double>(1 + rng() % 1000) / 991.0 : 0.0);
+    }
+    for (int extra = static_cast<int>(rng() % 4); extra > 0; --extra) {
+      wide_shapes.push_back(shapes[rng() % shapes.size()]);
+      wide_shapes.back().milli_per_gpu = rng() % 2 == 0 ? kOneGpu : 50 * static_cast<MilliGpu>(1 + rng() % 19);
+      wide_shapes.back().num_gpus = wide_shapes.back().milli_per_gpu == kOneGpu ? 1 + static_cast<int>(rng() % 8) : 1;
+      wide_weights.push_back(static_cast<double>(1 + rng() % 1000) / 991.0);
+    }
+    ASSERT_TRUE(Extends(wide_shapes, shapes));
+    const FragmentationEval widened(n.view, table, resources, kAll, WideWorkload{wide_shapes, wide_weights});
+    std::vector<WorkloadShape> wide_frequencies = wide_shapes;  // the weights as NodeFragmentation reads them
+    for (std::size_t k = 0; k < wide_shapes.size(); ++k) wide_frequencies[k].frequency = wide_weights[k];
+    ASSERT_TRUE(widened.wide());
+    ASSERT_EQ(bits(widened.before_wide()), bits(NodeFragmentation(n.view, wide_frequencies, resources)))
+        << "trial " << trial;
+    if (trial % 2 == 1) {  // the shapes weighing nothing add nothing, not even rounding
+      ASSERT_EQ(bits(widened.before_wide()),
+                bits(NodeFragmentation(n.view, std::span(wide_frequencies).subspan(shapes.size()), resources)))
+          << "trial " << trial;
+    }
+    ASSERT_EQ(bits(widened.before()), bits(tabled.before())) << "trial " << trial;
+    ASSERT_EQ(bits(widened.before_demand()), bits(tabled.before_demand())) << "trial " << trial;
+    ASSERT_EQ(bits(widened.before_stranded()), bits(tabled.before_stranded())) << "trial " << trial;
+    ASSERT_EQ(bits(widened.before_pooled()), bits(tabled.before_pooled())) << "trial " << trial;
+    // The pooled measure after a placement (AfterAll() only), with and without the table; and
+    // with the wider workload, every measure as without it and the wide one as recounted.
     auto pooled_matches = [&](const NodeView& v, std::span<const int> chosen, MilliGpu milli, std::int64_t c,
                               Bytes mem) {
       double pooled = -1, tabled_pooled = -1;
       eval.AfterAll(c, chosen, milli, mem, nullptr, nullptr, &pooled);
       tabled.AfterAll(c, chosen, milli, mem, nullptr, nullptr, &tabled_pooled);
       const double fresh = NodePooledFragmentation(v, weighted, resources);
-      return bits(pooled) == bits(fresh) && bits(tabled_pooled) == bits(fresh);
+      double d = -1, st = -1, po = -1, wd = -1, wide_d = -1, wide_st = -1, wide_po = -1, wide = -1;
+      const double frag = tabled.AfterAll(c, chosen, milli, mem, &d, &st, &po, &wd);
+      const double wide_frag = widened.AfterAll(c, chosen, milli, mem, &wide_d, &wide_st, &wide_po, &wide);
+      return bits(pooled) == bits(fresh) && bits(tabled_pooled) == bits(fresh) && bits(wide_frag) == bits(frag) &&
+             bits(wide_d) == bits(d) && bits(wide_st) == bits(st) && bits(wide_po) == bits(po) && wd == 0 &&
+             bits(wide) == bits(NodeFragmentation(v, wide_frequencies, resources));
     };
     // CPU-only work (no GPU moves), a share on each GPU it fits, and the first k fully free
     // usable GPUs.
@@ -711,6 +748,10 @@ TEST(GpuslicePolicy, ScoresSharesAgainstTheShapesThatBringTheGpuAsked) {
   };
   EXPECT_STREQ(pick(PlacementContext{typical, nullptr}), "empty");
   EXPECT_STREQ(pick(PlacementContext{typical, nullptr, demand}), "used");
+  // The same where the demand shapes do not start with the typical ones (the policy then
+  // evaluates them after the typical ones, which weigh nothing among them).
+  const std::vector<WorkloadShape> reordered = {demand[1], demand[0]};
+  EXPECT_STREQ(pick(PlacementContext{typical, nullptr, reordered}), "used");
   PlacementRequest whole;
   whole.cpu_milli = 1000;
   whole.num_gpus = 1;

@@ -265,12 +265,29 @@ FragmentationEval::FragmentationEval(const NodeView& node, std::span<const Workl
 }
 
 FragmentationEval::FragmentationEval(const NodeView& node, const ShapeTable& table, Resources resources,
-                                     ExtraMeasures extra)
+                                     ExtraMeasures extra, WideWorkload wide)
     : node_(node),
       shapes_(table.shapes()),
       count_memory_(resources == Resources::kCpuAndMemory),
       demand_(extra.demand) {
+  if (!wide.shapes.empty()) {
+    wide_shapes_ = wide.shapes;
+    wide_weights_ = wide.weights.data();
+  }
   Init(&table, table.weights(), ShapeWeights::kFrequency, extra);
+}
+
+bool Extends(std::span<const WorkloadShape> wide, std::span<const WorkloadShape> shapes) {
+  if (wide.size() < shapes.size()) return false;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const WorkloadShape& a = wide[i];
+    const WorkloadShape& b = shapes[i];
+    if (a.cpu_milli != b.cpu_milli || a.num_gpus != b.num_gpus || a.milli_per_gpu != b.milli_per_gpu ||
+        a.host_memory != b.host_memory || a.allowed_models != b.allowed_models) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void FragmentationEval::Init(const ShapeTable* table, const double* weights, ShapeWeights mode, ExtraMeasures extra) {
@@ -278,7 +295,7 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
   const std::span<const WorkloadShape> shapes = shapes_;
   // Counts, then (without a table) the weights, then (with the pooled measure) each GPU's need;
   // all 8-byte aligned, left uninitialised (an array of std::byte creates the objects in it).
-  const std::size_t counts_bytes = shapes.size() * sizeof(Counts);
+  const std::size_t counts_bytes = counted() * sizeof(Counts);
   const std::size_t weights_bytes = weights == nullptr ? 2 * shapes.size() * sizeof(double) : 0;
   const std::size_t bytes = counts_bytes + weights_bytes + (extra.pooled ? node.gpus.size() * sizeof(HostNeed) : 0);
   storage_.reset(new std::byte[bytes]);
@@ -315,6 +332,36 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
   if (small) {
     for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + sorted[i];
   }
+  // A shape's counts (the same for the WideWorkload's copy of one of the shapes).
+  auto count = [&](const WorkloadShape& s, Counts& c) {
+    // (The empty check inline: the scheduler's shapes allow any model, and the call showed.)
+    c.eligible = s.milli_per_gpu > 0 && (s.allowed_models.empty() || ModelAllowed(s.allowed_models, node.model));
+    c.enough = 0;
+    c.share_pods = 0;
+    c.below = 0;
+    c.whole_pods = c.eligible && IsShareShape(s) ? static_cast<std::uint16_t>(kOneGpu / s.milli_per_gpu) : 0;
+    if (!c.eligible) return;
+    if (small) {
+      int below = 0;
+      while (below < n && sorted[below] < s.milli_per_gpu) ++below;
+      c.enough = n - below;
+      c.below = static_cast<std::int32_t>(prefix[below]);
+      return;
+    }
+    for (const GpuView& g : node.gpus) {
+      if (!g.usable) continue;
+      if (g.free_milli >= s.milli_per_gpu) {
+        ++c.enough;
+      } else {
+        c.below += static_cast<std::int32_t>(g.free_milli);
+      }
+    }
+  };
+  // A shape's term of FGD's measure (without its weight).
+  auto term = [&](const WorkloadShape& s, const Counts& c) {
+    const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
+    return static_cast<double>(fits ? c.below : free_total_);
+  };
   // Each shape's counts, and its term of the fragmentation as NodeFragmentation() sums them
   // (the same products in the same order).
   double frag = 0;
@@ -323,39 +370,22 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
-    // (The empty check inline: the scheduler's shapes allow any model, and the call showed.)
-    c.eligible = s.milli_per_gpu > 0 && (s.allowed_models.empty() || ModelAllowed(s.allowed_models, node.model));
-    c.enough = 0;
-    c.share_pods = 0;
-    c.below = 0;
-    c.whole_pods = c.eligible && IsShareShape(s) ? static_cast<std::uint16_t>(kOneGpu / s.milli_per_gpu) : 0;
-    if (c.eligible) {
-      if (small) {
-        int below = 0;
-        while (below < n && sorted[below] < s.milli_per_gpu) ++below;
-        c.enough = n - below;
-        c.below = static_cast<std::int32_t>(prefix[below]);
-      } else {
-        for (const GpuView& g : node.gpus) {
-          if (!g.usable) continue;
-          if (g.free_milli >= s.milli_per_gpu) {
-            ++c.enough;
-          } else {
-            c.below += static_cast<std::int32_t>(g.free_milli);
-          }
-        }
-      }
-    }
-    const bool fits = c.eligible && HostFits(s, node.cpu_milli_free, node.memory_free) && c.enough >= s.num_gpus;
-    frag += weight(i) * static_cast<double>(fits ? c.below : free_total_);
-    if (demand_) {
-      before_demand_ += demand_weight(i) * static_cast<double>(fits ? c.below : free_total_);
-    }
+    count(s, c);
+    const double t = term(s, c);
+    frag += weight(i) * t;
+    if (demand_) before_demand_ += demand_weight(i) * t;
+    if (wide_weights_ != nullptr) before_wide_ += wide_weights_[i] * t;
     // The stranded measures can differ only if a shape that needs a GPU asks CPU or memory.
     hosts = hosts || (s.milli_per_gpu > 0 && (s.cpu_milli > 0 || (count_memory_ && s.host_memory > 0)));
     constrained = constrained || (c.eligible && !s.allowed_models.empty());
     if (extra.pooled) weight_sum_ += weight(i);
   }
+  // The WideWorkload's other shapes.
+  for (std::size_t i = shapes.size(); i < counted(); ++i) {
+    count(wide_shapes_[i], counts_[i]);
+    before_wide_ += wide_weights_[i] * term(wide_shapes_[i], counts_[i]);
+  }
+  if (free_total_ == 0) before_wide_ = 0;
   strands_ = extra.stranded && hosts;
   pools_ = extra.pooled && hosts;
   before_ = free_total_ == 0 ? 0 : frag;
@@ -548,7 +578,7 @@ template <FragmentationEval::Move kMove>
 
 FragmentationEval::Sums FragmentationEval::AfterAllSums(const Chosen& chosen, MilliGpu milli, MilliGpu total,
                                                         std::int64_t cpu_free, Bytes memory_free, bool with_demand,
-                                                        bool with_stranded) const {
+                                                        bool with_stranded, bool with_wide) const {
   // The same terms in the same order as After() and AfterStranded(), in three sums.
   Sums sums;
   for (std::size_t k = 0; k < shapes_.size(); ++k) {
@@ -577,11 +607,23 @@ FragmentationEval::Sums FragmentationEval::AfterAllSums(const Chosen& chosen, Mi
     }
     sums.frag += weight(k) * term;
     if (with_demand) sums.demand += demand_weight(k) * term;
+    if (with_wide) sums.wide += wide_weights_[k] * term;
+  }
+  if (!with_wide) return sums;
+  // The WideWorkload's other shapes: FGD's terms, as After() counts them.
+  for (std::size_t k = shapes_.size(); k < wide_shapes_.size(); ++k) {
+    const WorkloadShape& s = wide_shapes_[k];
+    double term = static_cast<double>(total);
+    if (counts_[k].eligible && HostFits(s, cpu_free, memory_free)) {
+      const MovedCounts c = Moved<false>(s, counts_[k], chosen, milli);
+      if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
+    }
+    sums.wide += wide_weights_[k] * term;
   }
   return sums;
 }
 
-template <FragmentationEval::Move kMove>
+template <FragmentationEval::Move kMove, bool kWide>
 FragmentationEval::Sums FragmentationEval::AfterAllFast(const Chosen& chosen, MilliGpu milli, MilliGpu total,
                                                         std::int64_t cpu_free, Bytes memory_free) const {
   // AfterAllSums() with memory counted, every measure asked, and the host's free CPU and memory
@@ -613,37 +655,56 @@ FragmentationEval::Sums FragmentationEval::AfterAllFast(const Chosen& chosen, Mi
     }
     sums.frag += weight(k) * term;
     sums.demand += demand_weight(k) * term;
+    if (kWide) sums.wide += wide_weights_[k] * term;
+  }
+  if (!kWide) return sums;
+  // The WideWorkload's other shapes: FGD's terms.
+  for (std::size_t k = shapes_.size(); k < wide_shapes_.size(); ++k) {
+    const WorkloadShape& s = wide_shapes_[k];
+    const Counts& before = counts_[k];
+    double term = all;
+    if (before.eligible && cpu_free >= s.cpu_milli && memory_free >= s.host_memory) {
+      const MovedCounts c = MovedBy<kMove>(s, before, chosen, milli);
+      if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
+    }
+    sums.wide += wide_weights_[k] * term;
   }
   return sums;
 }
 
 double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory,
-                                   double* demand, double* stranded, double* pooled) const {
+                                   double* demand, double* stranded, double* pooled, double* wide) const {
   const Chosen chosen = Summarise(gpus);
   const MilliGpu total = FreeAfter(chosen, milli);
   if (demand != nullptr) *demand = 0;
   if (stranded != nullptr) *stranded = 0;
   if (pooled != nullptr) *pooled = 0;
+  if (wide != nullptr) *wide = 0;
   if (total == 0) return 0;
   const bool with_demand = demand_ && demand != nullptr;
   const bool with_stranded = strands_ && stranded != nullptr;
+  const bool with_wide = wide_weights_ != nullptr && wide != nullptr;
   const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
   const Bytes memory_free = node_.memory_free - memory;
   Sums sums;
   if (count_memory_ && with_demand && with_stranded && cpu_free >= 0 && memory_free >= 0) {
     // The simulator's case, one loop for each way the GPUs move (CPU-only work moves none).
     if (chosen.usable == 0) {
-      sums = AfterAllFast<Move::kNone>(chosen, milli, total, cpu_free, memory_free);
+      sums = with_wide ? AfterAllFast<Move::kNone, true>(chosen, milli, total, cpu_free, memory_free)
+                       : AfterAllFast<Move::kNone, false>(chosen, milli, total, cpu_free, memory_free);
     } else if (chosen.uniform && chosen.free == kOneGpu && milli == kOneGpu) {
-      sums = AfterAllFast<Move::kWhole>(chosen, milli, total, cpu_free, memory_free);
+      sums = with_wide ? AfterAllFast<Move::kWhole, true>(chosen, milli, total, cpu_free, memory_free)
+                       : AfterAllFast<Move::kWhole, false>(chosen, milli, total, cpu_free, memory_free);
     } else {
-      sums = AfterAllFast<Move::kAny>(chosen, milli, total, cpu_free, memory_free);
+      sums = with_wide ? AfterAllFast<Move::kAny, true>(chosen, milli, total, cpu_free, memory_free)
+                       : AfterAllFast<Move::kAny, false>(chosen, milli, total, cpu_free, memory_free);
     }
   } else {
-    sums = AfterAllSums(chosen, milli, total, cpu_free, memory_free, with_demand, with_stranded);
+    sums = AfterAllSums(chosen, milli, total, cpu_free, memory_free, with_demand, with_stranded, with_wide);
   }
   const double frag = sums.frag;
   if (with_demand) *demand = sums.demand;
+  if (with_wide) *wide = sums.wide;
   if (stranded != nullptr) *stranded = with_stranded ? sums.stranded : frag;
   if (pooled != nullptr && pools_) {
     *pooled = frag + Pooled(frag, total, NeedAfter(chosen, milli), cpu_free, memory_free);

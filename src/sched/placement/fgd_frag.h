@@ -158,6 +158,19 @@ struct ExtraMeasures {
   bool pooled = false;    // NodePooledFragmentation(): before_pooled(), AfterAll()'s `pooled`
 };
 
+// A wider workload than an evaluation's: the evaluation's shapes first (the same fields that
+// decide whether and how a shape fits: CPU, GPUs, share, models, host memory; see Extends()),
+// then more, with weights of its own. A FragmentationEval given one also gives FGD's measure
+// against it, from the same counts and in the same passes: sim fgd scores a share against its
+// demand shapes (FGD's typical shapes and the rarer ones that bring the GPU asked) and the rest
+// against the typical ones, which are nearly the same list.
+struct WideWorkload {
+  std::span<const WorkloadShape> shapes;
+  std::span<const double> weights;  // one per shape: its weight in the measure (as a frequency)
+};
+// True iff `wide` starts with `shapes` as WideWorkload asks.
+bool Extends(std::span<const WorkloadShape> wide, std::span<const WorkloadShape> shapes);
+
 // A node's fragmentation against a workload, and the fragmentation after hypothetical
 // placements on it, without copying the node. The per-shape integers (does the shape fit, how
 // many GPUs have its share free, the free milli of the others) are counted once; a placement
@@ -175,8 +188,10 @@ class FragmentationEval {
                     Resources resources = Resources::kCpu, ExtraMeasures extra = {},
                     ShapeWeights weights = ShapeWeights::kFrequency);
   // The same measures, with the shapes and weights of `table` (it must outlive the evaluation).
+  // With `wide` (its shapes must extend the table's: Extends(); both must outlive the
+  // evaluation), also FGD's measure against it: before_wide(), AfterAll()'s `wide`.
   FragmentationEval(const NodeView& node, const ShapeTable& table, Resources resources = Resources::kCpu,
-                    ExtraMeasures extra = {});
+                    ExtraMeasures extra = {}, WideWorkload wide = {});
   FragmentationEval(const FragmentationEval&) = delete;
   FragmentationEval& operator=(const FragmentationEval&) = delete;
 
@@ -201,7 +216,7 @@ class FragmentationEval {
   // it has usually left the cache, and a pass that meets each line in turn waits for each.
   // Changes no result; a fresh evaluation has no need of it.
   void Prefetch() const {
-    const char* end = reinterpret_cast<const char*>(counts_ + shapes_.size());
+    const char* end = reinterpret_cast<const char*>(counts_ + counted());
     for (const char* p = reinterpret_cast<const char*>(counts_); p < end; p += 64) __builtin_prefetch(p);
   }
 
@@ -223,16 +238,21 @@ class FragmentationEval {
   bool pools() const { return pools_; }
   // NodePooledFragmentation(node, shapes, resources); needs ExtraMeasures::pooled.
   double before_pooled() const { return pools_ ? before_pooled_ : before_; }
+  // True iff constructed with a WideWorkload.
+  bool wide() const { return wide_weights_ != nullptr; }
+  // NodeFragmentation() of the node against the WideWorkload (its weights as frequencies).
+  double before_wide() const { return before_wide_; }
   // After(), with *demand (if not null) as After() gives it, *stranded (if not null) as
-  // AfterStranded() gives it and *pooled (if not null) NodePooledFragmentation() of the node
-  // after (needs ExtraMeasures::pooled), from one pass over the shapes; each bit-identical to
-  // the separate call or to a fresh evaluation of the node after.
+  // AfterStranded() gives it, *pooled (if not null) NodePooledFragmentation() of the node
+  // after (needs ExtraMeasures::pooled) and *wide (if not null) NodeFragmentation() of it
+  // against the WideWorkload (needs one), from one pass over the shapes; each bit-identical
+  // to the separate call or to a fresh evaluation of the node after.
   double AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory, double* demand,
-                  double* stranded, double* pooled = nullptr) const;
+                  double* stranded, double* pooled = nullptr, double* wide = nullptr) const;
   double AfterAllOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory, double* demand, double* stranded,
-                     double* pooled = nullptr) const {
+                     double* pooled = nullptr, double* wide = nullptr) const {
     const int one[1] = {gpu};
-    return AfterAll(cpu, one, milli, memory, demand, stranded, pooled);
+    return AfterAll(cpu, one, milli, memory, demand, stranded, pooled, wide);
   }
 
  private:
@@ -286,10 +306,12 @@ class FragmentationEval {
     double frag = 0;
     double demand = 0;
     double stranded = 0;
+    double wide = 0;  // FGD's against the WideWorkload
   };
-  // AfterAll()'s three sums over the shapes (`with_demand`, `with_stranded`: which are asked).
+  // AfterAll()'s sums over the shapes (`with_demand`, `with_stranded`, `with_wide`: which are
+  // asked).
   Sums AfterAllSums(const Chosen& chosen, MilliGpu milli, MilliGpu total, std::int64_t cpu_free, Bytes memory_free,
-                    bool with_demand, bool with_stranded) const;
+                    bool with_demand, bool with_stranded, bool with_wide) const;
   // How a placement moves the chosen GPUs: not at all (CPU-only work), whole free GPUs taken
   // whole, or any other way.
   enum class Move { kNone, kWhole, kAny };
@@ -298,7 +320,7 @@ class FragmentationEval {
   MovedCounts MovedBy(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
   // AfterAllSums() where memory counts, every measure is asked and the host's free CPU and
   // memory after the placement are not negative (the simulator's case), the same bits.
-  template <Move kMove>
+  template <Move kMove, bool kWide>
   Sums AfterAllFast(const Chosen& chosen, MilliGpu milli, MilliGpu total, std::int64_t cpu_free,
                     Bytes memory_free) const;
   // The pooled measure's CPU and host memory needs.
@@ -345,6 +367,13 @@ class FragmentationEval {
   // measurably speeds up the passes over them; an inline buffer of a fixed size did not pay
   // for itself. Built from shapes, the weights follow in the same allocation.
   std::unique_ptr<std::byte[]> storage_;
+  // With a WideWorkload: its shapes (counts_ has one per shape of it, the evaluation's first)
+  // and weights, and the measure against it before the placement.
+  std::span<const WorkloadShape> wide_shapes_;
+  const double* wide_weights_ = nullptr;
+  double before_wide_ = 0;
+  // The shapes counts_ has (the WideWorkload's where there is one).
+  std::size_t counted() const { return wide_weights_ != nullptr ? wide_shapes_.size() : shapes_.size(); }
   Counts* counts_ = nullptr;
   const double* weights_ = nullptr;  // ShapeTable::weights()'s layout
   double weight(std::size_t k) const { return weights_[2 * k]; }

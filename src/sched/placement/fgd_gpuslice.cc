@@ -83,93 +83,105 @@ constexpr double kMaxGpusPerNode = 64;
 // Equal drops computed in different orders may differ in the last bits.
 constexpr double kDropEpsilon = 1e-9;
 
+// The measures of a node after a placement (AfterAll()): FGD's, the demand-weighted, the
+// stranded and the pooled stranded one, and `with_wide` FGD's against the demand shapes (eval's
+// wide workload; it must have one).
+struct After {
+  double frag = 0;
+  double demand = 0;
+  double stranded = 0;
+  double pooled = 0;
+  double wide = 0;
+};
+After Measure(const FragmentationEval& eval, const PlacementRequest& req, std::span<const int> gpus,
+              bool with_wide = false) {
+  After a;
+  a.frag = eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &a.demand,
+                         eval.strands() ? &a.stranded : nullptr, eval.pools() ? &a.pooled : nullptr,
+                         with_wide ? &a.wide : nullptr);
+  return a;
+}
+
 // FGD's quantised score `q` of the primary drop `drop`, plus the secondary key: the drop of the
 // demand-weighted, the stranded and the pooled stranded fragmentation of `eval`, in milli-GPU,
-// from the measures after the placement (`demand_after`, `stranded_after`, `pooled_after`:
-// AfterAll()).
-double Combine(const FragmentationEval& eval, double q, double drop, double demand_after, double stranded_after,
-               double pooled_after) {
-  const double stranded_drop = eval.strands() ? eval.before_stranded() - stranded_after : drop;
+// from the measures `after` the placement.
+double Combine(const FragmentationEval& eval, double q, double drop, const After& after) {
+  const double stranded_drop = eval.strands() ? eval.before_stranded() - after.stranded : drop;
   // Where the pooled measure cannot differ from FGD's (no shape asks CPU or memory: the daemon)
   // it is left out rather than counting FGD's drop a second time.
-  const double pooled_drop = eval.pools() ? eval.before_pooled() - pooled_after : 0;
-  const double secondary = (eval.before_demand() - demand_after) + stranded_drop + pooled_drop;
+  const double pooled_drop = eval.pools() ? eval.before_pooled() - after.pooled : 0;
+  const double secondary = (eval.before_demand() - after.demand) + stranded_drop + pooled_drop;
   return q + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
-}
-// Combine() for a placement of `req` on `gpus`.
-double WithSecondary(const FragmentationEval& eval, const PlacementRequest& req, std::span<const int> gpus, double q,
-                     double drop) {
-  double demand_after = 0;
-  double stranded_after = 0;
-  double pooled_after = 0;
-  eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after,
-                eval.strands() ? &stranded_after : nullptr, eval.pools() ? &pooled_after : nullptr);
-  return Combine(eval, q, drop, demand_after, stranded_after, pooled_after);
 }
 
 // The shapes' weights of every evaluation below, once per context (PrepareWorkload()): the
-// typical shapes' and the demand shapes'.
+// typical shapes', and the demand shapes' as a wider workload of them (a share's first key):
+// the demand shapes where they start with the typical ones (sim fgd's: the typical shapes and
+// the rarer ones that bring the GPU asked), else the typical shapes weighing nothing in it
+// followed by the demand shapes (the same sums, with zeros added first).
 struct WorkloadTables final : WorkloadPrep {
   explicit WorkloadTables(const PlacementContext& ctx)
-      : typical(ctx.workload, ShapeWeights::kSupply), demand(ctx.demand_workload, ShapeWeights::kSupply) {}
+      : typical(ctx.workload, ShapeWeights::kSupply), demand(ctx.demand_workload, ShapeWeights::kSupply) {
+    if (ctx.demand_workload.empty()) return;
+    if (Extends(ctx.demand_workload, ctx.workload)) {
+      wide_shapes = ctx.demand_workload;
+    } else {
+      own_shapes.assign(ctx.workload.begin(), ctx.workload.end());
+      own_shapes.insert(own_shapes.end(), ctx.demand_workload.begin(), ctx.demand_workload.end());
+      wide_shapes = own_shapes;
+      wide_weights.assign(ctx.workload.size(), 0.0);
+    }
+    for (std::size_t i = 0; i < ctx.demand_workload.size(); ++i) wide_weights.push_back(demand.weights()[2 * i]);
+  }
+  WideWorkload wide() const { return {wide_shapes, wide_weights}; }
   const ShapeTable typical;
   const ShapeTable demand;
+  std::vector<WorkloadShape> own_shapes;  // where the demand shapes do not start with the typical ones
+  std::span<const WorkloadShape> wide_shapes;
+  std::vector<double> wide_weights;
 };
 
 constexpr Resources kResources = Resources::kCpuAndMemory;
 constexpr ExtraMeasures kTypicalMeasures{.stranded = true, .demand = true, .pooled = true};
 
-// The evaluations of one node: against the typical shapes (every measure), and for a share's
-// first key against the demand shapes where the context has them. With `tables` (of the same
-// ctx; they must outlive this) the evaluations share their weights.
+// The evaluation of one node against the typical shapes (every measure) and, where the
+// context has demand shapes, FGD's measure against them for a share's first key. With
+// `tables` (of the same ctx; they must outlive this) it shares their weights; without, it
+// keeps its own where ctx has demand shapes.
 class NodeEvals final : public NodePrep {
  public:
   NodeEvals(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables)
-      : eval(tables != nullptr ? FragmentationEval(node, tables->typical, kResources, kTypicalMeasures)
-                               : FragmentationEval(node, ctx.workload, kResources, kTypicalMeasures,
-                                                   ShapeWeights::kSupply)),
-        tables_(tables) {}
-  const FragmentationEval eval;
-  // The evaluation against ctx's demand shapes, for shares; null where it has none. Built on
-  // the first share scored on this node (`node` and `ctx` are the constructor's): a kept
-  // evaluation (Prepare()) serves every request class, and on 28% of the node states the
-  // simulator keeps no share is scored. (Not thread-safe: a prep is its caller's.)
-  const FragmentationEval* DemandEval(const NodeView& node, const PlacementContext& ctx) const {
-    if (!demand_built_) {
-      demand_built_ = true;
-      if (tables_ != nullptr && !tables_->demand.shapes().empty()) {
-        demand_eval_.emplace(node, tables_->demand, kResources);
-      } else if (tables_ == nullptr && !ctx.demand_workload.empty()) {
-        demand_eval_.emplace(node, ctx.demand_workload, kResources, ExtraMeasures{}, ShapeWeights::kSupply);
-      }
-    }
-    return demand_eval_ ? &*demand_eval_ : nullptr;
-  }
+      : own_tables_(tables == nullptr && !ctx.demand_workload.empty() ? std::make_unique<WorkloadTables>(ctx)
+                                                                       : nullptr),
+        eval(Evaluate(node, ctx, tables != nullptr ? tables : own_tables_.get())) {}
 
  private:
-  const WorkloadTables* tables_;
-  mutable bool demand_built_ = false;
-  mutable std::optional<FragmentationEval> demand_eval_;
+  static FragmentationEval Evaluate(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables) {
+    if (tables != nullptr) return FragmentationEval(node, tables->typical, kResources, kTypicalMeasures, tables->wide());
+    return FragmentationEval(node, ctx.workload, kResources, kTypicalMeasures, ShapeWeights::kSupply);
+  }
+  const std::unique_ptr<const WorkloadTables> own_tables_;
+
+ public:
+  const FragmentationEval eval;
 };
 
 // A share's GPU: the best score (FGD's, against the demand shapes where there are some, then
 // the secondary drop), then the smallest exact FGD fragmentation growth, then best fit. The
-// secondary key adds less than one FGD step (kSecondaryScale < 1), so it is evaluated only for
-// the GPUs of the best FGD score: the others cannot win.
-std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node, const PlacementContext& ctx,
-                                      const NodeEvals& evals) {
+// secondary key adds less than one FGD step (kSecondaryScale < 1): where the first key takes a
+// pass of its own (no demand shapes) the secondary is evaluated only for the GPUs of the best
+// FGD score (the others cannot win); against demand shapes one pass gives both.
+std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeView& node, const NodeEvals& evals) {
   const FragmentationEval& eval = evals.eval;
-  const FragmentationEval* demand = evals.DemandEval(node, ctx);
-  const FragmentationEval& primary = demand != nullptr ? *demand : eval;
-  primary.Prefetch();
   // A GPU's scores depend only on its free share: one entry per distinct free share, in order
   // of first appearance (at most one per GPU).
   struct Share {
     MilliGpu free;
     int first_gpu;
-    double drop;   // FGD's drop (primary)
-    double q;      // its quantised score
-    double score;  // with the secondary key; only for the best q
+    double drop;    // FGD's drop (primary)
+    double q;       // its quantised score
+    double score;   // with the secondary key, where `scored`
+    bool scored;
   };
   constexpr std::size_t kInline = 16;
   std::array<Share, kInline> inline_shares;
@@ -188,17 +200,27 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
     while (k < n && shares[k].free != g.free_milli) ++k;
     if (k < n) continue;
     const int one[1] = {i};
-    const double drop = primary.before() - primary.After(req.cpu_milli, one, req.milli_per_gpu, req.host_memory);
-    const double q = FgdQuantisedScore(drop);
-    shares[n++] = Share{g.free_milli, i, drop, q, 0};
-    if (n == 1 || q > best_q) best_q = q;
+    Share sh{g.free_milli, i, 0, 0, 0, false};
+    if (eval.wide()) {
+      // Against the demand shapes, from the pass that gives the secondary key too.
+      const After after = Measure(eval, req, one, /*with_wide=*/true);
+      sh.drop = eval.before_wide() - after.wide;
+      sh.q = FgdQuantisedScore(sh.drop);
+      sh.score = Combine(eval, sh.q, sh.drop, after);
+      sh.scored = true;
+    } else {
+      sh.drop = eval.before() - eval.After(req.cpu_milli, one, req.milli_per_gpu, req.host_memory);
+      sh.q = FgdQuantisedScore(sh.drop);
+    }
+    shares[n++] = sh;
+    if (n == 1 || sh.q > best_q) best_q = sh.q;
   }
   if (n == 0) return std::nullopt;
   for (std::size_t k = 0; k < n; ++k) {
     Share& sh = shares[k];
-    if (sh.q != best_q) continue;
+    if (sh.q != best_q || sh.scored) continue;
     const int one[1] = {sh.first_gpu};
-    sh.score = WithSecondary(eval, req, one, sh.q, sh.drop);
+    sh.score = Combine(eval, sh.q, sh.drop, Measure(eval, req, one));
   }
   int best = -1;
   double best_score = 0;
@@ -233,14 +255,9 @@ std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeVie
   std::vector<int> gpus = BestFitGpus(req, node);
   if (req.num_gpus > 0 && gpus.empty()) return std::nullopt;
   const FragmentationEval& eval = evals.eval;
-  double demand_after = 0;
-  double stranded_after = 0;
-  double pooled_after = 0;
-  const double drop =
-      eval.before() - eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &demand_after,
-                                    eval.strands() ? &stranded_after : nullptr, eval.pools() ? &pooled_after : nullptr);
-  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, demand_after, stranded_after, pooled_after),
-                    std::move(gpus)};
+  const After after = Measure(eval, req, gpus);
+  const double drop = eval.before() - after.frag;
+  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, after), std::move(gpus)};
 }
 
 class GpusliceFragPolicy final : public PlacementPolicy {
@@ -254,7 +271,7 @@ class GpusliceFragPolicy final : public PlacementPolicy {
   std::optional<NodeChoice> Score(const PlacementRequest& req, const NodeView& node,
                                   const PlacementContext& ctx) const override {
     const NodeEvals evals(node, ctx, nullptr);
-    return Choose(req, node, ctx, evals);
+    return Choose(req, node, evals);
   }
   std::unique_ptr<WorkloadPrep> PrepareWorkload(const PlacementContext& ctx) const override {
     return std::make_unique<WorkloadTables>(ctx);
@@ -270,14 +287,13 @@ class GpusliceFragPolicy final : public PlacementPolicy {
     if (prep == nullptr) return Score(req, node, ctx);
     const NodeEvals& evals = *static_cast<const NodeEvals*>(prep);
     evals.eval.Prefetch();
-    return Choose(req, node, ctx, evals);
+    return Choose(req, node, evals);
   }
 
  private:
   static std::optional<NodeChoice> Choose(const PlacementRequest& req, const NodeView& node,
-                                          const PlacementContext& ctx, const NodeEvals& evals) {
-    std::optional<NodeChoice> choice =
-        IsShare(req) ? ShareChoice(req, node, ctx, evals) : WholeChoice(req, node, evals);
+                                          const NodeEvals& evals) {
+    std::optional<NodeChoice> choice = IsShare(req) ? ShareChoice(req, node, evals) : WholeChoice(req, node, evals);
     if (!choice) return std::nullopt;
     const bool empty = FreeMilli(node) == static_cast<MilliGpu>(node.gpus.size()) * kOneGpu;
     choice->score += (empty ? 0 : kUsedNodeBonus) +
