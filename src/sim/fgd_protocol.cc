@@ -164,7 +164,7 @@ FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods
   in.shapes = TypicalShapes(in.pods);
   in.demand_shapes = DemandShapes(in.pods);
   // Nothing beyond the typical shapes (then with the same frequencies): a policy reading it
-  // would only evaluate every node twice for the same result.
+  // would only compute the same measure twice.
   if (in.demand_shapes.size() == in.shapes.size()) in.demand_shapes.clear();
   const Cluster empty(in.nodes);
   std::vector<sched::NodeView> views;
