@@ -475,7 +475,7 @@ FragmentationEval::Chosen FragmentationEval::Summarise(std::span<const int> gpus
   return out;
 }
 
-template <bool kSharePods>
+template <bool kSharePods, bool kOne>
 [[gnu::always_inline]] inline FragmentationEval::MovedCounts FragmentationEval::Moved(const WorkloadShape& s,
                                                                                     const Counts& c,
                                                                                     const Chosen& chosen,
@@ -498,6 +498,10 @@ template <bool kSharePods>
       if (has) out.share_pods += times * (after / m);
     }
   };
+  if (kOne) {
+    move(chosen.free, 1);
+    return out;
+  }
   if (chosen.uniform) {
     if (chosen.usable > 0) move(chosen.free, chosen.usable);
     return out;
@@ -572,7 +576,7 @@ template <FragmentationEval::Move kMove>
     if (s.milli_per_gpu > kOneGpu) return Moved<true>(s, c, chosen, milli);
     return {c.enough - chosen.usable, c.below, c.share_pods - std::int64_t{chosen.usable} * c.whole_pods};
   } else {
-    return Moved<true>(s, c, chosen, milli);
+    return Moved<true, kMove == Move::kOne>(s, c, chosen, milli);
   }
 }
 
@@ -695,6 +699,9 @@ double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, 
     } else if (chosen.uniform && chosen.free == kOneGpu && milli == kOneGpu) {
       sums = with_wide ? AfterAllFast<Move::kWhole, true>(chosen, milli, total, cpu_free, memory_free)
                        : AfterAllFast<Move::kWhole, false>(chosen, milli, total, cpu_free, memory_free);
+    } else if (chosen.usable == 1) {
+      sums = with_wide ? AfterAllFast<Move::kOne, true>(chosen, milli, total, cpu_free, memory_free)
+                       : AfterAllFast<Move::kOne, false>(chosen, milli, total, cpu_free, memory_free);
     } else {
       sums = with_wide ? AfterAllFast<Move::kAny, true>(chosen, milli, total, cpu_free, memory_free)
                        : AfterAllFast<Move::kAny, false>(chosen, milli, total, cpu_free, memory_free);

@@ -299,7 +299,8 @@ class FragmentationEval {
     MilliGpu below;
     std::int64_t share_pods;
   };
-  template <bool kSharePods>
+  // (kOne: `chosen` is one usable GPU.)
+  template <bool kSharePods, bool kOne = false>
   MovedCounts Moved(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
   // AfterAll()'s three sums.
   struct Sums {
@@ -313,8 +314,8 @@ class FragmentationEval {
   Sums AfterAllSums(const Chosen& chosen, MilliGpu milli, MilliGpu total, std::int64_t cpu_free, Bytes memory_free,
                     bool with_demand, bool with_stranded, bool with_wide) const;
   // How a placement moves the chosen GPUs: not at all (CPU-only work), whole free GPUs taken
-  // whole, or any other way.
-  enum class Move { kNone, kWhole, kAny };
+  // whole, one GPU (a share), or any other way.
+  enum class Move { kNone, kWhole, kOne, kAny };
   // Moved<true>(), knowing how the GPUs move.
   template <Move kMove>
   MovedCounts MovedBy(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
