@@ -519,6 +519,17 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       wide_weights.push_back(static_cast<double>(1 + rng() % 1000) / 991.0);
     }
     ASSERT_TRUE(Extends(wide_shapes, shapes));
+    {
+      // One that cannot be a wider workload (too few weights, too few shapes) is not taken.
+      const FragmentationEval short_weights(n.view, table, resources, kAll,
+                                            WideWorkload{wide_shapes, std::span(wide_weights).first(wide_weights.size() - 1)});
+      EXPECT_FALSE(short_weights.wide());
+      if (shapes.size() > 1) {
+        const FragmentationEval short_shapes(n.view, table, resources, kAll,
+                                             WideWorkload{std::span(wide_shapes).first(1), std::span(wide_weights).first(1)});
+        EXPECT_FALSE(short_shapes.wide());
+      }
+    }
     const FragmentationEval widened(n.view, table, resources, kAll, WideWorkload{wide_shapes, wide_weights});
     std::vector<WorkloadShape> wide_frequencies = wide_shapes;  // the weights as NodeFragmentation reads them
     for (std::size_t k = 0; k < wide_shapes.size(); ++k) wide_frequencies[k].frequency = wide_weights[k];

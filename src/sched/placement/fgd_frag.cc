@@ -270,7 +270,9 @@ FragmentationEval::FragmentationEval(const NodeView& node, const ShapeTable& tab
       shapes_(table.shapes()),
       count_memory_(resources == Resources::kCpuAndMemory),
       demand_(extra.demand) {
-  if (!wide.shapes.empty()) {
+  // (A wider workload that cannot be one, too short or short of weights, is not taken: the
+  // counts are sized by it.)
+  if (!wide.shapes.empty() && wide.shapes.size() >= shapes_.size() && wide.weights.size() == wide.shapes.size()) {
     wide_shapes_ = wide.shapes;
     wide_weights_ = wide.weights.data();
   }

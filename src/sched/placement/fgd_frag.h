@@ -189,7 +189,8 @@ class FragmentationEval {
                     ShapeWeights weights = ShapeWeights::kFrequency);
   // The same measures, with the shapes and weights of `table` (it must outlive the evaluation).
   // With `wide` (its shapes must extend the table's: Extends(); both must outlive the
-  // evaluation), also FGD's measure against it: before_wide(), AfterAll()'s `wide`.
+  // evaluation), also FGD's measure against it: before_wide(), AfterAll()'s `wide`. One with
+  // fewer shapes than the table, or not one weight per shape, is not taken (wide() is false).
   FragmentationEval(const NodeView& node, const ShapeTable& table, Resources resources = Resources::kCpu,
                     ExtraMeasures extra = {}, WideWorkload wide = {});
   FragmentationEval(const FragmentationEval&) = delete;
@@ -302,7 +303,7 @@ class FragmentationEval {
   // (kOne: `chosen` is one usable GPU.)
   template <bool kSharePods, bool kOne = false>
   MovedCounts Moved(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
-  // AfterAll()'s three sums.
+  // AfterAll()'s sums.
   struct Sums {
     double frag = 0;
     double demand = 0;
