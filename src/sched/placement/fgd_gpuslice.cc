@@ -133,6 +133,8 @@ struct WorkloadTables final : WorkloadPrep {
     }
     for (std::size_t i = 0; i < ctx.demand_workload.size(); ++i) wide_weights.push_back(demand.weights()[2 * i]);
   }
+  WorkloadTables(const WorkloadTables&) = delete;  // wide_shapes may point into own_shapes
+  WorkloadTables& operator=(const WorkloadTables&) = delete;
   WideWorkload wide() const { return {wide_shapes, wide_weights}; }
   const ShapeTable typical;
   const ShapeTable demand;
