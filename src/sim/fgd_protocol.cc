@@ -160,7 +160,7 @@ std::vector<sched::WorkloadShape> DemandShapes(const std::vector<TracePod>& pods
 }
 
 FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods) {
-  FgdInputs in{std::move(nodes), std::move(pods), {}, {}};
+  FgdInputs in{std::move(nodes), std::move(pods), {}, {}, 0};
   in.shapes = TypicalShapes(in.pods);
   in.demand_shapes = DemandShapes(in.pods);
   // Nothing beyond the typical shapes (then with the same frequencies): a policy reading it
@@ -172,6 +172,12 @@ FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods
   for (std::size_t i = 0; i < empty.size(); ++i) views.push_back(empty.View(i));
   sched::SetSupplyShares(in.shapes, views);
   sched::SetSupplyShares(in.demand_shapes, views);
+  double cpu = 0, gpu = 0;
+  for (std::size_t i = 0; i < empty.size(); ++i) {
+    cpu += static_cast<double>(empty.node(i).cpu_total);
+    gpu += static_cast<double>(views[i].gpus.size()) * kOneGpu;
+  }
+  in.cpu_per_gpu_milli = gpu > 0 ? cpu / gpu : 0;
   return in;
 }
 
@@ -251,7 +257,7 @@ FgdRun RunFgdOnce(const FgdInputs& in, const sched::PlacementPolicy& policy, std
 
   std::mt19937_64 tie_rng(seed * 0x9E3779B97F4A7C15ULL + 1);
   std::mt19937_64 policy_rng(seed * 0xD1B54A32D192ED03ULL + 7);
-  sched::PlacementContext ctx{in.shapes, &policy_rng, in.demand_shapes};
+  sched::PlacementContext ctx{in.shapes, &policy_rng, in.demand_shapes, in.cpu_per_gpu_milli};
   Placer placer(policy, ctx, tie, &tie_rng);
 
   std::vector<double> node_frag(cluster.size());

@@ -109,11 +109,13 @@ struct FgdInputs {
   std::vector<sched::WorkloadShape> shapes;         // TypicalShapes(): every policy's workload
   // DemandShapes(), the context's demand_workload; empty when it adds no shape to `shapes`.
   std::vector<sched::WorkloadShape> demand_shapes;
+  // The nodes' CPU over their GPUs, in capacity (the context's cpu_per_gpu_milli).
+  double cpu_per_gpu_milli = 0;
 };
 
 // The protocol's inputs for a trace: its nodes and pods, their typical shapes and their demand
 // shapes, each with its supply share on these nodes (sched::SetSupplyShares(); the paper's
-// policies ignore both).
+// policies ignore both), and the nodes' CPU per GPU.
 FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods);
 
 // Runs one policy with one seed. `progress` (may be empty) gets the fraction done. Equal best

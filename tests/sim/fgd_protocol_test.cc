@@ -308,6 +308,26 @@ TEST(FgdProtocol, RunCountsPodsRefusedWhereTheyFit) {
   EXPECT_NE(p.digest, r.digest);
 }
 
+// The protocol tells its policies the nodes' CPU per GPU (gpuslice counts its stranded measure
+// only where the workload asks at least that much).
+TEST(FgdProtocol, ContextCarriesTheNodesCpuPerGpu) {
+  const std::vector<TraceNode> nodes = {TraceNode{"n0", 96000, 64 * kGiB, 8, "V100"},
+                                        TraceNode{"n1", 32000, 64 * kGiB, 2, "T4"}};
+  const FgdInputs in = MakeFgdInputs(nodes, {Pod("a", 4000, 1, 1000), Pod("b", 2000, 1, 500)});
+  EXPECT_DOUBLE_EQ(in.cpu_per_gpu_milli, 128000.0 / 10000.0);
+  struct Spy final : sched::PlacementPolicy {
+    std::string_view name() const override { return "spy"; }
+    std::optional<sched::NodeChoice> Score(const sched::PlacementRequest&, const sched::NodeView&,
+                                           const sched::PlacementContext& ctx) const override {
+      seen = ctx.cpu_per_gpu_milli;
+      return std::nullopt;
+    }
+    mutable double seen = -1;
+  } spy;
+  RunFgdOnce(in, spy, 1, 1.0);
+  EXPECT_DOUBLE_EQ(spy.seen, 12.8);
+}
+
 // `sim fgd` on a bundled trace with `policies`, seed 42; the table in `out`.
 Result<FgdCommandResult> RunBundled(const std::string& trace, std::vector<std::string> policies, std::ostringstream& out) {
   FgdCommandOptions o;

@@ -325,6 +325,32 @@ TEST(GpuslicePolicy, KeepsCpuBesideFreeGpus) {
   EXPECT_LT(gr->score - gp->score, 1.0);  // a secondary key: less than one FGD step
 }
 
+// The stranded measure counts where CPU runs out no later than GPU: where the workload asks at
+// least the cluster's CPU per GPU, or where the cluster's is not known. A CPU-only pod on two
+// nodes FGD cannot tell apart (one more typical pod fits on both after it): on the first it
+// leaves CPU for one of the two free GPUs' pods instead of two (stranded -1000 milli-GPU, pooled
+// -100), on the second for one as before (stranded 0, pooled -200).
+TEST(GpuslicePolicy, CountsStrandingWhereCpuRunsOutFirst) {
+  auto ours = MakePolicy("gpuslice");
+  ASSERT_TRUE(ours.ok());
+  const std::vector<WorkloadShape> shapes = {Shape(10000, 1, kOneGpu, 1.0)};  // 10 milli-cores per milli-GPU
+  TestNode first({kOneGpu, kOneGpu}, 21000), second({kOneGpu, kOneGpu}, 18000);
+  PlacementRequest cpu_only;
+  cpu_only.cpu_milli = 2000;
+  auto preferred = [&](double cluster_cpu_per_gpu_milli) {
+    const PlacementContext ctx{shapes, nullptr, {}, cluster_cpu_per_gpu_milli};
+    auto a = (*ours)->Score(cpu_only, first.view, ctx), b = (*ours)->Score(cpu_only, second.view, ctx);
+    EXPECT_TRUE(a && b);
+    if (!a || !b) return 0;
+    EXPECT_EQ(std::floor(a->score), std::floor(b->score));  // FGD's score ties
+    return a->score > b->score ? 1 : b->score > a->score ? 2 : 0;
+  };
+  EXPECT_EQ(preferred(0), 2);   // not known: stranding counts
+  EXPECT_EQ(preferred(8), 2);   // the workload asks more CPU per GPU than the cluster has
+  EXPECT_EQ(preferred(10), 2);  // as much
+  EXPECT_EQ(preferred(16), 1);  // less: GPU runs out first, the pooled measure decides
+}
+
 // Keeping a node's CPU for its free GPUs is an admission option ("+keep-cpu", admission.h), not
 // part of the placement: the plain policy places a CPU-only pod wherever it fits.
 TEST(Admission, KeepCpuRefusesCpuOnlyPodsThatWouldLeaveFreeGpusWithoutCpu) {
@@ -427,8 +453,12 @@ TEST(GpuslicePolicy, PreparedScoresAreScoresBitForBit) {
     for (int i = 0; i < gpus; ++i) free.push_back(static_cast<MilliGpu>(rng() % 21) * 50);
     TestNode n(free, static_cast<std::int64_t>(rng() % 65) * 1000);
     n.view.memory_free = static_cast<Bytes>(rng() % 16) * 16 * kGiB;
-    const PlacementContext ctx{shapes, nullptr, trial % 2 == 0 ? std::span<const WorkloadShape>(demand)
-                                                               : std::span<const WorkloadShape>()};
+    // The workload asks 10.7 milli-cores per milli-GPU: the stranded measure counts with a
+    // cluster that has 5 or does not say, and does not with one that has 20.
+    const double cluster_cpu[3] = {0, 5, 20};
+    const PlacementContext ctx{shapes, nullptr,
+                               trial % 2 == 0 ? std::span<const WorkloadShape>(demand) : std::span<const WorkloadShape>(),
+                               cluster_cpu[trial % 3]};
     // With the context's shared weights (as the simulator prepares), and without.
     auto tables = (*policy)->PrepareWorkload(ctx);
     ASSERT_NE(tables, nullptr);

@@ -36,7 +36,8 @@
 //      - the *stranded* fragmentation: besides FGD's fragment, the part of a node's free GPU
 //        that its CPU and memory cannot feed pod by pod. FGD only sees stranding when the last
 //        pod no longer fits; this keeps CPU and memory beside free GPUs before that, which is
-//        where CPU-heavy workloads lose GPUs;
+//        where CPU-heavy workloads lose GPUs. It counts only where CPU runs out no later than
+//        GPU (StrandingCounts(), below); where GPU runs out first FGD's drop stands in its place;
 //      - the *pooled stranded* fragmentation: the same, with the CPU and memory that the
 //        workload's mix needs to fill the node's free GPU: each shape alone (the measure
 //        above) claims all of the node's CPU, in whole pods, for as many pods as the free GPU
@@ -102,11 +103,26 @@ After Measure(const FragmentationEval& eval, const PlacementRequest& req, std::s
   return a;
 }
 
+// Whether the stranded measure counts in the secondary key: where the workload asks at least as
+// much host CPU per milli-GPU as the cluster has (CPU runs out no later than GPU), and where
+// either is not known. Where GPU runs out first it costs more than it keeps (docs/evaluation.md,
+// issue 35's fifth round): it sees each shape claim all of a node's CPU, and the pooled measure
+// already keeps the CPU the mix needs beside free GPUs.
+bool StrandingCounts(const PlacementContext& ctx) {
+  if (ctx.cpu_per_gpu_milli <= 0) return true;
+  double cpu = 0, gpu = 0;
+  for (const WorkloadShape& s : ctx.workload) {
+    cpu += s.frequency * static_cast<double>(s.cpu_milli);
+    gpu += s.frequency * static_cast<double>(s.num_gpus) * static_cast<double>(s.milli_per_gpu);
+  }
+  return gpu <= 0 || cpu / gpu >= ctx.cpu_per_gpu_milli;
+}
+
 // FGD's quantised score `q` of the primary drop `drop`, plus the secondary key: the drop of the
-// demand-weighted, the stranded and the pooled stranded fragmentation of `eval`, in milli-GPU,
-// from the measures `after` the placement.
-double Combine(const FragmentationEval& eval, double q, double drop, const After& after) {
-  const double stranded_drop = eval.strands() ? eval.before_stranded() - after.stranded : drop;
+// demand-weighted, the stranded (where `stranding`; else FGD's again) and the pooled stranded
+// fragmentation of `eval`, in milli-GPU, from the measures `after` the placement.
+double Combine(const FragmentationEval& eval, double q, double drop, const After& after, bool stranding) {
+  const double stranded_drop = stranding && eval.strands() ? eval.before_stranded() - after.stranded : drop;
   // Where the pooled measure cannot differ from FGD's (no shape asks CPU or memory: the daemon)
   // it is left out rather than counting FGD's drop a second time.
   const double pooled_drop = eval.pools() ? eval.before_pooled() - after.pooled : 0;
@@ -121,7 +137,9 @@ double Combine(const FragmentationEval& eval, double q, double drop, const After
 // followed by the demand shapes (the same sums, with zeros added first).
 struct WorkloadTables final : WorkloadPrep {
   explicit WorkloadTables(const PlacementContext& ctx)
-      : typical(ctx.workload, ShapeWeights::kSupply), demand(ctx.demand_workload, ShapeWeights::kSupply) {
+      : typical(ctx.workload, ShapeWeights::kSupply),
+        demand(ctx.demand_workload, ShapeWeights::kSupply),
+        stranding(StrandingCounts(ctx)) {
     if (ctx.demand_workload.empty()) return;
     if (Extends(ctx.demand_workload, ctx.workload)) {
       wide_shapes = ctx.demand_workload;
@@ -138,6 +156,7 @@ struct WorkloadTables final : WorkloadPrep {
   WideWorkload wide() const { return {wide_shapes, wide_weights}; }
   const ShapeTable typical;
   const ShapeTable demand;
+  const bool stranding;  // StrandingCounts()
   std::vector<WorkloadShape> own_shapes;  // where the demand shapes do not start with the typical ones
   std::span<const WorkloadShape> wide_shapes;
   std::vector<double> wide_weights;
@@ -155,7 +174,8 @@ class NodeEvals final : public NodePrep {
   NodeEvals(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables)
       : own_tables_(tables == nullptr && !ctx.demand_workload.empty() ? std::make_unique<WorkloadTables>(ctx)
                                                                        : nullptr),
-        eval(Evaluate(node, ctx, tables != nullptr ? tables : own_tables_.get())) {}
+        eval(Evaluate(node, ctx, tables != nullptr ? tables : own_tables_.get())),
+        stranding(tables != nullptr ? tables->stranding : StrandingCounts(ctx)) {}
 
  private:
   static FragmentationEval Evaluate(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables) {
@@ -166,6 +186,7 @@ class NodeEvals final : public NodePrep {
 
  public:
   const FragmentationEval eval;
+  const bool stranding;  // StrandingCounts()
 };
 
 // A share's GPU: the best score (FGD's, against the demand shapes where there are some, then
@@ -208,7 +229,7 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
       const After after = Measure(eval, req, one, /*with_wide=*/true);
       sh.drop = eval.before_wide() - after.wide;
       sh.q = FgdQuantisedScore(sh.drop);
-      sh.score = Combine(eval, sh.q, sh.drop, after);
+      sh.score = Combine(eval, sh.q, sh.drop, after, evals.stranding);
       sh.scored = true;
     } else {
       sh.drop = eval.before() - eval.After(req.cpu_milli, one, req.milli_per_gpu, req.host_memory);
@@ -222,7 +243,7 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
     Share& sh = shares[k];
     if (sh.q != best_q || sh.scored) continue;
     const int one[1] = {sh.first_gpu};
-    sh.score = Combine(eval, sh.q, sh.drop, Measure(eval, req, one));
+    sh.score = Combine(eval, sh.q, sh.drop, Measure(eval, req, one), evals.stranding);
   }
   int best = -1;
   double best_score = 0;
@@ -259,7 +280,7 @@ std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeVie
   const FragmentationEval& eval = evals.eval;
   const After after = Measure(eval, req, gpus);
   const double drop = eval.before() - after.frag;
-  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, after), std::move(gpus)};
+  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, after, evals.stranding), std::move(gpus)};
 }
 
 class GpusliceFragPolicy final : public PlacementPolicy {

@@ -87,6 +87,10 @@ struct PlacementContext {
   // fgd's DemandShapes()). Empty where `workload` already lists every shape (the daemon, sim
   // replay). Only gpuslice's policy reads it.
   std::span<const WorkloadShape> demand_workload = {};
+  // The cluster's host CPU over its GPU, both in capacity (milli-cores per milli-GPU): how much
+  // CPU a pod can have beside the GPU it asks before CPU, not GPU, runs out. 0: not known (the
+  // daemon, which does not model hosts' CPU). Only gpuslice's policy reads it.
+  double cpu_per_gpu_milli = 0;
 };
 
 // A policy's choice on one node: higher score wins; gpu_indices has num_gpus entries.
