@@ -175,7 +175,9 @@ class NodeEvals final : public NodePrep {
       : own_tables_(tables == nullptr && !ctx.demand_workload.empty() ? std::make_unique<WorkloadTables>(ctx)
                                                                        : nullptr),
         eval(Evaluate(node, ctx, tables != nullptr ? tables : own_tables_.get())),
-        stranding(tables != nullptr ? tables->stranding : StrandingCounts(ctx)) {}
+        stranding(tables != nullptr ? tables->stranding
+                  : own_tables_ != nullptr ? own_tables_->stranding
+                                           : StrandingCounts(ctx)) {}
 
  private:
   static FragmentationEval Evaluate(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables) {
