@@ -153,7 +153,10 @@ class BestFitFgdPolicy final : public PlacementPolicy {
 
 // "fgd": place where the node's fragmentation grows least. As in the artifact, the growth is
 // scored as int(sigmoid(drop / 1000) * 100): ties (frequent) go to the framework's tie-break,
-// and a share takes the first GPU with the best such score.
+// and a share takes the first GPU with the best such score. Where the caller prepares (the
+// simulator), the shapes' weights are computed once per context and the node's evaluation once
+// per node state, as for gpuslice's policy, so that a same-run comparison of the two costs
+// measures the policies and not how much of them is kept.
 class FgdPolicy final : public PlacementPolicy {
  public:
   std::string_view name() const override { return "fgd"; }
@@ -161,6 +164,33 @@ class FgdPolicy final : public PlacementPolicy {
                                   const PlacementContext& ctx) const override {
     return FgdChoice(req, node, ctx.workload);
   }
+  std::unique_ptr<WorkloadPrep> PrepareWorkload(const PlacementContext& ctx) const override {
+    return std::make_unique<Weights>(ctx);
+  }
+  std::unique_ptr<NodePrep> Prepare(const NodeView& node, const PlacementContext& /*ctx*/,
+                                    const WorkloadPrep* workload) const override {
+    // `workload` comes from PrepareWorkload() above (placement.h); without it Score() stands.
+    if (workload == nullptr) return nullptr;
+    return std::make_unique<NodeEval>(node, static_cast<const Weights*>(workload)->table);
+  }
+  std::optional<NodeChoice> ScorePrepared(const PlacementRequest& req, const NodeView& node,
+                                          const PlacementContext& ctx, const NodePrep* prep) const override {
+    // `prep` comes from Prepare() above.
+    if (prep == nullptr) return Score(req, node, ctx);
+    const FragmentationEval& eval = static_cast<const NodeEval*>(prep)->eval;
+    eval.Prefetch();
+    return FgdChoice(req, node, eval);
+  }
+
+ private:
+  struct Weights final : WorkloadPrep {
+    explicit Weights(const PlacementContext& ctx) : table(ctx.workload, ShapeWeights::kFrequency) {}
+    const ShapeTable table;
+  };
+  struct NodeEval final : NodePrep {
+    NodeEval(const NodeView& node, const ShapeTable& table) : eval(node, table) {}
+    const FragmentationEval eval;
+  };
 };
 
 }  // namespace

@@ -737,6 +737,11 @@ double FgdQuantisedScore(double drop) {
 std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
                                     std::span<const WorkloadShape> shapes, Resources resources) {
   const FragmentationEval eval(node, shapes, resources);
+  return FgdChoice(req, node, eval);
+}
+
+std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
+                                    const FragmentationEval& eval) {
   const double before = eval.before();
   if (!IsShare(req)) {
     std::vector<int> gpus = BestFitGpus(req, node);

@@ -394,6 +394,10 @@ double FgdQuantisedScore(double drop);
 std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
                                     std::span<const WorkloadShape> shapes,
                                     Resources resources = Resources::kCpu);
+// The same, with the node's evaluation already made (by FGD's frequencies, kCpu resources, as
+// above: the simulator keeps one per node state for every request class, as it does gpuslice's).
+std::optional<NodeChoice> FgdChoice(const PlacementRequest& req, const NodeView& node,
+                                    const FragmentationEval& eval);
 
 inline bool IsShare(const PlacementRequest& req) {
   return req.num_gpus == 1 && req.milli_per_gpu < kOneGpu;
