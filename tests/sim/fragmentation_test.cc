@@ -533,8 +533,9 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
     }
     constexpr ExtraMeasures kAll{.stranded = true, .demand = true, .pooled = true};
     const FragmentationEval eval(n.view, shapes, resources, kAll, weights);
-    // With the weights of a ShapeTable (as the simulator keeps them), every measure the same,
-    // the pooled one's steps from the table where no shape that names a model is eligible.
+    // With the weights of a ShapeTable (as the simulator keeps them), every measure the same:
+    // which shapes the node is eligible for and the pooled measure's steps then come from the
+    // table (the node's model named by some shapes, or by none).
     const ShapeTable table(shapes, weights);
     const FragmentationEval tabled(n.view, table, resources, kAll);
     // With supply weights the eval measures what the plain measures give for SupplyWeighted().

@@ -238,6 +238,24 @@ ShapeTable::ShapeTable(std::span<const WorkloadShape> shapes, ShapeWeights weigh
   BuildHoleSteps(
       shapes, weights_.data(),
       [&](std::size_t i) { return shapes[i].milli_per_gpu > 0 && shapes[i].allowed_models.empty(); }, steps_);
+  for (const WorkloadShape& naming : shapes) {
+    for (const std::string& model : naming.allowed_models) {
+      if (named_model(model) != nullptr) continue;
+      NamedModel& m = named_.emplace_back();
+      m.name = model;
+      for (const WorkloadShape& s : shapes) {
+        m.eligible.push_back(s.milli_per_gpu > 0 && ModelAllowed(s.allowed_models, model) ? 1 : 0);
+      }
+      BuildHoleSteps(shapes, weights_.data(), [&](std::size_t i) { return m.eligible[i] != 0; }, m.steps);
+    }
+  }
+}
+
+const ShapeTable::NamedModel* ShapeTable::named_model(std::string_view model) const {
+  for (const NamedModel& m : named_) {
+    if (m.name == model) return &m;
+  }
+  return nullptr;
 }
 
 void ShapeTable::Fill(std::span<const WorkloadShape> shapes, ShapeWeights weights, bool with_demand,
@@ -334,10 +352,17 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
   if (small) {
     for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + sorted[i];
   }
-  // A shape's counts (the same for the WideWorkload's copy of one of the shapes).
-  auto count = [&](const WorkloadShape& s, Counts& c) {
-    // (The empty check inline: the scheduler's shapes allow any model, and the call showed.)
-    c.eligible = s.milli_per_gpu > 0 && (s.allowed_models.empty() || ModelAllowed(s.allowed_models, node.model));
+  // Whether the node's model is one the table's shapes name, and then the table's view of it.
+  const ShapeTable::NamedModel* named = table != nullptr ? table->named_model(node.model) : nullptr;
+  // A shape's counts (the same for the WideWorkload's copy of one of the shapes); shape `i` of
+  // the evaluation's shapes, or one of the WideWorkload's others.
+  auto count = [&](std::size_t i, const WorkloadShape& s, Counts& c) {
+    if (table != nullptr && i < shapes.size()) {
+      c.eligible = named != nullptr ? named->eligible[i] != 0 : s.milli_per_gpu > 0 && s.allowed_models.empty();
+    } else {
+      // (The empty check inline: the scheduler's shapes allow any model, and the call showed.)
+      c.eligible = s.milli_per_gpu > 0 && (s.allowed_models.empty() || ModelAllowed(s.allowed_models, node.model));
+    }
     c.enough = 0;
     c.share_pods = 0;
     c.below = 0;
@@ -372,7 +397,7 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
-    count(s, c);
+    count(i, s, c);
     const double t = term(s, c);
     frag += weight(i) * t;
     if (demand_) before_demand_ += demand_weight(i) * t;
@@ -384,7 +409,7 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
   }
   // The WideWorkload's other shapes.
   for (std::size_t i = shapes.size(); i < counted(); ++i) {
-    count(wide_shapes_[i], counts_[i]);
+    count(i, wide_shapes_[i], counts_[i]);
     before_wide_ += wide_weights_[i] * term(wide_shapes_[i], counts_[i]);
   }
   if (free_total_ == 0) before_wide_ = 0;
@@ -395,6 +420,8 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
   if (pools_) {
     if (table != nullptr && !constrained) {
       hole_steps_ = table->unconstrained_steps();
+    } else if (named != nullptr) {
+      hole_steps_ = named->steps;
     } else {
       BuildHoleSteps(shapes, weights_, [&](std::size_t i) { return counts_[i].eligible; }, own_steps_);
       hole_steps_ = own_steps_;

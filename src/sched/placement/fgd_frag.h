@@ -20,6 +20,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -140,6 +141,16 @@ class ShapeTable {
   // The pooled measure's steps on a node where the shapes that need a GPU and name no model are
   // the eligible ones (every node, where no shape names a model).
   std::span<const HoleStep> unconstrained_steps() const { return steps_; }
+  // What the table knows of a node of one model some shape names: which shapes it is eligible
+  // for (they need a GPU and allow the model; 1 or 0 per shape) and the pooled measure's steps
+  // with those shapes eligible. Null where no shape names `model` (then the eligible shapes are
+  // those that need a GPU and name no model, and the steps are unconstrained_steps()).
+  struct NamedModel {
+    std::string name;
+    std::vector<std::uint8_t> eligible;
+    std::vector<HoleStep> steps;
+  };
+  const NamedModel* named_model(std::string_view model) const;
   // Writes the weights of `shapes` into `out` (2 x shapes.size()) as weights() lists them; the
   // demand weights only `with_demand`.
   static void Fill(std::span<const WorkloadShape> shapes, ShapeWeights weights, bool with_demand,
@@ -149,6 +160,11 @@ class ShapeTable {
   std::span<const WorkloadShape> shapes_;
   std::vector<double> weights_;
   std::vector<HoleStep> steps_;
+  // Per model some shape names (each once, in order of first naming). Built with the table, so
+  // that an evaluation of a node of a named model neither compares model names shape by shape
+  // nor builds its own steps (a sort and an allocation for every node state, where most shapes
+  // name models).
+  std::vector<NamedModel> named_;
 };
 
 // The measures a FragmentationEval evaluates besides FGD's.
