@@ -1,5 +1,6 @@
 #include "sim/cluster.h"
 
+#include <algorithm>
 #include <cassert>
 
 #include "sched/placement/fgd_frag.h"
@@ -17,6 +18,7 @@ Cluster::Cluster(std::span<const TraceNode> nodes) {
     n.gpus.assign(t.gpus, sched::GpuView{kOneGpu, 0, true});
     capacity_ += static_cast<MilliGpu>(t.gpus) * kOneGpu;
     nodes_.push_back(std::move(n));
+    Summarise(nodes_.size() - 1);
   }
 }
 
@@ -30,6 +32,7 @@ Cluster Cluster::Uniform(int count, int gpus, std::string model, std::int64_t cp
     n.cpu_total = n.cpu_free = cpu_milli;
     n.memory_total = n.memory_free = memory;
     n.gpus.assign(gpus, sched::GpuView{kOneGpu, 0, true});
+    c.Summarise(i);
   }
   c.capacity_ = static_cast<MilliGpu>(count) * gpus * kOneGpu;
   return c;
@@ -57,8 +60,10 @@ bool Cluster::Fits(const sched::PlacementRequest& req, std::size_t i) const {
   if (n.cpu_free < req.cpu_milli || n.memory_free < req.host_memory) return false;
   if (req.num_gpus == 0) return true;
   if (!req.allowed_models.empty() && !sched::ModelAllowed(req.allowed_models, n.model)) return false;
-  // Counted without a branch per GPU: free shares vary from GPU to GPU, and this runs for every
-  // node at every placement.
+  // One GPU (a share or a whole one) and whole GPUs, which are all the FGD traces ask, from the
+  // node's summary; anything else counted.
+  if (req.num_gpus == 1 && req.milli_per_gpu > 0) return n.max_free >= req.milli_per_gpu;
+  if (req.milli_per_gpu == kOneGpu) return n.whole_free >= req.num_gpus;
   int enough = 0;
   for (const sched::GpuView& g : n.gpus) {
     enough += static_cast<int>(g.usable) & static_cast<int>(g.free_milli >= req.milli_per_gpu);
@@ -80,7 +85,19 @@ void Cluster::Apply(const sched::PlacementRequest& req, std::size_t i, std::span
   }
   allocated_ += sign * req.milli_per_gpu * static_cast<MilliGpu>(gpus.size());
   ++n.version;
+  Summarise(i);
   assert(n.cpu_free >= 0 && n.memory_free >= 0);
+}
+
+void Cluster::Summarise(std::size_t i) {
+  SimNode& n = nodes_[i];
+  n.max_free = 0;
+  n.whole_free = 0;
+  for (const sched::GpuView& g : n.gpus) {
+    if (!g.usable) continue;
+    n.max_free = std::max(n.max_free, g.free_milli);
+    n.whole_free += g.free_milli >= kOneGpu ? 1 : 0;
+  }
 }
 
 }  // namespace gpuslice::sim

@@ -26,6 +26,10 @@ struct SimNode {
   // Running requests per GPU kind (index = bit of sched::GpuPodKindBit), for NodeView::gpu_pod_kinds.
   std::array<std::int32_t, 32> kind_count{};
   std::uint32_t version = 1;
+  // Of the usable GPUs, kept by Cluster for Fits() (which runs for every node at every
+  // placement): the largest free share, and how many are wholly free.
+  MilliGpu max_free = 0;
+  int whole_free = 0;
 };
 
 class Cluster {
@@ -47,6 +51,8 @@ class Cluster {
 
  private:
   Cluster() = default;
+  // Recomputes node i's max_free and whole_free from its GPUs.
+  void Summarise(std::size_t i);
   std::vector<SimNode> nodes_;
   MilliGpu capacity_ = 0;
   MilliGpu allocated_ = 0;

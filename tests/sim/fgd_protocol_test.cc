@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "sched/placement/admission.h"
+#include "sched/placement/fgd_frag.h"
 #include "sched/placement/placement.h"
 #include "sim/cluster.h"
 #include "sim/fgd_command.h"
@@ -428,6 +429,50 @@ TEST(Placer, CacheChangesNoDecision) {
     }
     EXPECT_LT(a.scored(), b.scored()) << name;
   }
+}
+
+// Cluster::Fits() answers one-GPU and whole-GPU requests from each node's summary of its GPUs,
+// kept through placements and releases; it must answer what counting the GPUs (the Filter step
+// every policy shares, sched::Fits()) answers, on nodes of 0 to 8 GPUs, for every kind of request.
+TEST(Cluster, FitsAnswersAsCountingTheGpus) {
+  std::vector<TraceNode> trace;
+  for (int gpus : {0, 1, 2, 4, 8, 8}) trace.push_back(TraceNode{fmt::format("n{}", trace.size()), 64000, 256 * kGiB, gpus, "V100"});
+  Cluster cluster(trace);
+  std::mt19937_64 rng(12);
+  auto request = [&] {
+    sched::PlacementRequest req;
+    req.cpu_milli = static_cast<std::int64_t>(rng() % 9) * 1000;
+    const int kind = static_cast<int>(rng() % 4);
+    req.num_gpus = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? 1 + static_cast<int>(rng() % 8) : 2;
+    req.milli_per_gpu = kind == 0 ? 0 : kind == 1 ? 50 * static_cast<MilliGpu>(1 + rng() % 20) : kind == 2 ? kOneGpu : 300;
+    return req;
+  };
+  std::vector<std::tuple<sched::PlacementRequest, std::size_t, std::vector<int>>> running;
+  int checked = 0, fit = 0;
+  for (int step = 0; step < 3000; ++step) {
+    const sched::PlacementRequest req = request();
+    for (std::size_t i = 0; i < cluster.size(); ++i) {
+      const bool counted = sched::Fits(req, cluster.View(i));
+      ASSERT_EQ(cluster.Fits(req, i), counted) << "step " << step << " node " << i << " gpus " << req.num_gpus << " x "
+                                               << req.milli_per_gpu;
+      ++checked;
+      fit += counted ? 1 : 0;
+    }
+    if (!running.empty() && rng() % 3 == 0) {
+      const std::size_t at = rng() % running.size();
+      auto [r, node, gpus] = running[at];
+      cluster.Apply(r, node, gpus, -1);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(at));
+      continue;
+    }
+    const std::size_t i = rng() % cluster.size();
+    if (!cluster.Fits(req, i)) continue;
+    const std::vector<int> gpus = sched::BestFitGpus(req, cluster.View(i));
+    cluster.Apply(req, i, gpus, +1);
+    running.emplace_back(req, i, gpus);
+  }
+  EXPECT_GT(fit, checked / 10);  // both answers occur often
+  EXPECT_LT(fit, checked * 9 / 10);
 }
 
 // Alike nodes are scored once per request class: 64 empty nodes of one type are one state, and
