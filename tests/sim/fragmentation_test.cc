@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "sched/placement/admission.h"
@@ -505,6 +506,39 @@ TEST(FgdPolicies, AllRegisteredByName) {
 // decisions stay identical only if it gives the same bits. Random nodes (unusable GPUs, more
 // GPUs than its sorted buffer, CPU that runs out) and workloads (model lists, more shapes than
 // its inline buffer), against NodeFragmentation of an actual copy of the node after.
+// A shape table keeps a view per model its shapes name, but not past kMaxNamedModels (a trace's
+// model lists are input): with more, an evaluation compares names itself, and every measure is
+// what an evaluation without the table gives, on a node of a named model and of another.
+TEST(Fragmentation, ATableOfManyNamedModelsLeavesTheNamesToTheEvaluation) {
+  constexpr ExtraMeasures kAll{.stranded = true, .demand = true, .pooled = true};
+  auto bits = [](double d) { return std::bit_cast<std::uint64_t>(d); };
+  for (std::size_t models : {std::size_t{3}, ShapeTable::kMaxNamedModels + 40}) {
+    std::vector<WorkloadShape> shapes;
+    for (std::size_t k = 0; k < models; ++k) {
+      shapes.push_back(Shape(2000 + static_cast<std::int64_t>(k % 4) * 1000, 1, 100 + 50 * static_cast<MilliGpu>(k % 15),
+                             1.0 + static_cast<double>(k % 7), {fmt::format("m{}", k), "shared"}));
+    }
+    shapes.push_back(Shape(4000, 2, kOneGpu, 3.0));
+    shapes.push_back(Shape(8000, 0, 0, 2.0));
+    const ShapeTable table(shapes, ShapeWeights::kFrequency);
+    EXPECT_EQ(table.knows_models(), models <= ShapeTable::kMaxNamedModels) << models;
+    for (const char* model : {"m1", "shared", "other"}) {
+      TestNode n({1000, 450, 200, 1000}, 9000, model);
+      const FragmentationEval plain(n.view, shapes, Resources::kCpuAndMemory, kAll);
+      const FragmentationEval tabled(n.view, table, Resources::kCpuAndMemory, kAll);
+      EXPECT_EQ(bits(tabled.before()), bits(plain.before())) << models << " " << model;
+      EXPECT_EQ(bits(tabled.before_stranded()), bits(plain.before_stranded())) << models << " " << model;
+      EXPECT_EQ(bits(tabled.before_pooled()), bits(plain.before_pooled())) << models << " " << model;
+      const int one[1] = {1};
+      double pooled = -1, tabled_pooled = -1;
+      EXPECT_EQ(bits(tabled.AfterAll(2000, one, 250, 0, nullptr, nullptr, &tabled_pooled)),
+                bits(plain.AfterAll(2000, one, 250, 0, nullptr, nullptr, &pooled)))
+          << models << " " << model;
+      EXPECT_EQ(bits(tabled_pooled), bits(pooled)) << models << " " << model;
+    }
+  }
+}
+
 TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
   std::mt19937_64 rng(15);
   for (ShapeWeights weights : {ShapeWeights::kFrequency, ShapeWeights::kSupply}) {

@@ -241,6 +241,11 @@ ShapeTable::ShapeTable(std::span<const WorkloadShape> shapes, ShapeWeights weigh
   for (const WorkloadShape& naming : shapes) {
     for (const std::string& model : naming.allowed_models) {
       if (named_model(model) != nullptr) continue;
+      if (named_.size() == kMaxNamedModels) {
+        named_.clear();
+        knows_models_ = false;
+        return;
+      }
       NamedModel& m = named_.emplace_back();
       m.name = model;
       for (const WorkloadShape& s : shapes) {
@@ -352,12 +357,14 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
   if (small) {
     for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + sorted[i];
   }
-  // Whether the node's model is one the table's shapes name, and then the table's view of it.
-  const ShapeTable::NamedModel* named = table != nullptr ? table->named_model(node.model) : nullptr;
+  // Whether the table knows which of its shapes the node's model is eligible for, and then its
+  // view of the model (null: no shape names it).
+  const bool by_table = table != nullptr && table->knows_models();
+  const ShapeTable::NamedModel* named = by_table ? table->named_model(node.model) : nullptr;
   // A shape's counts (the same for the WideWorkload's copy of one of the shapes); shape `i` of
   // the evaluation's shapes, or one of the WideWorkload's others.
   auto count = [&](std::size_t i, const WorkloadShape& s, Counts& c) {
-    if (table != nullptr && i < shapes.size()) {
+    if (by_table && i < shapes.size()) {
       c.eligible = named != nullptr ? named->eligible[i] != 0 : s.milli_per_gpu > 0 && s.allowed_models.empty();
     } else {
       // (The empty check inline: the scheduler's shapes allow any model, and the call showed.)

@@ -151,6 +151,11 @@ class ShapeTable {
     std::vector<HoleStep> steps;
   };
   const NamedModel* named_model(std::string_view model) const;
+  // False where the shapes name more models than the table keeps views of (kMaxNamedModels: a
+  // trace's model lists are not trusted to be few); then named_model() is null for every model
+  // and an evaluation compares model names itself.
+  bool knows_models() const { return knows_models_; }
+  static constexpr std::size_t kMaxNamedModels = 64;
   // Writes the weights of `shapes` into `out` (2 x shapes.size()) as weights() lists them; the
   // demand weights only `with_demand`.
   static void Fill(std::span<const WorkloadShape> shapes, ShapeWeights weights, bool with_demand,
@@ -165,6 +170,7 @@ class ShapeTable {
   // nor builds its own steps (a sort and an allocation for every node state, where most shapes
   // name models).
   std::vector<NamedModel> named_;
+  bool knows_models_ = true;
 };
 
 // The measures a FragmentationEval evaluates besides FGD's.
