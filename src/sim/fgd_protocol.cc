@@ -173,9 +173,9 @@ FgdInputs MakeFgdInputs(std::vector<TraceNode> nodes, std::vector<TracePod> pods
   sched::SetSupplyShares(in.shapes, views);
   sched::SetSupplyShares(in.demand_shapes, views);
   double cpu = 0, gpu = 0;
-  for (std::size_t i = 0; i < empty.size(); ++i) {
-    cpu += static_cast<double>(empty.node(i).cpu_total);
-    gpu += static_cast<double>(views[i].gpus.size()) * kOneGpu;
+  for (const sched::NodeView& v : views) {
+    cpu += static_cast<double>(v.cpu_milli_total);
+    gpu += static_cast<double>(v.gpus.size()) * kOneGpu;
   }
   in.cpu_per_gpu_milli = gpu > 0 ? cpu / gpu : 0;
   return in;
