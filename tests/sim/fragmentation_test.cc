@@ -115,6 +115,47 @@ TEST(Fragmentation, StrandedCountsGpusTheHostCannotFeed) {
   EXPECT_DOUBLE_EQ(NodeStrandedFragmentation(n.view, hungry, Resources::kCpuAndMemory), 6000.0);
 }
 
+TEST(Fragmentation, CpuCountsTheCpuNoPodCanUse) {
+  // Half the pods ask a GPU and 10 CPUs, half 8 CPUs and no GPU.
+  const std::vector<WorkloadShape> shapes = {Shape(10000, 1, kOneGpu, 0.5), Shape(8000, 0, 0, 0.5)};
+  // 4 free GPUs, CPU for 3 GPU pods: none of the 30 CPUs is left over for the GPU pods; 3 CPU-only
+  // pods leave 6.
+  TestNode n({kOneGpu, kOneGpu, kOneGpu, kOneGpu}, 30000);
+  EXPECT_DOUBLE_EQ(NodeCpuFragmentation(n.view, shapes), 0.5 * 0 + 0.5 * 6000);
+  // 2 free GPUs: their pods take 20 CPUs of 30, 10 are left over for them.
+  TestNode two({kOneGpu, kOneGpu}, 30000);
+  EXPECT_DOUBLE_EQ(NodeCpuFragmentation(two.view, shapes), 0.5 * 10000 + 0.5 * 6000);
+  // No free GPU: every CPU is left over for the GPU pods; CPU-only pods still use 24 of 30.
+  TestNode full({0, 0}, 30000);
+  EXPECT_DOUBLE_EQ(NodeCpuFragmentation(full.view, shapes), 0.5 * 30000 + 0.5 * 6000);
+  // Short of one GPU pod's CPU: all of it, for them.
+  TestNode starved({kOneGpu}, 9000);
+  EXPECT_DOUBLE_EQ(NodeCpuFragmentation(starved.view, shapes), 0.5 * 9000 + 0.5 * 1000);
+  // A GPU model the shape does not allow, or a shape that asks no CPU: all of it.
+  const std::vector<WorkloadShape> elsewhere = {Shape(10000, 1, kOneGpu, 1.0, {"A100"})};
+  EXPECT_DOUBLE_EQ(NodeCpuFragmentation(n.view, elsewhere), 30000.0);
+  const std::vector<WorkloadShape> no_cpu = {Shape(0, 1, kOneGpu, 1.0)};
+  EXPECT_DOUBLE_EQ(NodeCpuFragmentation(n.view, no_cpu), 30000.0);
+  // Memory counts only with kCpuAndMemory: 256 GiB free feeds 2 CPU-only pods of 100 GiB.
+  std::vector<WorkloadShape> hungry = {Shape(8000, 0, 0, 1.0)};
+  hungry[0].host_memory = 100 * kGiB;
+  EXPECT_DOUBLE_EQ(NodeCpuFragmentation(n.view, hungry), 6000.0);
+  EXPECT_DOUBLE_EQ(NodeCpuFragmentation(n.view, hungry, Resources::kCpuAndMemory), 14000.0);
+  // After a placement, as a fresh evaluation of the node after: one more GPU pod leaves 20 CPUs
+  // for 3 GPUs (2 pods, none over) and 2 CPU-only pods (4 over); taking the last GPUs leaves all.
+  const FragmentationEval eval(n.view, shapes, Resources::kCpu, {.cpu = true});
+  ASSERT_TRUE(eval.cpu_counts());
+  double cpu = -1;
+  eval.AfterAll(10000, std::vector<int>{0}, kOneGpu, 0, nullptr, nullptr, nullptr, nullptr, &cpu);
+  EXPECT_DOUBLE_EQ(cpu, 0.5 * 0 + 0.5 * 4000);
+  eval.AfterAll(10000, std::vector<int>{0, 1, 2, 3}, kOneGpu, 0, nullptr, nullptr, nullptr, nullptr, &cpu);
+  EXPECT_DOUBLE_EQ(cpu, 0.5 * 20000 + 0.5 * 4000);
+  // Not asked: not counted.
+  const FragmentationEval plain(n.view, shapes, Resources::kCpu, {.stranded = true});
+  EXPECT_FALSE(plain.cpu_counts());
+  EXPECT_EQ(plain.before_cpu(), 0.0);
+}
+
 // Where no shape asks CPU or memory (the daemon's learned workload), the stranded measure is
 // FGD's, and the evaluation says so (the policy then skips it).
 TEST(Fragmentation, StrandedIsFgdWhereShapesAskNoHostResources) {
@@ -353,6 +394,31 @@ TEST(GpuslicePolicy, CountsStrandingWhereCpuRunsOutFirst) {
   EXPECT_EQ(preferred(16), 1);  // less: GPU runs out first, the pooled measure decides
 }
 
+// Where CPU runs out first, CPU that no pod can use is lost GPU: among nodes every other measure
+// ties (no free GPU left on either), a CPU-only pod of 4 CPUs goes where the 8-CPU pods can use
+// what it leaves (12 -> 8 CPUs: one pod, none over) rather than where it leaves 4 over (16 -> 12).
+// Where GPU runs out first the CPU measure does not count and the nodes tie.
+TEST(GpuslicePolicy, CountsTheCpuNoPodCanUseWhereCpuRunsOutFirst) {
+  auto ours = MakePolicy("gpuslice");
+  ASSERT_TRUE(ours.ok());
+  // 18 milli-cores per milli-GPU asked, CPU-only pods counted.
+  const std::vector<WorkloadShape> shapes = {Shape(10000, 1, kOneGpu, 0.5), Shape(8000, 0, 0, 0.5)};
+  TestNode fits({0, 0}, 12000), leaves_over({0, 0}, 16000);
+  PlacementRequest cpu_only;
+  cpu_only.cpu_milli = 4000;
+  auto scores = [&](double cluster_cpu_per_gpu_milli) {
+    const PlacementContext ctx{shapes, nullptr, {}, cluster_cpu_per_gpu_milli};
+    auto a = (*ours)->Score(cpu_only, fits.view, ctx), b = (*ours)->Score(cpu_only, leaves_over.view, ctx);
+    EXPECT_TRUE(a && b);
+    return std::pair(a ? a->score : 0, b ? b->score : 0);
+  };
+  const auto [fit, over] = scores(10);  // the cluster has 10: CPU runs out first
+  EXPECT_GT(fit, over);
+  EXPECT_EQ(std::floor(fit), std::floor(over));  // a secondary key
+  const auto [fit_rich, over_rich] = scores(20);  // 20: GPU runs out first
+  EXPECT_EQ(fit_rich, over_rich);
+}
+
 // Keeping a node's CPU for its free GPUs is an admission option ("+keep-cpu", admission.h), not
 // part of the placement: the plain policy places a CPU-only pod wherever it fits.
 TEST(Admission, KeepCpuRefusesCpuOnlyPodsThatWouldLeaveFreeGpusWithoutCpu) {
@@ -565,7 +631,7 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
       shapes.back().host_memory = static_cast<Bytes>(rng() % 6) * 16 * kGiB;
       if (rng() % 3 != 0) shapes.back().supply_share = static_cast<double>(1 + rng() % 100) / 100.0;
     }
-    constexpr ExtraMeasures kAll{.stranded = true, .demand = true, .pooled = true};
+    constexpr ExtraMeasures kAll{.stranded = true, .demand = true, .pooled = true, .cpu = true};
     const FragmentationEval eval(n.view, shapes, resources, kAll, weights);
     // With the weights of a ShapeTable (as the simulator keeps them), every measure the same:
     // which shapes the node is eligible for and the pooled measure's steps then come from the
@@ -579,6 +645,8 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
     ASSERT_EQ(bits(eval.before_stranded()), bits(NodeStrandedFragmentation(n.view, weighted, resources))) << "trial " << trial;
     ASSERT_EQ(bits(eval.before_pooled()), bits(NodePooledFragmentation(n.view, weighted, resources))) << "trial " << trial;
     ASSERT_EQ(bits(tabled.before_pooled()), bits(eval.before_pooled())) << "trial " << trial;
+    ASSERT_EQ(bits(eval.before_cpu()), bits(NodeCpuFragmentation(n.view, weighted, resources))) << "trial " << trial;
+    ASSERT_EQ(bits(tabled.before_cpu()), bits(eval.before_cpu())) << "trial " << trial;
     // A wider workload: the shapes, then a few more (or, every other trial, the shapes weighing
     // nothing and then others: how the policy widens demand shapes that do not start with the
     // typical ones), each with a weight of its own. FGD's measure against it comes with every
@@ -621,20 +689,25 @@ TEST(Fragmentation, EvalBeforeAndAfterAreBitIdenticalToRecounting) {
     ASSERT_EQ(bits(widened.before_demand()), bits(tabled.before_demand())) << "trial " << trial;
     ASSERT_EQ(bits(widened.before_stranded()), bits(tabled.before_stranded())) << "trial " << trial;
     ASSERT_EQ(bits(widened.before_pooled()), bits(tabled.before_pooled())) << "trial " << trial;
-    // The pooled measure after a placement (AfterAll() only), with and without the table; and
-    // with the wider workload, every measure as without it and the wide one as recounted.
+    ASSERT_EQ(bits(widened.before_cpu()), bits(tabled.before_cpu())) << "trial " << trial;
+    // The pooled and the CPU measures after a placement (AfterAll() only), with and without the
+    // table, alone and with every other measure; and with the wider workload, every measure as
+    // without it and the wide one as recounted.
     auto pooled_matches = [&](const NodeView& v, std::span<const int> chosen, MilliGpu milli, std::int64_t c,
                               Bytes mem) {
-      double pooled = -1, tabled_pooled = -1;
+      double pooled = -1, tabled_pooled = -1, cpu_alone = -1, tabled_cpu = -1;
       eval.AfterAll(c, chosen, milli, mem, nullptr, nullptr, &pooled);
       tabled.AfterAll(c, chosen, milli, mem, nullptr, nullptr, &tabled_pooled);
+      eval.AfterAll(c, chosen, milli, mem, nullptr, nullptr, nullptr, nullptr, &cpu_alone);
       const double fresh = NodePooledFragmentation(v, weighted, resources);
-      double d = -1, st = -1, po = -1, wd = -1, wide_d = -1, wide_st = -1, wide_po = -1, wide = -1;
-      const double frag = tabled.AfterAll(c, chosen, milli, mem, &d, &st, &po, &wd);
-      const double wide_frag = widened.AfterAll(c, chosen, milli, mem, &wide_d, &wide_st, &wide_po, &wide);
+      const double fresh_cpu = NodeCpuFragmentation(v, weighted, resources);
+      double d = -1, st = -1, po = -1, wd = -1, wide_d = -1, wide_st = -1, wide_po = -1, wide = -1, wide_cpu = -1;
+      const double frag = tabled.AfterAll(c, chosen, milli, mem, &d, &st, &po, &wd, &tabled_cpu);
+      const double wide_frag = widened.AfterAll(c, chosen, milli, mem, &wide_d, &wide_st, &wide_po, &wide, &wide_cpu);
       return bits(pooled) == bits(fresh) && bits(tabled_pooled) == bits(fresh) && bits(wide_frag) == bits(frag) &&
              bits(wide_d) == bits(d) && bits(wide_st) == bits(st) && bits(wide_po) == bits(po) && wd == 0 &&
-             bits(wide) == bits(NodeFragmentation(v, wide_frequencies, resources));
+             bits(wide) == bits(NodeFragmentation(v, wide_frequencies, resources)) &&
+             bits(cpu_alone) == bits(fresh_cpu) && bits(tabled_cpu) == bits(fresh_cpu) && bits(wide_cpu) == bits(fresh_cpu);
     };
     // CPU-only work (no GPU moves), a share on each GPU it fits, and the first k fully free
     // usable GPUs.

@@ -156,6 +156,11 @@ double NodePooledFragmentation(const NodeView& node, std::span<const WorkloadSha
   return eval.before_pooled();
 }
 
+double NodeCpuFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
+  const FragmentationEval eval(node, shapes, resources, {.cpu = true});
+  return eval.before_cpu();
+}
+
 double NodeDemandFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes, Resources resources) {
   const FragmentationEval eval(node, shapes, resources, {.demand = true});
   return eval.before_demand();
@@ -198,6 +203,28 @@ double StrandedTerm(std::int64_t pods, std::int64_t k, MilliGpu below, MilliGpu 
     k = std::max<Bytes>(0, memory_free) / s.host_memory;
   }
   return k;
+}
+
+// Inlined: it runs for every shape of every evaluation where the CPU measure is asked.
+[[gnu::always_inline]] inline double FragmentationEval::CpuTerm(const WorkloadShape& s, bool eligible, std::int64_t fed,
+                                                                std::int64_t cpu_free, Bytes memory_free) const {
+  const std::int64_t free = std::max<std::int64_t>(0, cpu_free);
+  if (s.cpu_milli <= 0) return static_cast<double>(free);  // its pods use none of it
+  if (s.milli_per_gpu <= 0) {
+    // A CPU-only shape: as many pods as the CPU and memory feed (no multiplication, which
+    // could overflow for a shape that asks much memory).
+    fed = free / s.cpu_milli;
+    if (count_memory_ && s.host_memory > 0) fed = std::min<std::int64_t>(fed, std::max<Bytes>(0, memory_free) / s.host_memory);
+  } else if (!eligible) {
+    return static_cast<double>(free);
+  }
+  return static_cast<double>(free - fed * s.cpu_milli);
+}
+
+double FragmentationEval::CpuWithoutGpus(std::int64_t cpu_free, Bytes memory_free) const {
+  double frag = 0;
+  for (std::size_t k = 0; k < shapes_.size(); ++k) frag += weight(k) * CpuTerm(shapes_[k], counts_[k].eligible, 0, cpu_free, memory_free);
+  return frag;
 }
 
 namespace {
@@ -443,9 +470,12 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
     before_pooled_ =
         free_total_ == 0 ? 0 : before_ + Pooled(before_, free_total_, need_, node.cpu_milli_free, node.memory_free);
   }
-  if (!strands_) return;
-  // The stranded measure (a second pass, only where it can differ: not in the daemon).
+  cpu_ = extra.cpu;
+  if (!strands_ && !cpu_) return;
+  // The stranded and the CPU measures (a second pass, only where asked and, for the stranded
+  // one, where it can differ: not in the daemon).
   double stranded_frag = 0;
+  double cpu_frag = 0;
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     const WorkloadShape& s = shapes[i];
     Counts& c = counts_[i];
@@ -454,11 +484,15 @@ void FragmentationEval::Init(const ShapeTable* table, const double* weights, Sha
         if (g.usable && g.free_milli >= s.milli_per_gpu) c.share_pods += static_cast<std::int32_t>(g.free_milli / s.milli_per_gpu);
       }
     }
-    stranded_frag += weight(i) * (c.eligible ? StrandedTerm(PodsOnGpus(s, c), FedUpTo(s, PodsOnGpus(s, c), node.cpu_milli_free, node.memory_free),
-                                                              c.below, free_total_)
-                                               : static_cast<double>(free_total_));
+    const std::int64_t pods = c.eligible ? PodsOnGpus(s, c) : 0;
+    const std::int64_t fed = c.eligible ? FedUpTo(s, pods, node.cpu_milli_free, node.memory_free) : 0;
+    if (strands_) {
+      stranded_frag += weight(i) * (c.eligible ? StrandedTerm(pods, fed, c.below, free_total_) : static_cast<double>(free_total_));
+    }
+    if (cpu_) cpu_frag += weight(i) * CpuTerm(s, c.eligible, fed, node.cpu_milli_free, node.memory_free);
   }
-  before_stranded_ = free_total_ == 0 ? 0 : stranded_frag;
+  if (strands_) before_stranded_ = free_total_ == 0 ? 0 : stranded_frag;
+  before_cpu_ = cpu_frag;
 }
 
 FragmentationEval::HostNeed FragmentationEval::HoleNeed(MilliGpu free) const {
@@ -618,8 +652,8 @@ template <FragmentationEval::Move kMove>
 
 FragmentationEval::Sums FragmentationEval::AfterAllSums(const Chosen& chosen, MilliGpu milli, MilliGpu total,
                                                         std::int64_t cpu_free, Bytes memory_free, bool with_demand,
-                                                        bool with_stranded, bool with_wide) const {
-  // The same terms in the same order as After() and AfterStranded(), in three sums.
+                                                        bool with_stranded, bool with_wide, bool with_cpu) const {
+  // The same terms in the same order as After() and AfterStranded(), in four sums.
   Sums sums;
   for (std::size_t k = 0; k < shapes_.size(); ++k) {
     const WorkloadShape& s = shapes_[k];
@@ -633,17 +667,21 @@ FragmentationEval::Sums FragmentationEval::AfterAllSums(const Chosen& chosen, Mi
                            (count_memory_ && s.host_memory > 0 && memory_free < s.host_memory);
       if (starved) {
         if (with_stranded) sums.stranded += weight(k) * term;
-      } else if (with_stranded) {
+        if (with_cpu) sums.cpu += weight(k) * CpuTerm(s, true, 0, cpu_free, memory_free);
+      } else if (with_stranded || with_cpu) {
         const MovedCounts c = Moved<true>(s, before, chosen, milli);
         if (host && c.enough >= s.num_gpus) term = static_cast<double>(c.below);
         const std::int64_t pods = PodsOnGpus(s, c);
-        sums.stranded += weight(k) * StrandedTerm(pods, FedUpTo(s, pods, cpu_free, memory_free), c.below, total);
+        const std::int64_t fed = FedUpTo(s, pods, cpu_free, memory_free);
+        if (with_stranded) sums.stranded += weight(k) * StrandedTerm(pods, fed, c.below, total);
+        if (with_cpu) sums.cpu += weight(k) * CpuTerm(s, true, fed, cpu_free, memory_free);
       } else if (host) {
         const MovedCounts c = Moved<false>(s, before, chosen, milli);
         if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
       }
-    } else if (with_stranded) {
-      sums.stranded += weight(k) * static_cast<double>(total);
+    } else {
+      if (with_stranded) sums.stranded += weight(k) * static_cast<double>(total);
+      if (with_cpu) sums.cpu += weight(k) * CpuTerm(s, false, 0, cpu_free, memory_free);
     }
     sums.frag += weight(k) * term;
     if (with_demand) sums.demand += demand_weight(k) * term;
@@ -663,7 +701,7 @@ FragmentationEval::Sums FragmentationEval::AfterAllSums(const Chosen& chosen, Mi
   return sums;
 }
 
-template <FragmentationEval::Move kMove, bool kWide>
+template <FragmentationEval::Move kMove, bool kWide, bool kCpu>
 FragmentationEval::Sums FragmentationEval::AfterAllFast(const Chosen& chosen, MilliGpu milli, MilliGpu total,
                                                         std::int64_t cpu_free, Bytes memory_free) const {
   // AfterAllSums() with memory counted, every measure asked, and the host's free CPU and memory
@@ -678,8 +716,11 @@ FragmentationEval::Sums FragmentationEval::AfterAllFast(const Chosen& chosen, Mi
     double term = all;
     if (!before.eligible) {
       sums.stranded += weight(k) * all;
+      if (kCpu) sums.cpu += weight(k) * CpuTerm(s, false, 0, cpu_free, memory_free);
     } else if (cpu_free < s.cpu_milli || memory_free < s.host_memory) {
       sums.stranded += weight(k) * all;
+      // (Every free CPU: FedUpTo() is 0.)
+      if (kCpu) sums.cpu += weight(k) * static_cast<double>(cpu_free);
     } else {
       const MovedCounts c = MovedBy<kMove>(s, before, chosen, milli);
       if (c.enough >= s.num_gpus) term = static_cast<double>(c.below);
@@ -692,6 +733,8 @@ FragmentationEval::Sums FragmentationEval::AfterAllFast(const Chosen& chosen, Mi
         if (memory_free < fed * s.host_memory) fed = memory_free / s.host_memory;
       }
       sums.stranded += weight(k) * StrandedTerm(pods, fed, c.below, total);
+      // CpuTerm() of an eligible shape, the host's CPU not negative.
+      if (kCpu) sums.cpu += weight(k) * static_cast<double>(s.cpu_milli > 0 ? cpu_free - fed * s.cpu_milli : cpu_free);
     }
     sums.frag += weight(k) * term;
     sums.demand += demand_weight(k) * term;
@@ -712,40 +755,54 @@ FragmentationEval::Sums FragmentationEval::AfterAllFast(const Chosen& chosen, Mi
   return sums;
 }
 
+template <bool kWide, bool kCpu>
+FragmentationEval::Sums FragmentationEval::AfterAllFastBy(const Chosen& chosen, MilliGpu milli, MilliGpu total,
+                                                          std::int64_t cpu_free, Bytes memory_free) const {
+  // CPU-only work moves no GPU.
+  if (chosen.usable == 0) return AfterAllFast<Move::kNone, kWide, kCpu>(chosen, milli, total, cpu_free, memory_free);
+  if (chosen.uniform && chosen.free == kOneGpu && milli == kOneGpu) {
+    return AfterAllFast<Move::kWhole, kWide, kCpu>(chosen, milli, total, cpu_free, memory_free);
+  }
+  if (chosen.usable == 1) return AfterAllFast<Move::kOne, kWide, kCpu>(chosen, milli, total, cpu_free, memory_free);
+  return AfterAllFast<Move::kAny, kWide, kCpu>(chosen, milli, total, cpu_free, memory_free);
+}
+
 double FragmentationEval::AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory,
-                                   double* demand, double* stranded, double* pooled, double* wide) const {
+                                   double* demand, double* stranded, double* pooled, double* wide,
+                                   double* cpu_frag) const {
   const Chosen chosen = Summarise(gpus);
   const MilliGpu total = FreeAfter(chosen, milli);
+  const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
+  const Bytes memory_free = node_.memory_free - memory;
+  const bool with_cpu = cpu_ && cpu_frag != nullptr;
   if (demand != nullptr) *demand = 0;
   if (stranded != nullptr) *stranded = 0;
   if (pooled != nullptr) *pooled = 0;
   if (wide != nullptr) *wide = 0;
-  if (total == 0) return 0;
+  if (cpu_frag != nullptr) *cpu_frag = 0;
+  if (total == 0) {
+    // No free GPU left: every GPU measure is 0, but the CPU may still serve CPU-only pods.
+    if (with_cpu) *cpu_frag = CpuWithoutGpus(cpu_free, memory_free);
+    return 0;
+  }
   const bool with_demand = demand_ && demand != nullptr;
   const bool with_stranded = strands_ && stranded != nullptr;
   const bool with_wide = wide_weights_ != nullptr && wide != nullptr;
-  const std::int64_t cpu_free = node_.cpu_milli_free - cpu;
-  const Bytes memory_free = node_.memory_free - memory;
   Sums sums;
   if (count_memory_ && with_demand && with_stranded && cpu_free >= 0 && memory_free >= 0) {
-    // The simulator's case, one loop for each way the GPUs move (CPU-only work moves none).
-    if (chosen.usable == 0) {
-      sums = with_wide ? AfterAllFast<Move::kNone, true>(chosen, milli, total, cpu_free, memory_free)
-                       : AfterAllFast<Move::kNone, false>(chosen, milli, total, cpu_free, memory_free);
-    } else if (chosen.uniform && chosen.free == kOneGpu && milli == kOneGpu) {
-      sums = with_wide ? AfterAllFast<Move::kWhole, true>(chosen, milli, total, cpu_free, memory_free)
-                       : AfterAllFast<Move::kWhole, false>(chosen, milli, total, cpu_free, memory_free);
-    } else if (chosen.usable == 1) {
-      sums = with_wide ? AfterAllFast<Move::kOne, true>(chosen, milli, total, cpu_free, memory_free)
-                       : AfterAllFast<Move::kOne, false>(chosen, milli, total, cpu_free, memory_free);
+    // The simulator's case, one loop for each way the GPUs move and measure asked.
+    if (with_wide) {
+      sums = with_cpu ? AfterAllFastBy<true, true>(chosen, milli, total, cpu_free, memory_free)
+                      : AfterAllFastBy<true, false>(chosen, milli, total, cpu_free, memory_free);
     } else {
-      sums = with_wide ? AfterAllFast<Move::kAny, true>(chosen, milli, total, cpu_free, memory_free)
-                       : AfterAllFast<Move::kAny, false>(chosen, milli, total, cpu_free, memory_free);
+      sums = with_cpu ? AfterAllFastBy<false, true>(chosen, milli, total, cpu_free, memory_free)
+                      : AfterAllFastBy<false, false>(chosen, milli, total, cpu_free, memory_free);
     }
   } else {
-    sums = AfterAllSums(chosen, milli, total, cpu_free, memory_free, with_demand, with_stranded, with_wide);
+    sums = AfterAllSums(chosen, milli, total, cpu_free, memory_free, with_demand, with_stranded, with_wide, with_cpu);
   }
   const double frag = sums.frag;
+  if (with_cpu) *cpu_frag = sums.cpu;
   if (with_demand) *demand = sums.demand;
   if (with_wide) *wide = sums.wide;
   if (stranded != nullptr) *stranded = with_stranded ? sums.stranded : frag;

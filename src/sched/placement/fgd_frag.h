@@ -69,6 +69,19 @@ double NodePooledFragmentation(const NodeView& node, std::span<const WorkloadSha
 double NodeDemandFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
                                Resources resources = Resources::kCpu);
 
+// CPU fragmentation (gpuslice's fourth measure), in milli-CPU: FGD's measure turned to the host's
+// CPU. For each shape, the free CPU of the node that its pods cannot use: all of it where the
+// shape cannot get one pod there (it needs a GPU share the node is not eligible for, or lacks
+// the CPU or memory of one pod, or asks no CPU), else what is left once the pods of it the node
+// can hold have taken theirs: as many as its GPUs take and its CPU and memory feed (the stranded
+// measure's count), any number of CPU-only pods that its CPU and memory feed. The sum over the
+// shapes, weighted as FGD weighs them (frequency; CPU-only shapes count). The stranded measure
+// counts the GPU a node's CPU cannot feed; this one the CPU its GPUs (or, for CPU-only shapes,
+// the pod sizes) leave unused: where CPU runs out before GPU, CPU that no pod can use costs GPU
+// that pods elsewhere cannot get.
+double NodeCpuFragmentation(const NodeView& node, std::span<const WorkloadShape> shapes,
+                            Resources resources = Resources::kCpu);
+
 // How a measure weighs the typical shapes. kFrequency: by how often their pods arrive (the
 // paper's). kSupply: by that frequency divided by the shape's supply_share, normalised to sum to
 // 1 (gpuslice's): a node counts for a shape in proportion to the share of the shape's pods that
@@ -178,6 +191,7 @@ struct ExtraMeasures {
   bool stranded = false;  // NodeStrandedFragmentation(): before_stranded(), AfterStranded()
   bool demand = false;    // NodeDemandFragmentation(): before_demand(), After()'s `demand`
   bool pooled = false;    // NodePooledFragmentation(): before_pooled(), AfterAll()'s `pooled`
+  bool cpu = false;       // NodeCpuFragmentation(): before_cpu(), AfterAll()'s `cpu_frag`
 };
 
 // A wider workload than an evaluation's: the evaluation's shapes first (the same fields that
@@ -261,21 +275,27 @@ class FragmentationEval {
   bool pools() const { return pools_; }
   // NodePooledFragmentation(node, shapes, resources); needs ExtraMeasures::pooled.
   double before_pooled() const { return pools_ ? before_pooled_ : before_; }
+  // True iff constructed with ExtraMeasures::cpu.
+  bool cpu_counts() const { return cpu_; }
+  // NodeCpuFragmentation(node, shapes, resources), in milli-CPU; needs ExtraMeasures::cpu.
+  double before_cpu() const { return before_cpu_; }
   // True iff constructed with a WideWorkload.
   bool wide() const { return wide_weights_ != nullptr; }
   // NodeFragmentation() of the node against the WideWorkload (its weights as frequencies).
   double before_wide() const { return before_wide_; }
   // After(), with *demand (if not null) as After() gives it, *stranded (if not null) as
   // AfterStranded() gives it, *pooled (if not null) NodePooledFragmentation() of the node
-  // after (needs ExtraMeasures::pooled) and *wide (if not null) NodeFragmentation() of it
-  // against the WideWorkload (needs one), from one pass over the shapes; each bit-identical
-  // to the separate call or to a fresh evaluation of the node after.
+  // after (needs ExtraMeasures::pooled), *wide (if not null) NodeFragmentation() of it
+  // against the WideWorkload (needs one) and *cpu_frag (if not null) NodeCpuFragmentation() of
+  // it (needs ExtraMeasures::cpu), from one pass over the shapes; each bit-identical to the
+  // separate call or to a fresh evaluation of the node after.
   double AfterAll(std::int64_t cpu, std::span<const int> gpus, MilliGpu milli, Bytes memory, double* demand,
-                  double* stranded, double* pooled = nullptr, double* wide = nullptr) const;
+                  double* stranded, double* pooled = nullptr, double* wide = nullptr,
+                  double* cpu_frag = nullptr) const;
   double AfterAllOne(std::int64_t cpu, int gpu, MilliGpu milli, Bytes memory, double* demand, double* stranded,
-                     double* pooled = nullptr, double* wide = nullptr) const {
+                     double* pooled = nullptr, double* wide = nullptr, double* cpu_frag = nullptr) const {
     const int one[1] = {gpu};
-    return AfterAll(cpu, one, milli, memory, demand, stranded, pooled, wide);
+    return AfterAll(cpu, one, milli, memory, demand, stranded, pooled, wide, cpu_frag);
   }
 
  private:
@@ -331,22 +351,35 @@ class FragmentationEval {
     double demand = 0;
     double stranded = 0;
     double wide = 0;  // FGD's against the WideWorkload
+    double cpu = 0;   // the CPU measure
   };
-  // AfterAll()'s sums over the shapes (`with_demand`, `with_stranded`, `with_wide`: which are
-  // asked).
+  // AfterAll()'s sums over the shapes (`with_demand`, `with_stranded`, `with_wide`, `with_cpu`:
+  // which are asked).
   Sums AfterAllSums(const Chosen& chosen, MilliGpu milli, MilliGpu total, std::int64_t cpu_free, Bytes memory_free,
-                    bool with_demand, bool with_stranded, bool with_wide) const;
+                    bool with_demand, bool with_stranded, bool with_wide, bool with_cpu) const;
   // How a placement moves the chosen GPUs: not at all (CPU-only work), whole free GPUs taken
   // whole, one GPU (a share), or any other way.
   enum class Move { kNone, kWhole, kOne, kAny };
   // Moved<true>(), knowing how the GPUs move.
   template <Move kMove>
   MovedCounts MovedBy(const WorkloadShape& s, const Counts& c, const Chosen& chosen, MilliGpu milli) const;
-  // AfterAllSums() where memory counts, every measure is asked and the host's free CPU and
-  // memory after the placement are not negative (the simulator's case), the same bits.
-  template <Move kMove, bool kWide>
+  // AfterAllSums() where memory counts, every measure but (maybe, kCpu) the CPU one is asked
+  // and the host's free CPU and memory after the placement are not negative (the simulator's
+  // case), the same bits.
+  template <Move kMove, bool kWide, bool kCpu>
   Sums AfterAllFast(const Chosen& chosen, MilliGpu milli, MilliGpu total, std::int64_t cpu_free,
                     Bytes memory_free) const;
+  // AfterAllFast() for how `chosen` moves (Move), with or without the wide and the CPU measures.
+  template <bool kWide, bool kCpu>
+  Sums AfterAllFastBy(const Chosen& chosen, MilliGpu milli, MilliGpu total, std::int64_t cpu_free,
+                      Bytes memory_free) const;
+  // One shape's term of the CPU measure (NodeCpuFragmentation()) with `cpu_free` CPU and
+  // `memory_free` memory free: `fed` is FedUpTo() of the pods its GPUs take, for a shape that
+  // needs a GPU and is `eligible` (read only then).
+  double CpuTerm(const WorkloadShape& s, bool eligible, std::int64_t fed, std::int64_t cpu_free,
+                 Bytes memory_free) const;
+  // The CPU measure of the node with `cpu_free` CPU, `memory_free` memory and no free GPU.
+  double CpuWithoutGpus(std::int64_t cpu_free, Bytes memory_free) const;
   // The pooled measure's CPU and host memory needs.
   struct HostNeed {
     double cpu = 0;
@@ -378,6 +411,8 @@ class FragmentationEval {
   double before_stranded_ = 0;
   bool pools_ = false;
   double before_pooled_ = 0;
+  bool cpu_ = false;
+  double before_cpu_ = 0;
   double weight_sum_ = 0;  // pooled only: every shape's weight(), summed
   // Pooled only: HoleNeed()'s steps (the table's where they are this node's), what each GPU's
   // free share needs (in storage_, after the counts and weights; zero for unusable GPUs) and

@@ -28,7 +28,7 @@
 // measure, a typical shape counts as unable to use the node when the node lacks its host memory
 // (its median), as when it lacks its CPU: GPUs stranded behind exhausted memory are fragment too.
 // Then, among placements FGD scores equal:
-//   1. the exact drop, in milli-GPU, of the sum of three more measures of the node (fgd_frag.h):
+//   1. the exact drop, in milli-GPU, of the sum of four more measures of the node (fgd_frag.h):
 //      - the *demand-weighted* fragmentation: FGD's with each shape weighted by the GPU its pods
 //        bring (frequency x GPUs x share) instead of by their count. FGD's weights make an
 //        8-GPU shape, a few pods in a hundred but a large part of the GPU asked, nearly
@@ -37,7 +37,7 @@
 //        that its CPU and memory cannot feed pod by pod. FGD only sees stranding when the last
 //        pod no longer fits; this keeps CPU and memory beside free GPUs before that, which is
 //        where CPU-heavy workloads lose GPUs. It counts only where CPU runs out no later than
-//        GPU (StrandingCounts(), below); where GPU runs out first FGD's drop stands in its place;
+//        GPU (RegimeOf(), below); where GPU runs out first FGD's drop stands in its place;
 //      - the *pooled stranded* fragmentation: the same, with the CPU and memory that the
 //        workload's mix needs to fill the node's free GPU: each shape alone (the measure
 //        above) claims all of the node's CPU, in whole pods, for as many pods as the free GPU
@@ -47,8 +47,17 @@
 //        pod feeds none, which the one above sees. With it, judged on traces drawn after it
 //        was written, every family of workload gained (docs/evaluation.md, issue 35's fourth
 //        round); where no shape asks CPU or memory (the daemon) it is left out, as it could
-//        only count FGD's drop again.
-//      All three are in milli-GPU of expected loss, so they add without a weight;
+//        only count FGD's drop again;
+//      - the *CPU* fragmentation, where CPU runs out no later than GPU (as the stranded
+//        measure): FGD's measure turned to the host's CPU, the free CPU each shape's pods cannot
+//        use (beside GPUs they cannot take, or below one pod), counted as the GPU it would have
+//        come with at the workload's mix (the typical shapes' GPU per CPU). Where CPU runs out
+//        first, CPU no pod can use is GPU that pods elsewhere cannot get; the three measures
+//        above see CPU only beside free GPUs, and not where a CPU-only pod's CPU goes. Judged
+//        on traces drawn after it was written, the mixed workloads gained most and fewer traces
+//        were behind FGD; traces that vary only the CPU-only share moved both ways
+//        (docs/evaluation.md, issue 35's seventh round).
+//      All four are in milli-GPU of expected loss, so they add without a weight;
 //   2. a node already in use beats an empty node (an empty node is the only place a request as
 //      large as the node can go);
 //   3. then the node with fewer GPUs (same reason, one size down).
@@ -56,7 +65,7 @@
 // exact FGD fragmentation grows least, then the least free one (best fit) — FGD takes the first
 // index. Remaining ties are left to the framework's tie-break. Nothing here depends on a trace.
 // Where no shape asks CPU or memory (the daemon) the stranded measure is FGD's and the pooled
-// one is not counted, so the daemon's decisions are what they were without it.
+// and CPU ones are not counted, so the daemon's decisions are what they were without them.
 
 #include <array>
 #include <vector>
@@ -85,48 +94,68 @@ constexpr double kMaxGpusPerNode = 64;
 constexpr double kDropEpsilon = 1e-9;
 
 // The measures of a node after a placement (AfterAll()): FGD's, the demand-weighted, the
-// stranded and the pooled stranded one, and `with_wide` FGD's against the demand shapes (eval's
-// wide workload; it must have one).
+// stranded, the pooled stranded and the CPU one, and `with_wide` FGD's against the demand
+// shapes (eval's wide workload; it must have one).
 struct After {
   double frag = 0;
   double demand = 0;
   double stranded = 0;
   double pooled = 0;
   double wide = 0;
+  double cpu = 0;
 };
 After Measure(const FragmentationEval& eval, const PlacementRequest& req, std::span<const int> gpus,
               bool with_wide = false) {
   After a;
   a.frag = eval.AfterAll(req.cpu_milli, gpus, req.milli_per_gpu, req.host_memory, &a.demand,
                          eval.strands() ? &a.stranded : nullptr, eval.pools() ? &a.pooled : nullptr,
-                         with_wide ? &a.wide : nullptr);
+                         with_wide ? &a.wide : nullptr, eval.cpu_counts() ? &a.cpu : nullptr);
   return a;
 }
 
-// Whether the stranded measure counts in the secondary key: where the workload asks at least as
-// much host CPU per milli-GPU as the cluster has (CPU runs out no later than GPU), and where
-// either is not known. Where GPU runs out first it costs more than it keeps (docs/evaluation.md,
-// issue 35's fifth round): it sees each shape claim all of a node's CPU, and the pooled measure
-// already keeps the CPU the mix needs beside free GPUs.
-bool StrandingCounts(const PlacementContext& ctx) {
-  if (ctx.cpu_per_gpu_milli <= 0) return true;
+// Which CPU measures count in the secondary key, from the workload alone.
+struct Regime {
+  // The stranded measure counts where the workload asks at least as much host CPU per milli-GPU
+  // as the cluster has (CPU runs out no later than GPU), and where either is not known. Where
+  // GPU runs out first it costs more than it keeps (docs/evaluation.md, issue 35's fifth round):
+  // it sees each shape claim all of a node's CPU, and the pooled measure already keeps the CPU
+  // the mix needs beside free GPUs.
+  bool stranding = true;
+  // Where stranding counts and the workload asks CPU and GPU: the milli-GPU its pods bring per
+  // milli-CPU they ask (the typical shapes, by frequency), at which the CPU measure's milli-CPU
+  // count as milli-GPU: the GPU that CPU no pod can use would have come with, at the
+  // workload's mix. 0 elsewhere: the CPU measure does not count (where GPU runs out first, CPU
+  // left over costs no GPU; the daemon's shapes ask no CPU).
+  double gpu_per_cpu = 0;
+};
+Regime RegimeOf(const PlacementContext& ctx) {
   double cpu = 0, gpu = 0;
   for (const WorkloadShape& s : ctx.workload) {
     cpu += s.frequency * static_cast<double>(s.cpu_milli);
     gpu += s.frequency * static_cast<double>(s.num_gpus) * static_cast<double>(s.milli_per_gpu);
   }
-  return gpu <= 0 || cpu / gpu >= ctx.cpu_per_gpu_milli;
+  Regime r;
+  r.stranding = ctx.cpu_per_gpu_milli <= 0 || gpu <= 0 || cpu / gpu >= ctx.cpu_per_gpu_milli;
+  if (r.stranding && cpu > 0 && gpu > 0) r.gpu_per_cpu = gpu / cpu;
+  return r;
+}
+
+// The measures each node evaluation counts: every one, the CPU measure where the regime counts it.
+ExtraMeasures TypicalMeasures(const Regime& regime) {
+  return {.stranded = true, .demand = true, .pooled = true, .cpu = regime.gpu_per_cpu > 0};
 }
 
 // FGD's quantised score `q` of the primary drop `drop`, plus the secondary key: the drop of the
-// demand-weighted, the stranded (where `stranding`; else FGD's again) and the pooled stranded
-// fragmentation of `eval`, in milli-GPU, from the measures `after` the placement.
-double Combine(const FragmentationEval& eval, double q, double drop, const After& after, bool stranding) {
-  const double stranded_drop = stranding && eval.strands() ? eval.before_stranded() - after.stranded : drop;
+// demand-weighted, the stranded (where the regime says so; else FGD's again), the pooled stranded
+// and (where counted) the CPU fragmentation of `eval`, in milli-GPU, from the measures `after`
+// the placement.
+double Combine(const FragmentationEval& eval, double q, double drop, const After& after, const Regime& regime) {
+  const double stranded_drop = regime.stranding && eval.strands() ? eval.before_stranded() - after.stranded : drop;
   // Where the pooled measure cannot differ from FGD's (no shape asks CPU or memory: the daemon)
   // it is left out rather than counting FGD's drop a second time.
   const double pooled_drop = eval.pools() ? eval.before_pooled() - after.pooled : 0;
-  const double secondary = (eval.before_demand() - after.demand) + stranded_drop + pooled_drop;
+  const double cpu_drop = eval.cpu_counts() ? regime.gpu_per_cpu * (eval.before_cpu() - after.cpu) : 0;
+  const double secondary = (eval.before_demand() - after.demand) + stranded_drop + pooled_drop + cpu_drop;
   return q + kSecondaryScale * (0.5 + std::atan(secondary / kSecondaryUnit) / std::numbers::pi);
 }
 
@@ -139,7 +168,7 @@ struct WorkloadTables final : WorkloadPrep {
   explicit WorkloadTables(const PlacementContext& ctx)
       : typical(ctx.workload, ShapeWeights::kSupply),
         demand(ctx.demand_workload, ShapeWeights::kSupply),
-        stranding(StrandingCounts(ctx)) {
+        regime(RegimeOf(ctx)) {
     if (ctx.demand_workload.empty()) return;
     if (Extends(ctx.demand_workload, ctx.workload)) {
       wide_shapes = ctx.demand_workload;
@@ -156,14 +185,13 @@ struct WorkloadTables final : WorkloadPrep {
   WideWorkload wide() const { return {wide_shapes, wide_weights}; }
   const ShapeTable typical;
   const ShapeTable demand;
-  const bool stranding;  // StrandingCounts()
+  const Regime regime;  // RegimeOf()
   std::vector<WorkloadShape> own_shapes;  // where the demand shapes do not start with the typical ones
   std::span<const WorkloadShape> wide_shapes;
   std::vector<double> wide_weights;
 };
 
 constexpr Resources kResources = Resources::kCpuAndMemory;
-constexpr ExtraMeasures kTypicalMeasures{.stranded = true, .demand = true, .pooled = true};
 
 // The evaluation of one node against the typical shapes (every measure) and, where the
 // context has demand shapes, FGD's measure against them for a share's first key. With
@@ -174,21 +202,20 @@ class NodeEvals final : public NodePrep {
   NodeEvals(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables)
       : own_tables_(tables == nullptr && !ctx.demand_workload.empty() ? std::make_unique<WorkloadTables>(ctx)
                                                                        : nullptr),
-        eval(Evaluate(node, ctx, tables != nullptr ? tables : own_tables_.get())),
-        stranding(tables != nullptr ? tables->stranding
-                  : own_tables_ != nullptr ? own_tables_->stranding
-                                           : StrandingCounts(ctx)) {}
+        regime(tables != nullptr ? tables->regime : own_tables_ != nullptr ? own_tables_->regime : RegimeOf(ctx)),
+        eval(Evaluate(node, ctx, tables != nullptr ? tables : own_tables_.get(), regime)) {}
 
  private:
-  static FragmentationEval Evaluate(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables) {
-    if (tables != nullptr) return FragmentationEval(node, tables->typical, kResources, kTypicalMeasures, tables->wide());
-    return FragmentationEval(node, ctx.workload, kResources, kTypicalMeasures, ShapeWeights::kSupply);
+  static FragmentationEval Evaluate(const NodeView& node, const PlacementContext& ctx, const WorkloadTables* tables,
+                                    const Regime& regime) {
+    if (tables != nullptr) return FragmentationEval(node, tables->typical, kResources, TypicalMeasures(regime), tables->wide());
+    return FragmentationEval(node, ctx.workload, kResources, TypicalMeasures(regime), ShapeWeights::kSupply);
   }
   const std::unique_ptr<const WorkloadTables> own_tables_;
 
  public:
+  const Regime regime;  // RegimeOf()
   const FragmentationEval eval;
-  const bool stranding;  // StrandingCounts()
 };
 
 // A share's GPU: the best score (FGD's, against the demand shapes where there are some, then
@@ -231,7 +258,7 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
       const After after = Measure(eval, req, one, /*with_wide=*/true);
       sh.drop = eval.before_wide() - after.wide;
       sh.q = FgdQuantisedScore(sh.drop);
-      sh.score = Combine(eval, sh.q, sh.drop, after, evals.stranding);
+      sh.score = Combine(eval, sh.q, sh.drop, after, evals.regime);
       sh.scored = true;
     } else {
       sh.drop = eval.before() - eval.After(req.cpu_milli, one, req.milli_per_gpu, req.host_memory);
@@ -245,7 +272,7 @@ std::optional<NodeChoice> ShareChoice(const PlacementRequest& req, const NodeVie
     Share& sh = shares[k];
     if (sh.q != best_q || sh.scored) continue;
     const int one[1] = {sh.first_gpu};
-    sh.score = Combine(eval, sh.q, sh.drop, Measure(eval, req, one), evals.stranding);
+    sh.score = Combine(eval, sh.q, sh.drop, Measure(eval, req, one), evals.regime);
   }
   int best = -1;
   double best_score = 0;
@@ -282,7 +309,7 @@ std::optional<NodeChoice> WholeChoice(const PlacementRequest& req, const NodeVie
   const FragmentationEval& eval = evals.eval;
   const After after = Measure(eval, req, gpus);
   const double drop = eval.before() - after.frag;
-  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, after, evals.stranding), std::move(gpus)};
+  return NodeChoice{Combine(eval, FgdQuantisedScore(drop), drop, after, evals.regime), std::move(gpus)};
 }
 
 class GpusliceFragPolicy final : public PlacementPolicy {
